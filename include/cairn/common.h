@@ -1,0 +1,119 @@
+/*
+ * cairn/common.h — status codes, allocation hooks and logging shared by every layer.
+ *
+ * Conventions (see docs/DESIGN.md):
+ *  - Functions return int: 0 on success or a negative CAIRN_E* code; outputs go through
+ *    pointers. cairn_strerror() names a code. The library never exits and never prints
+ *    except through the log handler installed by the embedding program.
+ *  - All heap allocation goes through cairn_malloc/cairn_calloc/cairn_realloc/cairn_free,
+ *    and every file write through cairn_io_hook (see below), so tests can inject failures
+ *    on the N-th call (the SQLite discipline).
+ *
+ * Thread-safety: the hooks and the log handler are process globals meant to be set once at
+ * start-up (or by a single-threaded test); the functions that use them are thread-safe.
+ */
+#ifndef CAIRN_COMMON_H
+#define CAIRN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. 0 is success; every error is negative. */
+enum {
+    CAIRN_OK = 0,
+    CAIRN_ENOMEM = -1,      /* an allocation failed */
+    CAIRN_EINVAL = -2,      /* bad argument or misuse of the API */
+    CAIRN_EIO = -3,         /* a read or write failed */
+    CAIRN_ENOENT = -4,      /* a file, key or entry does not exist */
+    CAIRN_EFORMAT = -5,     /* malformed input (file, JSON, header) */
+    CAIRN_EUNSUPPORTED = -6,/* a valid but unsupported feature */
+    CAIRN_EEXHAUSTED = -7,  /* the pool (or a queue) has no room even after eviction */
+    CAIRN_ERANGE = -8,      /* a value or size outside what is allowed */
+    CAIRN_ESTATE = -9,      /* the object is in the wrong state for this call */
+    CAIRN_ECORRUPT = -10,   /* stored data failed validation (checksum, hash, header) */
+    CAIRN_ENOSPC = -11,     /* the disk is full */
+    CAIRN_EBUSY = -12,      /* the resource is in use */
+    CAIRN_ECANCELED = -13,  /* the operation was canceled */
+    CAIRN_ETEMPLATE = -14,  /* a chat template failed to parse or raised */
+};
+
+/* Returns a static, human-readable name for a status code. Never NULL. */
+const char *cairn_strerror(int status);
+
+/* Version string, "MAJOR.MINOR.PATCH". */
+const char *cairn_version(void);
+
+/* ---- Allocation hooks ------------------------------------------------------------ */
+
+/*
+ * Allocation functions used by every layer. They behave like the libc functions, except
+ * that a test can make them fail: cairn_alloc_fail_after(n) makes the (n+1)-th following
+ * allocation (and, if `sticky`, every one after it) return NULL. n < 0 disables injection.
+ * cairn_free(NULL) is a no-op. Large arenas (the KV pool, mapped weights) use mmap
+ * directly and are not counted.
+ */
+void *cairn_malloc(size_t n);
+void *cairn_calloc(size_t count, size_t size);
+void *cairn_realloc(void *p, size_t n);
+void cairn_free(void *p);
+char *cairn_strdup(const char *s);
+char *cairn_strndup(const char *s, size_t n);
+
+void cairn_alloc_fail_after(long n, bool sticky);
+/* Number of allocations made through the hooks since start-up (for tests). */
+unsigned long cairn_alloc_count(void);
+
+/* ---- File-write hook ------------------------------------------------------------- */
+
+/*
+ * Every durable write in the library (cold tier objects, directory fsyncs) goes through
+ * these wrappers. A test installs a hook to return a failure (e.g. -ENOSPC, -EIO) for a
+ * chosen call; the hook receives the operation name ("write", "fsync", "rename", "open")
+ * and returns 0 to let the call proceed or a negative errno to fail it.
+ */
+typedef int (*cairn_io_hook_fn)(const char *op, const char *path, void *user);
+void cairn_io_set_hook(cairn_io_hook_fn fn, void *user);
+/* Returns 0 to proceed, or the negative errno the hook chose. */
+int cairn_io_check(const char *op, const char *path);
+
+/* ---- Logging ---------------------------------------------------------------------- */
+
+typedef enum { CAIRN_LOG_DEBUG, CAIRN_LOG_INFO, CAIRN_LOG_WARN, CAIRN_LOG_ERROR } cairn_log_level_t;
+typedef void (*cairn_log_fn)(cairn_log_level_t level, const char *msg, void *user);
+/* Installs the log handler (NULL: messages are dropped). Default: dropped. */
+void cairn_log_set_handler(cairn_log_fn fn, void *user);
+/* printf-style logging through the handler; a no-op when none is installed. */
+void cairn_log(cairn_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Knobs: environment > config > default ---------------------------------------- */
+
+/*
+ * One precedence rule for every tunable: a set, parseable environment variable wins; else
+ * the config value if the caller has one (has_config); else the default. An environment
+ * value that does not parse (or is out of [min, max]) is ignored with a CAIRN_LOG_WARN
+ * naming the variable. Returns the chosen value.
+ */
+int64_t cairn_knob_int(const char *env_name, bool has_config, int64_t config_value,
+                       int64_t default_value, int64_t min, int64_t max);
+/* Boolean knob: accepts 1/0, true/false, yes/no, on/off (case-insensitive). */
+bool cairn_knob_bool(const char *env_name, bool has_config, bool config_value, bool default_value);
+/* String knob; returns a pointer to the environment string, config or default (not copied). */
+const char *cairn_knob_str(const char *env_name, const char *config_value, const char *default_value);
+
+/* Broken invariant (never bad input): prints the location and aborts. */
+#define CAIRN_ASSERT(cond) \
+    do { if (!(cond)) cairn__assert_fail(#cond, __FILE__, __LINE__); } while (0)
+void cairn__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+
+#define CAIRN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CAIRN_COMMON_H */

@@ -1,0 +1,78 @@
+/* Tests for the shared helpers: allocation failure injection and knob precedence. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cairn/common.h"
+
+static void test_alloc_fail_after(void **state)
+{
+    (void)state;
+    cairn_alloc_fail_after(2, false);
+    void *a = cairn_malloc(8), *b = cairn_malloc(8), *c = cairn_malloc(8), *d = cairn_malloc(8);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(c);      /* the third call fails */
+    assert_non_null(d);  /* not sticky: later calls succeed */
+    cairn_free(a); cairn_free(b); cairn_free(d);
+    cairn_alloc_fail_after(0, true);
+    assert_null(cairn_calloc(1, 1));
+    assert_null(cairn_strdup("x"));
+    cairn_alloc_fail_after(-1, false);
+    char *s = cairn_strdup("abc");
+    assert_string_equal(s, "abc");
+    cairn_free(s);
+}
+
+static int warnings;
+static void count_warn(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == CAIRN_LOG_WARN && strstr(msg, "CAIRN_TEST_KNOB"))
+        warnings++;
+}
+
+static void test_knob_precedence(void **state)
+{
+    (void)state;
+    cairn_log_set_handler(count_warn, NULL);
+    unsetenv("CAIRN_TEST_KNOB");
+    assert_int_equal(cairn_knob_int("CAIRN_TEST_KNOB", false, 5, 7, 0, 100), 7);
+    assert_int_equal(cairn_knob_int("CAIRN_TEST_KNOB", true, 5, 7, 0, 100), 5);
+    setenv("CAIRN_TEST_KNOB", "42", 1);
+    assert_int_equal(cairn_knob_int("CAIRN_TEST_KNOB", true, 5, 7, 0, 100), 42);
+    setenv("CAIRN_TEST_KNOB", "4x2", 1);
+    assert_int_equal(cairn_knob_int("CAIRN_TEST_KNOB", true, 5, 7, 0, 100), 5);
+    assert_int_equal(warnings, 1);
+    setenv("CAIRN_TEST_KNOB", "1000", 1); /* out of range */
+    assert_int_equal(cairn_knob_int("CAIRN_TEST_KNOB", false, 5, 7, 0, 100), 7);
+    assert_int_equal(warnings, 2);
+    setenv("CAIRN_TEST_KNOB", "off", 1);
+    assert_false(cairn_knob_bool("CAIRN_TEST_KNOB", true, true, true));
+    setenv("CAIRN_TEST_KNOB", "maybe", 1);
+    assert_true(cairn_knob_bool("CAIRN_TEST_KNOB", false, false, true));
+    assert_int_equal(warnings, 3);
+    unsetenv("CAIRN_TEST_KNOB");
+    cairn_log_set_handler(NULL, NULL);
+}
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    assert_string_equal(cairn_strerror(CAIRN_EEXHAUSTED), "pool exhausted");
+    assert_string_equal(cairn_strerror(12345), "unknown error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc_fail_after),
+        cmocka_unit_test(test_knob_precedence),
+        cmocka_unit_test(test_strerror),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
