@@ -106,6 +106,16 @@ bool cairn_knob_bool(const char *env_name, bool has_config, bool config_value, b
 /* String knob; returns a pointer to the environment string, config or default (not copied). */
 const char *cairn_knob_str(const char *env_name, const char *config_value, const char *default_value);
 
+/* ---- Element types ---------------------------------------------------------------- */
+
+/* Element type of weights and K/V storage. Sizes: f32 4 bytes, f16 and bf16 2 bytes. */
+typedef enum { CAIRN_DTYPE_F32 = 0, CAIRN_DTYPE_F16 = 1, CAIRN_DTYPE_BF16 = 2 } cairn_dtype_t;
+static inline size_t cairn_dtype_size(cairn_dtype_t t) { return t == CAIRN_DTYPE_F32 ? 4 : 2; }
+/* "f32", "f16", "bf16". */
+const char *cairn_dtype_name(cairn_dtype_t t);
+/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16"; CAIRN_EINVAL otherwise. */
+int cairn_dtype_parse(const char *s, cairn_dtype_t *out);
+
 /* Broken invariant (never bad input): prints the location and aborts. */
 #define CAIRN_ASSERT(cond) \
     do { if (!(cond)) cairn__assert_fail(#cond, __FILE__, __LINE__); } while (0)
