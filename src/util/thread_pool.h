@@ -7,7 +7,14 @@
  * splits its output by task produces the same bits for any thread count: each output
  * element is reduced by exactly one task in a fixed order.
  *
- * Thread-safety: one run at a time per pool (the engine thread owns the pool).
+ * Waiting: after a run, workers spin briefly (CAIRN_POOL_SPIN pause iterations, default
+ * 4000) and then sleep on a futex, so back-to-back runs (decode) cost a few microseconds
+ * and an idle pool costs no CPU.
+ *
+ * Thread-safety: one run at a time per pool (the engine thread owns the pool). Starting a
+ * run while another is in flight — from a second thread, or from inside a task (nested
+ * run) — is a programming error and aborts via CAIRN_ASSERT. Different pools are
+ * independent.
  */
 #ifndef CAIRN_THREAD_POOL_H
 #define CAIRN_THREAD_POOL_H
@@ -17,11 +24,17 @@
 typedef struct cairn_thread_pool cairn_thread_pool_t;
 typedef void (*cairn_task_fn)(void *ctx, int task, int n_tasks);
 
-/* n_threads >= 1 counts the caller; 1 means no worker threads. */
+/* n_threads >= 1 counts the caller; 1 means no worker threads. Returns CAIRN_EINVAL for
+ * n_threads outside [1, 1024], CAIRN_ENOMEM if an allocation fails, CAIRN_EEXHAUSTED if a
+ * thread cannot be started; on error nothing is leaked and *out is NULL. */
 int cairn_thread_pool_create(int n_threads, cairn_thread_pool_t **out);
+/* Stops and joins the workers and frees the pool. NULL is a no-op. Not during a run. */
 void cairn_thread_pool_destroy(cairn_thread_pool_t *tp);
+/* Number of participants (caller included); 1 for a NULL pool. */
 int cairn_thread_pool_size(const cairn_thread_pool_t *tp);
-/* Runs fn over n_tasks tasks; tp may be NULL (runs inline). */
+/* Runs fn over n_tasks tasks and returns when all are done; tp may be NULL (runs inline).
+ * Participant p (0 = the caller) runs tasks p, p + size, p + 2*size, ... n_tasks <= 0 is a
+ * no-op. Memory written by the tasks is visible to the caller on return. */
 void cairn_thread_pool_run(cairn_thread_pool_t *tp, cairn_task_fn fn, void *ctx, int n_tasks);
 
 #endif
