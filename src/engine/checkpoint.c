@@ -1,0 +1,568 @@
+/*
+ * checkpoint.c — opens a Hugging Face checkpoint folder: config, memory-mapped weights.
+ *
+ * Layout accepted (docs/FORMAT.md, "safetensors and checkpoint folders"): config.json,
+ * optional generation_config.json, and model.safetensors or, when that is absent,
+ * model.safetensors.index.json naming the shards. As transformers does, the single file
+ * wins when both exist.
+ *
+ * Every safetensors file is mapped once, read-only and private, and its header validated
+ * (safetensors.c). All tensors of all files go into one sorted table; a name in two files,
+ * a tensor the index places in another shard, a shard the index names but the folder
+ * lacks, an expected tensor that is missing or has the wrong shape, and a tensor the
+ * config gives no use to are errors. The only tolerated extras are rotary inv_freq
+ * buffers and lm_head.weight in a tied checkpoint (transformers ignores both).
+ *
+ * Alignment: a tensor's data pointer is page base + file offset, so it is aligned to its
+ * element size whenever the file offset is (every writer we know pads the header to 8
+ * bytes). A misaligned tensor is copied into an aligned heap buffer owned by the
+ * checkpoint rather than handing the kernels an unaligned pointer.
+ *
+ * Thread-safety: immutable after open; any number of threads may read it.
+ */
+#include "engine/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CONFIG_MAX_LEN ((size_t)16 << 20)
+#define INDEX_MAX_LEN ((size_t)64 << 20)
+
+typedef struct {
+    char *name;       /* file name inside the folder */
+    void *map;        /* whole file, PROT_READ, MAP_PRIVATE */
+    size_t size;
+    st_header_t hdr;
+} ck_file_t;
+
+/* One row of the global tensor table: a tensor and the file it lives in. */
+typedef struct {
+    const char *name; /* points into the file's header table */
+    const st_tensor_t *t;
+    int file;
+    bool used;
+} ck_entry_t;
+
+struct cairn_checkpoint {
+    char *dir;
+    cairn_model_config_t cfg;
+    cairn_model_weights_t w;
+    ck_file_t *files; /* [n_files], sorted by name */
+    int n_files;
+    ck_entry_t *table; /* [n_table], sorted by name */
+    size_t n_table;
+    void **copies; /* aligned copies of misaligned tensors */
+    size_t n_copies;
+    uint8_t digest[32];
+    uint64_t weight_bytes;
+};
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = cairn_malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+    return strcmp(((const ck_file_t *)a)->name, ((const ck_file_t *)b)->name);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const ck_entry_t *)a)->name, ((const ck_entry_t *)b)->name);
+}
+
+static ck_entry_t *table_find(cairn_checkpoint_t *ck, const char *name)
+{
+    ck_entry_t key = {.name = name};
+    return bsearch(&key, ck->table, ck->n_table, sizeof key, cmp_entry);
+}
+
+/* Maps dir/f->name and validates its header. */
+static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
+{
+    int rc;
+    char *path = path_join(dir, f->name);
+    int fd = -1;
+    if (!path) {
+        st_errf(err, err_len, "%s: out of memory", f->name);
+        return CAIRN_ENOMEM;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
+        st_errf(err, err_len, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        st_errf(err, err_len, "%s: not a readable regular file", path);
+        rc = CAIRN_EIO;
+        goto fail;
+    }
+    if (st.st_size < 8) {
+        st_errf(err, err_len, "%s: file is %lld bytes, too short for a safetensors header", path,
+                (long long)st.st_size);
+        rc = CAIRN_EFORMAT;
+        goto fail;
+    }
+    f->size = (size_t)st.st_size;
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        rc = errno == ENOMEM ? CAIRN_ENOMEM : CAIRN_EIO;
+        st_errf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    rc = st_parse_header(f->map, f->size, path, &f->hdr, err, err_len);
+    if (rc)
+        goto fail;
+    /* Weights are read front to back by every forward pass; start the readahead now. */
+    madvise(f->map, f->size, MADV_WILLNEED);
+    cairn_free(path);
+    return 0;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+    cairn_free(path);
+    return rc;
+}
+
+/* A shard file name from the index must stay inside the folder. */
+static bool safe_file_name(const char *s)
+{
+    return s[0] != '\0' && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/*
+ * Reads model.safetensors.index.json: fills ck->files with the distinct shard names
+ * (sorted) and returns the parsed weight_map document in *index_out for the later
+ * cross-check.
+ */
+static int read_index(cairn_checkpoint_t *ck, const char *path, cJSON **index_out, char *err,
+                      size_t err_len)
+{
+    int rc;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if ((rc = st_read_file(path, INDEX_MAX_LEN, &text, &len, err, err_len)))
+        return rc;
+    st_json_oom_reset();
+    root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        rc = st_json_oom() ? CAIRN_ENOMEM : CAIRN_EFORMAT;
+        st_errf(err, err_len, "%s: %s", path, rc == CAIRN_ENOMEM ? "out of memory" : "not valid JSON");
+        goto fail;
+    }
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm) || !wm->child) {
+        st_errf(err, err_len, "%s: missing or empty weight_map", path);
+        rc = CAIRN_EFORMAT;
+        goto fail;
+    }
+    int n = cJSON_GetArraySize(wm);
+    ck->files = cairn_calloc((size_t)n, sizeof *ck->files);
+    if (!ck->files) {
+        rc = CAIRN_ENOMEM;
+        st_errf(err, err_len, "%s: out of memory", path);
+        goto fail;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm)
+    {
+        if (!cJSON_IsString(e) || !safe_file_name(e->valuestring)) {
+            st_errf(err, err_len, "%s: weight_map entry '%s' is not a file name in the folder",
+                    path, e->string ? e->string : "?");
+            rc = CAIRN_EFORMAT;
+            goto fail;
+        }
+        bool seen = false;
+        for (int i = 0; i < ck->n_files && !seen; i++)
+            seen = !strcmp(ck->files[i].name, e->valuestring);
+        if (seen)
+            continue;
+        ck->files[ck->n_files].name = cairn_strdup(e->valuestring);
+        if (!ck->files[ck->n_files].name) {
+            rc = CAIRN_ENOMEM;
+            st_errf(err, err_len, "%s: out of memory", path);
+            goto fail;
+        }
+        ck->n_files++;
+    }
+    qsort(ck->files, (size_t)ck->n_files, sizeof *ck->files, cmp_file);
+    cairn_free(text);
+    *index_out = root;
+    return 0;
+
+fail:
+    cJSON_Delete(root);
+    cairn_free(text);
+    return rc;
+}
+
+/* Builds the sorted global tensor table; a name in two files is an error. */
+static int build_table(cairn_checkpoint_t *ck, char *err, size_t err_len)
+{
+    size_t n = 0;
+    for (int i = 0; i < ck->n_files; i++)
+        n += ck->files[i].hdr.n_tensors;
+    ck->table = cairn_calloc(n ? n : 1, sizeof *ck->table);
+    if (!ck->table) {
+        st_errf(err, err_len, "%s: out of memory", ck->dir);
+        return CAIRN_ENOMEM;
+    }
+    for (int i = 0; i < ck->n_files; i++) {
+        for (size_t j = 0; j < ck->files[i].hdr.n_tensors; j++) {
+            ck_entry_t *e = &ck->table[ck->n_table++];
+            e->t = &ck->files[i].hdr.tensors[j];
+            e->name = e->t->name;
+            e->file = i;
+        }
+    }
+    qsort(ck->table, ck->n_table, sizeof *ck->table, cmp_entry);
+    for (size_t i = 1; i < ck->n_table; i++) {
+        if (!strcmp(ck->table[i - 1].name, ck->table[i].name)) {
+            st_errf(err, err_len, "%s: tensor '%s' appears in both %s and %s", ck->dir,
+                    ck->table[i].name, ck->files[ck->table[i - 1].file].name,
+                    ck->files[ck->table[i].file].name);
+            return CAIRN_EFORMAT;
+        }
+    }
+    return 0;
+}
+
+/* Every weight_map entry must name the shard that really holds the tensor. */
+static int check_index(cairn_checkpoint_t *ck, const cJSON *index, char *err, size_t err_len)
+{
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm)
+    {
+        ck_entry_t *t = table_find(ck, e->string);
+        if (!t) {
+            st_errf(err, err_len, "%s: tensor '%s' is in the index but not in shard %s", ck->dir,
+                    e->string, e->valuestring);
+            return CAIRN_EFORMAT;
+        }
+        if (strcmp(ck->files[t->file].name, e->valuestring) != 0) {
+            st_errf(err, err_len, "%s: the index places tensor '%s' in %s but it is in %s",
+                    ck->dir, e->string, e->valuestring, ck->files[t->file].name);
+            return CAIRN_EFORMAT;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Looks up tensor `name`, checks its shape against dims[0..ndim) and fills *out. A
+ * misaligned tensor is copied to an aligned buffer the checkpoint owns.
+ */
+static int bind(cairn_checkpoint_t *ck, const char *name, int ndim, const int64_t *dims,
+                cairn_tensor_t *out, char *err, size_t err_len)
+{
+    ck_entry_t *e = table_find(ck, name);
+    if (!e) {
+        st_errf(err, err_len, "%s: checkpoint lacks tensor '%s'", ck->dir, name);
+        return CAIRN_ENOENT;
+    }
+    const st_tensor_t *t = e->t;
+    bool match = t->ndim == ndim;
+    for (int i = 0; match && i < ndim; i++)
+        match = t->shape[i] == dims[i];
+    if (!match) {
+        char got[96] = "", want[96] = "";
+        size_t g = 0, w = 0;
+        for (int i = 0; i < t->ndim && g < sizeof got; i++)
+            g += (size_t)snprintf(got + g, sizeof got - g, "%s%lld", i ? ", " : "",
+                                  (long long)t->shape[i]);
+        for (int i = 0; i < ndim && w < sizeof want; i++)
+            w += (size_t)snprintf(want + w, sizeof want - w, "%s%lld", i ? ", " : "",
+                                  (long long)dims[i]);
+        st_errf(err, err_len, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
+                ck->files[e->file].name, name, got, want);
+        return CAIRN_EFORMAT;
+    }
+    const ck_file_t *f = &ck->files[e->file];
+    const uint8_t *data = (const uint8_t *)f->map + f->hdr.data_offset + t->begin;
+    size_t bytes = (size_t)(t->end - t->begin);
+    if ((uintptr_t)data % cairn_dtype_size(t->dtype) != 0) {
+        void *copy = cairn_malloc(bytes);
+        void **grown = cairn_realloc(ck->copies, (ck->n_copies + 1) * sizeof *grown);
+        if (!copy || !grown) {
+            cairn_free(copy);
+            if (grown)
+                ck->copies = grown;
+            st_errf(err, err_len, "%s: out of memory", ck->dir);
+            return CAIRN_ENOMEM;
+        }
+        memcpy(copy, data, bytes);
+        ck->copies = grown;
+        ck->copies[ck->n_copies++] = copy;
+        cairn_log(CAIRN_LOG_WARN, "%s: tensor '%s' is misaligned in the file; copied", f->name,
+                  name);
+        data = copy;
+    }
+    if (!e->used)
+        ck->weight_bytes += bytes;
+    e->used = true;
+    memset(out, 0, sizeof *out);
+    out->data = data;
+    out->dtype = t->dtype;
+    out->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        out->shape[i] = dims[i];
+    return 0;
+}
+
+static int bind_all(cairn_checkpoint_t *ck, char *err, size_t err_len)
+{
+    const cairn_model_config_t *c = &ck->cfg;
+    int rc;
+    int64_t vh[2] = {c->vocab, c->hidden}, h[1] = {c->hidden}, hd[1] = {c->head_dim};
+    int64_t q[2] = {(int64_t)c->n_heads * c->head_dim, c->hidden};
+    int64_t kv[2] = {(int64_t)c->n_kv_heads * c->head_dim, c->hidden};
+    int64_t o[2] = {c->hidden, (int64_t)c->n_heads * c->head_dim};
+    int64_t up[2] = {c->ffn, c->hidden}, down[2] = {c->hidden, c->ffn};
+
+    if ((rc = bind(ck, "model.embed_tokens.weight", 2, vh, &ck->w.embed, err, err_len)) ||
+        (rc = bind(ck, "model.norm.weight", 1, h, &ck->w.norm, err, err_len)))
+        return rc;
+    if (c->tie_embeddings) {
+        ck->w.lm_head = ck->w.embed;
+    } else if ((rc = bind(ck, "lm_head.weight", 2, vh, &ck->w.lm_head, err, err_len))) {
+        return rc;
+    }
+    ck->w.layers = cairn_calloc((size_t)c->n_layers, sizeof *ck->w.layers);
+    if (!ck->w.layers) {
+        st_errf(err, err_len, "%s: out of memory", ck->dir);
+        return CAIRN_ENOMEM;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        cairn_layer_weights_t *L = &ck->w.layers[l];
+        struct {
+            const char *suffix;
+            int ndim;
+            const int64_t *dims;
+            cairn_tensor_t *dst;
+        } want[] = {
+            {"input_layernorm.weight", 1, h, &L->attn_norm},
+            {"self_attn.q_proj.weight", 2, q, &L->wq},
+            {"self_attn.k_proj.weight", 2, kv, &L->wk},
+            {"self_attn.v_proj.weight", 2, kv, &L->wv},
+            {"self_attn.o_proj.weight", 2, o, &L->wo},
+            {"post_attention_layernorm.weight", 1, h, &L->ffn_norm},
+            {"mlp.gate_proj.weight", 2, up, &L->w_gate},
+            {"mlp.up_proj.weight", 2, up, &L->w_up},
+            {"mlp.down_proj.weight", 2, down, &L->w_down},
+            {"self_attn.q_norm.weight", 1, hd, &L->q_norm},
+            {"self_attn.k_norm.weight", 1, hd, &L->k_norm},
+        };
+        size_t n_want = CAIRN_ARRAY_LEN(want) - (c->arch == CAIRN_ARCH_QWEN3 ? 0 : 2);
+        for (size_t i = 0; i < n_want; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, want[i].suffix);
+            if ((rc = bind(ck, name, want[i].ndim, want[i].dims, want[i].dst, err, err_len)))
+                return rc;
+        }
+    }
+    /* A tensor the config does not use means the math would silently differ. */
+    for (size_t i = 0; i < ck->n_table; i++) {
+        const ck_entry_t *e = &ck->table[i];
+        size_t n = strlen(e->name);
+        static const char inv_freq[] = "rotary_emb.inv_freq";
+        if (e->used || (c->tie_embeddings && !strcmp(e->name, "lm_head.weight")) ||
+            (n >= sizeof inv_freq - 1 && !strcmp(e->name + n - (sizeof inv_freq - 1), inv_freq)))
+            continue;
+        st_errf(err, err_len, "%s: unexpected tensor '%s' (config.json gives it no use)",
+                ck->files[e->file].name, e->name);
+        return CAIRN_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+/* SHA-256 over, per file in name order: u64le(N), the N header bytes, u64le(file size). */
+static int compute_digest(cairn_checkpoint_t *ck, char *err, size_t err_len)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    for (int i = 0; ok && i < ck->n_files; i++) {
+        const ck_file_t *f = &ck->files[i];
+        uint8_t n[8], sz[8];
+        for (int b = 0; b < 8; b++) {
+            n[b] = (uint8_t)(f->hdr.header_len >> (8 * b));
+            sz[b] = (uint8_t)((uint64_t)f->size >> (8 * b));
+        }
+        ok = EVP_DigestUpdate(md, n, 8) &&
+             EVP_DigestUpdate(md, (const uint8_t *)f->map + 8, (size_t)f->hdr.header_len) &&
+             EVP_DigestUpdate(md, sz, 8);
+    }
+    unsigned int out_len = 0;
+    ok = ok && EVP_DigestFinal_ex(md, ck->digest, &out_len) && out_len == 32;
+    EVP_MD_CTX_free(md);
+    if (!ok) {
+        st_errf(err, err_len, "%s: SHA-256 failed", ck->dir);
+        return CAIRN_ENOMEM;
+    }
+    return 0;
+}
+
+int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+{
+    int rc;
+    cairn_checkpoint_t *ck = NULL;
+    char *path = NULL, *text = NULL;
+    size_t len = 0;
+    cJSON *index = NULL;
+    if (!dir || !out) {
+        st_errf(err, err_len, "checkpoint: no folder given");
+        return CAIRN_EINVAL;
+    }
+    *out = NULL;
+    st_json_init();
+    ck = cairn_calloc(1, sizeof *ck);
+    if (!ck || !(ck->dir = cairn_strdup(dir))) {
+        rc = CAIRN_ENOMEM;
+        goto oom;
+    }
+
+    /* config.json (required), generation_config.json (optional). */
+    if (!(path = path_join(dir, "config.json"))) {
+        rc = CAIRN_ENOMEM;
+        goto oom;
+    }
+    if ((rc = st_read_file(path, CONFIG_MAX_LEN, &text, &len, err, err_len)))
+        goto fail;
+    if ((rc = cairn_model_config_parse(text, len, &ck->cfg, err, err_len))) {
+        /* Prefix the folder so the user knows which config.json. */
+        if (err && err_len) {
+            char tmp[512];
+            snprintf(tmp, sizeof tmp, "%s", err);
+            st_errf(err, err_len, "%s/%s", dir, tmp);
+        }
+        goto fail;
+    }
+    cairn_free(path);
+    cairn_free(text);
+    text = NULL;
+    if (!(path = path_join(dir, "generation_config.json"))) {
+        rc = CAIRN_ENOMEM;
+        goto oom;
+    }
+    rc = st_read_file(path, CONFIG_MAX_LEN, &text, &len, err, err_len);
+    if (rc == 0) {
+        if ((rc = cairn_generation_config_parse(text, len, &ck->cfg, err, err_len)))
+            goto fail;
+    } else if (rc != CAIRN_ENOENT) {
+        goto fail;
+    }
+    cairn_free(path);
+    cairn_free(text);
+    text = NULL;
+
+    /* Weight files: the single file wins over an index, as in transformers. */
+    if (!(path = path_join(dir, "model.safetensors"))) {
+        rc = CAIRN_ENOMEM;
+        goto oom;
+    }
+    if (access(path, F_OK) == 0) {
+        ck->files = cairn_calloc(1, sizeof *ck->files);
+        if (!ck->files || !(ck->files[0].name = cairn_strdup("model.safetensors"))) {
+            rc = CAIRN_ENOMEM;
+            goto oom;
+        }
+        ck->n_files = 1;
+    } else {
+        cairn_free(path);
+        if (!(path = path_join(dir, "model.safetensors.index.json"))) {
+            rc = CAIRN_ENOMEM;
+            goto oom;
+        }
+        rc = read_index(ck, path, &index, err, err_len);
+        if (rc == CAIRN_ENOENT)
+            st_errf(err, err_len,
+                    "%s: no model.safetensors or model.safetensors.index.json in the folder", dir);
+        if (rc)
+            goto fail;
+    }
+    for (int i = 0; i < ck->n_files; i++) {
+        if ((rc = map_file(dir, &ck->files[i], err, err_len)))
+            goto fail;
+    }
+    if ((rc = build_table(ck, err, err_len)) ||
+        (index && (rc = check_index(ck, index, err, err_len))) ||
+        (rc = bind_all(ck, err, err_len)) || (rc = compute_digest(ck, err, err_len)))
+        goto fail;
+
+    cJSON_Delete(index);
+    cairn_free(path);
+    *out = ck;
+    return 0;
+
+oom:
+    st_errf(err, err_len, "%s: out of memory", dir);
+fail:
+    cJSON_Delete(index);
+    cairn_free(path);
+    cairn_free(text);
+    cairn_checkpoint_close(ck);
+    return rc;
+}
+
+void cairn_checkpoint_close(cairn_checkpoint_t *ck)
+{
+    if (!ck)
+        return;
+    for (int i = 0; i < ck->n_files; i++) {
+        ck_file_t *f = &ck->files[i];
+        st_header_free(&f->hdr);
+        if (f->map)
+            munmap(f->map, f->size);
+        cairn_free(f->name);
+    }
+    cairn_free(ck->files);
+    for (size_t i = 0; i < ck->n_copies; i++)
+        cairn_free(ck->copies[i]);
+    cairn_free(ck->copies);
+    cairn_free(ck->table);
+    cairn_free(ck->w.layers);
+    cairn_free(ck->dir);
+    cairn_free(ck);
+}
+
+const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck)
+{
+    return &ck->cfg;
+}
+
+const cairn_model_weights_t *cairn_checkpoint_weights(const cairn_checkpoint_t *ck)
+{
+    return &ck->w;
+}
+
+const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck) { return ck->dir; }
+
+void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32])
+{
+    memcpy(out, ck->digest, 32);
+}
+
+uint64_t cairn_checkpoint_weight_bytes(const cairn_checkpoint_t *ck) { return ck->weight_bytes; }
