@@ -1,0 +1,160 @@
+/*
+ * cairn/engine.h — the inference engine: batched, bit-exact forward passes of dense
+ * decoder-only transformers (Llama, Qwen3) over an opened checkpoint.
+ *
+ * Model. An engine owns a thread pool, the K/V storage of its sequences and the scratch
+ * activations of one step. A sequence is a token list split in two: the first n_past
+ * tokens have K/V stored (computed, or reused from the prefix cache), the rest are
+ * pending. One call to cairn_engine_step() advances several sequences at once, each by its
+ * own number of pending tokens (a prefill chunk, or one decode token), and returns logits
+ * only for the rows the caller asked for. This is the shape continuous batching needs:
+ * the scheduler decides per step how many tokens of each sequence to compute.
+ *
+ * K/V paths. CAIRN_KV_PAGED (default) stores K/V in fixed-size blocks of the KV cache core
+ * (include/cairn/kv_cache.h); a sequence that begins with a prompt whose prefix is
+ * already cached (same cache_salt, same tokens) attaches those blocks and computes only
+ * the suffix. CAIRN_KV_FLAT keeps one contiguous array per sequence and layer, shares
+ * nothing, and is the reference path.
+ *
+ * Determinism. Every reduction has a fixed order that depends only on its length, so for
+ * one math mode and K/V dtype the logits of a token are bit-identical whatever the batch
+ * composition, the chunking of the prompt, the thread count, the K/V path, and whether
+ * the prefix was computed or reused (docs/DESIGN.md, "Engine / Determinism").
+ *
+ * Thread-safety: an engine and its sequences are used by one thread at a time (the
+ * engine thread); the engine parallelises each step internally.
+ */
+#ifndef CAIRN_ENGINE_H
+#define CAIRN_ENGINE_H
+
+#include "cairn/checkpoint.h"
+#include "cairn/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    CAIRN_KV_PAGED = 0, /* blocks of the KV cache core, prefix reuse (default) */
+    CAIRN_KV_FLAT = 1,  /* contiguous per-sequence arrays, no sharing (reference) */
+} cairn_kv_path_t;
+
+/* Activation precision of the matrix products (the values of kernels.h cairn_math_t). */
+typedef enum {
+    CAIRN_ENGINE_MATH_F32 = 0,  /* exact float32 (reference checks) */
+    CAIRN_ENGINE_MATH_BF16 = 1, /* activations rounded to bf16 inside matmul (fast prefill) */
+} cairn_engine_math_t;
+
+typedef struct {
+    int n_threads;             /* threads of the pool, caller included (>= 1) */
+    cairn_kv_path_t kv_path;   /* default CAIRN_KV_PAGED */
+    cairn_dtype_t kv_dtype;    /* K/V element type; default bf16 */
+    cairn_engine_math_t math;  /* default CAIRN_ENGINE_MATH_F32 */
+    int pool_mib;              /* paged: K/V pool budget in MiB (default 256) */
+    int block_tokens;          /* paged: tokens per block (default 16) */
+    int max_context;           /* tokens per sequence; 0: the model's max positions, capped at 32768 */
+    int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
+} cairn_engine_options_t;
+
+/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
+void cairn_engine_options_default(cairn_engine_options_t *o);
+
+typedef struct cairn_engine cairn_engine_t;
+typedef struct cairn_seq cairn_seq_t;
+
+/*
+ * Creates an engine over an opened checkpoint (which must outlive the engine). Only
+ * CAIRN_ARCH_LLAMA and CAIRN_ARCH_QWEN3 are supported. Errors: CAIRN_EINVAL for bad
+ * options, CAIRN_EUNSUPPORTED for another architecture or an unavailable K/V path,
+ * CAIRN_ENOMEM; a one-line message goes to err. Cost: allocates the scratch of one
+ * sub-batch (max_step_tokens rows) and, for the paged path, maps the K/V pool.
+ */
+int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
+                        cairn_engine_t **out, char *err, size_t err_len);
+/* Destroys the engine and every sequence still alive. NULL is a no-op. */
+void cairn_engine_destroy(cairn_engine_t *e);
+/* The options in effect (defaults resolved). */
+const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e);
+const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
+
+/* ---- Sequences --------------------------------------------------------------------- */
+
+/*
+ * Begins a sequence whose first tokens are `tokens` [n_tokens] (n_tokens may be 0; then
+ * the first feed plays this role). With the paged path the longest cached prefix of those
+ * tokens under `cache_salt` (NULL: the shared default domain; at most CAIRN_KV_MAX_SALT
+ * bytes) is attached without computation, in whole blocks; at least the last token stays
+ * pending, so a step always has a row to produce logits from. *n_cached (may be NULL)
+ * receives the number of tokens reused. Errors: CAIRN_EINVAL (token ids outside
+ * [0, vocab)), CAIRN_ERANGE (longer than max_context, salt too long), CAIRN_EEXHAUSTED
+ * (paged: the pool cannot hold the prompt even after eviction), CAIRN_ENOMEM. The sequence
+ * belongs to the engine; release it with cairn_seq_release().
+ */
+int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+                    int n_tokens, cairn_seq_t **out, int *n_cached);
+/* Appends n pending tokens (a sampled token, the next user turn); with the paged path
+ * their K/V slots are reserved here. CAIRN_ERANGE past max_context, CAIRN_EEXHAUSTED when
+ * the pool is full; on error nothing changes. */
+int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n);
+/* Tokens with K/V stored. */
+int cairn_seq_n_past(const cairn_seq_t *s);
+/* Tokens appended but not yet computed. */
+int cairn_seq_n_pending(const cairn_seq_t *s);
+/* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
+const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
+/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. */
+int cairn_seq_truncate(cairn_seq_t *s, int n);
+/*
+ * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
+ * continuation (feed the next turn). With the paged path, full blocks are published to
+ * the prefix cache as each step computes them, so other sequences with the same salt and
+ * prefix can reuse them while this one lives and after it is released.
+ */
+int cairn_seq_end_turn(cairn_seq_t *s);
+/* A new sequence with the same tokens and K/V (paged: shared blocks, copy-on-write;
+ * flat: a copy). CAIRN_ESTATE while s has pending tokens. */
+int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
+/* Frees the sequence and its K/V references. NULL is a no-op. */
+void cairn_seq_release(cairn_seq_t *s);
+
+/* ---- Steps ------------------------------------------------------------------------- */
+
+typedef enum {
+    CAIRN_LOGITS_NONE = 0, /* no logits (a prefill chunk that does not end the prompt) */
+    CAIRN_LOGITS_LAST = 1, /* one row: the last token computed in this step */
+    CAIRN_LOGITS_ALL = 2,  /* one row per token computed (teacher-forced checks) */
+} cairn_logits_mode_t;
+
+typedef struct {
+    cairn_seq_t *seq;
+    int n_tokens;                /* pending tokens to compute; 0: all of them */
+    cairn_logits_mode_t logits;
+} cairn_batch_item_t;
+
+/*
+ * Computes the requested pending tokens of every item in one forward pass (all new
+ * tokens of the batch form one activation matrix; steps longer than max_step_tokens are
+ * split into sub-batches in order, which changes no bits). A sequence may appear at
+ * most once. *logits receives [n_rows][vocab] float32, rows in item order (LAST: 1 row,
+ * ALL: n_tokens rows), owned by the engine and valid until the next step. Errors:
+ * CAIRN_EINVAL (bad item), CAIRN_ENOMEM (flat K/V growth); on error no sequence has
+ * advanced.
+ */
+int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
+                      const float **logits, int *n_rows);
+
+typedef struct {
+    uint64_t steps;            /* cairn_engine_step calls that succeeded */
+    uint64_t tokens_computed;  /* rows pushed through the layers */
+    uint64_t tokens_reused;    /* prompt tokens attached from the prefix cache */
+    uint64_t logits_rows;      /* rows pushed through lm_head */
+    uint64_t seqs_begun;
+    double forward_seconds;    /* wall time inside steps */
+} cairn_engine_counters_t;
+
+void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,438 @@
+/*
+ * engine.c — the engine object: options, sequences, and batched steps over two K/V paths.
+ *
+ * Model. A sequence holds its tokens [len]; the first n_past have K/V stored. A step
+ * turns each item's next n pending tokens into rows (sequence, position, token, logits
+ * row), reserves their K/V storage, runs them through fwd_run in sub-batches of at most
+ * max_step_tokens rows, and only then advances n_past. Because K/V storage for a row is
+ * written by the row itself and every kernel's bits are independent of the batch, how the
+ * rows are grouped into steps and sub-batches never changes a logit.
+ *
+ * K/V paths. Flat: a kv_flat_t per sequence. Paged: see kv_paged.c, which maps a
+ * sequence's positions to blocks of the KV cache core. Both expose attn_kv_t, so the
+ * forward pass is path-agnostic.
+ *
+ * Invariants: 0 <= n_past <= len <= max_context; live sequences form a doubly linked list
+ * owned by the engine (destroyed with it).
+ * Thread-safety: single-threaded API (the engine thread); steps use the pool internally.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cairn/engine.h"
+#include "engine/forward.h"
+#include "engine/kv_flat.h"
+#include "engine/kv_paged.h"
+
+struct cairn_seq {
+    cairn_engine_t *e;
+    cairn_seq_t *prev, *next; /* the engine's live list */
+    int32_t *tokens;          /* [cap] ; [0, len) valid */
+    int len, cap;
+    int n_past;               /* tokens with K/V stored */
+    bool in_step;             /* duplicate detection inside one step */
+    kv_flat_t flat;           /* CAIRN_KV_FLAT */
+    kv_paged_seq_t *paged;    /* CAIRN_KV_PAGED */
+};
+
+struct cairn_engine {
+    const cairn_checkpoint_t *ck;
+    const cairn_model_config_t *cfg;
+    cairn_engine_options_t opt;
+    cairn_thread_pool_t *tp;
+    fwd_t fwd;
+    kv_paged_t *paged;        /* the paged store (NULL on the flat path) */
+    cairn_seq_t *seqs;        /* live sequences */
+    fwd_row_t *rows;          /* [rows_cap] rows of the current step */
+    int rows_cap;
+    attn_kv_t *views;         /* [views_cap] one accessor per item of the current step */
+    int views_cap;
+    float *logits;            /* [logits_cap][vocab] */
+    int logits_cap;
+    cairn_engine_counters_t counters;
+};
+
+static void set_err(char *err, size_t err_len, const char *msg)
+{
+    if (err && err_len)
+        snprintf(err, err_len, "%s", msg);
+}
+
+void cairn_engine_options_default(cairn_engine_options_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->n_threads = 1;
+    o->kv_path = CAIRN_KV_PAGED;
+    o->kv_dtype = CAIRN_DTYPE_BF16;
+    o->math = CAIRN_ENGINE_MATH_F32;
+    o->pool_mib = 256;
+    o->block_tokens = 16;
+    o->max_context = 0;
+    o->max_step_tokens = 512;
+}
+
+int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
+                        cairn_engine_t **out, char *err, size_t err_len)
+{
+    cairn_engine_options_t o;
+    if (opt)
+        o = *opt;
+    else
+        cairn_engine_options_default(&o);
+    *out = NULL;
+    const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
+    if (cfg->arch != CAIRN_ARCH_LLAMA && cfg->arch != CAIRN_ARCH_QWEN3) {
+        set_err(err, err_len, "engine: only llama and qwen3 architectures are supported");
+        return CAIRN_EUNSUPPORTED;
+    }
+    if (o.max_context <= 0)
+        o.max_context = cfg->max_pos < 32768 ? cfg->max_pos : 32768;
+    if (o.n_threads < 1 || o.max_step_tokens < 1 || o.max_context < 1 ||
+        (o.kv_path != CAIRN_KV_PAGED && o.kv_path != CAIRN_KV_FLAT) ||
+        (o.math != CAIRN_ENGINE_MATH_F32 && o.math != CAIRN_ENGINE_MATH_BF16) ||
+        (o.kv_dtype != CAIRN_DTYPE_F32 && o.kv_dtype != CAIRN_DTYPE_F16 &&
+         o.kv_dtype != CAIRN_DTYPE_BF16) ||
+        (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
+        set_err(err, err_len, "engine: invalid options");
+        return CAIRN_EINVAL;
+    }
+
+    kern_init();
+    cairn_engine_t *e = cairn_calloc(1, sizeof(*e));
+    if (!e) {
+        set_err(err, err_len, "engine: out of memory");
+        return CAIRN_ENOMEM;
+    }
+    e->ck = ck;
+    e->cfg = cfg;
+    e->opt = o;
+    int rc = cairn_thread_pool_create(o.n_threads, &e->tp);
+    if (rc) {
+        set_err(err, err_len, "engine: cannot create the thread pool");
+        goto fail;
+    }
+    rc = fwd_init(&e->fwd, cfg, cairn_checkpoint_weights(ck), e->tp, (cairn_math_t)o.math,
+                  o.kv_dtype, o.max_step_tokens, o.max_context);
+    if (rc) {
+        set_err(err, err_len, rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+                                                 : "engine: unsupported rope type");
+        goto fail;
+    }
+    if (o.kv_path == CAIRN_KV_PAGED) {
+        rc = kv_paged_create(cfg, o.kv_dtype, o.block_tokens, (size_t)o.pool_mib, &e->paged,
+                             err, err_len);
+        if (rc)
+            goto fail;
+    }
+    *out = e;
+    return CAIRN_OK;
+fail:
+    cairn_engine_destroy(e);
+    return rc;
+}
+
+void cairn_engine_destroy(cairn_engine_t *e)
+{
+    if (!e)
+        return;
+    while (e->seqs)
+        cairn_seq_release(e->seqs);
+    kv_paged_destroy(e->paged);
+    fwd_fini(&e->fwd);
+    cairn_thread_pool_destroy(e->tp);
+    cairn_free(e->rows);
+    cairn_free(e->views);
+    cairn_free(e->logits);
+    cairn_free(e);
+}
+
+const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e) { return &e->opt; }
+const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e) { return e->cfg; }
+
+void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out) { *out = e->counters; }
+
+/* ---- Sequences ---------------------------------------------------------------------- */
+
+static int check_tokens(const cairn_engine_t *e, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= e->cfg->vocab)
+            return CAIRN_EINVAL;
+    return CAIRN_OK;
+}
+
+static int seq_grow_tokens(cairn_seq_t *s, int need)
+{
+    if (need <= s->cap)
+        return CAIRN_OK;
+    int cap = s->cap ? s->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    int32_t *t = cairn_realloc(s->tokens, (size_t)cap * sizeof(int32_t));
+    if (!t)
+        return CAIRN_ENOMEM;
+    s->tokens = t;
+    s->cap = cap;
+    return CAIRN_OK;
+}
+
+/* An empty sequence linked into the engine. */
+static int seq_new(cairn_engine_t *e, const char *cache_salt, cairn_seq_t **out)
+{
+    cairn_seq_t *s = cairn_calloc(1, sizeof(*s));
+    if (!s)
+        return CAIRN_ENOMEM;
+    s->e = e;
+    int rc;
+    if (e->opt.kv_path == CAIRN_KV_FLAT)
+        rc = kv_flat_init(&s->flat, e->cfg->n_layers, e->cfg->n_kv_heads * e->cfg->head_dim,
+                          e->opt.kv_dtype);
+    else
+        rc = kv_paged_seq_create(e->paged, cache_salt, &s->paged);
+    if (rc) {
+        cairn_free(s);
+        return rc;
+    }
+    s->next = e->seqs;
+    if (e->seqs)
+        e->seqs->prev = s;
+    e->seqs = s;
+    *out = s;
+    return CAIRN_OK;
+}
+
+/*
+ * Appends tokens [n] to s: grows the token list, then (paged) appends to the core, which
+ * reserves the slots and, on the first append, attaches the cached prefix.
+ */
+static int seq_append(cairn_seq_t *s, const int32_t *tokens, int n)
+{
+    cairn_engine_t *e = s->e;
+    if (n < 0 || (n > 0 && !tokens) || check_tokens(e, tokens, n))
+        return CAIRN_EINVAL;
+    if (s->len + n > e->opt.max_context)
+        return CAIRN_ERANGE;
+    int rc = seq_grow_tokens(s, s->len + n);
+    if (rc || n == 0)
+        return rc;
+    if (s->paged) {
+        int hit = 0;
+        rc = kv_paged_seq_append(s->paged, tokens, n, &hit);
+        if (rc)
+            return rc;
+        s->n_past += hit;
+        e->counters.tokens_reused += (uint64_t)hit;
+    }
+    memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof(int32_t));
+    s->len += n;
+    return CAIRN_OK;
+}
+
+int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+                    int n_tokens, cairn_seq_t **out, int *n_cached)
+{
+    *out = NULL;
+    if (n_cached)
+        *n_cached = 0;
+    cairn_seq_t *s = NULL;
+    int rc = seq_new(e, cache_salt, &s);
+    if (rc)
+        return rc;
+    rc = seq_append(s, tokens, n_tokens);
+    if (rc) {
+        cairn_seq_release(s);
+        return rc;
+    }
+    e->counters.seqs_begun++;
+    if (n_cached)
+        *n_cached = s->n_past;
+    *out = s;
+    return CAIRN_OK;
+}
+
+int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n) { return seq_append(s, tokens, n); }
+
+int cairn_seq_n_past(const cairn_seq_t *s) { return s->n_past; }
+int cairn_seq_n_pending(const cairn_seq_t *s) { return s->len - s->n_past; }
+const int32_t *cairn_seq_tokens(const cairn_seq_t *s) { return s->tokens; }
+
+int cairn_seq_truncate(cairn_seq_t *s, int n)
+{
+    if (n < 0 || n > s->len)
+        return CAIRN_EINVAL;
+    if (s->paged) {
+        int rc = kv_paged_seq_truncate(s->paged, n);
+        if (rc)
+            return rc;
+    }
+    if (n < s->n_past)
+        s->n_past = n;
+    s->len = n;
+    return CAIRN_OK;
+}
+
+int cairn_seq_end_turn(cairn_seq_t *s)
+{
+    if (s->paged) {
+        int rc = kv_paged_seq_end_turn(s->paged);
+        if (rc)
+            return rc;
+    }
+    s->len = s->n_past;
+    return CAIRN_OK;
+}
+
+int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out)
+{
+    *out = NULL;
+    cairn_engine_t *e = s->e;
+    if (s->len != s->n_past)
+        return CAIRN_ESTATE;
+    cairn_seq_t *c = NULL;
+    int rc = seq_new(e, NULL, &c);
+    if (rc)
+        return rc;
+    rc = seq_grow_tokens(c, s->len);
+    if (rc)
+        goto fail;
+    if (s->len)
+        memcpy(c->tokens, s->tokens, (size_t)s->len * sizeof(int32_t));
+    c->len = s->len;
+    if (s->paged) {
+        kv_paged_seq_destroy(c->paged);
+        c->paged = NULL;
+        rc = kv_paged_seq_fork(s->paged, &c->paged);
+    } else
+        rc = kv_flat_copy(&c->flat, &s->flat, s->n_past);
+    if (rc)
+        goto fail;
+    c->n_past = s->n_past;
+    *out = c;
+    return CAIRN_OK;
+fail:
+    cairn_seq_release(c);
+    return rc;
+}
+
+void cairn_seq_release(cairn_seq_t *s)
+{
+    if (!s)
+        return;
+    cairn_engine_t *e = s->e;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        e->seqs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    if (s->paged)
+        kv_paged_seq_destroy(s->paged);
+    else
+        kv_flat_fini(&s->flat);
+    cairn_free(s->tokens);
+    cairn_free(s);
+}
+
+/* ---- Steps -------------------------------------------------------------------------- */
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return CAIRN_OK;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = cairn_realloc(*p, (size_t)c * elem);
+    if (!q)
+        return CAIRN_ENOMEM;
+    *p = q;
+    *cap = c;
+    return CAIRN_OK;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
+                      const float **logits, int *n_rows)
+{
+    double t0 = now_seconds();
+    int rc = CAIRN_OK, n_tok = 0, n_out = 0, i = 0;
+    *logits = NULL;
+    *n_rows = 0;
+    if (n_items < 1 || !items)
+        return CAIRN_EINVAL;
+
+    /* Validate: each sequence of this engine at most once, with enough pending tokens. */
+    for (i = 0; i < n_items; i++) {
+        cairn_seq_t *s = items[i].seq;
+        int pending = s ? s->len - s->n_past : 0;
+        int n = s && items[i].n_tokens == 0 ? pending : items[i].n_tokens;
+        if (!s || s->e != e || s->in_step || n < 1 || n > pending ||
+            (unsigned)items[i].logits > CAIRN_LOGITS_ALL) {
+            rc = CAIRN_EINVAL;
+            goto done;
+        }
+        s->in_step = true;
+        n_tok += n;
+        n_out += items[i].logits == CAIRN_LOGITS_ALL ? n : items[i].logits == CAIRN_LOGITS_LAST;
+    }
+    if ((rc = grow((void **)&e->rows, &e->rows_cap, n_tok, sizeof(fwd_row_t))) ||
+        (rc = grow((void **)&e->views, &e->views_cap, n_items, sizeof(attn_kv_t))) ||
+        (rc = grow((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float))))
+        goto done;
+
+    /* Storage for the new positions, then the row list in item order. */
+    int r = 0, o = 0;
+    for (i = 0; i < n_items; i++) {
+        cairn_seq_t *s = items[i].seq;
+        int n = items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
+        if (s->paged) {
+            /* Slots were reserved when the tokens were fed. */
+            e->views[i] = (attn_kv_t){kv_paged_rows, s->paged};
+        } else {
+            rc = kv_flat_reserve(&s->flat, s->n_past + n);
+            e->views[i] = (attn_kv_t){kv_flat_rows, &s->flat};
+        }
+        if (rc)
+            goto done;
+        for (int t = 0; t < n; t++, r++) {
+            bool want = items[i].logits == CAIRN_LOGITS_ALL ||
+                        (items[i].logits == CAIRN_LOGITS_LAST && t == n - 1);
+            e->rows[r] = (fwd_row_t){i, s->n_past + t, s->tokens[s->n_past + t], want ? o++ : -1};
+        }
+    }
+
+    /* The forward pass, in sub-batches of at most max_step_tokens rows. */
+    for (int start = 0; start < n_tok; start += e->opt.max_step_tokens) {
+        int len = n_tok - start < e->opt.max_step_tokens ? n_tok - start : e->opt.max_step_tokens;
+        fwd_run(&e->fwd, e->rows + start, len, e->views, e->logits);
+    }
+
+    for (i = 0; i < n_items; i++) {
+        cairn_seq_t *s = items[i].seq;
+        s->n_past += items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
+        /* Publication is absolute (tokens [0, n_past)), so a failure here is retried
+         * by the next commit; the K/V are stored either way. */
+        if (s->paged && (rc = kv_paged_seq_commit(s->paged, s->n_past)))
+            cairn_log(CAIRN_LOG_WARN, "engine: publishing K/V blocks failed (%s)",
+                      cairn_strerror(rc));
+    }
+    *logits = e->logits;
+    *n_rows = n_out;
+    e->counters.steps++;
+    e->counters.tokens_computed += (uint64_t)n_tok;
+    e->counters.logits_rows += (uint64_t)n_out;
+    e->counters.forward_seconds += now_seconds() - t0;
+    rc = CAIRN_OK;
+done:
+    for (int j = 0; j < n_items; j++)
+        if (items[j].seq)
+            items[j].seq->in_step = false;
+    return rc;
+}

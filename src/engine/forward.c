@@ -1,0 +1,197 @@
+/*
+ * forward.c — the Llama / Qwen3 decoder forward pass, batched over rows.
+ *
+ * Model (HF LlamaForCausalLM / Qwen3ForCausalLM, float32 compute):
+ *
+ *   x = embed[token]
+ *   for each layer:
+ *       h = rmsnorm(x) * attn_norm
+ *       q, k, v = h Wq^T, h Wk^T, h Wv^T
+ *       (qwen3) q, k = rmsnorm per head * q_norm, k_norm
+ *       q, k = rope(q, pos), rope(k, pos)            rotate_half pairing
+ *       store k, v at (layer, pos) in the K/V dtype
+ *       a = softmax(q k^T / sqrt(head_dim)) v         causal, grouped-query
+ *       x = x + a Wo^T
+ *       h = rmsnorm(x) * ffn_norm
+ *       x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+ *   logits = (rmsnorm(x) * norm) Wlm^T                lm_head, or embed when tied
+ *
+ * All rows of a call share each matrix product (kern_matmul over n_rows), whose
+ * per-row bits do not depend on n_rows or the thread count (kernels.h). Per-row work
+ * (norms, RoPE, K/V stores) is row-local. Attention reads K/V only from the store, after
+ * this call's rows have been written, so a token sees the same bytes whether its
+ * predecessors were computed in this call, an earlier one, or reused from the cache.
+ *
+ * Thread-safety: one call at a time per fwd_t (the scratch is shared).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/forward.h"
+#include "engine/rope.h"
+
+/* A tensor's row r as bytes ([rows][cols] of its dtype). */
+static const void *tensor_row(const cairn_tensor_t *t, int64_t r)
+{
+    return (const unsigned char *)t->data + (size_t)r * (size_t)t->shape[1] * cairn_dtype_size(t->dtype);
+}
+
+static void matmul(fwd_t *f, float *y, const float *x, int rows, const cairn_tensor_t *w)
+{
+    kern_matmul(f->tp, y, x, rows, (int)w->shape[1], w->data, w->dtype, (int)w->shape[0], f->math);
+}
+
+/* In-place RMSNorm of n_heads heads of head_dim with one weight [head_dim] (Qwen3 q/k norm). */
+static void head_norm(fwd_t *f, float *x, int n_heads, const cairn_tensor_t *w)
+{
+    const int hd = f->cfg->head_dim;
+    for (int h = 0; h < n_heads; h++) {
+        kern_rmsnorm(f->head_tmp, x + (size_t)h * hd, w->data, w->dtype, hd, f->cfg->rms_eps);
+        memcpy(x + (size_t)h * hd, f->head_tmp, (size_t)hd * sizeof(float));
+    }
+}
+
+void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, float *logits)
+{
+    const cairn_model_config_t *c = f->cfg;
+    const cairn_model_weights_t *w = f->w;
+    const int dim = c->hidden, hd = c->head_dim;
+    const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    CAIRN_ASSERT(n > 0 && n <= f->max_rows);
+
+    /* Token embeddings and the rotation angles of each row's position. */
+    for (int r = 0; r < n; r++) {
+        kern_row_to_f32(f->x + (size_t)r * dim, tensor_row(&w->embed, rows[r].token), w->embed.dtype, dim);
+        kern_rope_angles(f->rope_cs + (size_t)r * hd, f->inv_freq, hd / 2, rows[r].pos);
+    }
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const cairn_layer_weights_t *lw = &w->layers[l];
+
+        /* Attention block: pre-norm, projections. */
+        for (int r = 0; r < n; r++)
+            kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->attn_norm.data,
+                         lw->attn_norm.dtype, dim, c->rms_eps);
+        matmul(f, f->q, f->xb, n, &lw->wq);
+        matmul(f, f->k, f->xb, n, &lw->wk);
+        matmul(f, f->v, f->xb, n, &lw->wv);
+
+        for (int r = 0; r < n; r++) {
+            float *q = f->q + (size_t)r * q_dim, *k = f->k + (size_t)r * kv_dim;
+            if (c->arch == CAIRN_ARCH_QWEN3) {
+                head_norm(f, q, c->n_heads, &lw->q_norm);
+                head_norm(f, k, c->n_kv_heads, &lw->k_norm);
+            }
+            kern_rope(q, c->n_heads, hd, f->rope_cs + (size_t)r * hd);
+            kern_rope(k, c->n_kv_heads, hd, f->rope_cs + (size_t)r * hd);
+
+            /* Store this row's K/V; attention below reads them back from the store. */
+            const attn_kv_t *kv = &views[rows[r].seq];
+            void *kst, *vst;
+            int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
+            CAIRN_ASSERT(ok > 0);
+            kern_row_from_f32(kst, f->kv_dtype, k, kv_dim);
+            kern_row_from_f32(vst, f->kv_dtype, f->v + (size_t)r * kv_dim, kv_dim);
+
+            f->queries[r] = (attn_query_t){q, f->att + (size_t)r * q_dim, kv, rows[r].pos};
+        }
+        attn_forward(f->tp, &f->attn, l, f->queries, n);
+
+        /* Output projection and residual. */
+        matmul(f, f->xb2, f->att, n, &lw->wo);
+        kern_add(f->x, f->xb2, n * dim);
+
+        /* MLP block: pre-norm, SwiGLU, residual. */
+        for (int r = 0; r < n; r++)
+            kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->ffn_norm.data,
+                         lw->ffn_norm.dtype, dim, c->rms_eps);
+        matmul(f, f->hb, f->xb, n, &lw->w_gate);
+        matmul(f, f->hb2, f->xb, n, &lw->w_up);
+        kern_silu_mul(f->hb, f->hb, f->hb2, n * c->ffn);
+        matmul(f, f->xb2, f->hb, n, &lw->w_down);
+        kern_add(f->x, f->xb2, n * dim);
+    }
+
+    /* Final norm and lm_head, only for the rows that want logits (compacted into xb). */
+    int n_out = 0, first_out = -1;
+    for (int r = 0; r < n; r++) {
+        if (rows[r].out_row < 0)
+            continue;
+        if (first_out < 0)
+            first_out = rows[r].out_row;
+        CAIRN_ASSERT(rows[r].out_row == first_out + n_out);
+        kern_rmsnorm(f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, w->norm.data,
+                     w->norm.dtype, dim, c->rms_eps);
+        n_out++;
+    }
+    if (n_out > 0) {
+        const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
+        matmul(f, logits + (size_t)first_out * c->vocab, f->xb, n_out, head);
+    }
+}
+
+int fwd_init(fwd_t *f, const cairn_model_config_t *cfg, const cairn_model_weights_t *w,
+             cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
+             int max_rows, int max_positions)
+{
+    memset(f, 0, sizeof(*f));
+    f->cfg = cfg;
+    f->w = w;
+    f->tp = tp;
+    f->math = math;
+    f->kv_dtype = kv_dtype;
+    f->max_rows = max_rows;
+    f->max_positions = max_positions;
+    const size_t R = (size_t)max_rows;
+    const size_t q_dim = (size_t)cfg->n_heads * cfg->head_dim;
+    const size_t kv_dim = (size_t)cfg->n_kv_heads * cfg->head_dim;
+    const int n_slots = cairn_thread_pool_size(tp) > 0 ? cairn_thread_pool_size(tp) : 1;
+
+    f->inv_freq = cairn_malloc((size_t)cfg->head_dim / 2 * sizeof(float));
+    f->x = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->xb = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->xb2 = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->q = cairn_malloc(R * q_dim * sizeof(float));
+    f->k = cairn_malloc(R * kv_dim * sizeof(float));
+    f->v = cairn_malloc(R * kv_dim * sizeof(float));
+    f->att = cairn_malloc(R * q_dim * sizeof(float));
+    f->hb = cairn_malloc(R * cfg->ffn * sizeof(float));
+    f->hb2 = cairn_malloc(R * cfg->ffn * sizeof(float));
+    f->rope_cs = cairn_malloc(R * cfg->head_dim * sizeof(float));
+    f->head_tmp = cairn_malloc((size_t)cfg->head_dim * sizeof(float));
+    f->queries = cairn_malloc(R * sizeof(attn_query_t));
+    f->attn = (attn_cfg_t){cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, kv_dtype,
+                           cairn_malloc((size_t)n_slots * max_positions * sizeof(float)),
+                           n_slots, max_positions};
+    if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
+        !f->hb || !f->hb2 || !f->rope_cs || !f->head_tmp || !f->queries || !f->attn.scratch)
+        goto fail;
+    int rc = rope_inv_freq(cfg, f->inv_freq);
+    if (rc) {
+        fwd_fini(f);
+        return rc;
+    }
+    return CAIRN_OK;
+fail:
+    fwd_fini(f);
+    return CAIRN_ENOMEM;
+}
+
+void fwd_fini(fwd_t *f)
+{
+    cairn_free(f->inv_freq);
+    cairn_free(f->x);
+    cairn_free(f->xb);
+    cairn_free(f->xb2);
+    cairn_free(f->q);
+    cairn_free(f->k);
+    cairn_free(f->v);
+    cairn_free(f->att);
+    cairn_free(f->hb);
+    cairn_free(f->hb2);
+    cairn_free(f->rope_cs);
+    cairn_free(f->head_tmp);
+    cairn_free(f->queries);
+    cairn_free(f->attn.scratch);
+    memset(f, 0, sizeof(*f));
+}

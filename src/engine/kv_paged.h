@@ -1,0 +1,44 @@
+/*
+ * kv_paged.h — the paged K/V path: the engine's adapter onto the KV cache core.
+ *
+ * A kv_paged_t owns one cairn_kv_cache_t laid out for a dense model (every layer FULL,
+ * n_kv_heads x head_dim rows of the K/V dtype). A kv_paged_seq_t wraps one
+ * cairn_kv_seq_t plus the engine's cursor, and exposes the attn_kv_t accessor
+ * kv_paged_rows: position p of layer l is slot p % block_size of block table[p / bs].
+ */
+#ifndef CAIRN_ENGINE_KV_PAGED_H
+#define CAIRN_ENGINE_KV_PAGED_H
+
+#include "cairn/checkpoint.h"
+#include "cairn/kv_cache.h"
+
+typedef struct kv_paged kv_paged_t;
+typedef struct kv_paged_seq kv_paged_seq_t;
+
+/* Creates the cache: block_tokens per block, budget_bytes of pool (also the initial size). */
+int kv_paged_create(const cairn_model_config_t *cfg, cairn_dtype_t dtype, int block_tokens,
+                    size_t budget_mib, kv_paged_t **out, char *err, size_t err_len);
+void kv_paged_destroy(kv_paged_t *kp);
+const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
+
+/* A sequence with no tokens yet, in the domain of cache_salt (NULL: default domain). */
+int kv_paged_seq_create(kv_paged_t *kp, const char *cache_salt, kv_paged_seq_t **out);
+void kv_paged_seq_destroy(kv_paged_seq_t *s);
+/*
+ * Appends tokens and reserves their slots. The first append of a sequence begins it in the
+ * core, attaching the longest cached prefix: *n_cached receives the tokens reused (0 on
+ * later appends). CAIRN_EEXHAUSTED when the pool cannot hold them (nothing changes).
+ */
+int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached);
+/* Marks tokens [0, n_computed) computed; full blocks are published for reuse. */
+int kv_paged_seq_commit(kv_paged_seq_t *s, int n_computed);
+/* Drops the uncomputed tokens, keeping the computed blocks live. */
+int kv_paged_seq_end_turn(kv_paged_seq_t *s);
+/* Keeps the first n tokens. */
+int kv_paged_seq_truncate(kv_paged_seq_t *s, int n);
+/* *out shares every block of s (all of s's tokens must be computed). */
+int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out);
+/* attn_rows_fn over a kv_paged_seq_t: the rest of pos's block is contiguous. */
+int kv_paged_rows(void *ctx, int layer, int pos, void **k, void **v);
+
+#endif
