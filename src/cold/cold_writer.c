@@ -1,0 +1,389 @@
+/*
+ * cold_writer.c — the cold tier's bounded write queue, its single writer thread and the
+ * per-turn capture walk.
+ *
+ * Model: producers (the engine, at the end of a turn) copy a block's tokens and payload
+ * into a queue entry, so the pool block may be evicted or recycled the moment enqueue
+ * returns. One writer thread commits each entry as
+ *     O_EXCL temp file (unique name) -> write -> fsync -> rename -> fsync(directory)
+ * and only then indexes it. A crash at any point leaves the final name either absent or
+ * complete; a temp file of a dead writer is removed by the next open.
+ * Invariants: the queue holds at most `depth` entries (host memory in flight is bounded by
+ * depth x object size); a block is never queued twice; an object already present is never
+ * rewritten; an I/O failure is counted (write_errors) and logged, never reported to the
+ * producer, and leaves no object behind.
+ * Thread-safety: enqueue/capture/flush may be called from any thread; the queue is
+ * guarded by qmu, the index and counters by mu (never both at once).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cold/cold_store_impl.h"
+
+static void job_free(cold_job_t *j)
+{
+    if (!j)
+        return;
+    cairn_free(j->tokens);
+    cairn_free(j->buf);
+    cairn_free(j);
+}
+
+static int io_fail(const char *op, const char *path)
+{
+    int e = cairn_io_check(op, path);
+    if (e < 0)
+        errno = -e;
+    return e;
+}
+
+static int fsync_dir(const char *path)
+{
+    if (io_fail("fsync", path) < 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        if (w == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void count_error(cairn_cold_store_t *s, const char *what, const char *path, int err)
+{
+    pthread_mutex_lock(&s->mu);
+    s->c.write_errors++;
+    pthread_mutex_unlock(&s->mu);
+    cairn_log(CAIRN_LOG_ERROR, "cold tier: %s %s failed: %s%s", what, path, strerror(err),
+              err == ENOSPC ? " (disk full)" : "");
+}
+
+/* Commits one job. Every failure is counted and logged here and leaves no object. */
+static void commit(cairn_cold_store_t *s, cold_job_t *j)
+{
+    char *final = cold__object_path(s, &j->blk.hash);
+    char *shard = cold__shard_path(s, &j->blk.hash);
+    char *tmp = NULL;
+    int fd = -1;
+    bool renamed = false;
+    const char *what = "allocation for";
+    int err = ENOMEM;
+    if (!final || !shard)
+        goto fail;
+    struct stat st;
+    if (stat(final, &st) == 0) {
+        /* Already present (another process, or a duplicate that raced the index check):
+         * objects are immutable, so it is not rewritten. */
+        pthread_mutex_lock(&s->mu);
+        cold__insert_locked(s, &j->blk.hash, &j->blk.parent, (uint64_t)st.st_size, j->blk.n_tokens);
+        pthread_mutex_unlock(&s->mu);
+        goto done;
+    }
+    size_t hb = 0;
+    if (cold_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes, &j->blk,
+                                  &hb) || hb != j->header_cap) {
+        what = "encoding";
+        err = EINVAL;
+        goto fail;
+    }
+    what = "creating directory";
+    if (io_fail("mkdir", shard) < 0 || mkdir(shard, 0700) == 0 ? fsync_dir(s->dir) < 0 : errno != EEXIST) {
+        err = errno;
+        goto fail;
+    }
+    char hex[65];
+    cairn_cold_hash_hex(&j->blk.hash, hex);
+    size_t tn = strlen(shard) + 64 + 64;
+    tmp = cairn_malloc(tn);
+    what = "allocation for";
+    err = ENOMEM;
+    if (!tmp)
+        goto fail;
+    snprintf(tmp, tn, "%s/.tmp.%s.%ld.%lu", shard, hex, (long)getpid(), s->tmp_seq++);
+    what = "creating";
+    if (io_fail("open", tmp) < 0 ||
+        (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        err = errno;
+        cairn_free(tmp);
+        tmp = NULL; /* not ours: never unlink a name we did not create */
+        goto fail;
+    }
+    size_t total = hb + j->blk.payload_size;
+    what = "writing";
+    if (io_fail("write", tmp) < 0 || write_all(fd, j->buf, total) < 0) {
+        err = errno;
+        goto fail;
+    }
+    what = "syncing";
+    if (io_fail("fsync", tmp) < 0 || fsync(fd) < 0) {
+        err = errno;
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    what = "renaming";
+    if (io_fail("rename", final) < 0 || rename(tmp, final) < 0) {
+        err = errno;
+        goto fail;
+    }
+    renamed = true;
+    what = "syncing directory of";
+    if (fsync_dir(shard) < 0) {
+        err = errno;
+        goto fail;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->c.bytes_written += total;
+    if (cold__insert_locked(s, &j->blk.hash, &j->blk.parent, total, j->blk.n_tokens) == CAIRN_OK)
+        cold__evict_locked(s, s->quota, cold__find_locked(s, &j->blk.hash));
+    pthread_mutex_unlock(&s->mu);
+    goto done;
+fail:
+    if (fd >= 0)
+        close(fd);
+    /* An object whose rename is not known durable is withdrawn: it might not survive. */
+    if (renamed && final)
+        unlink(final);
+    else if (tmp)
+        unlink(tmp);
+    count_error(s, what, tmp ? tmp : final ? final : "object", err);
+done:
+    cairn_free(tmp);
+    cairn_free(final);
+    cairn_free(shard);
+}
+
+static void *writer_main(void *arg)
+{
+    cairn_cold_store_t *s = arg;
+    pthread_mutex_lock(&s->qmu);
+    for (;;) {
+        while (!s->qlen && !s->stop)
+            pthread_cond_wait(&s->q_not_empty, &s->qmu);
+        if (!s->qlen)
+            break;
+        cold_job_t *j = s->queue[s->qhead];
+        s->queue[s->qhead] = NULL;
+        s->qhead = (s->qhead + 1) % s->depth;
+        s->qlen--;
+        s->current = j;
+        pthread_cond_signal(&s->q_not_full);
+        pthread_mutex_unlock(&s->qmu);
+        commit(s, j);
+        job_free(j);
+        pthread_mutex_lock(&s->qmu);
+        s->current = NULL;
+        if (!s->qlen)
+            pthread_cond_broadcast(&s->q_idle);
+    }
+    pthread_cond_broadcast(&s->q_idle);
+    pthread_mutex_unlock(&s->qmu);
+    return NULL;
+}
+
+int cold__writer_start(cairn_cold_store_t *s)
+{
+    if (pthread_create(&s->thread, NULL, writer_main, s))
+        return CAIRN_ENOMEM;
+    s->has_thread = true;
+    return CAIRN_OK;
+}
+
+void cold__writer_stop(cairn_cold_store_t *s)
+{
+    if (!s->has_thread)
+        return;
+    pthread_mutex_lock(&s->qmu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->q_not_empty);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_join(s->thread, NULL);
+    s->has_thread = false;
+}
+
+void cairn_cold_store_flush(cairn_cold_store_t *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    while (s->has_thread && (s->qlen || s->current))
+        pthread_cond_wait(&s->q_idle, &s->qmu);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+bool cold__writer_pending(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+{
+    if (s->current && !memcmp(s->current->blk.hash.bytes, h->bytes, 32))
+        return true;
+    for (uint32_t i = 0; i < s->qlen; i++) {
+        cold_job_t *j = s->queue[(s->qhead + i) % s->depth];
+        if (!memcmp(j->blk.hash.bytes, h->bytes, 32))
+            return true;
+    }
+    return false;
+}
+
+static bool pending(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+{
+    pthread_mutex_lock(&s->qmu);
+    bool r = cold__writer_pending(s, h);
+    pthread_mutex_unlock(&s->qmu);
+    return r;
+}
+
+static cold_job_t *job_copy(const cairn_cold_store_t *s, const cairn_cold_block_t *b)
+{
+    cold_job_t *j = cairn_calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->header_cap = cold_object_header_size(b->n_tokens, s->n_layers);
+    j->tokens = cairn_malloc(b->n_tokens * sizeof *j->tokens);
+    j->buf = cairn_malloc(j->header_cap + b->payload_size);
+    if (!j->tokens || !j->buf) {
+        job_free(j);
+        return NULL;
+    }
+    memcpy(j->tokens, b->tokens, b->n_tokens * sizeof *j->tokens);
+    memcpy(j->buf + j->header_cap, b->payload, b->payload_size);
+    j->blk = *b;
+    j->blk.tokens = j->tokens;
+    j->blk.payload = j->buf + j->header_cap;
+    return j;
+}
+
+int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *b, uint32_t wait_ms, bool *queued)
+{
+    if (queued)
+        *queued = false;
+    if (!s || !b || !s->has_thread || !s->n_layers || b->n_tokens != s->block_tokens || !b->tokens ||
+        !b->payload || b->payload_size != s->payload_bytes)
+        return CAIRN_EINVAL;
+    if (cairn_cold_store_contains(s, &b->hash) || pending(s, &b->hash))
+        return CAIRN_OK;
+    cold_job_t *j = job_copy(s, b);
+    if (!j)
+        return CAIRN_ENOMEM;
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += wait_ms / 1000;
+    dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->qmu);
+    int rc = CAIRN_OK;
+    for (;;) {
+        if (cold__writer_pending(s, &b->hash)) {
+            pthread_mutex_unlock(&s->qmu);
+            job_free(j);
+            return CAIRN_OK;
+        }
+        if (s->qlen < s->depth)
+            break;
+        if (!wait_ms || pthread_cond_timedwait(&s->q_not_full, &s->qmu, &dl) == ETIMEDOUT) {
+            if (s->qlen < s->depth)
+                break;
+            rc = CAIRN_EEXHAUSTED;
+            break;
+        }
+    }
+    if (rc == CAIRN_OK) {
+        s->queue[(s->qhead + s->qlen) % s->depth] = j;
+        s->qlen++;
+        pthread_cond_signal(&s->q_not_empty);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    pthread_mutex_lock(&s->mu);
+    if (rc == CAIRN_OK)
+        s->c.enqueued++;
+    else
+        s->c.queue_drops++;
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        job_free(j);
+        return rc;
+    }
+    if (queued)
+        *queued = true;
+    return CAIRN_OK;
+}
+
+int cairn_cold_capture_chain(cairn_cold_store_t *s, size_t n, cairn_cold_block_fn fn, void *user,
+                             const cairn_cold_capture_budget_t *budget, cairn_cold_capture_result_t *res)
+{
+    if (!s || !fn || !res)
+        return CAIRN_EINVAL;
+    memset(res, 0, sizeof *res);
+    bool hb = budget && budget->blocks_per_turn, hm = budget && budget->budget_ms;
+    uint64_t max_blocks = (uint64_t)cairn_knob_int("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN", hb,
+                                                   hb ? budget->blocks_per_turn : 0,
+                                                   CAIRN_COLD_DEFAULT_CAPTURE_BLOCKS, 0, 1 << 24);
+    double budget_ms = (double)cairn_knob_int("CAIRN_COLD_CAPTURE_BUDGET_MS", hm, hm ? budget->budget_ms : 0,
+                                              CAIRN_COLD_DEFAULT_CAPTURE_BUDGET_MS, 0, 3600 * 1000);
+    double t0 = cold__now_ms(), deadline = t0 + budget_ms;
+    res->stop = CAIRN_COLD_STOP_END;
+    for (size_t i = 0; i < n; i++) {
+        cairn_cold_block_t b;
+        memset(&b, 0, sizeof b);
+        if (fn(user, i, &b) < 0) {
+            res->stop = CAIRN_COLD_STOP_CALLBACK;
+            break;
+        }
+        /* A block already on disk or queued costs an index probe and spends no budget. */
+        if (cairn_cold_store_contains(s, &b.hash) || pending(s, &b.hash)) {
+            res->already++;
+            res->reached++;
+            continue;
+        }
+        if (res->enqueued >= max_blocks) {
+            res->stop = CAIRN_COLD_STOP_BUDGET;
+            break;
+        }
+        double now = cold__now_ms();
+        if (now >= deadline) {
+            res->stop = CAIRN_COLD_STOP_DEADLINE;
+            break;
+        }
+        bool queued = false;
+        int rc = cairn_cold_store_enqueue(s, &b, (uint32_t)(deadline - now) + 1, &queued);
+        if (rc) {
+            res->stop = rc == CAIRN_EEXHAUSTED && cold__now_ms() >= deadline ? CAIRN_COLD_STOP_DEADLINE
+                                                                              : CAIRN_COLD_STOP_REFUSED;
+            break;
+        }
+        if (queued)
+            res->enqueued++;
+        else
+            res->already++;
+        res->reached++;
+    }
+    res->elapsed_ms = cold__now_ms() - t0;
+    if (res->stop == CAIRN_COLD_STOP_DEADLINE)
+        cairn_log(CAIRN_LOG_WARN, "cold tier: capture stopped at its %.0f ms deadline after %zu new blocks",
+                  budget_ms, res->enqueued);
+    return CAIRN_OK;
+}
