@@ -26,12 +26,31 @@
 
 /* Activation precision inside matmul. F32: x stays float32 (exact mode; reference
  * checks). BF16: x is rounded to bf16 and multiplied with AVX-512 BF16 dot products
- * (fast prefill); falls back to a bit-identical emulation where the CPU lacks it. */
+ * (fast prefill); falls back to a bit-identical emulation where the CPU lacks it.
+ * BF16 math applies to bf16 weights only: with f32 or f16 weights a BF16 call computes
+ * exactly the F32 result (weights are never rounded to bf16).
+ *
+ * Stronger than the contract: all implementations follow one canonical accumulation
+ * order (16 fma lanes, fixed tree; see kernels_impl.h), so scalar, AVX2 and AVX-512 give
+ * the same bits for matmul, dot, axpy, rmsnorm and silu_mul. */
 typedef enum { CAIRN_MATH_F32 = 0, CAIRN_MATH_BF16 = 1 } cairn_math_t;
 
 /* Selects the implementation (idempotent, thread-safe). Returns its name. */
 const char *kern_init(void);
+/* Name of the selected implementation: "scalar", "avx2", "avx512" (native AVX512_BF16
+ * dot products) or "avx512-emubf16" (AVX-512 without AVX512_BF16; same bits). */
 const char *kern_impl_name(void);
+/* True if the CPU can run the named implementation (names as above). */
+bool kern_impl_available(const char *name);
+/*
+ * Test and benchmark hook: switches the process to the named implementation. Returns
+ * CAIRN_EINVAL for an unknown name, CAIRN_EUNSUPPORTED if the CPU lacks it. Not
+ * thread-safe with respect to kernels running concurrently.
+ */
+int kern_set_impl(const char *name);
+/* True when MATH_BF16 matmuls run on a fast path ("avx512" or "avx512-emubf16");
+ * "scalar" and "avx2" compute the same bits much more slowly. */
+bool kern_bf16_math_fast(void);
 
 /* ---- conversions ---- */
 float kern_bf16_to_f32(uint16_t h);
