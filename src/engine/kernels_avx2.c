@@ -90,10 +90,17 @@ T256 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, con
             }
         }
     }
+    /* Reduce every accumulator with constant indices (so they stay in registers), then
+     * store the valid outputs. */
 #pragma GCC unroll 2
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+        float s[TILE_O];
+#pragma GCC unroll 4
+        for (int o = 0; o < TILE_O; o++)
+            s[o] = hsum16(acc[r][o]);
         for (int o = 0; o < n_valid; o++)
-            y[(size_t)r * ldy + o] = hsum16(acc[r][o]);
+            y[(size_t)r * ldy + o] = s[o];
+    }
 }
 
 #define F32_TILE_FN(NAME, DT)                                                                    \

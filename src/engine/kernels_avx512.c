@@ -77,10 +77,17 @@ T512 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, con
                 acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
         }
     }
+    /* Reduce every accumulator with constant indices (so they stay in registers), then
+     * store the valid outputs. */
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+        float s[TILE_O];
+#pragma GCC unroll 4
+        for (int o = 0; o < TILE_O; o++)
+            s[o] = hsum16(acc[r][o]);
         for (int o = 0; o < n_valid; o++)
-            y[(size_t)r * ldy + o] = hsum16(acc[r][o]);
+            y[(size_t)r * ldy + o] = s[o];
+    }
 }
 
 #define F32_TILE_FN(NAME, DT)                                                                    \
@@ -176,10 +183,17 @@ T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, co
                 acc[r][o] = dp_bf16(acc[r][o], xv, wv[o], native);
         }
     }
+    /* Reduce every accumulator with constant indices (so they stay in registers), then
+     * store the valid outputs. */
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+        float s[TILE_O];
+#pragma GCC unroll 4
+        for (int o = 0; o < TILE_O; o++)
+            s[o] = hsum16(acc[r][o]);
         for (int o = 0; o < n_valid; o++)
-            y[(size_t)r * ldy + o] = hsum16(acc[r][o]);
+            y[(size_t)r * ldy + o] = s[o];
+    }
 }
 
 #define BF16_TILE_FN(NAME, NATIVE)                                                               \
