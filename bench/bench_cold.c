@@ -1,0 +1,265 @@
+/*
+ * bench_cold.c — cold tier throughput against the raw disk, in the same run.
+ *
+ * For chains of 256 and 1024 blocks of the 8-layer Llama shape (16 tokens x 8 layers x
+ * (K,V) x 2 kv heads x 64 dims x bf16 = 64 KiB per block) it measures, median of R rounds:
+ *   raw write   one file, 64 KiB sequential writes, one fsync at the end (best case)
+ *   raw write/b the same with an fsync after every 64 KiB (the tier's durability cost)
+ *   raw read    that file read sequentially in 64 KiB reads after dropping its pages
+ *               (posix_fadvise DONTNEED)
+ *   tier write  enqueue the chain and wait for the writer (temp, write, fsync, rename,
+ *               directory fsync per object): time per block and MB/s
+ *   tier cold   cairn_cold_restore_chain (read + full validation) after dropping every
+ *               object's pages; the target is >= 70% of raw read
+ *   tier warm   the same restore from the page cache
+ * Usage: bench_cold [DIR] [ROUNDS]  (DIR default: a new directory under /tmp).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <openssl/evp.h>
+
+#include "cairn/cold_tier.h"
+
+#define LAYERS 8
+#define LAYER_BYTES (16 * 2 * 2 * 64 * 2) /* tokens x (K,V) x kv heads x dims x bf16 */
+#define BLOCK (LAYERS * LAYER_BYTES)
+#define TOKENS 16
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static void drop_file(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+}
+
+static void drop_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (stat(p, &st))
+            continue;
+        if (S_ISDIR(st.st_mode))
+            drop_tree(p);
+        else
+            drop_file(p);
+    }
+    closedir(d);
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+                rm_tree(p);
+            else
+                unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+typedef struct {
+    size_t n;
+    cairn_cold_hash_t *hashes;
+    int32_t *tokens;
+    uint8_t *payload; /* n blocks */
+    uint8_t *dst;     /* n blocks */
+} chain_t;
+
+static void make_chain(chain_t *c, size_t n, uint32_t seed)
+{
+    c->n = n;
+    c->hashes = calloc(n, sizeof *c->hashes);
+    c->tokens = calloc(n * TOKENS, sizeof *c->tokens);
+    c->payload = malloc(n * BLOCK);
+    c->dst = malloc(n * BLOCK);
+    cairn_cold_hash_t prev;
+    memset(&prev, 0, sizeof prev);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        for (int t = 0; t < TOKENS; t++)
+            c->tokens[i * TOKENS + t] = (int32_t)(seed * 100000 + i * TOKENS + (size_t)t);
+        unsigned int len;
+        EVP_MD_CTX *m = EVP_MD_CTX_new();
+        EVP_DigestInit_ex(m, EVP_sha256(), NULL);
+        EVP_DigestUpdate(m, prev.bytes, 32);
+        EVP_DigestUpdate(m, &c->tokens[i * TOKENS], TOKENS * 4);
+        EVP_DigestFinal_ex(m, c->hashes[i].bytes, &len);
+        EVP_MD_CTX_free(m);
+        prev = c->hashes[i];
+        for (size_t k = 0; k < BLOCK; k += 4) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            memcpy(c->payload + i * BLOCK + k, &x, 4);
+        }
+    }
+}
+
+static void *dest(void *user, size_t i, size_t size)
+{
+    chain_t *c = user;
+    return size == BLOCK ? c->dst + i * BLOCK : NULL;
+}
+
+static double raw_write(const char *path, const uint8_t *buf, size_t n, int fsync_each)
+{
+    double t0 = now();
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    for (size_t i = 0; i < n; i++) {
+        if (write(fd, buf + i * BLOCK, BLOCK) != BLOCK)
+            abort();
+        if (fsync_each)
+            fsync(fd);
+    }
+    fsync(fd);
+    close(fd);
+    return now() - t0;
+}
+
+static double raw_read(const char *path, uint8_t *buf, size_t n)
+{
+    drop_file(path);
+    double t0 = now();
+    int fd = open(path, O_RDONLY);
+    for (size_t i = 0; i < n; i++)
+        if (read(fd, buf + i * BLOCK, BLOCK) != BLOCK)
+            abort();
+    close(fd);
+    return now() - t0;
+}
+
+int main(int argc, char **argv)
+{
+    char tmpl[] = "/tmp/cairn-bench-cold-XXXXXX";
+    const char *dir = argc > 1 && argv[1][0] ? argv[1] : mkdtemp(tmpl);
+    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    if (!dir || rounds < 1)
+        return 2;
+    if (mkdir(dir, 0700) < 0 && access(dir, W_OK) < 0) {
+        fprintf(stderr, "bench_cold: cannot use %s\n", dir);
+        return 2;
+    }
+    static const uint64_t layer_bytes[LAYERS] = {LAYER_BYTES, LAYER_BYTES, LAYER_BYTES, LAYER_BYTES,
+                                                 LAYER_BYTES, LAYER_BYTES, LAYER_BYTES, LAYER_BYTES};
+    printf("cold tier bench: %d-byte blocks (8-layer Llama shape, bf16), dir %s, median of %d rounds\n", BLOCK,
+           dir, rounds);
+    printf("%-6s %10s %10s %10s %12s %10s %10s %10s %8s\n", "blocks", "raw_w", "raw_w/b", "raw_r", "tier_w/blk",
+           "tier_w", "tier_cold", "tier_warm", "cold/raw");
+    printf("%-6s %10s %10s %10s %12s %10s %10s %10s %8s\n", "", "MB/s", "MB/s", "MB/s", "ms", "MB/s", "MB/s", "MB/s",
+           "");
+    static const size_t sizes[] = {256, 1024};
+    for (size_t si = 0; si < 2; si++) {
+        size_t n = sizes[si];
+        double mb = (double)n * BLOCK / 1e6;
+        double rw[16], rwb[16], rr[16], tw[16], tc[16], tm[16];
+        for (int r = 0; r < rounds && r < 16; r++) {
+            chain_t c;
+            make_chain(&c, n, (uint32_t)(si * 100 + (size_t)r + 1));
+            char raw[4096];
+            snprintf(raw, sizeof raw, "%s/raw.bin", dir);
+            rw[r] = mb / raw_write(raw, c.payload, n, 0);
+            rr[r] = mb / raw_read(raw, c.dst, n);
+            size_t m = n < 256 ? n : 256; /* per-block fsync is slow: time the first 256 */
+            rwb[r] = (double)m * BLOCK / 1e6 / raw_write(raw, c.payload, m, 1);
+            unlink(raw);
+
+            char root[4096];
+            snprintf(root, sizeof root, "%s/tier", dir);
+            cairn_cold_config_t cfg = {.root = root, .dtype = CAIRN_DTYPE_BF16, .block_tokens = TOKENS,
+                                       .n_layers = LAYERS, .layer_bytes = layer_bytes};
+            cfg.fingerprint.bytes[0] = (uint8_t)r;
+            cairn_cold_store_t *s = NULL;
+            if (cairn_cold_store_create(&cfg, &s))
+                return 1;
+            double t0 = now();
+            for (size_t i = 0; i < n; i++) {
+                cairn_cold_block_t b = {c.hashes[i], i ? c.hashes[i - 1] : (cairn_cold_hash_t){{0}},
+                                        &c.tokens[i * TOKENS], TOKENS, c.payload + i * BLOCK, BLOCK};
+                if (cairn_cold_store_enqueue(s, &b, 60000, NULL))
+                    return 1;
+            }
+            cairn_cold_store_flush(s);
+            double wt = now() - t0;
+            tw[r] = wt * 1e3 / (double)n;
+            drop_tree(cairn_cold_store_dir(s));
+            memset(c.dst, 0, n * BLOCK);
+            size_t got = 0;
+            t0 = now();
+            cairn_cold_restore_chain(s, c.hashes, n, c.tokens, 0, dest, &c, &got);
+            tc[r] = mb / (now() - t0);
+            if (got != n || memcmp(c.dst, c.payload, n * BLOCK)) {
+                fprintf(stderr, "restore mismatch: %zu of %zu\n", got, n);
+                return 1;
+            }
+            t0 = now();
+            cairn_cold_restore_chain(s, c.hashes, n, c.tokens, 0, dest, &c, &got);
+            tm[r] = mb / (now() - t0);
+            cairn_cold_stats_t st;
+            cairn_cold_store_stats(s, &st);
+            if (st.write_errors || st.corruptions)
+                return 1;
+            cairn_cold_store_clear(s, NULL);
+            char md[4096];
+            snprintf(md, sizeof md, "%s", cairn_cold_store_dir(s));
+            cairn_cold_store_destroy(s);
+            rm_tree(md);
+            free(c.hashes);
+            free(c.tokens);
+            free(c.payload);
+            free(c.dst);
+        }
+        int k = rounds < 16 ? rounds : 16;
+        double mtw = median(tw, k);
+        double mrr = median(rr, k), mtc = median(tc, k);
+        printf("%-6zu %10.0f %10.0f %10.0f %12.3f %10.0f %10.0f %10.0f %7.0f%%\n", n, median(rw, k), median(rwb, k),
+               mrr, mtw, BLOCK / 1e3 / mtw, mtc, median(tm, k), 100.0 * mtc / mrr);
+    }
+    if (!(argc > 1 && argv[1][0]))
+        rm_tree(dir);
+    return 0;
+}

@@ -1,0 +1,224 @@
+/*
+ * cmd_cache.c — `cairn cache`: inspect and maintain a cold tier cache directory.
+ *
+ * Works on every model directory under the root (or one, with --model) by opening a store
+ * with layout "any" and no writer thread, so it needs no model files. Each action maps to
+ * one store call: stats -> cairn_cold_store_stats, ls -> _foreach, verify -> _verify,
+ * prune -> _prune, clear -> _clear. Opening a store already removes leftover temporary
+ * files and objects whose header is invalid (counted in the corruptions it reports).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cairn/cold_tier.h"
+#include "cli/cli.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: cairn cache ACTION [--dir DIR] [--model FINGERPRINT_HEX] [options]\n"
+            "\n"
+            "Inspect and maintain the SSD cold tier (one directory per model fingerprint).\n"
+            "\n"
+            "actions:\n"
+            "  stats    objects, bytes and counters of each model directory (JSON with --json)\n"
+            "  ls       list the objects: block hash, parent hash, tokens, bytes (LRU order)\n"
+            "  verify   read every object fully, validate it, delete invalid ones\n"
+            "  prune    evict least-recently-used objects down to --quota\n"
+            "  clear    delete every object (requires --yes)\n"
+            "\n"
+            "options:\n"
+            "  --dir DIR            cache root (default: CAIRN_CACHE_DIR, else\n"
+            "                       $XDG_CACHE_HOME/cairn, else ~/.cache/cairn)\n"
+            "  --model HEX          only this model fingerprint (64 hex digits)\n"
+            "  --quota SIZE         prune target per model: bytes, or with suffix K, M, G (KiB, MiB, GiB)\n"
+            "  --yes                confirm `clear`\n"
+            "  --json               stats as one JSON object per model\n"
+            "  -v, --verbose        log what is removed\n"
+            "  -h, --help           this help\n"
+            "\n"
+            "Opening a model directory removes leftover temporary files and objects with\n"
+            "invalid headers. Exit status: 0 ok, 1 failure or invalid objects found by verify,\n"
+            "2 usage error.\n");
+}
+
+typedef struct {
+    const char *action;
+    const char *root;
+    bool json, yes, has_quota;
+    uint64_t quota;
+    int status;
+    size_t models;
+} ctx_t;
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-')
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30, end++;
+    if (shift && (*end == 'i' || *end == 'I'))
+        end++;
+    if (shift && (*end == 'B' || *end == 'b'))
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int print_entry(void *user, const cairn_cold_entry_info_t *e)
+{
+    (void)user;
+    char h[65], p[65];
+    cairn_cold_hash_hex(&e->hash, h);
+    cairn_cold_hash_hex(&e->parent, p);
+    printf("%s  parent %.16s  %u tokens  %llu bytes\n", h, p, e->n_tokens, (unsigned long long)e->file_bytes);
+    return 0;
+}
+
+static int run_model(void *user, const cairn_cold_hash_t *fp)
+{
+    ctx_t *c = user;
+    char hex[65];
+    cairn_cold_hash_hex(fp, hex);
+    cairn_cold_config_t cfg = {.root = c->root, .fingerprint = *fp, .no_writer = true,
+                               .has_quota = true, .quota_bytes = UINT64_MAX};
+    cairn_cold_store_t *s = NULL;
+    int rc = cairn_cold_store_create(&cfg, &s);
+    if (rc) {
+        fprintf(stderr, "cairn cache: cannot open model %s: %s\n", hex, cairn_strerror(rc));
+        c->status = 1;
+        return 0;
+    }
+    c->models++;
+    cairn_cold_stats_t st;
+    const char *a = c->action;
+    if (!strcmp(a, "stats")) {
+        cairn_cold_store_stats(s, &st);
+        if (c->json) {
+            char *js = cairn_cold_stats_json(&st, NULL);
+            printf("{\"model\":\"%s\",\"stats\":%s}\n", hex, js ? js : "null");
+            cairn_free(js);
+        } else {
+            printf("model %s\n  dir          %s\n  objects      %llu\n  bytes        %llu\n"
+                   "  removed      %llu invalid or stray files at open\n",
+                   hex, st.root, (unsigned long long)st.objects, (unsigned long long)st.used_bytes,
+                   (unsigned long long)st.corruptions);
+        }
+    } else if (!strcmp(a, "ls")) {
+        printf("model %s\n", hex);
+        cairn_cold_store_foreach(s, print_entry, NULL);
+    } else if (!strcmp(a, "verify")) {
+        size_t checked = 0, bad = 0;
+        rc = cairn_cold_store_verify(s, &checked, &bad);
+        cairn_cold_store_stats(s, &st);
+        printf("model %s: %zu objects read, %zu invalid deleted (%llu invalid at open)\n", hex, checked, bad,
+               (unsigned long long)(st.corruptions - bad));
+        if (rc || st.corruptions)
+            c->status = 1;
+    } else if (!strcmp(a, "prune")) {
+        size_t ev = 0;
+        cairn_cold_store_prune(s, c->quota, &ev);
+        cairn_cold_store_stats(s, &st);
+        printf("model %s: evicted %zu objects, %llu bytes left\n", hex, ev, (unsigned long long)st.used_bytes);
+    } else if (!strcmp(a, "clear")) {
+        size_t n = 0;
+        cairn_cold_store_clear(s, &n);
+        printf("model %s: removed %zu objects\n", hex, n);
+    }
+    char *dir = cairn_strdup(cairn_cold_store_dir(s));
+    cairn_cold_store_destroy(s);
+    if (!strcmp(a, "clear") && dir)
+        rmdir(dir); /* only succeeds once empty */
+    cairn_free(dir);
+    return 0;
+}
+
+static int cmd_cache(int argc, char **argv)
+{
+    ctx_t c = {0};
+    const char *model = NULL, *dir = NULL;
+    int verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--dir") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!strcmp(a, "--model") && i + 1 < argc) {
+            model = argv[++i];
+        } else if (!strcmp(a, "--quota") && i + 1 < argc) {
+            if (parse_size(argv[++i], &c.quota)) {
+                fprintf(stderr, "cairn cache: --quota: not a size: %s\n", argv[i]);
+                return 2;
+            }
+            c.has_quota = true;
+        } else if (!strcmp(a, "--yes")) {
+            c.yes = true;
+        } else if (!strcmp(a, "--json")) {
+            c.json = true;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose++;
+        } else if (a[0] != '-' && !c.action) {
+            c.action = a;
+        } else {
+            fprintf(stderr, "cairn cache: unexpected argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    static const char *actions[] = {"stats", "ls", "verify", "prune", "clear"};
+    bool known = false;
+    for (size_t i = 0; c.action && i < CAIRN_ARRAY_LEN(actions); i++)
+        known |= !strcmp(c.action, actions[i]);
+    if (!known) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(c.action, "prune") && !c.has_quota) {
+        fprintf(stderr, "cairn cache: prune needs --quota SIZE\n");
+        return 2;
+    }
+    if (!strcmp(c.action, "clear") && !c.yes) {
+        fprintf(stderr, "cairn cache: clear deletes every cached block; add --yes to confirm\n");
+        return 2;
+    }
+    cairn_cli_install_logger(verbose);
+    char *root = cairn_cold_default_root(dir);
+    if (!root) {
+        fprintf(stderr, "cairn cache: no cache directory (set --dir, CAIRN_CACHE_DIR or HOME)\n");
+        return 1;
+    }
+    c.root = root;
+    if (model) {
+        cairn_cold_hash_t fp;
+        if (cairn_cold_hash_parse(model, &fp)) {
+            fprintf(stderr, "cairn cache: --model: not a 64-digit hex fingerprint: %s\n", model);
+            cairn_free(root);
+            return 2;
+        }
+        run_model(&c, &fp);
+    } else if (cairn_cold_list_models(root, run_model, &c)) {
+        fprintf(stderr, "cairn cache: no cache directory at %s\n", root);
+        cairn_free(root);
+        return 1;
+    }
+    if (!c.models && !c.status)
+        printf("no model directories under %s\n", root);
+    cairn_free(root);
+    return c.status;
+}
+
+CAIRN_CLI_COMMAND(cache, "cache", "inspect, verify, prune or clear the SSD cold tier cache", cmd_cache)
