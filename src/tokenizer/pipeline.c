@@ -657,7 +657,7 @@ static int compile_regex(cairn_tokenizer_t *t, const char *pat, pcre2_code **out
                          &eo, cc);
     pcre2_compile_context_free(cc);
     if (!*out) {
-        if (ec == PCRE2_ERROR_NOMEMORY) return CAIRN_ENOMEM;
+        if (ec == PCRE2_ERROR_NOMEMORY || ec == PCRE2_ERROR_HEAP_FAILED) return CAIRN_ENOMEM;
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
         return tok_err(err, errlen, CAIRN_EFORMAT, "%s regex: %s at offset %zu", what,
