@@ -376,8 +376,10 @@ int cairn_kv_seq_fork(cairn_kv_seq_t *s, cairn_kv_seq_t **child)
                    sizeof *d->hashes) ||
         reserve_tables(d, s->n_table ? s->n_table : 1))
         goto fail;
-    memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *s->tokens);
-    memcpy(d->hashes, s->hashes, s->n_hashed * sizeof *s->hashes);
+    if (s->n_tokens)
+        memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *s->tokens);
+    if (s->n_hashed)
+        memcpy(d->hashes, s->hashes, s->n_hashed * sizeof *s->hashes);
     d->n_tokens = s->n_tokens;
     d->n_computed = s->n_computed;
     d->n_hashed = s->n_hashed;
