@@ -447,7 +447,8 @@ static int scan_dir(cairn_cold_store_t *s)
     closedir(d);
     if (!rc) {
         /* Oldest first, so the LRU starts in modification order. */
-        qsort(items, n, sizeof *items, cmp_mtime);
+        if (n)
+            qsort(items, n, sizeof *items, cmp_mtime);
         for (size_t i = 0; i < n && !rc; i++)
             rc = cold__insert_locked(s, &items[i].hash, &items[i].parent, items[i].bytes, items[i].n_tokens);
     }
