@@ -70,15 +70,21 @@ void kern_row_from_f32(void *dst, cairn_dtype_t t, const float *src, int n);
  */
 void kern_matmul(cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in,
                  const void *w, cairn_dtype_t wt, int out, cairn_math_t math);
-/* Dot product of an f32 vector with a row of type t (attention scores). */
+/* Dot product of an f32 vector with a row of type t (attention scores). Same bits as a
+ * one-row, one-output kern_matmul in F32 math. */
 float kern_dot(const float *a, const void *b, cairn_dtype_t t, int n);
-/* acc[i] += s * row[i] for a row of type t (attention value accumulation). */
+/* acc[i] += s * row[i] for a row of type t (attention value accumulation): a rounded
+ * product, then a rounded sum (no fma), so every implementation gives the same bits. */
 void kern_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n);
 
 /* ---- elementwise ---- */
-/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; w of type wt (HF LlamaRMSNorm, float32). */
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; w of type wt (HF LlamaRMSNorm, float32):
+ * ss = sum x^2 in the canonical order, scale = 1.0f / sqrtf(ss / n + eps) (torch.rsqrt on
+ * CPU is 1/sqrt), out[i] = w[i] * (x[i] * scale). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps);
-/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
+/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), with the canonical
+ * vectorizable exp (<= 1 ulp measured; same bits in every implementation). out may alias
+ * gate or up. */
 void kern_silu_mul(float *out, const float *gate, const float *up, int n);
 /*
  * Rotates n_heads heads of head_dim (rotate_half / NeoX pairing i <-> i + head_dim/2) in
@@ -86,7 +92,9 @@ void kern_silu_mul(float *out, const float *gate, const float *up, int n);
  * cos_sin[2*i], cos_sin[2*i+1] for i < head_dim/2 (see kern_rope_angles).
  */
 void kern_rope(float *x, int n_heads, int head_dim, const float *cos_sin);
-/* Computes cos/sin of pos * inv_freq[i] the way HF does in float32. */
+/* Computes cos/sin of pos * inv_freq[i] the way HF does in float32: angle = (float)pos *
+ * inv_freq[i] (one float product), then cosf/sinf of it. cos_sin: [half_dim][2]. The
+ * forward pass computes this once per position and reuses it for every layer and head. */
 void kern_rope_angles(float *cos_sin, const float *inv_freq, int half_dim, int pos);
 /* x[i] += y[i]. */
 void kern_add(float *x, const float *y, int n);
