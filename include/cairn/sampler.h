@@ -147,10 +147,12 @@ int cairn_sampler_set_prompt(cairn_sampler_t *s, const int32_t *tokens, size_t n
  * the controls, so nothing can be sampled), CAIRN_ESTATE (the sequence has finished).
  * Never allocates.
  *
- * Cost: O(V) for the bias/penalty-free scan and softmax normalizer, plus O(distinct
- * tokens) for the penalties, plus for top-k an O(V) selection and O(k log k) sort, and
- * for top-p (without top-k) O(V) selection rounds of 64, 256, 1024, ... candidates until
- * the nucleus is covered, each sorted: O(V + m log m) for a nucleus of m tokens.
+ * Cost (V = vocab_size): two or three O(V) passes (sanitize/argmax, the softmax
+ * normalizer with one expf per id, the draw), plus O(distinct tokens) for the penalties,
+ * plus for top-k one O(V) heap pass and an O(k log k) sort, and for top-p without top-k
+ * an O(V) histogram of the mass in 1/64-nat bins after which only the ids of the bin
+ * where the cut falls are selected and sorted (O(b log b) for b ids in that bin). About
+ * 0.5 ms for top-k and 1-5 ms otherwise at V = 151936 on one core.
  */
 int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out);
 

@@ -13,13 +13,16 @@
  *
  * Probabilities. Weights are w_i = expf((l_i - l_max) / T) in float; normalizers and
  * cumulative sums are double, summed in a fixed order (id order for the full vocabulary,
- * best-first order for a truncated candidate list). Nothing is multithreaded.
+ * bin by bin then best first for the top-p cut, list order for a candidate list).
+ * Nothing is multithreaded.
  *
- * Truncation without a full sort. top-k quickselects the k best ids (O(V)) and heapsorts
- * only those. top-p without top-k grows a sorted best-first prefix in rounds of 64, 256,
- * 1024, ... ids (each round a quickselect over the unsorted rest and a heapsort of the
- * new block) until its mass reaches p, so a peaked distribution costs O(V) and only a
- * flat one approaches a full sort. min-p is a threshold on w_i (= p_i / p_max), which
+ * Truncation without a full sort. top-k keeps a k-heap in one sequential pass over the
+ * logits (most ids cost one comparison) and heapsorts only the k winners. top-p without
+ * top-k first histograms the mass by distance below the best logit in 1/64-nat bins:
+ * the bins before the one where the mass reaches p are wholly inside the nucleus, so only
+ * the boundary bin (plus one of margin) is ordered, by growing a sorted best-first prefix
+ * in rounds of 64, 256, 1024, ... ids (quickselect over the rest, heapsort of the new
+ * block) until the mass is reached. min-p is a threshold on w_i (= p_i / p_max), which
  * truncation and renormalisation leave unchanged, so it needs no sort.
  *
  * Counts. The penalties need, per token, "appeared in the prompt" and "times generated".
@@ -538,6 +541,79 @@ static void extend_sorted(const float *l, int32_t *idx, size_t n, size_t done, s
     sort_best_first(l, idx + done, m - done);
 }
 
+/*
+ * out[0..k) = the k best ids of [0, V), sorted best first. One sequential pass keeps a
+ * heap of the k best seen so far with the worst at the root, so most ids cost a single
+ * comparison: O(V + k log k) for typical logits, O(V log k) at worst.
+ */
+static void top_k_sorted(const float *l, size_t V, size_t k, int32_t *out)
+{
+    for (size_t i = 0; i < k; i++)
+        out[i] = (int32_t)i;
+    for (size_t i = k / 2; i-- > 0;)
+        sift_down(l, out, i, k);
+    for (size_t i = k; i < V; i++) {
+        if (better(l, (int32_t)i, out[0])) {
+            out[0] = (int32_t)i;
+            sift_down(l, out, 0, k);
+        }
+    }
+    sort_best_first(l, out, k);
+}
+
+/*
+ * top-p without top-k. Computes the normalizer *z over all V ids and a histogram of the
+ * mass by distance below the best logit, (l_max - l) / T, in bins of 1/64 nat (the last
+ * bin takes everything beyond 64 nats, weight < 1e-27). Let b be the first bin at which
+ * the running mass reaches p * z. Every id in a bin before b is certainly in the nucleus
+ * (their mass is below p * z and they beat everything after them): they go to
+ * idx[0..*n_sure) in id order, their mass (the sum of their bins) to *sure_mass. Bin b
+ * and one more bin of margin (bin sums and the sorted cumulative sum may round apart) go
+ * to idx[*n_sure..return), where the caller sorts just enough of them to find the exact
+ * cut. Three O(V) passes (one with expf); only the boundary bins are ever sorted.
+ */
+enum { NUCLEUS_BINS = 4096, NUCLEUS_BINS_PER_NAT = 64 };
+
+static inline int nucleus_bin(float x)   /* x = (l - lmax) / T <= 0 */
+{
+    float d = -x * (float)NUCLEUS_BINS_PER_NAT;
+    return d < (float)(NUCLEUS_BINS - 1) ? (int)d : NUCLEUS_BINS - 1;
+}
+
+static size_t nucleus_candidates(const float *l, size_t V, float lmax, float T, float top_p,
+                                 int32_t *idx, double *z_out, size_t *n_sure,
+                                 double *sure_mass)
+{
+    double mass[NUCLEUS_BINS] = { 0 };   /* 32 KiB of stack */
+    double z = 0.0;
+    for (size_t i = 0; i < V; i++) {
+        float x = (l[i] - lmax) / T;
+        float w = expf(x);
+        z += w;
+        mass[nucleus_bin(x)] += w;
+    }
+    const double target = (double)top_p * z;
+    double cum = 0.0;
+    int b = 0;
+    while (b < NUCLEUS_BINS - 1 && cum + mass[b] < target)
+        cum += mass[b++];
+    int last = b < NUCLEUS_BINS - 1 ? b + 1 : b;
+    size_t ns = 0;
+    for (size_t i = 0; i < V; i++)
+        if (nucleus_bin((l[i] - lmax) / T) < b)
+            idx[ns++] = (int32_t)i;
+    size_t n = ns;
+    for (size_t i = 0; i < V; i++) {
+        int bin = nucleus_bin((l[i] - lmax) / T);
+        if (bin >= b && bin <= last)
+            idx[n++] = (int32_t)i;
+    }
+    *z_out = z;
+    *n_sure = ns;
+    *sure_mass = cum;   /* the bins before b, summed bin by bin */
+    return n;
+}
+
 int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out)
 {
     if (!s || !logits || !token_out)
@@ -575,36 +651,35 @@ int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out)
     size_t n = V;
 
     if (s->top_k || s->top_p < 1.0f) {
-        for (size_t i = 0; i < V; i++)
-            s->idx[i] = (int32_t)i;
         cand = s->idx;
-        double z = 0.0;
+        double z = 0.0, cum = 0.0;
+        size_t sorted_from = 0;   /* idx[sorted_from..n) are to be ordered best first */
         if (s->top_k) {
             n = (size_t)s->top_k;
-            extend_sorted(logits, s->idx, V, 0, n);
+            top_k_sorted(logits, V, n, s->idx);
             for (size_t i = 0; i < n; i++)
                 z += weight(logits[s->idx[i]], lmax, T);
         } else {
-            for (size_t i = 0; i < V; i++)
-                z += weight(logits[i], lmax, T);
+            n = nucleus_candidates(logits, V, lmax, T, s->top_p, s->idx, &z, &sorted_from, &cum);
         }
         if (s->top_p < 1.0f) {
             /* Keep the shortest best-first prefix whose mass reaches top_p (HF/vLLM:
-             * drop a token when the mass of everything better is already >= top_p). */
+             * drop a token when the mass of everything better is already >= top_p).
+             * The ids before sorted_from are all inside; order the rest lazily in
+             * blocks of 64, 256, 1024, ... until the mass is reached. */
             const double target = (double)s->top_p * z;
-            const size_t avail = n;
-            size_t done = s->top_k ? n : 0, i = 0;
-            double cum = 0.0;
-            n = avail;
+            int32_t *rest = s->idx + sorted_from;
+            const size_t avail = n - sorted_from;
+            size_t done = s->top_k ? avail : 0, i = 0;
             for (size_t block = 64; i < avail; block *= 4) {
                 if (!s->top_k) {
-                    extend_sorted(logits, s->idx, V, done, done + block);
-                    done = done + block < V ? done + block : V;
+                    extend_sorted(logits, rest, avail, done, done + block);
+                    done = done + block < avail ? done + block : avail;
                 }
                 for (; i < done; i++) {
-                    cum += weight(logits[s->idx[i]], lmax, T);
+                    cum += weight(logits[rest[i]], lmax, T);
                     if (cum >= target) {
-                        n = i + 1;
+                        n = sorted_from + i + 1;
                         goto nucleus_done;
                     }
                 }
@@ -612,10 +687,11 @@ int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out)
         nucleus_done:;
         }
         if (s->min_p > 0.0f) {
-            /* Sorted best first, so the tokens under the threshold are a suffix. */
-            size_t keep = 1;
-            while (keep < n && weight(logits[cand[keep]], lmax, T) >= s->min_p)
-                keep++;
+            /* p_i / p_max >= min_p; the best id (weight 1) always stays. Order kept. */
+            size_t keep = 0;
+            for (size_t i = 0; i < n; i++)
+                if (weight(logits[s->idx[i]], lmax, T) >= s->min_p)
+                    s->idx[keep++] = s->idx[i];
             n = keep;
         }
     }

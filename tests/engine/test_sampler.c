@@ -281,16 +281,17 @@ static void test_top_p_exact_boundaries(void **state)
 }
 
 /*
- * top-p over 3000 shuffled, slowly decaying logits: the nucleus needs several selection
- * rounds (64, 256, 1024, ...). Every sample must be inside the brute-force nucleus and
- * the nucleus' last token must be reachable.
+ * top-p over 3000 shuffled logits decaying with rank, checked against a brute-force
+ * nucleus. decay 0.002: the nucleus spans many 1/64-nat bins (the "certainly inside"
+ * path); decay 1e-5: nearly flat, all in the boundary bins, which are ordered in several
+ * selection rounds (64, 256, 1024, ...). Every sample must be inside the nucleus and the
+ * ranks next to the cut must be reached.
  */
-static void test_top_p_incremental_selection(void **state)
+static void check_top_p_large(float decay, float top_p, uint64_t seed)
 {
-    (void)state;
     enum { V = 3000 };
     static float l[V];
-    static int32_t rank_to_id[V];
+    static int32_t rank_to_id[V], id_to_rank[V];
     for (int i = 0; i < V; i++)
         rank_to_id[i] = i;
     uint32_t x = 99;
@@ -300,9 +301,10 @@ static void test_top_p_incremental_selection(void **state)
         rank_to_id[i] = rank_to_id[j];
         rank_to_id[j] = t;
     }
-    for (int r = 0; r < V; r++)
-        l[rank_to_id[r]] = -0.002f * (float)r;
-    const float top_p = 0.6f;
+    for (int r = 0; r < V; r++) {
+        l[rank_to_id[r]] = -decay * (float)r;
+        id_to_rank[rank_to_id[r]] = r;
+    }
     double z = 0.0;
     for (int i = 0; i < V; i++)
         z += expf(l[i] - l[rank_to_id[0]]);
@@ -310,25 +312,35 @@ static void test_top_p_incremental_selection(void **state)
     double cum = 0.0;
     while (cum < (double)top_p * z)
         cum += expf(l[rank_to_id[nucleus++]] - l[rank_to_id[0]]);
-    assert_true(nucleus > 300 && nucleus < 1500);
-    /* Keep the boundary well clear of rounding: the cut is not within 1e-6 of a step. */
+    assert_true(nucleus > 300 && nucleus < V);
+    /* Keep the cut well clear of rounding differences in the summation order. */
     assert_true(cum - (double)top_p * z > 1e-6 * z);
+    assert_true((double)top_p * z - (cum - expf(l[rank_to_id[nucleus - 1]])) > 1e-6 * z);
 
     cairn_sampling_params_t p;
     cairn_sampling_params_init(&p);
     p.has_seed = true;
-    p.seed = 11;
+    p.seed = seed;
     p.top_p = top_p;
     cairn_sampler_t *s = make(&p, V);
-    float boundary = l[rank_to_id[nucleus - 1]];
-    int at_boundary = 0;
+    int max_rank = 0;
     for (int i = 0; i < 10000; i++) {
-        int32_t t = draw(s, l, V);
-        assert_true(l[t] >= boundary);
-        at_boundary += l[t] == boundary;
+        int r = id_to_rank[draw(s, l, V)];
+        if (r >= nucleus)
+            fail_msg("decay %g: rank %d sampled, nucleus has %d", decay, r, nucleus);
+        if (r > max_rank)
+            max_rank = r;
     }
-    assert_true(at_boundary > 0);
+    assert_true(max_rank >= nucleus - 1 - nucleus / 20);
     cairn_sampler_destroy(s);
+}
+
+static void test_top_p_large(void **state)
+{
+    (void)state;
+    check_top_p_large(0.002f, 0.6f, 11);
+    check_top_p_large(1e-5f, 0.6f, 12);
+    check_top_p_large(1e-5f, 0.93f, 13);
 }
 
 static void test_min_p(void **state)
@@ -1020,7 +1032,7 @@ int main(void)
         cmocka_unit_test(test_top_k),
         cmocka_unit_test(test_top_k_large_vocab),
         cmocka_unit_test(test_top_p_exact_boundaries),
-        cmocka_unit_test(test_top_p_incremental_selection),
+        cmocka_unit_test(test_top_p_large),
         cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties_arithmetic),
         cmocka_unit_test(test_penalty_table_growth),
