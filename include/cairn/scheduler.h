@@ -1,0 +1,130 @@
+/*
+ * cairn/scheduler.h — continuous batching of generation requests over one engine.
+ *
+ * Model. A scheduler owns an engine thread. Callers (HTTP threads, the CLI) submit
+ * requests — already-tokenized prompts with sampling controls and a tenant salt — from
+ * any thread; the engine thread admits them, restores cached prefixes, and runs steps that
+ * mix the decode tokens of running requests with prefill chunks of new ones under a token
+ * budget per step, so a long prefill never stalls the others' decoding for more than one
+ * chunk. All sequences share one paged pool: admission happens when there are blocks;
+ * when the pool runs out mid-flight the newest request is preempted (all its blocks
+ * released, requeued for recompute, which its cached blocks make cheap). A request that
+ * shares a prefix with a request being prefilled waits for those blocks instead of
+ * computing them twice.
+ *
+ * Events. Each request reports through its callback, ON THE ENGINE THREAD, in order:
+ * zero or more CAIRN_REQ_EVENT_DELTA events (text safe to emit, after stop-string
+ * holding), then exactly one CAIRN_REQ_EVENT_DONE or CAIRN_REQ_EVENT_ERROR. The callback
+ * must not block and must not call back into the scheduler except cairn_sched_cancel.
+ * After the final event the scheduler never touches the request's user pointer again.
+ *
+ * Thread-safety: submit, cancel, stats and shutdown may be called from any thread.
+ */
+#ifndef CAIRN_SCHEDULER_H
+#define CAIRN_SCHEDULER_H
+
+#include "cairn/common.h"
+#include "cairn/engine.h"
+#include "cairn/sampler.h"
+#include "cairn/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cairn_sched cairn_sched_t;
+
+typedef struct {
+    int step_tokens;      /* token budget per engine step (decode rows + prefill chunk rows); default 512 */
+    int prefill_chunk;    /* max prompt tokens of one request per step; default 256 */
+    int max_running;      /* requests decoding at once; default 16 */
+    int max_queued;       /* waiting requests before submit returns CAIRN_EBUSY (HTTP 429); default 64 */
+} cairn_sched_options_t;
+
+void cairn_sched_options_default(cairn_sched_options_t *o);
+
+/*
+ * Creates a scheduler over an engine (paged path) and the model's tokenizer, and starts its
+ * engine thread. Both must outlive the scheduler; the scheduler is the only user of the
+ * engine while it runs. Errors: CAIRN_EINVAL, CAIRN_ENOMEM, CAIRN_EIO (thread creation).
+ */
+int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+                       const cairn_sched_options_t *opt, cairn_sched_t **out);
+
+/*
+ * Stops accepting requests, lets running ones finish until deadline_ms has passed, then
+ * cancels the rest (their final event is ERROR with CAIRN_ECANCELED), joins the engine
+ * thread and frees everything. NULL is a no-op.
+ */
+void cairn_sched_destroy(cairn_sched_t *s, int deadline_ms);
+
+typedef enum {
+    CAIRN_REQ_EVENT_DELTA = 0, /* new text (and the tokens that produced it) */
+    CAIRN_REQ_EVENT_DONE = 1,  /* finished; finish reason and usage are final */
+    CAIRN_REQ_EVENT_ERROR = 2, /* failed or canceled; status and message set */
+} cairn_req_event_kind_t;
+
+typedef struct {
+    int prompt_tokens;      /* tokens of the prompt */
+    int cached_tokens;      /* prompt tokens served from the hot prefix cache (caller's domain) */
+    int restored_tokens;    /* prompt tokens restored from the cold tier */
+    int completion_tokens;  /* tokens generated */
+    int preemptions;        /* times this request was preempted and recomputed */
+    double queue_ms;        /* submit -> admission */
+    double ttft_ms;         /* submit -> first generated token */
+    double decode_tps;      /* generated tokens / decode wall time */
+    const char *miss_reason;/* why the prompt was not fully cached: "none", "cold", "partial", "evicted", ... */
+} cairn_req_usage_t;
+
+typedef struct {
+    cairn_req_event_kind_t kind;
+    int index;                   /* choice index (0 unless n > 1) */
+    const char *text;            /* DELTA: bytes safe to emit (not NUL-terminated) */
+    size_t text_len;
+    const int32_t *tokens;       /* DELTA: tokens accepted since the last delta */
+    int n_tokens;
+    cairn_finish_reason_t finish;/* DONE: why it stopped */
+    const cairn_req_usage_t *usage; /* DONE/ERROR: usage so far */
+    int status;                  /* ERROR: a CAIRN_E* code */
+    const char *message;         /* ERROR: a one-line message */
+} cairn_req_event_t;
+
+typedef void (*cairn_req_event_fn)(void *user, const cairn_req_event_t *ev);
+
+typedef struct {
+    const int32_t *prompt;        /* [n_prompt] token ids, copied at submit */
+    int n_prompt;
+    const char *cache_salt;       /* tenant domain salt (NULL: shared default), copied */
+    cairn_sampling_params_t sampling; /* copied (stop strings included) */
+    int n;                        /* choices (forked sequences); default 1 */
+    cairn_req_event_fn on_event;
+    void *user;
+} cairn_req_params_t;
+
+/*
+ * Queues a request. *id receives an id for cairn_sched_cancel. Errors: CAIRN_EINVAL (bad
+ * params; message in err), CAIRN_ERANGE (prompt + max_tokens cannot fit the context, or the
+ * prompt cannot fit the pool even alone), CAIRN_EBUSY (queue full), CAIRN_ESTATE (shutting
+ * down), CAIRN_ENOMEM. On error no event is ever delivered.
+ */
+int cairn_sched_submit(cairn_sched_t *s, const cairn_req_params_t *p, uint64_t *id,
+                       char *err, size_t err_len);
+
+/* Cancels a request (client disconnect): its blocks are freed and its final event is
+ * ERROR/CAIRN_ECANCELED, delivered on the engine thread. Unknown or finished ids: no-op. */
+void cairn_sched_cancel(cairn_sched_t *s, uint64_t id);
+
+typedef struct {
+    uint64_t requests_submitted, requests_done, requests_failed, requests_canceled;
+    uint64_t prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
+    uint64_t preemptions, steps;
+    int queued, running;
+    uint64_t pool_blocks_total, pool_blocks_used, pool_blocks_cached;
+} cairn_sched_stats_t;
+
+void cairn_sched_stats(cairn_sched_t *s, cairn_sched_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
