@@ -266,6 +266,8 @@ static int iter_items(rctx *R, const tnode *n, tval v, const tval **items, size_
 
 /* ---- Forward declarations ------------------------------------------------------------- */
 
+static int step(rctx *R, const tnode *n);
+
 static int eval(rctx *R, frame *f, const tnode *n, tval *out);
 static int exec_body(rctx *R, frame *f, const tnodes *body);
 static int apply_filter(rctx *R, frame *f, const tnode *n, const char *name, size_t name_n,
@@ -947,37 +949,103 @@ static tval strip(tval s, tval chars, bool left, bool right)
     return tv_str(s.u.s.p + a, b - a);
 }
 
-static char up(char c) { return c >= 'a' && c <= 'z' ? (char)(c - 32) : c; }
-static char low(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
+/*
+ * Simple case mapping of Python's str.upper()/lower() for ASCII, Latin-1, Latin
+ * Extended-A, Greek and Cyrillic (the mappings that keep one code point); other code
+ * points are left unchanged. 'ß'.upper() is "SS", as in Python.
+ */
+static uint32_t cp_upper(uint32_t c)
+{
+    if (c >= 'a' && c <= 'z') return c - 32;
+    if (c < 0x80) return c;
+    if (c == 0xB5) return 0x39C;
+    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 0x20;
+    if (c == 0xFF) return 0x178;
+    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177))
+        return c & ~1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
+        return (c & 1) ? c : c - 1;
+    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
+    if (c == 0x3C2) return 0x3A3;
+    if (c == 0x3AC) return 0x386;
+    if (c >= 0x3AD && c <= 0x3AF) return c - 0x25;
+    if (c == 0x3CC) return 0x38C;
+    if (c == 0x3CD || c == 0x3CE) return c - 0x3F;
+    if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+    if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+    return c;
+}
 
-/* upper/lower/capitalize/title on ASCII letters; other bytes are copied unchanged. */
+static uint32_t cp_lower(uint32_t c)
+{
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    if (c < 0x80) return c;
+    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
+    if (c == 0x178) return 0xFF;
+    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177))
+        return c | 1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
+        return (c & 1) ? c + 1 : c;
+    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
+    if (c == 0x386) return 0x3AC;
+    if (c >= 0x388 && c <= 0x38A) return c + 0x25;
+    if (c == 0x38C) return 0x3CC;
+    if (c == 0x38E || c == 0x38F) return c + 0x3F;
+    if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+    if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+    return c;
+}
+
+static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c >= 0x80; }
+
+static size_t put_cp(char *o, uint32_t cp, uint32_t orig, const char *src, size_t len)
+{
+    if (cp == orig) {
+        memcpy(o, src, len);
+        return len;
+    }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    o[0] = (char)(0xC0 | (cp >> 6)); /* every mapped code point is below U+0800 */
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* upper/lower/capitalize/title; the result is at most twice as long (ß -> SS). */
 enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_JINJA, CASE_TITLE_PY };
 static int change_case(rctx *R, const tnode *n, tval s, int mode, tval *out)
 {
-    char *p = tarena_alloc(R->a, s.u.s.n + 1);
+    char *p = tarena_alloc(R->a, s.u.s.n * 2 + 1);
     if (!p)
         return rcheck(R, n, CAIRN_ENOMEM);
     bool word_start = true;
-    for (size_t i = 0; i < s.u.s.n; i++) {
-        char c = s.u.s.p[i];
+    size_t k = 0, l;
+    for (size_t i = 0; i < s.u.s.n; i += l) {
+        uint32_t c = cp_at(s.u.s.p, s.u.s.n, i, &l);
+        bool to_up;
         switch (mode) {
-        case CASE_UPPER: p[i] = up(c); break;
-        case CASE_LOWER: p[i] = low(c); break;
-        case CASE_CAPITALIZE: p[i] = i == 0 ? up(c) : low(c); break;
+        case CASE_UPPER: to_up = true; break;
+        case CASE_LOWER: to_up = false; break;
+        case CASE_CAPITALIZE: to_up = i == 0; break;
         case CASE_TITLE_JINJA:
             /* jinja2 do_title: words start after runs of '-', whitespace, ( { [ < */
-            p[i] = word_start ? up(c) : low(c);
-            word_start = c == '-' || c == ' ' || (c >= 9 && c <= 13) || c == '(' || c == '{' ||
-                         c == '[' || c == '<';
+            to_up = word_start;
+            word_start = c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<';
             break;
-        default: { /* str.title: a letter after a non-letter starts a word */
-            bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || ((unsigned char)c >= 0x80);
-            p[i] = word_start ? up(c) : low(c);
-            word_start = !alpha;
+        default: /* str.title: a cased letter after an uncased character starts a word */
+            to_up = word_start;
+            word_start = !cp_cased(c);
         }
+        if (to_up && c == 0xDF) {
+            p[k++] = 'S';
+            p[k++] = 'S';
+            continue;
         }
+        k += put_cp(p + k, to_up ? cp_upper(c) : cp_lower(c), c, s.u.s.p + i, l);
     }
-    *out = tv_str(p, s.u.s.n);
+    *out = tv_str(p, k);
     return 0;
 }
 
@@ -1065,10 +1133,7 @@ static int str_split(rctx *R, const tnode *n, tval str, tval sep, int64_t maxspl
                     break;
             }
             if (maxsplit >= 0 && splits >= maxsplit) {
-                size_t b = len;
-                while (ws && b > i && py_space(cp_at(s, len, cp_back(s, b), &l)))
-                    b = cp_back(s, b);
-                rc = part_push(R, n, &p, s + i, b - i);
+                rc = part_push(R, n, &p, s + i, len - i); /* the rest, as is */
                 break;
             }
             size_t a = i;
@@ -1099,10 +1164,7 @@ static int str_split(rctx *R, const tnode *n, tval str, tval sep, int64_t maxspl
                     break;
             }
             if (maxsplit >= 0 && splits >= maxsplit) {
-                size_t a = 0;
-                while (ws && a < i && py_space(cp_at(s, len, a, &l)))
-                    a += l;
-                rc = part_push(R, n, &p, s + a, i - a);
+                rc = part_push(R, n, &p, s, i);
                 break;
             }
             size_t b = i;
@@ -1559,6 +1621,72 @@ static int filter_seq(rctx *R, frame *f, const tnode *n, const char *name, size_
     return 0;
 }
 
+/* Sort key of an item: lowercased when it is a string and the sort is case-insensitive. */
+static int sort_key(rctx *R, const tnode *n, tval v, bool case_sensitive, tval *out)
+{
+    if (v.t == TV_STR && !case_sensitive)
+        return change_case(R, n, v, CASE_LOWER, out);
+    *out = v;
+    return 0;
+}
+
+/* dictsort(case_sensitive=False, by='key', reverse=False) and
+ * sort(reverse=False, case_sensitive=False, attribute=None): stable, as Python's sorted. */
+static int filter_sort(rctx *R, const tnode *n, bool dict, tval in, const targs *a, tval *out)
+{
+    tval cs = tv_bool(false), rev = tv_bool(false), by = tv_str("key", 3), attr = tv_none();
+    int rc;
+    if (dict) {
+        arg(a, 0, "case_sensitive", &cs);
+        arg(a, 1, "by", &by);
+        arg(a, 2, "reverse", &rev);
+        if (in.t != TV_DICT)
+            return rfail(R, n, CAIRN_ETEMPLATE, "dictsort expects a mapping");
+        if (!(by.t == TV_STR && (by.u.s.n == 3 || by.u.s.n == 5)))
+            return rfail(R, n, CAIRN_ETEMPLATE, "You can only sort by either \"key\" or \"value\"");
+        tmethod m = {.self = in, .id = M_ITEMS};
+        targs none = {0};
+        if ((rc = call_method(R, n, &m, &none, out)))
+            return rc;
+    } else {
+        const tval *items;
+        size_t cnt;
+        arg(a, 0, "reverse", &rev);
+        arg(a, 1, "case_sensitive", &cs);
+        arg(a, 2, "attribute", &attr);
+        if ((rc = iter_items(R, n, in, &items, &cnt)) || (rc = mklist(R, n, cnt, false, out)))
+            return rc;
+        if (cnt)
+            memcpy(out->u.l->v, items, cnt * sizeof(tval));
+    }
+    tlist *l = out->u.l;
+    tval *keys = l->n ? tarena_alloc(R->a, l->n * sizeof(tval)) : NULL;
+    if (l->n && !keys)
+        return rcheck(R, n, CAIRN_ENOMEM);
+    for (size_t i = 0; i < l->n; i++) {
+        tval k = l->v[i];
+        if (dict)
+            k = k.u.l->v[by.u.s.n == 3 ? 0 : 1];
+        else if (attr.t != TV_NONE && (rc = attr_path(R, n, k, attr, &k)))
+            return rc;
+        if ((rc = sort_key(R, n, k, tv_truthy(cs), &keys[i])))
+            return rc;
+    }
+    bool desc = tv_truthy(rev);
+    for (size_t i = 1; i < l->n; i++) {
+        for (size_t j = i; j > 0; j--) {
+            int cmp;
+            if ((rc = step(R, n)) || (rc = order(R, n, OP_LT, keys[j - 1], keys[j], &cmp)))
+                return rc;
+            if (desc ? cmp >= 0 : cmp <= 0)
+                break;
+            tval t = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = t;
+            t = l->v[j]; l->v[j] = l->v[j - 1]; l->v[j - 1] = t;
+        }
+    }
+    return 0;
+}
+
 static int apply_filter(rctx *R, frame *f, const tnode *n, const char *name, size_t name_n,
                         tval in, const tval *args, size_t nargs, const char *const *kwn,
                         const size_t *kwl, const tval *kwv, size_t nkw, tval *out)
@@ -1655,6 +1783,8 @@ static int apply_filter(rctx *R, frame *f, const tnode *n, const char *name, siz
     }
     if (IS("map") || IS("select") || IS("reject") || IS("selectattr") || IS("rejectattr"))
         return filter_seq(R, f, n, name, name_n, in, &a, out);
+    if (IS("dictsort") || IS("sort"))
+        return filter_sort(R, n, IS("dictsort"), in, &a, out);
     if (IS("int")) {
         tval dflt = tv_int(0);
         arg(&a, 0, "default", &dflt);
