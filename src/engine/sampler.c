@@ -647,7 +647,7 @@ int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out)
 
     const float T = s->temperature;
     const double u = rng_uniform(s->rng);
-    const int32_t *cand = NULL;  /* best-first candidate list, or NULL for all ids */
+    const int32_t *cand = NULL;  /* the candidate ids in draw order, or NULL for all ids */
     size_t n = V;
 
     if (s->top_k || s->top_p < 1.0f) {
