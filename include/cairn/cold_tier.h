@@ -225,6 +225,7 @@ typedef void *(*cairn_cold_dest_fn)(void *user, size_t i, size_t payload_size);
  * Chain restore: for i = start.. n-1 reads block i (tokens[i*block_tokens ..], parent
  * hashes[i-1] or zero for i == 0) into dest(user, i, size), and stops at the first
  * missing, invalid or declined block (a NULL destination counts a restore_decline).
+ * dest is called after block i's object is pinned, so nothing it does can evict it.
  * Prefetches the next objects with readahead hints. *restored receives the number of
  * blocks loaded after start. Errors: CAIRN_EINVAL (layout "any" or bad arguments).
  */
