@@ -16,6 +16,7 @@
  * Invariants: TK_TEXT and TK_NAME/TK_OP tokens point into the (arena-owned) source;
  * string literals are decoded into the arena. Thread-safety: pure function of its input.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,9 +247,10 @@ static int lex_number(lexer *L, size_t *pos)
     if (is_float) {
         t->f = strtod(buf, NULL);
     } else {
-        if (k > 18)
-            return fail(L, start, "integer literal too large");
+        errno = 0;
         t->i = strtoll(buf, NULL, 10);
+        if (errno == ERANGE || k >= sizeof buf - 1)
+            return fail(L, start, "integer literal too large (Cairn's ints are 64-bit)");
     }
     *pos = i;
     return 0;
