@@ -149,10 +149,13 @@ int tok_bpe_init_tables(cairn_tokenizer_t *t)
         size_t k = tok_utf8_encode(cp, enc);
         b->char_id[cp] = (cp >= 0xD800 && cp <= 0xDFFF) ? -1 : tok_strmap_get(&b->vocab, enc, k);
     }
-    b->cache = cairn_calloc(TOK_CACHE_SLOTS, sizeof *b->cache);
-    if (!b->cache) return CAIRN_ENOMEM;
+    _Static_assert(sizeof(tok_cache_slot_t) == 64, "a cache slot is one cache line");
+    b->cache_mem = cairn_calloc(TOK_CACHE_SLOTS + 1, sizeof *b->cache);
+    if (!b->cache_mem) return CAIRN_ENOMEM;
+    b->cache = (tok_cache_slot_t *)(((uintptr_t)b->cache_mem + 63) & ~(uintptr_t)63);
     if (pthread_mutex_init(&b->cache_lock, NULL) != 0) {
-        cairn_free(b->cache);
+        cairn_free(b->cache_mem);
+        b->cache_mem = NULL;
         b->cache = NULL;
         return CAIRN_ENOMEM;
     }
@@ -163,9 +166,10 @@ void tok_bpe_fini(tok_bpe_t *b)
 {
     tok_strmap_free(&b->vocab);
     tok_mergemap_free(&b->merges);
-    if (b->cache) {
+    if (b->cache_mem) {
         pthread_mutex_destroy(&b->cache_lock);
-        cairn_free(b->cache);
+        cairn_free(b->cache_mem);
+        b->cache_mem = NULL;
         b->cache = NULL;
     }
 }
@@ -257,11 +261,11 @@ int tok_bpe_encode_word(const cairn_tokenizer_t *t, const char *w, size_t n, tok
     tok_cache_slot_t *slot = NULL;
     if (n <= TOK_CACHE_WORD) {
         h = tok_hash(w, n);
-        slot = &b->cache[h & (TOK_CACHE_SLOTS - 1)];
+        slot = &b->cache[(h >> 32) & (TOK_CACHE_SLOTS - 1)];
         int32_t ids[TOK_CACHE_IDS];
         size_t nids = 0;
         pthread_mutex_lock(&b->cache_lock);
-        bool hit = slot->wlen == n && slot->hash == h && memcmp(slot->word, w, n) == 0;
+        bool hit = slot->wlen == n && slot->hash == (uint32_t)h && memcmp(slot->word, w, n) == 0;
         if (hit) {
             nids = slot->nids;
             memcpy(ids, slot->ids, nids * sizeof ids[0]);
@@ -315,7 +319,7 @@ int tok_bpe_encode_word(const cairn_tokenizer_t *t, const char *w, size_t n, tok
     size_t nids = out->len - first;
     if (slot && nids <= TOK_CACHE_IDS) {
         pthread_mutex_lock(&b->cache_lock);
-        slot->hash = h;
+        slot->hash = (uint32_t)h;
         slot->wlen = (uint8_t)n;
         slot->nids = (uint8_t)nids;
         memcpy(slot->word, w, n);

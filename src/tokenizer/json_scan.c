@@ -175,7 +175,7 @@ static int skip_value(scan_t *s, int depth)
 }
 
 int tok_json_members(const char *json, size_t len, const char *const *names, size_t n,
-                     size_t *voff, size_t *vlen)
+                     size_t *voff, size_t *vlen, tok_json_hook_fn hook, void *user, size_t *end)
 {
     scan_t s = {json, json + len};
     tok_buf_t scratch = {0};
@@ -185,31 +185,41 @@ int tok_json_members(const char *json, size_t len, const char *const *names, siz
     if (s.p >= s.end || *s.p != '{') goto done;
     s.p++;
     skip_ws(&s);
-    if (s.p < s.end && *s.p == '}') { rc = 0; goto done; }
+    if (s.p < s.end && *s.p == '}') { s.p++; rc = 0; goto done; }
     for (;;) {
         const char *k;
-        size_t kn;
+        size_t kn, which = n;
         skip_ws(&s);
         if ((rc = scan_string(&s, &scratch, &k, &kn))) goto done;
         skip_ws(&s);
         if (s.p >= s.end || *s.p != ':') { rc = CAIRN_EFORMAT; goto done; }
         s.p++;
         skip_ws(&s);
+        for (size_t i = 0; i < n; i++)
+            if (strlen(names[i]) == kn && memcmp(k, names[i], kn) == 0) which = i;
         const char *vstart = s.p;
-        if ((rc = skip_value(&s, 0))) goto done;
-        for (size_t i = 0; i < n; i++) {
-            if (strlen(names[i]) == kn && memcmp(k, names[i], kn) == 0) {
-                voff[i] = (size_t)(vstart - json);
-                vlen[i] = (size_t)(s.p - vstart);
-            }
+        rc = 1;
+        if (which < n && hook) {
+            size_t vend = 0;
+            rc = hook(user, which, json, len, (size_t)(vstart - json), &vend);
+            if (rc < 0) goto done;
+            if (rc == 0) s.p = json + vend;
+        }
+        if (rc == 1 && (rc = skip_value(&s, 0))) goto done;
+        if (which < n) {
+            voff[which] = (size_t)(vstart - json);
+            vlen[which] = (size_t)(s.p - vstart);
         }
         skip_ws(&s);
         if (s.p >= s.end) { rc = CAIRN_EFORMAT; goto done; }
         if (*s.p == ',') { s.p++; continue; }
-        rc = *s.p == '}' ? 0 : CAIRN_EFORMAT;
+        if (*s.p != '}') { rc = CAIRN_EFORMAT; goto done; }
+        s.p++;
+        rc = 0;
         goto done;
     }
 done:
+    if (end) *end = (size_t)(s.p - json);
     cairn_free(scratch.p);
     return rc;
 }
@@ -233,8 +243,8 @@ static int scan_int(scan_t *s, long *out)
 /* Largest id accepted in a vocab: bounds memory for hostile files. */
 #define TOK_MAX_ID (1 << 24)
 
-int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, char *err,
-                        size_t errlen)
+int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, size_t *used,
+                        char *err, size_t errlen)
 {
     scan_t s = {json, json + len};
     tok_buf_t scratch = {0};
@@ -254,6 +264,7 @@ int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, char
         const char *k;
         size_t kn;
         long id;
+        if (arena_len + 1 > len) { rc = CAIRN_EFORMAT; goto bad; }
         skip_ws(&s);
         if ((rc = scan_string(&s, &scratch, &k, &kn))) goto bad;
         skip_ws(&s);
@@ -290,10 +301,11 @@ int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, char
         skip_ws(&s);
         if (s.p >= s.end) { rc = CAIRN_EFORMAT; goto bad; }
         if (*s.p == ',') { s.p++; continue; }
-        if (*s.p == '}') break;
+        if (*s.p == '}') { s.p++; break; }
         rc = CAIRN_EFORMAT;
         goto bad;
     }
+    *used = (size_t)(s.p - json);
 
     size_t n_ids = (size_t)(max_id + 1);
     if (n_ids > t->n_ids) {
@@ -340,8 +352,8 @@ static int merge_part(cairn_tokenizer_t *t, const char *s, size_t n, uint32_t *i
     return 0;
 }
 
-int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, char *err,
-                         size_t errlen)
+int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, size_t *used,
+                         char *err, size_t errlen)
 {
     scan_t s = {json, json + len};
     tok_buf_t scratch = {0}, scratch2 = {0}, cat = {0};
@@ -361,6 +373,7 @@ int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, cha
     if (s.p < s.end && *s.p == ']') s.p++;
     else for (;;) {
         const char *a, *b;
+        if (t->bpe.merges.count > (1u << 26)) { rc = CAIRN_EFORMAT; goto bad; }
         size_t an, bn;
         skip_ws(&s);
         if (s.p >= s.end) { rc = CAIRN_EFORMAT; goto bad; }
@@ -403,10 +416,11 @@ int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, cha
         skip_ws(&s);
         if (s.p >= s.end) { rc = CAIRN_EFORMAT; goto bad; }
         if (*s.p == ',') { s.p++; continue; }
-        if (*s.p == ']') break;
+        if (*s.p == ']') { s.p++; break; }
         rc = CAIRN_EFORMAT;
         goto bad;
     }
+    *used = (size_t)(s.p - json);
     rc = 0;
     goto done;
 bad:

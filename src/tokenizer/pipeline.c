@@ -259,47 +259,6 @@ static int next_match(matcher_t *m, const pcre2_code *re, const char *subj, size
     return 0;
 }
 
-typedef struct { size_t s, e; bool m; } piece_t;
-typedef struct { piece_t *p; size_t len, cap; } pieces_t;
-
-static int pieces_push(pieces_t *v, size_t s, size_t e, bool m)
-{
-    if (v->len == v->cap) {
-        size_t nc = v->cap ? v->cap * 2 : 64;
-        piece_t *p = cairn_realloc(v->p, nc * sizeof *p);
-        if (!p) return CAIRN_ENOMEM;
-        v->p = p;
-        v->cap = nc;
-    }
-    v->p[v->len++] = (piece_t){s, e, m};
-    return 0;
-}
-
-/* Divides subj into alternating gaps and matches of a regex or literal (is_match set). */
-static int find_pieces(matcher_t *m, const pcre2_code *re, const char *lit, size_t litn,
-                       const char *subj, size_t n, pieces_t *out)
-{
-    size_t pos = 0, ms = 0, me = 0;
-    out->len = 0;
-    for (;;) {
-        int rc;
-        if (re) {
-            rc = next_match(m, re, subj, n, pos, &ms, &me);
-            if (rc < 0) return rc;
-        } else {
-            const char *f = litn && pos < n ? memmem(subj + pos, n - pos, lit, litn) : NULL;
-            rc = f != NULL;
-            if (f) { ms = (size_t)(f - subj); me = ms + litn; }
-        }
-        if (rc == 0) break;
-        if (ms > pos && pieces_push(out, pos, ms, false)) return CAIRN_ENOMEM;
-        if (pieces_push(out, ms, me, true)) return CAIRN_ENOMEM;
-        pos = me;
-    }
-    if (pos < n && pieces_push(out, pos, n, false)) return CAIRN_ENOMEM;
-    return 0;
-}
-
 /* ---- normalizers ---------------------------------------------------------------- */
 
 static int nf_chunk(tok_norm_kind_t kind, const char *s, size_t n, tok_buf_t *out)
@@ -405,15 +364,17 @@ int tok_normalize(const cairn_tokenizer_t *t, const char *s, size_t n, tok_buf_t
 {
     tok_buf_t cur = {0};
     int rc = 0;
-    if ((rc = tok_buf_append(&cur, s, n))) goto fail;
     for (size_t i = 0; i < t->n_norms; i++) {
         tok_buf_t next = {0};
-        rc = norm_one(&t->norms[i], cur.p, cur.len, &next);
-        if (!rc && !next.p) rc = tok_buf_append(&next, "", 0);
+        const char *src = i ? cur.p : s;
+        size_t srcn = i ? cur.len : n;
+        rc = tok_buf_reserve(&next, srcn + srcn / 8 + 16);
+        if (!rc) rc = norm_one(&t->norms[i], src, srcn, &next);
         cairn_free(cur.p);
         cur = next;
         if (rc) goto fail;
     }
+    if (!t->n_norms && (rc = tok_buf_append(&cur, s, n))) goto fail;
     cairn_free(out->p);
     *out = cur;
     return 0;
@@ -483,71 +444,108 @@ int tok_split_added(const cairn_tokenizer_t *t, int cls, bool skip_special, cons
 
 /* ---- pre-tokenizers ------------------------------------------------------------- */
 
-/* Applies a Split to every span of buf, appending the resulting spans to out. */
-static int apply_split(matcher_t *m, const tok_pre_t *p, const char *buf, const tok_spans_t *in,
-                       tok_spans_t *out, pieces_t *pc)
+/*
+ * The pre-tokenizers run depth-first: each piece a stage produces goes straight through
+ * the later stages and into BPE before the stage looks for its next piece. Memory is
+ * then bounded by the longest piece, not by the text (a multi-megabyte encode would
+ * otherwise build arrays of millions of spans, and page faults dominate).
+ */
+typedef struct {
+    const cairn_tokenizer_t *t;
+    matcher_t m;
+    tok_buf_t *bufs;  /* two scratch buffers per stage: [2*i] input copy, [2*i+1] mapped */
+    tok_ids_t *out;
+} pretok_t;
+
+static int run_stage(pretok_t *pt, size_t stage, const char *s, size_t n);
+
+/* The Split behaviours as a left-to-right state machine with one pending piece; this is
+ * the same fold `tokenizers` applies to the full (offsets, is_match) list. */
+typedef struct {
+    pretok_t *pt;
+    size_t stage;
+    const char *s;
+    tok_split_behavior_t beh;
+    bool have, pend_m, prev_m;
+    size_t ps, pe;
+} splitter_t;
+
+static int emit(splitter_t *sp, size_t b, size_t e)
 {
-    for (size_t i = 0; i < in->len; i++) {
-        size_t off = in->p[i].off, n = in->p[i].len;
-        int rc = find_pieces(m, p->re, p->literal, p->literal_len, buf + off, n, pc);
-        if (rc) return rc;
-        if (p->invert)
-            for (size_t j = 0; j < pc->len; j++) pc->p[j].m = !pc->p[j].m;
-        /* Fold the (offsets, is_match) list as `tokenizers` does for each behaviour. */
-        size_t w = 0;
-        bool prev_match = false;
-        for (size_t j = 0; j < pc->len; j++) {
-            piece_t x = pc->p[j];
-            switch (p->behavior) {
-            case TOK_SPLIT_ISOLATED:
-                pc->p[w++] = x;
-                break;
-            case TOK_SPLIT_REMOVED:
-                if (!x.m) pc->p[w++] = x;
-                break;
-            case TOK_SPLIT_MERGED_PREV:
-                if (x.m && !prev_match && w > 0) pc->p[w - 1].e = x.e;
-                else pc->p[w++] = x;
-                break;
-            case TOK_SPLIT_CONTIGUOUS:
-                if (x.m == prev_match && w > 0) pc->p[w - 1].e = x.e;
-                else pc->p[w++] = x;
-                break;
-            case TOK_SPLIT_MERGED_NEXT:
-                pc->p[w++] = x; /* handled below, right to left */
-                break;
-            }
-            prev_match = x.m;
-        }
-        if (p->behavior == TOK_SPLIT_MERGED_NEXT) {
-            /* Right to left: a match not preceded (on its right) by a match joins the
-             * piece after it. */
-            size_t r = pc->len;
-            prev_match = false;
-            for (size_t j = pc->len; j-- > 0;) {
-                piece_t x = pc->p[j];
-                if (x.m && !prev_match && r < pc->len) pc->p[r].s = x.s;
-                else pc->p[--r] = x;
-                prev_match = x.m;
-            }
-            memmove(pc->p, pc->p + r, (pc->len - r) * sizeof *pc->p);
-            w = pc->len - r;
-        }
-        for (size_t j = 0; j < w; j++)
-            if (pc->p[j].e > pc->p[j].s && tok_spans_push(out, off + pc->p[j].s, pc->p[j].e - pc->p[j].s))
-                return CAIRN_ENOMEM;
-    }
-    return 0;
+    return e > b ? run_stage(sp->pt, sp->stage + 1, sp->s + b, e - b) : 0;
 }
 
-/* Byte-level maps src into dst (appending) and records the span. */
-static int map_bytes(const char *src, size_t n, bool prefix_space, tok_buf_t *dst,
-                     tok_spans_t *out)
+static int split_piece(splitter_t *sp, size_t b, size_t e, bool m)
 {
-    size_t off = dst->len;
-    if (tok_buf_reserve(dst, 2 * (n + 1))) return CAIRN_ENOMEM;
-    char *w = dst->p + dst->len;
-    if (prefix_space) { *w++ = (char)0xC4; *w++ = (char)0xA0; } /* U+0120 'Ġ' */
+    int rc = 0;
+    switch (sp->beh) {
+    case TOK_SPLIT_ISOLATED:
+        rc = emit(sp, b, e);
+        break;
+    case TOK_SPLIT_REMOVED:
+        if (!m) rc = emit(sp, b, e);
+        break;
+    case TOK_SPLIT_MERGED_PREV:
+    case TOK_SPLIT_CONTIGUOUS: {
+        bool join = sp->beh == TOK_SPLIT_MERGED_PREV ? (m && !sp->prev_m) : (m == sp->prev_m);
+        if (join && sp->have) {
+            sp->pe = e;
+        } else {
+            if (sp->have) rc = emit(sp, sp->ps, sp->pe);
+            sp->have = true;
+            sp->ps = b;
+            sp->pe = e;
+        }
+        break;
+    }
+    case TOK_SPLIT_MERGED_NEXT:
+        /* A match directly followed by a non-match is joined to it. */
+        if (sp->have && sp->pend_m && !m) {
+            rc = emit(sp, sp->ps, e);
+            sp->have = false;
+        } else {
+            if (sp->have) rc = emit(sp, sp->ps, sp->pe);
+            sp->have = true;
+            sp->ps = b;
+            sp->pe = e;
+            sp->pend_m = m;
+        }
+        break;
+    }
+    sp->prev_m = m;
+    return rc;
+}
+
+static int apply_split(pretok_t *pt, size_t stage, const tok_pre_t *p, const char *s, size_t n)
+{
+    splitter_t sp = {.pt = pt, .stage = stage, .s = s, .beh = p->behavior};
+    size_t pos = 0, ms = 0, me = 0;
+    int rc;
+    for (;;) {
+        int found;
+        if (p->re) {
+            found = next_match(&pt->m, p->re, s, n, pos, &ms, &me);
+            if (found < 0) return found;
+        } else {
+            const char *f = p->literal_len && pos < n ? memmem(s + pos, n - pos, p->literal, p->literal_len) : NULL;
+            found = f != NULL;
+            if (f) { ms = (size_t)(f - s); me = ms + p->literal_len; }
+        }
+        if (!found) break;
+        if (ms > pos && (rc = split_piece(&sp, pos, ms, p->invert))) return rc;
+        if ((rc = split_piece(&sp, ms, me, !p->invert))) return rc;
+        pos = me;
+    }
+    if (pos < n && (rc = split_piece(&sp, pos, n, p->invert))) return rc;
+    return sp.have ? emit(&sp, sp.ps, sp.pe) : 0;
+}
+
+/* Maps bytes to the GPT-2 alphabet into dst (replacing its content). */
+static int map_bytes(const char *src, size_t n, tok_buf_t *dst)
+{
+    dst->len = 0;
+    if (tok_buf_reserve(dst, 2 * n)) return CAIRN_ENOMEM;
+    char *w = dst->p;
     for (size_t i = 0; i < n; i++) {
         uint16_t cp = tok_byte_to_cp[(unsigned char)src[i]];
         if (cp < 0x80) {
@@ -559,75 +557,65 @@ static int map_bytes(const char *src, size_t n, bool prefix_space, tok_buf_t *ds
     }
     dst->len = (size_t)(w - dst->p);
     dst->p[dst->len] = '\0';
-    return tok_spans_push(out, off, dst->len - off);
+    return 0;
 }
 
-static int apply_bytelevel(matcher_t *m, const tok_pre_t *p, const char *buf,
-                           const tok_spans_t *in, tok_buf_t *dst, tok_spans_t *out,
-                           pieces_t *pc)
+static int apply_bytelevel(pretok_t *pt, size_t stage, const tok_pre_t *p, const char *s, size_t n)
 {
-    for (size_t i = 0; i < in->len; i++) {
-        const char *s = buf + in->p[i].off;
-        size_t n = in->p[i].len;
-        bool prefix = p->add_prefix_space && (n == 0 || s[0] != ' ');
-        if (!p->use_regex) {
-            int rc = map_bytes(s, n, prefix, dst, out);
-            if (rc) return rc;
-            continue;
+    tok_buf_t *in = &pt->bufs[2 * stage], *mapped = &pt->bufs[2 * stage + 1];
+    int rc;
+    if (p->add_prefix_space && s[0] != ' ') {
+        in->len = 0;
+        if ((rc = tok_buf_append(in, " ", 1)) || (rc = tok_buf_append(in, s, n))) return rc;
+        s = in->p;
+        n = in->len;
+    }
+    if (!p->use_regex) {
+        if ((rc = map_bytes(s, n, mapped))) return rc;
+        return run_stage(pt, stage + 1, mapped->p, mapped->len);
+    }
+    size_t pos = 0, ms, me;
+    for (;;) {
+        int found = next_match(&pt->m, pt->t->gpt2_re, s, n, pos, &ms, &me);
+        if (found < 0) return found;
+        if (!found) break;
+        if (ms > pos) {
+            if ((rc = map_bytes(s + pos, ms - pos, mapped))) return rc;
+            if ((rc = run_stage(pt, stage + 1, mapped->p, mapped->len))) return rc;
         }
-        /* The GPT-2 regex runs over the piece with its prefix space, so the space is
-         * materialized first. */
-        tok_buf_t tmp = {0};
-        int rc = 0;
-        if (prefix && (rc = tok_buf_append(&tmp, " ", 1))) goto piece_fail;
-        if ((rc = tok_buf_append(&tmp, s, n))) goto piece_fail;
-        if ((rc = find_pieces(m, m->t->gpt2_re, NULL, 0, tmp.p, tmp.len, pc))) goto piece_fail;
-        for (size_t j = 0; j < pc->len; j++)
-            if ((rc = map_bytes(tmp.p + pc->p[j].s, pc->p[j].e - pc->p[j].s, false, dst, out)))
-                goto piece_fail;
-    piece_fail:
-        cairn_free(tmp.p);
-        if (rc) return rc;
+        if ((rc = map_bytes(s + ms, me - ms, mapped))) return rc;
+        if ((rc = run_stage(pt, stage + 1, mapped->p, mapped->len))) return rc;
+        pos = me;
+    }
+    if (pos < n) {
+        if ((rc = map_bytes(s + pos, n - pos, mapped))) return rc;
+        return run_stage(pt, stage + 1, mapped->p, mapped->len);
     }
     return 0;
 }
 
+static int run_stage(pretok_t *pt, size_t stage, const char *s, size_t n)
+{
+    if (n == 0) return 0;
+    if (stage == pt->t->n_pres) return tok_bpe_encode_word(pt->t, s, n, pt->out);
+    const tok_pre_t *p = &pt->t->pres[stage];
+    return p->kind == TOK_PRE_SPLIT ? apply_split(pt, stage, p, s, n)
+                                    : apply_bytelevel(pt, stage, p, s, n);
+}
+
 int tok_pretokenize_encode(const cairn_tokenizer_t *t, const char *s, size_t n, tok_ids_t *out)
 {
-    matcher_t m = {.t = t};
-    tok_spans_t a = {0}, b = {0};
-    tok_buf_t bufs[2] = {{0}, {0}};
-    pieces_t pc = {0};
-    const char *cur = s;
-    int which = 0, rc;
-
+    pretok_t pt = {.t = t, .m = {.t = t}, .out = out};
+    int rc;
     if (n == 0) return 0;
-    if ((rc = tok_spans_push(&a, 0, n))) goto fail;
-    for (size_t i = 0; i < t->n_pres; i++) {
-        const tok_pre_t *p = &t->pres[i];
-        b.len = 0;
-        if (p->kind == TOK_PRE_SPLIT) {
-            rc = apply_split(&m, p, cur, &a, &b, &pc);
-        } else {
-            bufs[which].len = 0;
-            rc = apply_bytelevel(&m, p, cur, &a, &bufs[which], &b, &pc);
-            cur = bufs[which].p;
-            which ^= 1;
-        }
-        if (rc) goto fail;
-        tok_spans_t sw = a;
-        a = b;
-        b = sw;
+    if (t->n_pres) {
+        pt.bufs = cairn_calloc(2 * t->n_pres, sizeof *pt.bufs);
+        if (!pt.bufs) return CAIRN_ENOMEM;
     }
-    for (size_t i = 0; i < a.len; i++)
-        if ((rc = tok_bpe_encode_word(t, cur + a.p[i].off, a.p[i].len, out))) goto fail;
-fail:
-    matcher_fini(&m);
-    cairn_free(a.p);
-    cairn_free(b.p);
-    cairn_free(bufs[0].p);
-    cairn_free(bufs[1].p);
-    cairn_free(pc.p);
+    rc = run_stage(&pt, 0, s, n);
+    for (size_t i = 0; i < 2 * t->n_pres; i++) cairn_free(pt.bufs[i].p);
+    cairn_free(pt.bufs);
+    matcher_fini(&pt.m);
     return rc;
 }
 

@@ -82,12 +82,12 @@ typedef struct {
     size_t count;
 } tok_mergemap_t;
 
-/* One direct-mapped cache slot: a short pre-token and its ids. */
-#define TOK_CACHE_WORD 24
+/* One direct-mapped cache slot (one 64-byte cache line): a short pre-token and its ids. */
+#define TOK_CACHE_WORD 26
 #define TOK_CACHE_IDS 8
 #define TOK_CACHE_SLOTS 32768
 typedef struct {
-    uint64_t hash;
+    uint32_t hash;   /* low 32 bits of the word's hash */
     uint8_t wlen;    /* 0 = empty */
     uint8_t nids;
     char word[TOK_CACHE_WORD];
@@ -102,7 +102,8 @@ typedef struct {
     int32_t unk_id;          /* -1 if none */
     bool fuse_unk;
     bool ignore_merges;
-    tok_cache_slot_t *cache; /* TOK_CACHE_SLOTS entries */
+    tok_cache_slot_t *cache; /* TOK_CACHE_SLOTS entries, 64-byte aligned in cache_mem */
+    void *cache_mem;
     pthread_mutex_t cache_lock;
 } tok_bpe_t;
 
@@ -199,16 +200,23 @@ void tok_bpe_fini(tok_bpe_t *b);
 /* Appends the ids of one pre-token (already ByteLevel-mapped if applicable). */
 int tok_bpe_encode_word(const cairn_tokenizer_t *t, const char *w, size_t n, tok_ids_t *out);
 
-/* json_scan.c: fast parsing of model.vocab and model.merges. */
-int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, char *err,
-                        size_t errlen);
-int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, char *err,
-                         size_t errlen);
+/* json_scan.c: fast parsing of model.vocab and model.merges. Each parses the value at
+ * json[0] (with len bytes available after it) and sets *used to the bytes it consumed. */
+int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, size_t *used,
+                        char *err, size_t errlen);
+int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, size_t *used,
+                         char *err, size_t errlen);
+/* Called by tok_json_members for a listed member (index into names) instead of skipping
+ * its value at json[off]: returns 0 with *end set past the value, 1 to let the scanner skip
+ * it, or a negative status. */
+typedef int (*tok_json_hook_fn)(void *user, size_t index, const char *json, size_t len,
+                                size_t off, size_t *end);
 /* One pass over the JSON object at json (leading whitespace allowed): for each of the n
- * names, records its value's extent (vlen[i] = 0 when absent). Returns 0 or
- * CAIRN_EFORMAT / CAIRN_ENOMEM. */
+ * names, records its value's extent (vlen[i] = 0 when absent), calling hook (if non-NULL)
+ * on each listed member first. *end (if non-NULL) receives the offset after the object.
+ * Returns 0, the hook's error, or CAIRN_EFORMAT / CAIRN_ENOMEM. */
 int tok_json_members(const char *json, size_t len, const char *const *names, size_t n,
-                     size_t *voff, size_t *vlen);
+                     size_t *voff, size_t *vlen, tok_json_hook_fn hook, void *user, size_t *end);
 
 /* pipeline.c */
 int tok_pipeline_load(cairn_tokenizer_t *t, const cJSON *normalizer, const cJSON *pre,

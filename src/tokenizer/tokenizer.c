@@ -264,8 +264,38 @@ static int load_decoder(cairn_tokenizer_t *t, const cJSON *j, char *err, size_t 
     return tok_err(err, errlen, CAIRN_EUNSUPPORTED, "unsupported decoder type '%s'", type);
 }
 
-/* Validates the BPE model options and loads vocab and merges. */
-static int load_model(cairn_tokenizer_t *t, const char *json, size_t off, size_t len,
+typedef struct {
+    cairn_tokenizer_t *t;
+    char *err;
+    size_t errlen;
+    bool have_vocab, have_merges;
+} model_ctx_t;
+
+/* Parses vocab and merges in place during the model scan (one pass over the big data);
+ * merges listed before the vocab are left for after the scan. */
+static int model_hook(void *user, size_t index, const char *json, size_t len, size_t off,
+                      size_t *end)
+{
+    model_ctx_t *mc = user;
+    size_t used = 0;
+    int rc;
+    if (index == 1) {
+        if (json[off] != '{') return 1; /* reported after the type check */
+        if ((rc = tok_json_load_vocab(mc->t, json + off, len - off, &used, mc->err, mc->errlen))) return rc;
+        mc->have_vocab = true;
+    } else if (index == 2 && mc->have_vocab) {
+        if ((rc = tok_json_load_merges(mc->t, json + off, len - off, &used, mc->err, mc->errlen))) return rc;
+        mc->have_merges = true;
+    } else {
+        return 1;
+    }
+    *end = off + used;
+    return 0;
+}
+
+/* Validates the BPE model options and loads vocab and merges from the model object at
+ * json[0] (len bytes available); *end receives the bytes the object spans. */
+static int load_model(cairn_tokenizer_t *t, const char *m, size_t len, size_t *end,
                       char *err, size_t errlen)
 {
     static const char *const names[] = {
@@ -275,10 +305,12 @@ static int load_model(cairn_tokenizer_t *t, const char *json, size_t off, size_t
     enum { N = sizeof names / sizeof names[0] };
     size_t vo[N], vl[N];
     cJSON *v[N] = {0};
+    model_ctx_t mc = {t, err, errlen, false, false};
     int rc;
-    const char *m = json + off;
-    if ((rc = tok_json_members(m, len, names, N, vo, vl)))
-        return rc == CAIRN_EFORMAT ? tok_err(err, errlen, rc, "model is not a JSON object") : rc;
+    if ((rc = tok_json_members(m, len, names, N, vo, vl, model_hook, &mc, end))) {
+        if (rc == CAIRN_EFORMAT && err && errlen && !err[0]) tok_err(err, errlen, rc, "model is not a JSON object");
+        return rc;
+    }
     for (int i = 0; i < N; i++) {
         if (i == 1 || i == 2) continue;
         v[i] = parse_part(m, vo[i], vl[i], &rc);
@@ -291,6 +323,10 @@ static int load_model(cairn_tokenizer_t *t, const char *json, size_t off, size_t
     }
     if (!vl[1] || !vl[2]) {
         rc = tok_err(err, errlen, CAIRN_EFORMAT, "model has no %s", vl[1] ? "merges" : "vocab");
+        goto fail;
+    }
+    if (!mc.have_vocab) {
+        rc = tok_err(err, errlen, CAIRN_EFORMAT, "model.vocab is not an object");
         goto fail;
     }
     if (v[3] && !cJSON_IsNull(v[3]) && !(cJSON_IsNumber(v[3]) && v[3]->valuedouble == 0.0)) {
@@ -309,14 +345,36 @@ static int load_model(cairn_tokenizer_t *t, const char *json, size_t off, size_t
     }
     t->bpe.fuse_unk = cJSON_IsTrue(v[7]);
     t->bpe.ignore_merges = cJSON_IsTrue(v[9]);
-    if ((rc = tok_json_load_vocab(t, m + vo[1], vl[1], err, errlen))) goto fail;
-    if ((rc = tok_json_load_merges(t, m + vo[2], vl[2], err, errlen))) goto fail;
+    if (!mc.have_merges) {
+        size_t used;
+        if ((rc = tok_json_load_merges(t, m + vo[2], vl[2], &used, err, errlen))) goto fail;
+    }
     t->bpe.unk_id = -1;
     if (cJSON_IsString(v[4]))
         t->bpe.unk_id = tok_strmap_get(&t->bpe.vocab, v[4]->valuestring, strlen(v[4]->valuestring));
 fail:
     for (int i = 0; i < N; i++) cJSON_Delete(v[i]);
     return rc;
+}
+
+typedef struct {
+    cairn_tokenizer_t *t;
+    char *err;
+    size_t errlen;
+    bool loaded;
+} top_ctx_t;
+
+static int top_hook(void *user, size_t index, const char *json, size_t len, size_t off,
+                    size_t *end)
+{
+    top_ctx_t *tc = user;
+    if (index != 0 || tc->loaded) return 1;
+    size_t used = 0;
+    int rc = load_model(tc->t, json + off, len - off, &used, tc->err, tc->errlen);
+    if (rc) return rc;
+    tc->loaded = true;
+    *end = off + used;
+    return 0;
 }
 
 int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **out,
@@ -339,8 +397,10 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
     if (!t) return CAIRN_ENOMEM;
     t->gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
     if (!t->gctx) { rc = CAIRN_ENOMEM; goto fail; }
-    if ((rc = tok_json_members(json, len, names, N, vo, vl))) {
-        if (rc == CAIRN_EFORMAT) rc = tok_err(err, errlen, rc, "tokenizer.json is not a JSON object");
+    top_ctx_t tc = {t, err, errlen, false};
+    if ((rc = tok_json_members(json, len, names, N, vo, vl, top_hook, &tc, NULL))) {
+        if (rc == CAIRN_EFORMAT && err && errlen && !err[0])
+            rc = tok_err(err, errlen, rc, "tokenizer.json is not a JSON object");
         goto fail;
     }
     for (int i = 1; i < N; i++) {
@@ -356,8 +416,7 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
         rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "unsupported tokenizer option 'padding' with a Fixed length");
         goto fail;
     }
-    if (!vl[0]) { rc = tok_err(err, errlen, CAIRN_EFORMAT, "tokenizer.json has no model"); goto fail; }
-    if ((rc = load_model(t, json, vo[0], vl[0], err, errlen))) goto fail;
+    if (!tc.loaded) { rc = tok_err(err, errlen, CAIRN_EFORMAT, "tokenizer.json has no model"); goto fail; }
     if ((rc = tok_pipeline_load(t, v[2], v[3], err, errlen))) goto fail;
     if ((rc = load_added(t, v[1], err, errlen))) goto fail;
     if ((rc = load_post(t, v[4], 0, err, errlen))) goto fail;
@@ -560,15 +619,19 @@ static int encode_segment(const cairn_tokenizer_t *t, bool split_special, const 
     tok_spans_t segs = {0};
     tok_ids_t seg_ids = {0};
     int rc;
-    if ((rc = tok_normalize(t, s, n, &nb))) goto fail;
+    if (t->n_norms) {
+        if ((rc = tok_normalize(t, s, n, &nb))) goto fail;
+        s = nb.p;
+        n = nb.len;
+    }
     if (!t->n_added_lens[1]) {
-        rc = tok_pretokenize_encode(t, nb.p, nb.len, out);
+        rc = tok_pretokenize_encode(t, s, n, out);
         goto fail;
     }
-    if ((rc = tok_split_added(t, 1, split_special, nb.p, nb.len, &segs, &seg_ids))) goto fail;
+    if ((rc = tok_split_added(t, 1, split_special, s, n, &segs, &seg_ids))) goto fail;
     for (size_t i = 0; i < segs.len; i++) {
         if (seg_ids.p[i] >= 0) rc = tok_ids_push(out, seg_ids.p[i]);
-        else rc = tok_pretokenize_encode(t, nb.p + segs.p[i].off, segs.p[i].len, out);
+        else rc = tok_pretokenize_encode(t, s + segs.p[i].off, segs.p[i].len, out);
         if (rc) goto fail;
     }
 fail:
@@ -590,6 +653,9 @@ int cairn_tokenizer_encode_ex(const cairn_tokenizer_t *t, const char *text, size
     *ids = NULL;
     *n_ids = 0;
     if (len && !tok_utf8_valid(text, len)) return CAIRN_EINVAL;
+    /* English runs ~3.5-4.5 bytes per token: one allocation avoids regrowing. */
+    out.cap = len / 3 + 16;
+    if (!(out.p = cairn_malloc(out.cap * sizeof *out.p))) return CAIRN_ENOMEM;
     if (flags & CAIRN_TOKENIZE_ADD_SPECIAL)
         for (size_t i = 0; i < t->n_post_prefix; i++)
             if ((rc = tok_ids_push(&out, t->post_prefix[i]))) goto fail;
