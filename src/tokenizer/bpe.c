@@ -51,7 +51,11 @@ void tok_strmap_free(tok_strmap_t *m)
 
 void tok_strmap_put(tok_strmap_t *m, const char *k, size_t n, int32_t val)
 {
-    uint64_t h = tok_hash(k, n);
+    tok_strmap_put_h(m, k, n, val, tok_hash(k, n));
+}
+
+void tok_strmap_put_h(tok_strmap_t *m, const char *k, size_t n, int32_t val, uint64_t h)
+{
     uint32_t i = (uint32_t)h & m->mask, tag = (uint32_t)(h >> 32);
     for (;;) {
         tok_strslot_t *s = &m->slots[i];
@@ -66,10 +70,9 @@ void tok_strmap_put(tok_strmap_t *m, const char *k, size_t n, int32_t val)
     }
 }
 
-int32_t tok_strmap_get(const tok_strmap_t *m, const char *k, size_t n)
+int32_t tok_strmap_get_h(const tok_strmap_t *m, const char *k, size_t n, uint64_t h)
 {
     if (!m->slots) return -1;
-    uint64_t h = tok_hash(k, n);
     uint32_t i = (uint32_t)h & m->mask, tag = (uint32_t)(h >> 32);
     for (;;) {
         const tok_strslot_t *s = &m->slots[i];
@@ -77,6 +80,16 @@ int32_t tok_strmap_get(const tok_strmap_t *m, const char *k, size_t n)
         if (s->tag == tag && s->len == n && memcmp(s->k, k, n) == 0) return s->val;
         i = (i + 1) & m->mask;
     }
+}
+
+int32_t tok_strmap_get(const tok_strmap_t *m, const char *k, size_t n)
+{
+    return tok_strmap_get_h(m, k, n, tok_hash(k, n));
+}
+
+void tok_strmap_prefetch(const tok_strmap_t *m, uint64_t h)
+{
+    if (m->slots) __builtin_prefetch(&m->slots[(uint32_t)h & m->mask]);
 }
 
 static inline uint32_t pair_hash(uint64_t key)
@@ -126,6 +139,11 @@ int tok_mergemap_put(tok_mergemap_t *m, uint32_t a, uint32_t b, uint32_t rank, u
     /* A pair listed twice keeps the later rank, as the `tokenizers` HashMap does. */
     merge_insert(m, (uint64_t)a << 32 | b, rank, id);
     return 0;
+}
+
+void tok_mergemap_prefetch(const tok_mergemap_t *m, uint32_t a, uint32_t b)
+{
+    __builtin_prefetch(&m->slots[pair_hash((uint64_t)a << 32 | b) & m->mask]);
 }
 
 static inline const tok_mergeslot_t *merge_get(const tok_mergemap_t *m, uint32_t a, uint32_t b)

@@ -323,8 +323,18 @@ int tok_json_load_vocab(cairn_tokenizer_t *t, const char *json, size_t len, size
         t->text[ids[i]] = t->arena + offs[i];
         t->text_len[ids[i]] = lens[i];
     }
-    for (size_t i = 0; i < n; i++)
-        tok_strmap_put(&t->bpe.vocab, t->arena + offs[i], lens[i], (int32_t)ids[i]);
+    /* Insert in batches: hash and prefetch 64 slots, then write them (see flush_merges). */
+    for (size_t i0 = 0; i0 < n; i0 += 64) {
+        uint64_t h[64];
+        size_t m = n - i0 < 64 ? n - i0 : 64;
+        for (size_t i = 0; i < m; i++) {
+            h[i] = tok_hash(t->arena + offs[i0 + i], lens[i0 + i]);
+            tok_strmap_prefetch(&t->bpe.vocab, h[i]);
+        }
+        for (size_t i = 0; i < m; i++)
+            tok_strmap_put_h(&t->bpe.vocab, t->arena + offs[i0 + i], lens[i0 + i],
+                             (int32_t)ids[i0 + i], h[i]);
+    }
     rc = 0;
     goto done;
 bad:
@@ -340,15 +350,55 @@ done:
     return rc;
 }
 
-/* Looks a merge part up in the model vocab, reporting a missing one. */
-static int merge_part(cairn_tokenizer_t *t, const char *s, size_t n, uint32_t *id, char *err,
-                      size_t errlen)
+/*
+ * Merges are resolved in batches: parse MERGE_BATCH entries, hash all their strings and
+ * prefetch the vocab slots, then look them up and prefetch the merge-map slots, then
+ * insert. The maps are far larger than the caches, so overlapping the misses matters.
+ */
+#define MERGE_BATCH 64
+typedef struct {
+    tok_buf_t text;  /* for each merge: a then b, back to back (so a+b is one span) */
+    size_t off[MERGE_BATCH], an[MERGE_BATCH], bn[MERGE_BATCH];
+    size_t n, first_rank;
+} merge_batch_t;
+
+static int missing_part(const char *s, size_t n, char *err, size_t errlen)
 {
-    int32_t v = tok_strmap_get(&t->bpe.vocab, s, n);
-    if (v < 0)
-        return tok_err(err, errlen, CAIRN_EFORMAT, "merge token '%.*s' is not in the vocab",
-                       (int)(n > 64 ? 64 : n), s);
-    *id = (uint32_t)v;
+    return tok_err(err, errlen, CAIRN_EFORMAT, "merge token '%.*s' is not in the vocab",
+                   (int)(n > 64 ? 64 : n), s);
+}
+
+static int flush_merges(cairn_tokenizer_t *t, merge_batch_t *mb, char *err, size_t errlen)
+{
+    uint64_t h[MERGE_BATCH][3];
+    uint32_t ids[MERGE_BATCH][3];
+    const tok_strmap_t *v = &t->bpe.vocab;
+    for (size_t i = 0; i < mb->n; i++) {
+        const char *a = mb->text.p + mb->off[i];
+        h[i][0] = tok_hash(a, mb->an[i]);
+        h[i][1] = tok_hash(a + mb->an[i], mb->bn[i]);
+        h[i][2] = tok_hash(a, mb->an[i] + mb->bn[i]);
+        for (int k = 0; k < 3; k++) tok_strmap_prefetch(v, h[i][k]);
+    }
+    for (size_t i = 0; i < mb->n; i++) {
+        const char *a = mb->text.p + mb->off[i];
+        const char *part[3] = {a, a + mb->an[i], a};
+        size_t plen[3] = {mb->an[i], mb->bn[i], mb->an[i] + mb->bn[i]};
+        for (int k = 0; k < 3; k++) {
+            int32_t id = tok_strmap_get_h(v, part[k], plen[k], h[i][k]);
+            if (id < 0) return missing_part(part[k], plen[k], err, errlen);
+            ids[i][k] = (uint32_t)id;
+        }
+        tok_mergemap_prefetch(&t->bpe.merges, ids[i][0], ids[i][1]);
+    }
+    for (size_t i = 0; i < mb->n; i++) {
+        int rc = tok_mergemap_put(&t->bpe.merges, ids[i][0], ids[i][1],
+                                  (uint32_t)(mb->first_rank + i), ids[i][2]);
+        if (rc) return rc;
+    }
+    mb->first_rank += mb->n;
+    mb->n = 0;
+    mb->text.len = 0;
     return 0;
 }
 
@@ -356,7 +406,8 @@ int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, siz
                          char *err, size_t errlen)
 {
     scan_t s = {json, json + len};
-    tok_buf_t scratch = {0}, scratch2 = {0}, cat = {0};
+    tok_buf_t scratch = {0}, scratch2 = {0};
+    merge_batch_t mb = {0};
     int rc;
     size_t rank = 0;
 
@@ -405,14 +456,12 @@ int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, siz
             rc = CAIRN_EFORMAT;
             goto bad;
         }
-        uint32_t ia = 0, ib = 0, inew = 0;
-        if ((rc = merge_part(t, a, an, &ia, err, errlen))) goto fail;
-        if ((rc = merge_part(t, b, bn, &ib, err, errlen))) goto fail;
-        cat.len = 0;
-        if (tok_buf_append(&cat, a, an) || tok_buf_append(&cat, b, bn)) { rc = CAIRN_ENOMEM; goto fail; }
-        if ((rc = merge_part(t, cat.p, cat.len, &inew, err, errlen))) goto fail;
-        if ((rc = tok_mergemap_put(&t->bpe.merges, ia, ib, (uint32_t)rank, inew))) goto fail;
+        mb.off[mb.n] = mb.text.len;
+        mb.an[mb.n] = an;
+        mb.bn[mb.n] = bn;
+        if (tok_buf_append(&mb.text, a, an) || tok_buf_append(&mb.text, b, bn)) { rc = CAIRN_ENOMEM; goto fail; }
         rank++;
+        if (++mb.n == MERGE_BATCH && (rc = flush_merges(t, &mb, err, errlen))) goto fail;
         skip_ws(&s);
         if (s.p >= s.end) { rc = CAIRN_EFORMAT; goto bad; }
         if (*s.p == ',') { s.p++; continue; }
@@ -420,6 +469,7 @@ int tok_json_load_merges(cairn_tokenizer_t *t, const char *json, size_t len, siz
         rc = CAIRN_EFORMAT;
         goto bad;
     }
+    if ((rc = flush_merges(t, &mb, err, errlen))) goto fail;
     *used = (size_t)(s.p - json);
     rc = 0;
     goto done;
@@ -431,6 +481,6 @@ fail:
 done:
     cairn_free(scratch.p);
     cairn_free(scratch2.p);
-    cairn_free(cat.p);
+    cairn_free(mb.text.p);
     return rc;
 }

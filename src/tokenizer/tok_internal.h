@@ -190,8 +190,13 @@ int tok_strmap_init(tok_strmap_t *m, size_t count);
 void tok_strmap_free(tok_strmap_t *m);
 /* Inserts or overwrites; the key bytes are borrowed and must outlive the map. */
 void tok_strmap_put(tok_strmap_t *m, const char *k, size_t n, int32_t val);
-/* The value for the key, or -1. */
+void tok_strmap_put_h(tok_strmap_t *m, const char *k, size_t n, int32_t val, uint64_t h);
+/* The value for the key, or -1. The _h form takes the key's tok_hash (for batching). */
 int32_t tok_strmap_get(const tok_strmap_t *m, const char *k, size_t n);
+int32_t tok_strmap_get_h(const tok_strmap_t *m, const char *k, size_t n, uint64_t h);
+/* Hints the slot of hash h into cache (batched loads hide memory latency this way). */
+void tok_strmap_prefetch(const tok_strmap_t *m, uint64_t h);
+void tok_mergemap_prefetch(const tok_mergemap_t *m, uint32_t a, uint32_t b);
 int tok_mergemap_init(tok_mergemap_t *m, size_t count);
 void tok_mergemap_free(tok_mergemap_t *m);
 int tok_mergemap_put(tok_mergemap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id);
