@@ -14,9 +14,17 @@
  *
  * Events. Each request reports through its callback, ON THE ENGINE THREAD, in order:
  * zero or more CAIRN_REQ_EVENT_DELTA events (text safe to emit, after stop-string
- * holding), then exactly one CAIRN_REQ_EVENT_DONE or CAIRN_REQ_EVENT_ERROR. The callback
- * must not block and must not call back into the scheduler except cairn_sched_cancel.
- * After the final event the scheduler never touches the request's user pointer again.
+ * holding), then exactly one CAIRN_REQ_EVENT_DONE or CAIRN_REQ_EVENT_ERROR. With n > 1
+ * choices every choice ends with its own DONE (its `index`, its finish reason), and only
+ * the last event of the request has `final` set; an ERROR is always final and ends every
+ * choice. With n == 1 the one DONE/ERROR is final. The callback must not block and must
+ * not call back into the scheduler except cairn_sched_cancel. After the final event the
+ * scheduler never touches the request's user pointer again.
+ *
+ * Determinism: the engine's logits do not depend on batch composition, chunking or
+ * prefix reuse, and each choice has its own sampler (seeded seed + index), so with
+ * temperature 0 or a fixed seed a request's tokens are the same alone or among many,
+ * and across preemptions.
  *
  * Thread-safety: submit, cancel, stats and shutdown may be called from any thread.
  */
@@ -34,6 +42,8 @@ extern "C" {
 
 typedef struct cairn_sched cairn_sched_t;
 
+#define CAIRN_SCHED_MAX_N 16 /* most choices (n) of one request */
+
 typedef struct {
     int step_tokens;      /* token budget per engine step (decode rows + prefill chunk rows); default 512 */
     int prefill_chunk;    /* max prompt tokens of one request per step; default 256 */
@@ -41,6 +51,7 @@ typedef struct {
     int max_queued;       /* waiting requests before submit returns CAIRN_EBUSY (HTTP 429); default 64 */
 } cairn_sched_options_t;
 
+/* Fills *o with the defaults above. */
 void cairn_sched_options_default(cairn_sched_options_t *o);
 
 /*
@@ -87,16 +98,23 @@ typedef struct {
     const cairn_req_usage_t *usage; /* DONE/ERROR: usage so far */
     int status;                  /* ERROR: a CAIRN_E* code */
     const char *message;         /* ERROR: a one-line message */
+    bool final;                  /* DONE/ERROR: the request's last event (see "Events") */
 } cairn_req_event_t;
 
 typedef void (*cairn_req_event_fn)(void *user, const cairn_req_event_t *ev);
 
+/*
+ * One request. The sampler, the stop matcher and the streaming detokenizer of each choice
+ * are created at submit from `sampling` (so its pointers are borrowed only during the
+ * call). n > 1: the prompt is computed once, then forked (cairn_seq_fork) into n
+ * sequences; choice i samples with seed + i when sampling.has_seed.
+ */
 typedef struct {
     const int32_t *prompt;        /* [n_prompt] token ids, copied at submit */
     int n_prompt;
     const char *cache_salt;       /* tenant domain salt (NULL: shared default), copied */
     cairn_sampling_params_t sampling; /* copied (stop strings included) */
-    int n;                        /* choices (forked sequences); default 1 */
+    int n;                        /* choices (forked sequences), 1..CAIRN_SCHED_MAX_N; 0 means 1 */
     cairn_req_event_fn on_event;
     void *user;
 } cairn_req_params_t;
@@ -119,9 +137,19 @@ typedef struct {
     uint64_t prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
     uint64_t preemptions, steps;
     int queued, running;
+    /* Pool figures. The engine does not expose its KV cache counters yet, so these come
+     * from the scheduler's own accounting: total is the usable blocks of the configured
+     * budget (pool_mib, without the null block); used is the blocks referenced by live
+     * sequences, a shared block counted once per holder (an upper bound of the pool's
+     * in-use count; 0 exactly when no sequence is alive); cached is not known (0). */
     uint64_t pool_blocks_total, pool_blocks_used, pool_blocks_cached;
+    /* The engine's counters (cairn_engine_counters), snapshotted on the engine thread
+     * after each step. */
+    uint64_t engine_tokens_computed, engine_tokens_reused;
 } cairn_sched_stats_t;
 
+/* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the
+ * engine thread after every step). Any thread. */
 void cairn_sched_stats(cairn_sched_t *s, cairn_sched_stats_t *out);
 
 #ifdef __cplusplus

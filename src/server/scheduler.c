@@ -1,0 +1,928 @@
+/*
+ * scheduler.c — continuous batching of generation requests over one engine
+ * (include/cairn/scheduler.h).
+ *
+ * Model. A request (sched_req_t) has n choices; each choice is a run (sched_run_t): one
+ * engine sequence plus its sampler, stop matcher and streaming detokenizer, and its token
+ * history toks = prompt + generated. Runs live in exactly one of two lists owned by the
+ * engine thread: `waiting` (no sequence: new, or preempted) and `running` (a sequence,
+ * in admission order). A run's sequence always has >= 1 pending token while it is
+ * running: the prompt (or prompt + generated after a preemption) being prefilled, or the
+ * one sampled token fed for decode. So decode and prefill are the same thing — compute
+ * pending tokens, and sample when a chunk ends the pending tokens — and one engine step
+ * takes every decode row (one token each) plus prefill chunks (at most prefill_chunk
+ * tokens of one run) up to step_tokens rows.
+ *
+ * Pool. All sequences share the engine's paged pool. Admission is cairn_seq_begin, which
+ * reserves the whole prompt's blocks (minus the cached prefix); it fails with
+ * CAIRN_EEXHAUSTED when the pool is full and the run waits. A decode feed that exhausts the
+ * pool preempts the newest running run (released; requeued at the front of `waiting`
+ * with its history, sampler and emitted text kept), repeatedly, down to the feeding run
+ * itself; a run alone in the pool that still cannot grow fails with CAIRN_EEXHAUSTED (it
+ * could not fit alone). Recompute after preemption begins over prompt + generated, so its
+ * published full blocks (still cached unless evicted) are attached, not recomputed.
+ *
+ * Shared prefixes. A waiting run whose first full blocks are the same tokens (same salt)
+ * as a running run that has not computed them yet is held back until it has: then its
+ * begin attaches the published blocks instead of computing them a second time.
+ *
+ * n > 1. Only choice 0 is queued. When its prompt is computed (its first logits row),
+ * choices 1..n-1 are forked from its sequence (shared blocks) and every choice samples
+ * from a copy of that row with its own sampler (seed + index).
+ *
+ * Invariants: a run is in at most one list; run->seq != NULL iff the run is in
+ * `running`; a request is freed right after its final event; `n_queued` counts requests
+ * submitted but not yet admitted once (the max_queued bound), under the lock.
+ *
+ * Thread-safety: one engine thread runs everything above and delivers every event.
+ * submit/cancel/stats/destroy take `mu`; the inbox and the cancel list are the only state
+ * they share with the engine thread, plus the stats snapshot.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cairn/scheduler.h"
+
+typedef struct sched_req sched_req_t;
+
+/* One choice of a request: a sequence and its sampling state. */
+typedef struct {
+    sched_req_t *req;
+    int index;                      /* choice index */
+    cairn_seq_t *seq;               /* non-NULL iff running */
+    cairn_sampler_t *sampler;
+    cairn_stop_matcher_t *stop;
+    cairn_tokenizer_stream_t *stream;
+    int32_t *toks;                  /* [cap] prompt then generated tokens */
+    int n_toks, cap;
+    int n_gen;                      /* generated tokens (the tail of toks) */
+    int delta_from;                 /* first generated token not yet reported in a DELTA */
+    bool has_tok;                   /* the last generated token is not fed yet */
+    bool done;
+    uint64_t admit_seq;             /* admission order: the largest is the newest */
+} sched_run_t;
+
+struct sched_req {
+    uint64_t id;
+    char *salt;                     /* NULL: the default domain */
+    int n;                          /* choices */
+    int n_started;                  /* runs that exist (1 until the fork) */
+    int n_done;
+    bool admitted_once;
+    bool ended;                     /* final event delivered; freed at the end of the step */
+    sched_run_t *runs;              /* [n] */
+    cairn_req_event_fn on_event;
+    void *user;
+    cairn_req_usage_t usage;
+    double t_submit, t_first, t_last;
+    sched_req_t *next;              /* inbox link, then the list of ended requests */
+};
+
+struct cairn_sched {
+    cairn_engine_t *engine;
+    const cairn_tokenizer_t *tok;
+    cairn_sched_options_t opt;
+    int vocab, block_tokens, max_context;
+    uint64_t pool_blocks;           /* usable blocks of the configured budget */
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Shared with callers, under mu. */
+    sched_req_t *inbox_head, *inbox_tail;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    bool stopping;
+    double deadline;
+    uint64_t next_id;
+    int n_queued;
+    cairn_sched_stats_t stats;
+
+    /* Engine thread only. */
+    sched_req_t **reqs;             /* live requests (for cancel by id) */
+    int n_reqs, cap_reqs;
+    sched_run_t **waiting;
+    int n_waiting, cap_waiting;
+    sched_run_t **running;
+    int n_running, cap_running;
+    sched_req_t *ended;             /* requests to free once no step refers to them */
+    uint64_t admit_counter;
+    cairn_batch_item_t *items;
+    sched_run_t **item_runs;
+    int cap_items, cap_item_runs;
+    float *scratch;                 /* [vocab] a logits row the sampler may modify */
+    cairn_sched_stats_t local;      /* counters, published into stats after each step */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int grow_array(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return CAIRN_OK;
+    int c = *cap ? *cap * 2 : 16;
+    while (c < need)
+        c *= 2;
+    void *q = cairn_realloc(*p, (size_t)c * elem);
+    if (!q)
+        return CAIRN_ENOMEM;
+    *p = q;
+    *cap = c;
+    return CAIRN_OK;
+}
+
+void cairn_sched_options_default(cairn_sched_options_t *o)
+{
+    o->step_tokens = 512;
+    o->prefill_chunk = 256;
+    o->max_running = 16;
+    o->max_queued = 64;
+}
+
+/* ---- Requests --------------------------------------------------------------------- */
+
+static void req_free(sched_req_t *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; r->runs && i < r->n; i++) {
+        sched_run_t *u = &r->runs[i];
+        cairn_seq_release(u->seq);
+        cairn_sampler_destroy(u->sampler);
+        cairn_stop_matcher_destroy(u->stop);
+        cairn_tokenizer_stream_destroy(u->stream);
+        cairn_free(u->toks);
+    }
+    cairn_free(r->runs);
+    cairn_free(r->salt);
+    cairn_free(r);
+}
+
+static int run_push_token(sched_run_t *u, int32_t t)
+{
+    int rc = grow_array((void **)&u->toks, &u->cap, u->n_toks + 1, sizeof(int32_t));
+    if (rc)
+        return rc;
+    u->toks[u->n_toks++] = t;
+    u->n_gen++;
+    return CAIRN_OK;
+}
+
+static void set_err(char *err, size_t err_len, const char *msg)
+{
+    if (err && err_len)
+        snprintf(err, err_len, "%s", msg);
+}
+
+/* Builds a request and its n runs on the caller's thread (all per-choice state). */
+static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t **out,
+                     char *err, size_t err_len)
+{
+    *out = NULL;
+    int n = p->n == 0 ? 1 : p->n;
+    if (!p->on_event || !p->prompt || p->n_prompt < 1 || n < 1 || n > CAIRN_SCHED_MAX_N) {
+        set_err(err, err_len, p->n_prompt < 1 ? "the prompt is empty"
+                              : (n < 1 || n > CAIRN_SCHED_MAX_N) ? "n must be in 1..16"
+                                                                 : "missing prompt or callback");
+        return CAIRN_EINVAL;
+    }
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= s->vocab) {
+            if (err && err_len)
+                snprintf(err, err_len, "prompt token %d is outside the vocabulary [0, %d)",
+                         (int)p->prompt[i], s->vocab);
+            return CAIRN_EINVAL;
+        }
+    if (cairn_sampling_params_validate(&p->sampling, s->vocab, err, err_len))
+        return CAIRN_EINVAL;
+    if (p->cache_salt && strlen(p->cache_salt) > 256) {
+        set_err(err, err_len, "cache_salt is longer than 256 bytes");
+        return CAIRN_EINVAL;
+    }
+    int max_tokens = p->sampling.max_tokens > 0 ? p->sampling.max_tokens : 1;
+    if ((int64_t)p->n_prompt + max_tokens > s->max_context) {
+        if (err && err_len)
+            snprintf(err, err_len, "prompt (%d tokens) + max_tokens (%d) exceeds the context of %d tokens",
+                     p->n_prompt, max_tokens, s->max_context);
+        return CAIRN_ERANGE;
+    }
+    if ((uint64_t)(p->n_prompt + s->block_tokens - 1) / (uint64_t)s->block_tokens > s->pool_blocks) {
+        if (err && err_len)
+            snprintf(err, err_len, "the prompt (%d tokens) cannot fit the KV pool (%llu blocks of %d)",
+                     p->n_prompt, (unsigned long long)s->pool_blocks, s->block_tokens);
+        return CAIRN_ERANGE;
+    }
+
+    const cairn_model_config_t *cfg = cairn_engine_config(s->engine);
+    cairn_sampler_model_t model = {s->vocab, s->max_context, cfg->eos_ids, (size_t)cfg->n_eos};
+    int rc = CAIRN_ENOMEM;
+    sched_req_t *r = cairn_calloc(1, sizeof(*r));
+    if (!r)
+        goto fail;
+    r->n = n;
+    r->n_started = 1;
+    r->on_event = p->on_event;
+    r->user = p->user;
+    r->usage.miss_reason = "none";
+    if (p->cache_salt && p->cache_salt[0] && !(r->salt = cairn_strdup(p->cache_salt)))
+        goto fail;
+    if (!(r->runs = cairn_calloc((size_t)n, sizeof(*r->runs))))
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        sched_run_t *u = &r->runs[i];
+        u->req = r;
+        u->index = i;
+        cairn_sampling_params_t sp = p->sampling;
+        if (sp.has_seed)
+            sp.seed += (uint64_t)i;
+        if ((rc = cairn_sampler_create(&sp, &model, &u->sampler)) ||
+            (rc = cairn_sampler_set_prompt(u->sampler, p->prompt, (size_t)p->n_prompt)) ||
+            (rc = cairn_stop_matcher_create(p->sampling.stop, p->sampling.n_stop, &u->stop)) ||
+            (rc = cairn_tokenizer_stream_create(s->tok, true, &u->stream)))
+            goto fail;
+        rc = CAIRN_ENOMEM;
+        u->cap = p->n_prompt + 16;
+        if (!(u->toks = cairn_malloc((size_t)u->cap * sizeof(int32_t))))
+            goto fail;
+        memcpy(u->toks, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+        u->n_toks = p->n_prompt;
+    }
+    r->usage.prompt_tokens = p->n_prompt;
+    *out = r;
+    return CAIRN_OK;
+fail:
+    set_err(err, err_len, rc == CAIRN_ENOMEM ? "out of memory" : "bad sampling parameters");
+    req_free(r);
+    return rc;
+}
+
+/* ---- Events ----------------------------------------------------------------------- */
+
+static int n_prompt_of(const sched_run_t *u) { return u->n_toks - u->n_gen; }
+
+static void emit_delta(sched_run_t *u, const char *text, size_t len)
+{
+    if (len == 0 && u->delta_from == u->n_gen)
+        return;
+    sched_req_t *r = u->req;
+    cairn_req_event_t ev = {0};
+    ev.kind = CAIRN_REQ_EVENT_DELTA;
+    ev.index = u->index;
+    ev.text = len ? text : "";
+    ev.text_len = len;
+    ev.tokens = u->toks + n_prompt_of(u) + u->delta_from;
+    ev.n_tokens = u->n_gen - u->delta_from;
+    u->delta_from = u->n_gen;
+    r->on_event(r->user, &ev);
+}
+
+/* Usage at the end: completion tokens over every choice and the decode rate. */
+static void finish_usage(sched_req_t *r)
+{
+    int gen = 0;
+    for (int i = 0; i < r->n_started; i++)
+        gen += r->runs[i].n_gen;
+    r->usage.completion_tokens = gen;
+    double span = r->t_last - r->t_first;
+    int per_choice = r->n_started ? gen / r->n_started : 0;
+    r->usage.decode_tps = per_choice > 1 && span > 0 ? (per_choice - 1) * r->n_started / (span / 1e3) : 0;
+}
+
+static void remove_ptr(sched_run_t **arr, int *n, const sched_run_t *u)
+{
+    for (int i = 0; i < *n; i++)
+        if (arr[i] == u) {
+            memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof(*arr));
+            (*n)--;
+            return;
+        }
+}
+
+/* Forgets a request after its final event. */
+static void req_retire(cairn_sched_t *s, sched_req_t *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        sched_run_t *u = &r->runs[i];
+        remove_ptr(s->waiting, &s->n_waiting, u);
+        remove_ptr(s->running, &s->n_running, u);
+        cairn_seq_release(u->seq);
+        u->seq = NULL;
+    }
+    for (int i = 0; i < s->n_reqs; i++)
+        if (s->reqs[i] == r) {
+            s->reqs[i] = s->reqs[--s->n_reqs];
+            break;
+        }
+    if (!r->admitted_once) {
+        pthread_mutex_lock(&s->mu);
+        s->n_queued--;
+        pthread_mutex_unlock(&s->mu);
+    }
+    s->local.prompt_tokens += (uint64_t)r->usage.prompt_tokens;
+    s->local.completion_tokens += (uint64_t)r->usage.completion_tokens;
+    s->local.cached_tokens += (uint64_t)r->usage.cached_tokens;
+    s->local.restored_tokens += (uint64_t)r->usage.restored_tokens;
+    r->ended = true;
+    r->next = s->ended;
+    s->ended = r;
+}
+
+static void free_ended(cairn_sched_t *s)
+{
+    while (s->ended) {
+        sched_req_t *r = s->ended;
+        s->ended = r->next;
+        req_free(r);
+    }
+}
+
+/* Ends a whole request with an ERROR event (canceled, failed). */
+static void req_fail(cairn_sched_t *s, sched_req_t *r, int status, const char *msg)
+{
+    for (int i = 0; i < r->n; i++) {
+        cairn_seq_release(r->runs[i].seq);
+        r->runs[i].seq = NULL;
+    }
+    finish_usage(r);
+    cairn_req_event_t ev = {0};
+    ev.kind = CAIRN_REQ_EVENT_ERROR;
+    ev.usage = &r->usage;
+    ev.status = status;
+    ev.message = msg;
+    ev.final = true;
+    if (status == CAIRN_ECANCELED)
+        s->local.requests_canceled++;
+    else
+        s->local.requests_failed++;
+    r->on_event(r->user, &ev);
+    req_retire(s, r);
+}
+
+/* A choice finished: flush its text, release its sequence, report DONE. */
+static void run_finish(cairn_sched_t *s, sched_run_t *u, cairn_finish_reason_t why, bool stopped)
+{
+    sched_req_t *r = u->req;
+    const char *text;
+    size_t len;
+    if (!stopped) {
+        /* Bytes held by the detokenizer go through the matcher, then whatever it held. */
+        bool st = false;
+        if (cairn_tokenizer_stream_flush(u->stream, &text, &len) == 0 && len) {
+            const char *e;
+            size_t el;
+            if (cairn_stop_matcher_feed(u->stop, text, len, &e, &el, &st) == 0)
+                emit_delta(u, e, el);
+        }
+        if (st)
+            why = CAIRN_FINISH_STOP;
+        else if (cairn_stop_matcher_flush(u->stop, &text, &len) == 0)
+            emit_delta(u, text, len);
+    }
+    emit_delta(u, NULL, 0);
+    u->done = true;
+    cairn_seq_release(u->seq);
+    u->seq = NULL;
+    remove_ptr(s->running, &s->n_running, u);
+    r->n_done++;
+    bool final = r->n_done == r->n;
+    if (final)
+        finish_usage(r);
+    cairn_req_event_t ev = {0};
+    ev.kind = CAIRN_REQ_EVENT_DONE;
+    ev.index = u->index;
+    ev.finish = why;
+    ev.usage = &r->usage;
+    ev.final = final;
+    r->on_event(r->user, &ev);
+    if (final) {
+        s->local.requests_done++;
+        req_retire(s, r);
+    }
+}
+
+/* ---- Pool: admission and preemption ---------------------------------------------- */
+
+static bool same_salt(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/*
+ * True while a running run of another request (same salt) has not yet computed full
+ * blocks that `u` would reuse: then u waits and attaches them instead of computing them.
+ */
+static bool held_by_prefix(const cairn_sched_t *s, const sched_run_t *u)
+{
+    int bs = s->block_tokens;
+    for (int i = 0; i < s->n_running; i++) {
+        const sched_run_t *r = s->running[i];
+        if (r->req == u->req || !same_salt(r->req->salt, u->req->salt))
+            continue;
+        int past = cairn_seq_n_past(r->seq);
+        int lim = u->n_toks - 1 < r->n_toks ? u->n_toks - 1 : r->n_toks;
+        int l = 0;
+        while (l < lim && r->toks[l] == u->toks[l])
+            l++;
+        int need = l / bs * bs;
+        if (need > 0 && past < need)
+            return true;
+    }
+    return false;
+}
+
+/* Releases a running run's blocks and puts it back at the front of the waiting list. */
+static int preempt(cairn_sched_t *s, sched_run_t *u)
+{
+    int rc = grow_array((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting));
+    if (rc)
+        return rc;
+    cairn_seq_release(u->seq);
+    u->seq = NULL;
+    u->has_tok = false; /* it is in toks: the recompute begins over all of them */
+    remove_ptr(s->running, &s->n_running, u);
+    memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
+    s->waiting[0] = u;
+    s->n_waiting++;
+    u->req->usage.preemptions++;
+    s->local.preemptions++;
+    return CAIRN_OK;
+}
+
+static sched_run_t *newest_running(const cairn_sched_t *s)
+{
+    sched_run_t *best = NULL;
+    for (int i = 0; i < s->n_running; i++)
+        if (!best || s->running[i]->admit_seq > best->admit_seq)
+            best = s->running[i];
+    return best;
+}
+
+/*
+ * Feeds every sampled, not yet fed token. On CAIRN_EEXHAUSTED the newest run is
+ * preempted (possibly the feeding one) and the feed retried; a run alone that cannot
+ * grow fails. Each pass either clears a has_tok or removes a run from `running`, so the
+ * loop ends.
+ */
+static void feed_decodes(cairn_sched_t *s)
+{
+    for (;;) {
+        sched_run_t *u = NULL;
+        for (int i = 0; i < s->n_running && !u; i++)
+            if (s->running[i]->has_tok)
+                u = s->running[i];
+        if (!u)
+            return;
+        int rc = cairn_seq_feed(u->seq, &u->toks[u->n_toks - 1], 1);
+        if (rc == CAIRN_OK) {
+            u->has_tok = false;
+            continue;
+        }
+        if (rc == CAIRN_EEXHAUSTED && s->n_running > 1 &&
+            (rc = preempt(s, newest_running(s))) == CAIRN_OK)
+            continue;
+        /* Alone and still no room, the context is full, or no memory: the request ends. */
+        req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
+                                    ? "the KV pool cannot hold this request's context"
+                                    : "the sequence could not grow");
+    }
+}
+
+/* Admits waiting runs while there are running slots, prefill budget and blocks. */
+static void admit(cairn_sched_t *s)
+{
+    int budget = 0;
+    for (int i = 0; i < s->n_running; i++)
+        budget += cairn_seq_n_pending(s->running[i]->seq);
+    for (int i = 0; i < s->n_waiting && s->n_running < s->opt.max_running &&
+                    budget < s->opt.step_tokens;) {
+        sched_run_t *u = s->waiting[i];
+        if (held_by_prefix(s, u)) {
+            i++;
+            continue;
+        }
+        int rc = grow_array((void **)&s->running, &s->cap_running, s->n_running + 1,
+                            sizeof(*s->running));
+        cairn_seq_t *seq = NULL;
+        int cached = 0;
+        if (rc == CAIRN_OK)
+            rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+        if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
+            return; /* the pool frees up as others finish; keep the order */
+        if (rc) {
+            req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
+                                        ? "the KV pool cannot hold this prompt"
+                                        : "the sequence could not begin");
+            continue; /* the run left `waiting`; slot i holds the next one */
+        }
+        memmove(s->waiting + i, s->waiting + i + 1, (size_t)(s->n_waiting - i - 1) * sizeof(*s->waiting));
+        s->n_waiting--;
+        u->seq = seq;
+        u->admit_seq = ++s->admit_counter;
+        s->running[s->n_running++] = u;
+        budget += cairn_seq_n_pending(seq);
+        sched_req_t *r = u->req;
+        if (!r->admitted_once) {
+            r->admitted_once = true;
+            r->usage.cached_tokens = cached;
+            r->usage.queue_ms = now_ms() - r->t_submit;
+            int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
+            /* The cold tier, once the engine restores from it in begin, reports its
+             * tokens here (usage.restored_tokens, miss_reason "cold"). */
+            r->usage.miss_reason = cached >= full ? "none" : cached == 0 ? "miss" : "partial";
+            pthread_mutex_lock(&s->mu);
+            s->n_queued--;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+}
+
+/* ---- Steps ------------------------------------------------------------------------ */
+
+/* Forks choices 1..n-1 of a request from choice 0, whose prompt is now computed. */
+static int fork_choices(cairn_sched_t *s, sched_run_t *u0)
+{
+    sched_req_t *r = u0->req;
+    int rc = grow_array((void **)&s->running, &s->cap_running, s->n_running + r->n,
+                        sizeof(*s->running));
+    for (int i = 1; rc == CAIRN_OK && i < r->n; i++) {
+        sched_run_t *u = &r->runs[i];
+        if ((rc = cairn_seq_fork(u0->seq, &u->seq)))
+            break;
+        u->admit_seq = ++s->admit_counter;
+        s->running[s->n_running++] = u;
+        r->n_started++;
+    }
+    return rc;
+}
+
+/* Samples, accepts and reports one token of run u from a logits row; may finish the run
+ * or (on failure) end its request. */
+static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
+{
+    sched_req_t *r = u->req;
+    memcpy(s->scratch, row, (size_t)s->vocab * sizeof(float));
+    int32_t t = 0;
+    cairn_finish_reason_t why = CAIRN_FINISH_NONE;
+    int rc = cairn_sampler_sample(u->sampler, s->scratch, &t);
+    if (rc == CAIRN_OK)
+        rc = run_push_token(u, t);
+    if (rc == CAIRN_OK && (rc = cairn_sampler_accept(u->sampler, t, &why)))
+        u->n_toks--, u->n_gen--;
+    if (rc) {
+        req_fail(s, r, rc, rc == CAIRN_ERANGE ? "no token can be sampled (every logit is -inf)"
+                                              : "sampling failed");
+        return;
+    }
+    double now = now_ms();
+    if (r->t_first == 0) {
+        r->t_first = now;
+        r->usage.ttft_ms = now - r->t_submit;
+    }
+    r->t_last = now;
+    const char *text;
+    size_t len;
+    bool stopped = false;
+    if (cairn_tokenizer_stream_push(u->stream, t, &text, &len) == 0 && len) {
+        const char *e;
+        size_t el;
+        if (cairn_stop_matcher_feed(u->stop, text, len, &e, &el, &stopped) == 0 && el)
+            emit_delta(u, e, el);
+    }
+    if (stopped)
+        run_finish(s, u, CAIRN_FINISH_STOP, true);
+    else if (why != CAIRN_FINISH_NONE)
+        run_finish(s, u, why, false);
+    else
+        u->has_tok = true;
+}
+
+/* One engine step over the running runs. Returns false when there was nothing to run. */
+static bool step(cairn_sched_t *s)
+{
+    feed_decodes(s);
+    admit(s);
+    if (s->n_running == 0)
+        return false;
+    if (grow_array((void **)&s->items, &s->cap_items, s->n_running, sizeof(*s->items)) ||
+        grow_array((void **)&s->item_runs, &s->cap_item_runs, s->n_running, sizeof(*s->item_runs))) {
+        while (s->n_running)
+            req_fail(s, s->running[0]->req, CAIRN_ENOMEM, "out of memory");
+        return true;
+    }
+    /* Decode rows first (one token each), then prefill chunks in admission order. */
+    int n = 0, rows = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_run_t *u = s->running[i];
+        if (cairn_seq_n_pending(u->seq) == 1) {
+            s->items[n] = (cairn_batch_item_t){u->seq, 1, CAIRN_LOGITS_LAST};
+            s->item_runs[n++] = u;
+            rows++;
+        }
+    }
+    for (int i = 0; i < s->n_running; i++) {
+        sched_run_t *u = s->running[i];
+        int pending = cairn_seq_n_pending(u->seq);
+        int left = s->opt.step_tokens - rows;
+        if (pending <= 1)
+            continue;
+        if (left <= 0)
+            break;
+        int chunk = pending < s->opt.prefill_chunk ? pending : s->opt.prefill_chunk;
+        if (chunk > left)
+            chunk = left;
+        s->items[n] = (cairn_batch_item_t){u->seq, chunk,
+                                           chunk == pending ? CAIRN_LOGITS_LAST : CAIRN_LOGITS_NONE};
+        s->item_runs[n++] = u;
+        rows += chunk;
+    }
+    const float *logits = NULL;
+    int n_rows = 0;
+    int rc = cairn_engine_step(s->engine, s->items, n, &logits, &n_rows);
+    if (rc) {
+        /* No sequence advanced; nothing can be retried safely. */
+        while (s->n_running)
+            req_fail(s, s->running[0]->req, rc, "the engine step failed");
+        return true;
+    }
+    s->local.steps++;
+    /* Runs may finish (and their requests be freed) while rows are processed, so map
+     * rows to runs first. */
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        if (s->items[i].logits != CAIRN_LOGITS_LAST) {
+            s->item_runs[i] = NULL;
+            continue;
+        }
+        s->items[i].n_tokens = row++;
+    }
+    for (int i = 0; i < n; i++) {
+        sched_run_t *u = s->item_runs[i];
+        if (!u || u->req->ended || u->done || !u->seq)
+            continue;
+        const float *lrow = logits + (size_t)s->items[i].n_tokens * (size_t)s->vocab;
+        sched_req_t *r = u->req;
+        if (u->index == 0 && r->n_started < r->n && u->n_gen == 0) {
+            if ((rc = fork_choices(s, u))) {
+                req_fail(s, r, rc, "forking the choices failed");
+                continue;
+            }
+            for (int c = 1; c < r->n && !r->ended; c++)
+                sample_one(s, &r->runs[c], lrow);
+            if (r->ended) /* a choice failed, which ends the request */
+                continue;
+        }
+        sample_one(s, u, lrow);
+    }
+    return true;
+}
+
+/* ---- Engine thread ---------------------------------------------------------------- */
+
+static void publish_stats(cairn_sched_t *s)
+{
+    cairn_engine_counters_t ec;
+    cairn_engine_counters(s->engine, &ec);
+    uint64_t used = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        int len = cairn_seq_n_past(s->running[i]->seq) + cairn_seq_n_pending(s->running[i]->seq);
+        used += (uint64_t)((len + s->block_tokens - 1) / s->block_tokens);
+    }
+    int running = 0;
+    for (int i = 0; i < s->n_reqs; i++)
+        running += s->reqs[i]->admitted_once;
+    pthread_mutex_lock(&s->mu);
+    uint64_t submitted = s->stats.requests_submitted;
+    s->stats = s->local;
+    s->stats.requests_submitted = submitted;
+    s->stats.queued = s->n_queued;
+    s->stats.running = running;
+    s->stats.pool_blocks_total = s->pool_blocks;
+    s->stats.pool_blocks_used = used;
+    s->stats.pool_blocks_cached = 0;
+    s->stats.engine_tokens_computed = ec.tokens_computed;
+    s->stats.engine_tokens_reused = ec.tokens_reused;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Takes the inbox and the cancel list; returns false when the thread should exit. */
+static bool collect(cairn_sched_t *s, bool idle)
+{
+    pthread_mutex_lock(&s->mu);
+    while (idle && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
+        pthread_cond_wait(&s->cv, &s->mu);
+    sched_req_t *in = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    uint64_t cancels[64];
+    int nc = s->n_cancels < 64 ? s->n_cancels : 64;
+    memcpy(cancels, s->cancels, (size_t)nc * sizeof(uint64_t));
+    memmove(s->cancels, s->cancels + nc, (size_t)(s->n_cancels - nc) * sizeof(uint64_t));
+    s->n_cancels -= nc;
+    bool stopping = s->stopping;
+    bool expired = stopping && now_ms() >= s->deadline;
+    pthread_mutex_unlock(&s->mu);
+
+    while (in) {
+        sched_req_t *r = in;
+        in = in->next;
+        r->next = NULL;
+        if (grow_array((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(*s->reqs)) ||
+            grow_array((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting))) {
+            /* Not linked yet: fail it directly. */
+            cairn_req_event_t ev = {0};
+            ev.kind = CAIRN_REQ_EVENT_ERROR;
+            ev.usage = &r->usage;
+            ev.status = CAIRN_ENOMEM;
+            ev.message = "out of memory";
+            ev.final = true;
+            r->on_event(r->user, &ev);
+            pthread_mutex_lock(&s->mu);
+            s->n_queued--;
+            pthread_mutex_unlock(&s->mu);
+            s->local.requests_failed++;
+            req_free(r);
+            continue;
+        }
+        s->reqs[s->n_reqs++] = r;
+        s->waiting[s->n_waiting++] = &r->runs[0];
+    }
+    for (int c = 0; c < nc; c++)
+        for (int i = 0; i < s->n_reqs; i++)
+            if (s->reqs[i]->id == cancels[c]) {
+                req_fail(s, s->reqs[i], CAIRN_ECANCELED, "canceled");
+                break;
+            }
+    if (expired)
+        while (s->n_reqs)
+            req_fail(s, s->reqs[0], CAIRN_ECANCELED, "canceled: the scheduler is shutting down");
+    free_ended(s);
+    return !(stopping && s->n_reqs == 0);
+}
+
+static void *engine_main(void *arg)
+{
+    cairn_sched_t *s = arg;
+    bool idle = true;
+    for (;;) {
+        if (!collect(s, idle))
+            break;
+        idle = !step(s);
+        free_ended(s);
+        publish_stats(s);
+    }
+    publish_stats(s);
+    return NULL;
+}
+
+/* ---- Public API ------------------------------------------------------------------- */
+
+int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+                       const cairn_sched_options_t *opt, cairn_sched_t **out)
+{
+    if (!out)
+        return CAIRN_EINVAL;
+    *out = NULL;
+    if (!engine || !tok)
+        return CAIRN_EINVAL;
+    const cairn_engine_options_t *eo = cairn_engine_options(engine);
+    if (eo->kv_path != CAIRN_KV_PAGED)
+        return CAIRN_EINVAL;
+    cairn_sched_options_t o;
+    cairn_sched_options_default(&o);
+    if (opt)
+        o = *opt;
+    if (o.step_tokens < 1 || o.prefill_chunk < 1 || o.max_running < 1 || o.max_queued < 0)
+        return CAIRN_EINVAL;
+    cairn_sched_t *s = cairn_calloc(1, sizeof(*s));
+    if (!s)
+        return CAIRN_ENOMEM;
+    const cairn_model_config_t *cfg = cairn_engine_config(engine);
+    s->engine = engine;
+    s->tok = tok;
+    s->opt = o;
+    s->vocab = cfg->vocab;
+    s->block_tokens = eo->block_tokens;
+    s->max_context = eo->max_context;
+    /* The KV core's geometry (kv_cache.c): one block holds K and V of every layer. */
+    uint64_t block_bytes = (uint64_t)cfg->n_layers * 2u * (uint64_t)eo->block_tokens *
+                           (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim *
+                           cairn_dtype_size(eo->kv_dtype);
+    uint64_t max_blocks = ((uint64_t)eo->pool_mib << 20) / block_bytes;
+    s->pool_blocks = max_blocks > 1 ? max_blocks - 1 : 0;
+    s->next_id = 1;
+    s->scratch = cairn_malloc((size_t)s->vocab * sizeof(float));
+    if (!s->scratch) {
+        cairn_free(s);
+        return CAIRN_ENOMEM;
+    }
+    if (pthread_mutex_init(&s->mu, NULL)) {
+        cairn_free(s->scratch);
+        cairn_free(s);
+        return CAIRN_EIO;
+    }
+    if (pthread_cond_init(&s->cv, NULL)) {
+        pthread_mutex_destroy(&s->mu);
+        cairn_free(s->scratch);
+        cairn_free(s);
+        return CAIRN_EIO;
+    }
+    if (pthread_create(&s->thread, NULL, engine_main, s)) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        cairn_free(s->scratch);
+        cairn_free(s);
+        return CAIRN_EIO;
+    }
+    *out = s;
+    return CAIRN_OK;
+}
+
+void cairn_sched_destroy(cairn_sched_t *s, int deadline_ms)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    s->deadline = now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    /* The thread ended every request; free what is left of the lists. */
+    cairn_free(s->reqs);
+    cairn_free(s->waiting);
+    cairn_free(s->running);
+    cairn_free(s->items);
+    cairn_free(s->item_runs);
+    cairn_free(s->cancels);
+    cairn_free(s->scratch);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    cairn_free(s);
+}
+
+int cairn_sched_submit(cairn_sched_t *s, const cairn_req_params_t *p, uint64_t *id,
+                       char *err, size_t err_len)
+{
+    if (id)
+        *id = 0;
+    if (!s || !p) {
+        set_err(err, err_len, "missing scheduler or parameters");
+        return CAIRN_EINVAL;
+    }
+    sched_req_t *r = NULL;
+    int rc = req_build(s, p, &r, err, err_len);
+    if (rc)
+        return rc;
+    r->t_submit = now_ms();
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        rc = CAIRN_ESTATE;
+        set_err(err, err_len, "the scheduler is shutting down");
+    } else if (s->n_queued >= s->opt.max_queued) {
+        rc = CAIRN_EBUSY;
+        set_err(err, err_len, "too many queued requests");
+    } else {
+        r->id = s->next_id++;
+        s->n_queued++;
+        s->stats.requests_submitted++;
+        if (s->inbox_tail)
+            s->inbox_tail->next = r;
+        else
+            s->inbox_head = r;
+        s->inbox_tail = r;
+        if (id)
+            *id = r->id;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+        req_free(r);
+    return rc;
+}
+
+void cairn_sched_cancel(cairn_sched_t *s, uint64_t id)
+{
+    if (!s || id == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (grow_array((void **)&s->cancels, &s->cap_cancels, s->n_cancels + 1, sizeof(uint64_t)) == 0) {
+        s->cancels[s->n_cancels++] = id;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void cairn_sched_stats(cairn_sched_t *s, cairn_sched_stats_t *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,632 @@
+/*
+ * test_scheduler.c — the scheduler over the qwen3 fixture (4 layers, vocab 4096):
+ * concurrent requests produce exactly their solo outputs, shared prefixes are cached and
+ * computed once, a tiny pool preempts without changing any output, cancel frees the
+ * blocks, a full queue answers CAIRN_EBUSY, n > 1 forks choices equal to solo runs with
+ * seed + index, and shutdown cancels what is left.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn/scheduler.h"
+
+#define MODEL "qwen3"
+#define MAX_OUT 4096
+
+static char g_dir[1024];
+static cairn_checkpoint_t *g_ck;
+static cairn_tokenizer_t *g_tok;
+
+/* ---- Event collection --------------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t ids[CAIRN_SCHED_MAX_N][MAX_OUT];
+    int n_ids[CAIRN_SCHED_MAX_N];
+    char text[CAIRN_SCHED_MAX_N][MAX_OUT * 8];
+    size_t text_len[CAIRN_SCHED_MAX_N];
+    cairn_finish_reason_t finish[CAIRN_SCHED_MAX_N];
+    int n_done_events;
+    bool final;
+    int status;
+    int n_deltas;
+    cairn_req_usage_t usage;
+    /* cancel_at: when > 0, cancel the request from the callback after that many tokens */
+    cairn_sched_t *sched;
+    uint64_t id;
+    int cancel_at;
+} collector_t;
+
+static void col_init(collector_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void col_fini(collector_t *c)
+{
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+static void on_event(void *user, const cairn_req_event_t *ev)
+{
+    collector_t *c = user;
+    pthread_mutex_lock(&c->mu);
+    int i = ev->index;
+    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
+        c->n_deltas++;
+        for (int k = 0; k < ev->n_tokens && c->n_ids[i] < MAX_OUT; k++)
+            c->ids[i][c->n_ids[i]++] = ev->tokens[k];
+        memcpy(c->text[i] + c->text_len[i], ev->text, ev->text_len);
+        c->text_len[i] += ev->text_len;
+    } else if (ev->kind == CAIRN_REQ_EVENT_DONE) {
+        c->finish[i] = ev->finish;
+        c->n_done_events++;
+    } else {
+        c->status = ev->status;
+    }
+    if (ev->usage)
+        c->usage = *ev->usage;
+    bool cancel = c->cancel_at > 0 && ev->kind == CAIRN_REQ_EVENT_DELTA && c->n_ids[0] >= c->cancel_at;
+    if (cancel)
+        c->cancel_at = 0;
+    if (ev->final) {
+        c->final = true;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (cancel)
+        cairn_sched_cancel(c->sched, c->id);
+}
+
+static void col_wait(collector_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->final)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- Fixture set-up ----------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    snprintf(g_dir, sizeof(g_dir), "%s/models/%s", CAIRN_FIXTURES_DIR, MODEL);
+    char err[512] = "";
+    if (cairn_checkpoint_open(g_dir, &g_ck, err, sizeof(err))) {
+        fprintf(stderr, "fixture %s: %s\n", g_dir, err);
+        return -1;
+    }
+    if (cairn_tokenizer_load(g_dir, &g_tok, err, sizeof(err))) {
+        fprintf(stderr, "fixture tokenizer %s: %s\n", g_dir, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    cairn_tokenizer_destroy(g_tok);
+    cairn_checkpoint_close(g_ck);
+    return 0;
+}
+
+static cairn_engine_t *make_engine(int pool_mib)
+{
+    cairn_engine_options_t eo;
+    cairn_engine_options_default(&eo);
+    eo.n_threads = 1;
+    eo.pool_mib = pool_mib;
+    cairn_engine_t *e = NULL;
+    char err[256] = "";
+    int rc = cairn_engine_create(g_ck, &eo, &e, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "engine: %s\n", err);
+    assert_int_equal(rc, 0);
+    return e;
+}
+
+static cairn_sched_t *make_sched(cairn_engine_t *e, const cairn_sched_options_t *o)
+{
+    cairn_sched_t *s = NULL;
+    assert_int_equal(cairn_sched_create(e, g_tok, o, &s), 0);
+    return s;
+}
+
+/* One request's description. */
+typedef struct {
+    int32_t prompt[1200];
+    int n_prompt;
+    float temperature;
+    uint64_t seed;
+    int max_tokens;
+    int n;
+    const char *salt;
+} req_spec_t;
+
+static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
+{
+    cairn_req_params_t p = {0};
+    p.prompt = r->prompt;
+    p.n_prompt = r->n_prompt;
+    p.cache_salt = r->salt;
+    cairn_sampling_params_init(&p.sampling);
+    p.sampling.temperature = r->temperature;
+    p.sampling.has_seed = true;
+    p.sampling.seed = r->seed;
+    p.sampling.max_tokens = r->max_tokens;
+    p.sampling.ignore_eos = true; /* exact lengths whatever the model emits */
+    p.n = r->n;
+    p.on_event = on_event;
+    p.user = c;
+    c->sched = s;
+    char err[256] = "";
+    uint64_t id = 0;
+    int rc = cairn_sched_submit(s, &p, &id, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "submit: %s (%s)\n", cairn_strerror(rc), err);
+    assert_int_equal(rc, 0);
+    c->id = id;
+    return id;
+}
+
+/* 16 requests over a shared 64-token "system prompt", with distinct suffixes; half greedy,
+ * half sampled at temperature 0.9 with a fixed seed. */
+static void make_specs(req_spec_t *specs, int n, int prefix_len, int max_tokens)
+{
+    for (int i = 0; i < n; i++) {
+        req_spec_t *r = &specs[i];
+        memset(r, 0, sizeof(*r));
+        for (int k = 0; k < prefix_len; k++)
+            r->prompt[k] = (int32_t)((k * 37 + 11) % 4000);
+        int suffix = 5 + (i * 7) % 23;
+        for (int k = 0; k < suffix; k++)
+            r->prompt[prefix_len + k] = (int32_t)((i * 131 + k * 17 + 3) % 4000);
+        r->n_prompt = prefix_len + suffix;
+        r->temperature = i % 2 ? 0.9f : 0.0f;
+        r->seed = 1000 + (uint64_t)i;
+        r->max_tokens = max_tokens + i % 5;
+        r->n = 1;
+    }
+}
+
+/* Runs each spec alone (one at a time) on a fresh engine: the reference outputs. */
+static void run_solo(const req_spec_t *specs, int n, collector_t *out)
+{
+    cairn_engine_t *e = make_engine(64);
+    cairn_sched_t *s = make_sched(e, NULL);
+    for (int i = 0; i < n; i++) {
+        col_init(&out[i]);
+        submit(s, &specs[i], &out[i]);
+        col_wait(&out[i]);
+        assert_int_equal(out[i].status, 0);
+    }
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+}
+
+/* Stats are published after each engine step, so they can trail the final event: wait
+ * until every submitted request is accounted for and nothing runs. */
+static void stats_settled(cairn_sched_t *s, cairn_sched_stats_t *st)
+{
+    for (int tries = 0; tries < 100000; tries++) {
+        cairn_sched_stats(s, st);
+        if (st->running == 0 && st->queued == 0 &&
+            st->requests_done + st->requests_failed + st->requests_canceled == st->requests_submitted)
+            return;
+        sched_yield();
+    }
+    fail_msg("the scheduler's stats never settled");
+}
+
+/* A request whose prompt fills every usable block of the pool (salt "probe", so nothing is
+ * cached for it): it can only be admitted when no block is held by any sequence. */
+static void probe_pool_empty(cairn_sched_t *s)
+{
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    assert_int_equal(st.pool_blocks_used, 0);
+    static req_spec_t r;
+    memset(&r, 0, sizeof(r));
+    r.n_prompt = (int)st.pool_blocks_total * 16;
+    assert_true(r.n_prompt <= (int)CAIRN_ARRAY_LEN(r.prompt));
+    for (int k = 0; k < r.n_prompt; k++)
+        r.prompt[k] = (int32_t)((k * 7919 + 5) % 4000);
+    r.max_tokens = 1;
+    r.n = 1;
+    r.salt = "probe";
+    collector_t *c = malloc(sizeof(*c));
+    col_init(c);
+    submit(s, &r, c);
+    col_wait(c);
+    assert_int_equal(c->status, 0);
+    assert_int_equal(c->n_ids[0], 1);
+    col_fini(c);
+    free(c);
+}
+
+static void assert_same_output(const collector_t *a, const collector_t *b, int choice)
+{
+    assert_int_equal(a->n_ids[choice], b->n_ids[choice]);
+    assert_memory_equal(a->ids[choice], b->ids[choice], (size_t)a->n_ids[choice] * sizeof(int32_t));
+    assert_int_equal(a->text_len[choice], b->text_len[choice]);
+    assert_memory_equal(a->text[choice], b->text[choice], a->text_len[choice]);
+    assert_int_equal(a->finish[choice], b->finish[choice]);
+}
+
+/* ---- Tests -------------------------------------------------------------------------- */
+
+static void test_concurrent_equals_solo(void **state)
+{
+    enum { N = 16 };
+    static req_spec_t specs[N];
+    static collector_t solo[N], conc[N];
+    make_specs(specs, N, 64, 12);
+    run_solo(specs, N, solo);
+
+    cairn_engine_t *e = make_engine(1); /* 63 blocks: enough for all, and for the probe */
+    cairn_sched_t *s = make_sched(e, NULL);
+    for (int i = 0; i < N; i++) {
+        col_init(&conc[i]);
+        submit(s, &specs[i], &conc[i]);
+    }
+    int cached = 0;
+    for (int i = 0; i < N; i++) {
+        col_wait(&conc[i]);
+        assert_int_equal(conc[i].status, 0);
+        assert_same_output(&solo[i], &conc[i], 0);
+        assert_int_equal(conc[i].usage.completion_tokens, specs[i].max_tokens);
+        assert_int_equal(conc[i].finish[0], CAIRN_FINISH_LENGTH);
+        assert_int_equal(conc[i].usage.prompt_tokens, specs[i].n_prompt);
+        if (i > 0 && conc[i].usage.cached_tokens > 0) {
+            assert_int_equal(conc[i].usage.cached_tokens, 64);
+            cached++;
+        }
+    }
+    /* Everything after the first shares the 4 prefix blocks (held, then attached). */
+    assert_int_equal(cached, N - 1);
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    assert_int_equal(st.requests_done, N);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.cached_tokens, 64 * (N - 1));
+    probe_pool_empty(s);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    for (int i = 0; i < N; i++) {
+        col_fini(&solo[i]);
+        col_fini(&conc[i]);
+    }
+}
+
+static void test_preemption_small_pool(void **state)
+{
+    enum { N = 16 };
+    static req_spec_t specs[N];
+    static collector_t solo[N], conc[N];
+    make_specs(specs, N, 40, 40);
+    /* Distinct salts: nothing is shared, so 16 x ~5-6 blocks overflow 63 blocks. */
+    static char salts[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
+        specs[i].salt = salts[i];
+    }
+    run_solo(specs, N, solo);
+
+    cairn_engine_t *e = make_engine(1);
+    cairn_sched_t *s = make_sched(e, NULL);
+    for (int i = 0; i < N; i++) {
+        col_init(&conc[i]);
+        submit(s, &specs[i], &conc[i]);
+    }
+    int preempted = 0;
+    for (int i = 0; i < N; i++) {
+        col_wait(&conc[i]);
+        assert_int_equal(conc[i].status, 0);
+        assert_same_output(&solo[i], &conc[i], 0);
+        preempted += conc[i].usage.preemptions;
+    }
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    assert_true(preempted > 0);
+    assert_int_equal(st.preemptions, (uint64_t)preempted);
+    assert_int_equal(st.requests_done, N);
+    assert_int_equal(st.requests_failed, 0);
+    probe_pool_empty(s);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    for (int i = 0; i < N; i++) {
+        col_fini(&solo[i]);
+        col_fini(&conc[i]);
+    }
+}
+
+static void test_shared_prefix_computed_once(void **state)
+{
+    enum { N = 4, PREFIX = 256, SUFFIX = 10, GEN = 4 };
+    static req_spec_t specs[N];
+    static collector_t c[N];
+    for (int i = 0; i < N; i++) {
+        req_spec_t *r = &specs[i];
+        memset(r, 0, sizeof(*r));
+        for (int k = 0; k < PREFIX; k++)
+            r->prompt[k] = (int32_t)((k * 53 + 7) % 4000);
+        for (int k = 0; k < SUFFIX; k++)
+            r->prompt[PREFIX + k] = (int32_t)((i * 97 + k * 13 + 1) % 4000);
+        r->n_prompt = PREFIX + SUFFIX;
+        r->max_tokens = GEN;
+        r->n = 1;
+    }
+    cairn_engine_t *e = make_engine(16);
+    cairn_sched_options_t o;
+    cairn_sched_options_default(&o);
+    o.prefill_chunk = 32; /* the first prompt takes 9 steps: the others arrive meanwhile */
+    cairn_sched_t *s = make_sched(e, &o);
+    for (int i = 0; i < N; i++) {
+        col_init(&c[i]);
+        submit(s, &specs[i], &c[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        col_wait(&c[i]);
+        assert_int_equal(c[i].status, 0);
+    }
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    /* The prefix once, each suffix, and GEN - 1 decode rows per request (the last token
+     * sampled is never computed). */
+    assert_int_equal(st.engine_tokens_computed,
+                     (uint64_t)(PREFIX + N * SUFFIX + N * (GEN - 1)));
+    assert_int_equal(st.engine_tokens_reused, (uint64_t)((N - 1) * PREFIX));
+    for (int i = 1; i < N; i++)
+        assert_int_equal(c[i].usage.cached_tokens, PREFIX);
+    assert_int_equal(c[0].usage.cached_tokens, 0);
+    assert_string_equal(c[1].usage.miss_reason, "none");
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    for (int i = 0; i < N; i++)
+        col_fini(&c[i]);
+}
+
+static void test_cancel_frees_blocks(void **state)
+{
+    cairn_engine_t *e = make_engine(1);
+    cairn_sched_t *s = make_sched(e, NULL);
+    static req_spec_t r;
+    memset(&r, 0, sizeof(r));
+    for (int k = 0; k < 100; k++)
+        r.prompt[k] = (int32_t)((k * 31 + 2) % 4000);
+    r.n_prompt = 100;
+    r.max_tokens = 800;
+    r.n = 1;
+    static collector_t c;
+    col_init(&c);
+    c.cancel_at = 5; /* canceled from the callback, mid-stream */
+    submit(s, &r, &c);
+    col_wait(&c);
+    assert_int_equal(c.status, CAIRN_ECANCELED);
+    assert_true(c.n_ids[0] >= 5 && c.n_ids[0] < 800);
+    assert_int_equal(c.n_done_events, 0);
+
+    /* And from another thread, while it runs. */
+    static collector_t c2;
+    col_init(&c2);
+    uint64_t id = submit(s, &r, &c2);
+    for (;;) {
+        pthread_mutex_lock(&c2.mu);
+        int got = c2.n_ids[0];
+        pthread_mutex_unlock(&c2.mu);
+        if (got >= 3)
+            break;
+        sched_yield();
+    }
+    cairn_sched_cancel(s, id);
+    cairn_sched_cancel(s, 987654); /* unknown: no-op */
+    col_wait(&c2);
+    assert_int_equal(c2.status, CAIRN_ECANCELED);
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    assert_int_equal(st.requests_canceled, 2);
+    probe_pool_empty(s);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    col_fini(&c);
+    col_fini(&c2);
+}
+
+static void test_queue_full_and_shutdown(void **state)
+{
+    cairn_engine_t *e = make_engine(8);
+    cairn_sched_options_t o;
+    cairn_sched_options_default(&o);
+    o.max_running = 1;
+    o.max_queued = 2;
+    cairn_sched_t *s = make_sched(e, &o);
+    static req_spec_t r;
+    memset(&r, 0, sizeof(r));
+    for (int k = 0; k < 20; k++)
+        r.prompt[k] = (int32_t)(k + 100);
+    r.n_prompt = 20;
+    r.max_tokens = 4000;
+    r.n = 1;
+    static collector_t c[4];
+    cairn_req_params_t p = {0};
+    p.prompt = r.prompt;
+    p.n_prompt = r.n_prompt;
+    cairn_sampling_params_init(&p.sampling);
+    p.sampling.temperature = 0;
+    p.sampling.max_tokens = r.max_tokens;
+    p.sampling.ignore_eos = true;
+    p.on_event = on_event;
+    int accepted = 0, busy = -1;
+    for (int i = 0; i < 4; i++) {
+        col_init(&c[i]);
+        p.user = &c[i];
+        uint64_t id;
+        char err[128] = "";
+        int rc = cairn_sched_submit(s, &p, &id, err, sizeof(err));
+        if (rc == CAIRN_EBUSY) {
+            busy = i;
+            assert_string_equal(err, "too many queued requests");
+            break;
+        }
+        assert_int_equal(rc, 0);
+        accepted++;
+    }
+    /* One request may be running; at most two wait. */
+    assert_true(busy == 2 || busy == 3);
+
+    /* Bad input is rejected at submit with a message, and no event follows. */
+    char err[256] = "";
+    uint64_t id;
+    cairn_req_params_t bad = p;
+    bad.n_prompt = 0;
+    assert_int_equal(cairn_sched_submit(s, &bad, &id, err, sizeof(err)), CAIRN_EINVAL);
+    bad = p;
+    bad.sampling.top_p = 1.5f;
+    assert_int_equal(cairn_sched_submit(s, &bad, &id, err, sizeof(err)), CAIRN_EINVAL);
+    assert_non_null(strstr(err, "top_p"));
+    bad = p;
+    bad.sampling.max_tokens = 9000; /* the fixture's context is 8192 */
+    assert_int_equal(cairn_sched_submit(s, &bad, &id, err, sizeof(err)), CAIRN_ERANGE);
+    bad = p;
+    bad.n = 17;
+    assert_int_equal(cairn_sched_submit(s, &bad, &id, err, sizeof(err)), CAIRN_EINVAL);
+
+    /* Shutdown with a short deadline cancels everything still running or queued. */
+    cairn_sched_destroy(s, 50);
+    for (int i = 0; i < accepted; i++) {
+        assert_true(c[i].final);
+        assert_int_equal(c[i].status, CAIRN_ECANCELED);
+    }
+    cairn_engine_destroy(e);
+    for (int i = 0; i < 4; i++)
+        col_fini(&c[i]);
+}
+
+static void test_n_choices_fork(void **state)
+{
+    enum { N = 3 };
+    static req_spec_t spec, solo_spec[N];
+    static collector_t multi, solo[N];
+    make_specs(&spec, 1, 48, 10);
+    spec.temperature = 1.0f;
+    spec.seed = 77;
+    spec.n = N;
+    for (int i = 0; i < N; i++) {
+        solo_spec[i] = spec;
+        solo_spec[i].n = 1;
+        solo_spec[i].seed = 77 + (uint64_t)i;
+    }
+    run_solo(solo_spec, N, solo);
+
+    cairn_engine_t *e = make_engine(1);
+    cairn_sched_t *s = make_sched(e, NULL);
+    col_init(&multi);
+    submit(s, &spec, &multi);
+    col_wait(&multi);
+    assert_int_equal(multi.status, 0);
+    assert_int_equal(multi.n_done_events, N);
+    for (int i = 0; i < N; i++) {
+        collector_t one = {0};
+        memcpy(one.ids[0], multi.ids[i], sizeof(one.ids[0]));
+        one.n_ids[0] = multi.n_ids[i];
+        memcpy(one.text[0], multi.text[i], sizeof(one.text[0]));
+        one.text_len[0] = multi.text_len[i];
+        one.finish[0] = multi.finish[i];
+        assert_same_output(&solo[i], &one, 0);
+    }
+    assert_int_equal(multi.usage.completion_tokens, N * spec.max_tokens);
+    cairn_sched_stats_t st;
+    stats_settled(s, &st);
+    /* The prompt once, then N x (max_tokens - 1) decode rows. */
+    assert_int_equal(st.engine_tokens_computed, (uint64_t)(spec.n_prompt + N * (spec.max_tokens - 1)));
+    probe_pool_empty(s);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    col_fini(&multi);
+    for (int i = 0; i < N; i++)
+        col_fini(&solo[i]);
+}
+
+static void test_stop_string_and_text(void **state)
+{
+    /* Greedy text of a prompt, then the same request with a stop string taken from the
+     * middle of that text: the output is the text before it, finish "stop". */
+    cairn_engine_t *e = make_engine(8);
+    cairn_sched_t *s = make_sched(e, NULL);
+    static req_spec_t r;
+    make_specs(&r, 1, 32, 24);
+    static collector_t a, b;
+    col_init(&a);
+    submit(s, &r, &a);
+    col_wait(&a);
+    assert_int_equal(a.status, 0);
+    /* The text equals the decode of the ids. */
+    char *dec = NULL;
+    size_t dec_len = 0;
+    assert_int_equal(cairn_tokenizer_decode(g_tok, a.ids[0], (size_t)a.n_ids[0], true, &dec, &dec_len), 0);
+    assert_int_equal(dec_len, a.text_len[0]);
+    assert_memory_equal(dec, a.text[0], dec_len);
+    cairn_free(dec);
+    size_t at = a.text_len[0] / 2;
+    while (at + 3 <= a.text_len[0] &&
+           !((unsigned char)a.text[0][at] < 0x80 && (unsigned char)a.text[0][at + 1] < 0x80 &&
+             (unsigned char)a.text[0][at + 2] < 0x80 && a.text[0][at] && a.text[0][at + 1] &&
+             a.text[0][at + 2]))
+        at++;
+    if (at + 3 <= a.text_len[0]) {
+        char stop[4];
+        memcpy(stop, a.text[0] + at, 3);
+        stop[3] = 0;
+        const char *first = strstr(a.text[0], stop);
+        const char *stops[1] = {stop};
+        cairn_req_params_t p = {0};
+        p.prompt = r.prompt;
+        p.n_prompt = r.n_prompt;
+        cairn_sampling_params_init(&p.sampling);
+        p.sampling.temperature = 0;
+        p.sampling.max_tokens = r.max_tokens;
+        p.sampling.ignore_eos = true;
+        p.sampling.stop = stops;
+        p.sampling.n_stop = 1;
+        p.on_event = on_event;
+        col_init(&b);
+        p.user = &b;
+        uint64_t id;
+        assert_int_equal(cairn_sched_submit(s, &p, &id, NULL, 0), 0);
+        col_wait(&b);
+        assert_int_equal(b.status, 0);
+        assert_int_equal(b.finish[0], CAIRN_FINISH_STOP);
+        assert_int_equal(b.text_len[0], (size_t)(first - a.text[0]));
+        assert_memory_equal(b.text[0], a.text[0], b.text_len[0]);
+        col_fini(&b);
+    }
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    col_fini(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_equals_solo),
+        cmocka_unit_test(test_preemption_small_pool),
+        cmocka_unit_test(test_shared_prefix_computed_once),
+        cmocka_unit_test(test_cancel_frees_blocks),
+        cmocka_unit_test(test_queue_full_and_shutdown),
+        cmocka_unit_test(test_n_choices_fork),
+        cmocka_unit_test(test_stop_string_and_text),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
