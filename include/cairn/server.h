@@ -1,0 +1,74 @@
+/*
+ * cairn/server.h — an OpenAI-compatible HTTP server over one engine (libmicrohttpd).
+ *
+ * Model. A server owns a scheduler (include/cairn/scheduler.h) over a caller-provided
+ * engine and tokenizer, and an MHD daemon with a pool of HTTP threads. HTTP threads parse
+ * and validate requests (src/server/openai_request.c), render the chat template, tokenize
+ * and submit; the scheduler's engine thread reports deltas by appending to the
+ * connection's buffer and resuming the suspended connection; the HTTP thread renders JSON
+ * or SSE (src/server/openai_response.c). Routes and error shapes: docs/API.md.
+ *
+ * Tenancy. With an API key file, every /v1 request needs `Authorization: Bearer KEY` and
+ * the cache domain passed to the engine is hex(SHA-256(KEY)) "/" cache_salt, so a
+ * client's own salt can only split its tenant's domain further (src/server/tenancy.c).
+ *
+ * Thread-safety: create and destroy from one thread; cairn_server_port and
+ * cairn_server_sched may be called from any thread while the server lives.
+ */
+#ifndef CAIRN_SERVER_H
+#define CAIRN_SERVER_H
+
+#include "cairn/common.h"
+#include "cairn/engine.h"
+#include "cairn/scheduler.h"
+#include "cairn/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cairn_server cairn_server_t;
+
+typedef struct {
+    const char *host;             /* IPv4 address to bind; default "127.0.0.1" */
+    int port;                     /* 0: an ephemeral port (see cairn_server_port); default 8080 */
+    int http_threads;             /* MHD worker threads; default 4 */
+    size_t max_body_bytes;        /* larger request bodies get 413; default 4 MiB */
+    const char *model_id;         /* the id /v1/models reports and responses echo; default "cairn" */
+    const char *api_keys_file;    /* NULL: no authentication; else one key per line */
+    const char *request_log_path; /* NULL: no request log; else JSON lines appended */
+    cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */
+} cairn_server_options_t;
+
+/* Fills *o with the defaults above. */
+void cairn_server_options_default(cairn_server_options_t *o);
+
+/*
+ * Creates the scheduler over engine and tok (both must outlive the server; the server is
+ * their only user until destroyed), compiles the tokenizer's chat template (a model
+ * without one serves /v1/completions only), loads the API keys, opens the request log and
+ * starts listening. Errors: CAIRN_EINVAL (bad options), CAIRN_ENOENT/CAIRN_EIO (key file,
+ * log file), CAIRN_EFORMAT (an empty key file), CAIRN_EIO (bind/listen failed: port in
+ * use), CAIRN_ENOMEM; a one-line message goes to err.
+ */
+int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+                        const cairn_server_options_t *opt, cairn_server_t **out, char *err,
+                        size_t err_len);
+
+/* The TCP port the server listens on (the chosen one when options.port was 0). */
+int cairn_server_port(const cairn_server_t *s);
+
+/* The server's scheduler (for statistics; do not destroy it). */
+cairn_sched_t *cairn_server_sched(cairn_server_t *s);
+
+/*
+ * Graceful stop: closes the listening socket (no new connections), lets in-flight
+ * requests finish until deadline_ms has passed, cancels the rest (streams end with an
+ * error event), then stops the HTTP threads and frees everything. NULL is a no-op.
+ */
+void cairn_server_destroy(cairn_server_t *s, int deadline_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CAIRN_SERVER_H */

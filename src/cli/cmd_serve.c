@@ -1,0 +1,311 @@
+/*
+ * cmd_serve.c — `cairn serve`: the OpenAI-compatible HTTP server (include/cairn/server.h).
+ *
+ * Loads a checkpoint folder (tokenizer and chat template from the same folder), creates
+ * the engine and the server, prints how to call it, and waits for SIGINT or SIGTERM. On a
+ * signal it stops accepting connections, lets in-flight requests finish for up to
+ * --drain-ms, cancels the rest, and exits 0.
+ *
+ * Without MODEL_DIR it serves a default model that needs no download: the synth "tiny"
+ * checkpoint (engine/synth.h), written once into <cache dir>/models/synth-tiny on the
+ * first run. Its weights are seeded random numbers, so its text is gibberish; it exists
+ * to try the API end to end.
+ *
+ * Signals are blocked in every thread (the mask is set before any thread starts) and
+ * taken synchronously with sigwait, so no handler runs inside library code.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cairn/checkpoint.h"
+#include "cairn/engine.h"
+#include "cairn/server.h"
+#include "cairn/tokenizer.h"
+#include "cli/cli.h"
+#include "engine/synth.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: cairn serve [MODEL_DIR] [options]\n"
+            "\n"
+            "Serves an OpenAI-compatible HTTP API (POST /v1/chat/completions,\n"
+            "POST /v1/completions, GET /v1/models, GET /health, GET /metrics; see docs/API.md).\n"
+            "MODEL_DIR is a Hugging Face checkpoint folder (config.json, safetensors,\n"
+            "tokenizer.json, chat template). Without it, a small random 'tiny' model is\n"
+            "synthesized once into <cache dir>/models/synth-tiny and served (no download;\n"
+            "its output is gibberish, for trying the API).\n"
+            "\n"
+            "options:\n"
+            "  --host ADDR          IPv4 address to bind (default 127.0.0.1)\n"
+            "  --port N             TCP port, 0 for any free port (default 8080)\n"
+            "  --threads N          engine compute threads (default: online CPUs, max 16)\n"
+            "  --http-threads N     HTTP worker threads (default 4)\n"
+            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
+            "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
+            "  --max-running N      requests decoding at once (default 16)\n"
+            "  --max-queued N       waiting requests before 429 (default 64)\n"
+            "  --api-keys FILE      require 'Authorization: Bearer KEY' with a key listed in\n"
+            "                       FILE (one per line); each key is its own cache domain\n"
+            "  --request-log FILE   append one JSON line per request to FILE\n"
+            "  --max-body-bytes N   larger request bodies get 413 (default 4194304)\n"
+            "  --model-id NAME      model id in /v1/models and responses (default: the\n"
+            "                       folder's name)\n"
+            "  --drain-ms N         on SIGINT/SIGTERM, let requests finish this long (default 5000)\n"
+            "  --cache-dir DIR      cache root (default CAIRN_CACHE_DIR, else\n"
+            "                       $XDG_CACHE_HOME/cairn, else ~/.cache/cairn); holds the\n"
+            "                       default model. The SSD cold tier will also live here once\n"
+            "                       it is wired into the engine; today no KV is written.\n"
+            "  --no-cold            do not use the cold tier (today it is never used)\n"
+            "  -v, --verbose        log informational messages\n");
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "cairn serve: %s needs an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int cache_root(const char *opt, char *out, size_t cap)
+{
+    const char *env = getenv("CAIRN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    int n;
+    if (opt)
+        n = snprintf(out, cap, "%s", opt);
+    else if (env && env[0])
+        n = snprintf(out, cap, "%s", env);
+    else if (xdg && xdg[0])
+        n = snprintf(out, cap, "%s/cairn", xdg);
+    else if (home && home[0])
+        n = snprintf(out, cap, "%s/.cache/cairn", home);
+    else
+        return -1;
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+static int mkdir_p(char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* The default model's folder, synthesized on first use. */
+static int default_model(const char *cache_opt, char *dir, size_t cap)
+{
+    char root[PATH_MAX];
+    if (cache_root(cache_opt, root, sizeof root)) {
+        fprintf(stderr, "cairn serve: no MODEL_DIR and no cache directory (set --cache-dir, "
+                        "CAIRN_CACHE_DIR or HOME)\n");
+        return -1;
+    }
+    int n = snprintf(dir, cap, "%s/models/synth-tiny", root);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/config.json", dir);
+    struct stat st;
+    if (stat(probe, &st) == 0)
+        return 0;
+    if (mkdir_p(dir)) {
+        fprintf(stderr, "cairn serve: cannot create %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    cairn_synth_options_t o;
+    cairn_synth_options_default(&o);
+    char err[512] = "";
+    int rc = cairn_synth_write(dir, &o, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn serve: cannot write the default model into %s: %s\n", dir,
+                err[0] ? err : cairn_strerror(rc));
+        return -1;
+    }
+    fprintf(stderr, "cairn serve: wrote the default model (synth 'tiny', random weights) to %s\n",
+            dir);
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    cairn_server_options_t so;
+    cairn_server_options_default(&so);
+    cairn_engine_options_t eo;
+    cairn_engine_options_default(&eo);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
+    const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
+    long drain_ms = 5000, v;
+    int verbose = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose++;
+            continue;
+        }
+        if (!strcmp(a, "--no-cold"))
+            continue; /* the cold tier is not wired into the engine yet (see --help) */
+        if (a[0] != '-') {
+            if (model) {
+                fprintf(stderr, "cairn serve: more than one MODEL_DIR ('%s', '%s')\n", model, a);
+                return 2;
+            }
+            model = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "cairn serve: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *val = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--host"))
+            so.host = val;
+        else if (!strcmp(a, "--port") && !(rc = parse_int(a, val, 0, 65535, &v)))
+            so.port = (int)v;
+        else if (!strcmp(a, "--threads") && !(rc = parse_int(a, val, 1, 256, &v)))
+            eo.n_threads = (int)v;
+        else if (!strcmp(a, "--http-threads") && !(rc = parse_int(a, val, 1, 256, &v)))
+            so.http_threads = (int)v;
+        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v)))
+            eo.pool_mib = (int)v;
+        else if (!strcmp(a, "--max-context") && !(rc = parse_int(a, val, 16, 1 << 20, &v)))
+            eo.max_context = (int)v;
+        else if (!strcmp(a, "--max-running") && !(rc = parse_int(a, val, 1, 4096, &v)))
+            so.sched.max_running = (int)v;
+        else if (!strcmp(a, "--max-queued") && !(rc = parse_int(a, val, 0, 1 << 20, &v)))
+            so.sched.max_queued = (int)v;
+        else if (!strcmp(a, "--max-body-bytes") && !(rc = parse_int(a, val, 1024, 1L << 30, &v)))
+            so.max_body_bytes = (size_t)v;
+        else if (!strcmp(a, "--drain-ms") && !(rc = parse_int(a, val, 0, 3600000, &v)))
+            drain_ms = v;
+        else if (!strcmp(a, "--kv-dtype")) {
+            if (cairn_dtype_parse(val, &eo.kv_dtype) != 0) {
+                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16 or f32, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--api-keys"))
+            so.api_keys_file = val;
+        else if (!strcmp(a, "--request-log"))
+            so.request_log_path = val;
+        else if (!strcmp(a, "--model-id"))
+            model_id = val;
+        else if (!strcmp(a, "--cache-dir"))
+            cache_opt = val;
+        else if (!rc) {
+            fprintf(stderr, "cairn serve: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (rc)
+            return 2;
+    }
+    cairn_cli_install_logger(verbose);
+
+    char default_dir[PATH_MAX];
+    if (!model) {
+        if (default_model(cache_opt, default_dir, sizeof default_dir))
+            return 1;
+        model = default_dir;
+        if (!model_id)
+            model_id = "synth-tiny";
+    }
+    char name[256];
+    if (!model_id) {
+        const char *slash = strrchr(model, '/');
+        const char *base = slash && slash[1] ? slash + 1 : model;
+        snprintf(name, sizeof name, "%s", base);
+        size_t l = strlen(name);
+        while (l > 1 && name[l - 1] == '/')
+            name[--l] = '\0';
+        model_id = name;
+    }
+    so.model_id = model_id;
+
+    /* Block the stop signals before any thread exists, so every thread inherits it. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = 1;
+    char err[512] = "";
+    cairn_checkpoint_t *ck = NULL;
+    cairn_engine_t *eng = NULL;
+    cairn_tokenizer_t *tok = NULL;
+    cairn_server_t *srv = NULL;
+    int rc = cairn_checkpoint_open(model, &ck, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
+        goto out;
+    }
+    if ((rc = cairn_tokenizer_load(model, &tok, err, sizeof err))) {
+        fprintf(stderr, "cairn serve: tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
+        goto out;
+    }
+    if ((rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err))) {
+        fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
+        goto out;
+    }
+    if ((rc = cairn_server_create(eng, tok, &so, &srv, err, sizeof err))) {
+        fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
+        goto out;
+    }
+    int port = cairn_server_port(srv);
+    const char *host = so.host;
+    printf("cairn serve: model '%s' from %s\n"
+           "cairn serve: listening on http://%s:%d (Ctrl-C to stop)\n"
+           "try:\n"
+           "  curl -s http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
+           "    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
+           "\"max_tokens\": 32}'\n",
+           model_id, model, host, port, host, port,
+           so.api_keys_file ? " -H 'Authorization: Bearer YOUR_KEY'" : "", model_id);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "cairn serve: %s: draining (up to %ld ms)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            drain_ms);
+    cairn_server_destroy(srv, (int)drain_ms);
+    srv = NULL;
+    status = 0;
+out:
+    cairn_server_destroy(srv, 0);
+    cairn_engine_destroy(eng);
+    cairn_tokenizer_destroy(tok);
+    cairn_checkpoint_close(ck);
+    return status;
+}
+
+CAIRN_CLI_COMMAND(serve, "serve", "serve an OpenAI-compatible HTTP API (chat, completions, metrics)",
+                  cmd_serve)

@@ -1,0 +1,224 @@
+/*
+ * metrics.c — Prometheus counters and histograms for GET /metrics.
+ *
+ * Model. HTTP responses are counted per route and status; finished generations add their
+ * prompt, completion, hot-cached and cold-restored tokens, and their TTFT and time per
+ * output token (1 / decode tokens/s) to fixed-bucket histograms. The scheduler's gauges
+ * (queue depth, running requests, pool blocks) are read at render time and passed in.
+ * Names use the cairn_ prefix and the base units Prometheus recommends (seconds).
+ *
+ * Thread-safety: every function takes the one mutex; HTTP threads call them.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double tpot_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+#define N_TTFT CAIRN_ARRAY_LEN(ttft_bounds)
+#define N_TPOT CAIRN_ARRAY_LEN(tpot_bounds)
+
+typedef struct {
+    uint64_t bucket[16]; /* non-cumulative; the last used slot is +Inf */
+    uint64_t count;
+    double sum;
+} hist_t;
+
+static const char *const route_names[ROUTE_COUNT] = {
+    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "other"};
+static const int status_codes[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+#define N_STATUS CAIRN_ARRAY_LEN(status_codes)
+
+struct metrics {
+    pthread_mutex_t mu;
+    uint64_t http[ROUTE_COUNT][N_STATUS + 1]; /* last column: any other status */
+    uint64_t gen_ok, gen_failed, gen_canceled;
+    uint64_t prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
+    hist_t ttft, tpot;
+};
+
+int metrics_create(metrics_t **out)
+{
+    metrics_t *m = cairn_calloc(1, sizeof *m);
+    if (!m)
+        return CAIRN_ENOMEM;
+    pthread_mutex_init(&m->mu, NULL);
+    *out = m;
+    return 0;
+}
+
+void metrics_destroy(metrics_t *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    cairn_free(m);
+}
+
+void metrics_http(metrics_t *m, route_t route, int status)
+{
+    size_t col = N_STATUS;
+    for (size_t i = 0; i < N_STATUS; i++)
+        if (status_codes[i] == status)
+            col = i;
+    pthread_mutex_lock(&m->mu);
+    m->http[route][col]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void observe(hist_t *h, const double *bounds, size_t nb, double v)
+{
+    size_t i = 0;
+    while (i < nb && v > bounds[i])
+        i++;
+    h->bucket[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void metrics_generation(metrics_t *m, const cairn_req_usage_t *u, bool ok, bool canceled)
+{
+    pthread_mutex_lock(&m->mu);
+    if (ok)
+        m->gen_ok++;
+    else if (canceled)
+        m->gen_canceled++;
+    else
+        m->gen_failed++;
+    if (u) {
+        m->prompt_tokens += (uint64_t)(u->prompt_tokens > 0 ? u->prompt_tokens : 0);
+        m->completion_tokens += (uint64_t)(u->completion_tokens > 0 ? u->completion_tokens : 0);
+        m->cached_tokens += (uint64_t)(u->cached_tokens > 0 ? u->cached_tokens : 0);
+        m->restored_tokens += (uint64_t)(u->restored_tokens > 0 ? u->restored_tokens : 0);
+        if (ok && u->completion_tokens > 0 && u->ttft_ms >= 0)
+            observe(&m->ttft, ttft_bounds, N_TTFT, u->ttft_ms / 1000.0);
+        if (ok && u->completion_tokens > 1 && u->decode_tps > 0)
+            observe(&m->tpot, tpot_bounds, N_TPOT, 1.0 / u->decode_tps);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} sbuf_t;
+
+__attribute__((format(printf, 2, 3))) static void put(sbuf_t *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t nc = (b->cap + (size_t)n + 1) * 2;
+        char *np = cairn_realloc(b->p, nc);
+        if (!np) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+}
+
+static void put_hist(sbuf_t *b, const char *name, const char *help, const hist_t *h,
+                     const double *bounds, size_t nb)
+{
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        cum += h->bucket[i];
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    cum += h->bucket[nb];
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+        (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void put_counter(sbuf_t *b, const char *name, const char *help, uint64_t v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+        (unsigned long long)v);
+}
+
+static void put_gauge(sbuf_t *b, const char *name, const char *help, double v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", name, help, name, name, v);
+}
+
+char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
+{
+    sbuf_t b = {cairn_malloc(4096), 0, 4096, false};
+    if (!b.p)
+        return NULL;
+    b.p[0] = '\0';
+    pthread_mutex_lock(&m->mu);
+    put(&b, "# HELP cairn_http_requests_total HTTP responses by route and status.\n"
+            "# TYPE cairn_http_requests_total counter\n");
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (size_t c = 0; c <= N_STATUS; c++)
+            if (m->http[r][c] || (c == 0 && r <= ROUTE_COMPLETIONS)) {
+                char code[8];
+                if (c < N_STATUS)
+                    snprintf(code, sizeof code, "%d", status_codes[c]);
+                else
+                    snprintf(code, sizeof code, "other");
+                put(&b, "cairn_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+                    route_names[r], code, (unsigned long long)m->http[r][c]);
+            }
+    put(&b, "# HELP cairn_generations_total Generation requests by outcome.\n"
+            "# TYPE cairn_generations_total counter\n"
+            "cairn_generations_total{outcome=\"ok\"} %llu\n"
+            "cairn_generations_total{outcome=\"canceled\"} %llu\n"
+            "cairn_generations_total{outcome=\"failed\"} %llu\n",
+        (unsigned long long)m->gen_ok, (unsigned long long)m->gen_canceled,
+        (unsigned long long)m->gen_failed);
+    put_counter(&b, "cairn_prompt_tokens_total", "Prompt tokens of finished requests.",
+                m->prompt_tokens);
+    put_counter(&b, "cairn_completion_tokens_total", "Generated tokens.", m->completion_tokens);
+    put(&b, "# HELP cairn_cache_hit_tokens_total Prompt tokens served from cache, by tier.\n"
+            "# TYPE cairn_cache_hit_tokens_total counter\n"
+            "cairn_cache_hit_tokens_total{tier=\"hot\"} %llu\n"
+            "cairn_cache_hit_tokens_total{tier=\"cold\"} %llu\n",
+        (unsigned long long)m->cached_tokens, (unsigned long long)m->restored_tokens);
+    put_hist(&b, "cairn_ttft_seconds", "Time from submit to the first generated token.", &m->ttft,
+             ttft_bounds, N_TTFT);
+    put_hist(&b, "cairn_time_per_output_token_seconds", "Decode time per generated token.",
+             &m->tpot, tpot_bounds, N_TPOT);
+    pthread_mutex_unlock(&m->mu);
+
+    put_gauge(&b, "cairn_queue_depth", "Requests waiting for admission.", st->queued);
+    put_gauge(&b, "cairn_running_requests", "Requests admitted and generating.", st->running);
+    put_gauge(&b, "cairn_pool_blocks_total", "KV pool blocks.", (double)st->pool_blocks_total);
+    put_gauge(&b, "cairn_pool_blocks_used", "KV pool blocks referenced by sequences.",
+              (double)st->pool_blocks_used);
+    put_gauge(&b, "cairn_pool_blocks_cached", "KV pool blocks held only by the prefix cache.",
+              (double)st->pool_blocks_cached);
+    put_gauge(&b, "cairn_pool_occupancy", "Fraction of KV pool blocks in use.",
+              st->pool_blocks_total ? (double)st->pool_blocks_used / (double)st->pool_blocks_total
+                                    : 0.0);
+    put_counter(&b, "cairn_sched_requests_canceled_total", "Requests canceled (disconnects).",
+                st->requests_canceled);
+    put_counter(&b, "cairn_sched_preemptions_total", "Requests preempted for pool space.",
+                st->preemptions);
+    put_counter(&b, "cairn_sched_steps_total", "Engine steps.", st->steps);
+    if (b.failed) {
+        cairn_free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
