@@ -206,10 +206,12 @@ static void evict_one(cairn_kv_cache_t *c)
         c->evict_observer(c->evict_observer_user, id);
 }
 
-int kv_cache__ensure_free(cairn_kv_cache_t *c, uint32_t needed)
+int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed)
 {
     if (c->pool.free.count >= needed)
         return CAIRN_OK;
+    if (needed >= c->phys.max_blocks)
+        return CAIRN_EEXHAUSTED; /* more than the whole pool: nothing to try */
     int grow_rc = 0;
     uint32_t cur = c->pool.n_blocks, max = c->phys.max_blocks;
     if (cur < max) {
@@ -225,7 +227,7 @@ int kv_cache__ensure_free(cairn_kv_cache_t *c, uint32_t needed)
     }
     if (c->pool.free.count >= needed)
         return CAIRN_OK;
-    if ((uint64_t)c->pool.free.count + c->pool.lru.count < needed)
+    if ((size_t)c->pool.free.count + c->pool.lru.count < needed)
         return grow_rc ? grow_rc : CAIRN_EEXHAUSTED;
     while (c->pool.free.count < needed)
         evict_one(c);

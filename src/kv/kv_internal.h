@@ -232,7 +232,7 @@ struct cairn_kv_cache {
 
 /* Makes `needed` blocks free: one grow if short, then eviction of LRU cached blocks.
  * CAIRN_EEXHAUSTED (nothing evicted) when free + cached cannot cover it after growing. */
-int kv_cache__ensure_free(cairn_kv_cache_t *c, uint32_t needed);
+int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed);
 /* Allocates one block (after ensure_free) for group g. */
 uint32_t kv_cache__alloc(cairn_kv_cache_t *c);
 /* Publishes block `id` of group g under hash; false when an equal block is already

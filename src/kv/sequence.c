@@ -16,6 +16,7 @@
  */
 #include "kv/kv_internal.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static const cairn_kv_hash_t zero_hash;
@@ -29,6 +30,8 @@ static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return CAIRN_OK;
+    if (need > SIZE_MAX / 2 / elem)
+        return CAIRN_ENOMEM;
     size_t n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
@@ -44,6 +47,8 @@ static int reserve_tables(cairn_kv_seq_t *s, size_t need)
 {
     if (need <= s->cap_table)
         return CAIRN_OK;
+    if (need > SIZE_MAX / 2 / sizeof(uint32_t))
+        return CAIRN_ENOMEM;
     const cairn_kv_cache_t *c = s->cache;
     size_t n = s->cap_table ? s->cap_table : 16;
     while (n < need)
@@ -136,7 +141,7 @@ static int admit(cairn_kv_seq_t *s, size_t *prefix_len)
     s->n_table = k;
     s->n_computed = P;
     /* The hits are referenced, so eviction below cannot take them. */
-    rc = kv_cache__ensure_free(c, (uint32_t)((need - k) * n_paged(c)));
+    rc = kv_cache__ensure_free(c, (need - k) * n_paged(c));
     if (rc) {
         drop_tail(s, 0);
         s->n_computed = 0;
@@ -240,7 +245,7 @@ int cairn_kv_seq_append(cairn_kv_seq_t *s, const int32_t *tokens, size_t n)
         for (uint32_t g = 0; g < c->n_groups; g++)
             if (kv_group_paged(&c->groups[g]) && c->pool.blocks[s->tables[g][pj]].ref > 1)
                 cow++;
-    rc = kv_cache__ensure_free(c, (uint32_t)((need - s->n_table) * n_paged(c) + cow));
+    rc = kv_cache__ensure_free(c, (need - s->n_table) * n_paged(c) + cow);
     if (rc)
         return rc;
     for (uint32_t g = 0; g < c->n_groups; g++) {

@@ -340,11 +340,16 @@ static void test_grow_on_demand(void **state)
             assert_true(vv[DIM - 1] == -(float)(j * 10 + slot));
         }
     }
-    /* beyond the max: grows to the max, then a clear exhaustion */
+    /* larger than the whole pool: refused at once, without growing */
     int32_t huge[4 * 200];
     seqn(huge, 4 * 200, 20000);
     cairn_kv_seq_t *s3 = NULL;
     assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, huge, 4 * 200, &s3, NULL), CAIRN_EEXHAUSTED);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.blocks_total, 32 + (70 - 15));
+    /* fits the pool but not what is left: grows to the max, then a clear exhaustion */
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, huge, 4 * 120, &s3, NULL), CAIRN_EEXHAUSTED);
+    assert_null(s3);
     cairn_kv_cache_stats(c, &st);
     assert_int_equal(st.blocks_total, 128);
     assert_int_equal(cairn_kv_cache_grow(c, 1000), CAIRN_EEXHAUSTED);
