@@ -3,7 +3,8 @@
  *
  * A checkpoint folder holds config.json, generation_config.json and either
  * model.safetensors or sharded model-0000x-of-0000y.safetensors with
- * model.safetensors.index.json (format: docs/FORMAT.md, "safetensors"). Weights stay in
+ * model.safetensors.index.json (format: docs/FORMAT.md, "safetensors and checkpoint
+ * folders"; the single file wins when both exist, as in transformers). Weights stay in
  * their file dtype (bf16, f16 or f32) and are memory-mapped read-only; the forward pass
  * converts to float32 as it computes.
  *
@@ -64,6 +65,14 @@ typedef struct {
  * model_type or rope type, missing or non-positive sizes, head counts that do not divide
  * are CAIRN_EUNSUPPORTED / CAIRN_EFORMAT with a message in err. Pure: allocates nothing
  * that outlives the call.
+ *
+ * Defaults follow the transformers config classes: n_kv_heads = n_heads; head_dim =
+ * hidden / n_heads (llama) or 128 (qwen3); rope_theta 10000; rms_eps 1e-6; max_pos 2048
+ * (llama) or 32768 (qwen3); untied. Fields that change the math and are not implemented
+ * (attention_bias/mlp_bias true, an active sliding window, hidden_act other than silu,
+ * quantization_config, partial rotary) are CAIRN_EUNSUPPORTED naming the field; other
+ * unknown fields are ignored. model_type "mistral" is accepted as llama only with
+ * sliding_window null.
  */
 int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
                              char *err, size_t err_len);
@@ -111,7 +120,16 @@ typedef struct cairn_checkpoint cairn_checkpoint_t;
  * Opens a checkpoint folder: parses config.json and generation_config.json (optional),
  * maps every safetensors file, checks every expected tensor's presence, dtype and shape
  * against the config. On success *out owns the mappings; free with
- * cairn_checkpoint_close(). Cost: O(header sizes); weight pages are faulted in lazily.
+ * cairn_checkpoint_close(). Cost: O(header sizes); weight pages are faulted in lazily
+ * (readahead is requested with MADV_WILLNEED).
+ *
+ * Errors (err names the file and tensor): CAIRN_ENOENT (no config.json, no weights, a
+ * shard the index names is missing, an expected tensor is missing), CAIRN_EFORMAT (bad
+ * JSON, a header that lies about lengths, offsets or sizes, overlapping tensors, a shape
+ * that disagrees with config.json, an index that disagrees with the shards),
+ * CAIRN_EUNSUPPORTED (unknown model_type or rope type, a dtype other than BF16/F16/F32, a
+ * tensor the config gives no use to, e.g. a bias), CAIRN_EIO, CAIRN_ENOMEM. Tensor data
+ * pointers are aligned to their element size (a misaligned tensor is copied).
  */
 int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
 void cairn_checkpoint_close(cairn_checkpoint_t *ck);
@@ -120,11 +138,16 @@ const cairn_model_weights_t *cairn_checkpoint_weights(const cairn_checkpoint_t *
 /* The folder path as given to open (owned by ck). */
 const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
 /*
- * SHA-256 over the safetensors headers (the JSON text of each file, in shard order) and
- * each file's size: part of the cold tier's model fingerprint. Cheap: headers only.
+ * The weights digest of docs/FORMAT.md 1.5 (identical to cairn_cold_weights_digest() over
+ * the checkpoint's files): SHA-256 over each safetensors file's name, header JSON bytes and
+ * size, files sorted by name. Part of the cold tier's model fingerprint. Computed at open
+ * (headers only); this call just copies it.
  */
 void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32]);
-/* Total bytes of mapped weight data (for bytes-per-token accounting). */
+/*
+ * Total bytes of the weight tensors the model uses (each counted once: a tied lm_head adds
+ * nothing), for bytes-per-token accounting. Headers and ignored tensors are not counted.
+ */
 uint64_t cairn_checkpoint_weight_bytes(const cairn_checkpoint_t *ck);
 
 #ifdef __cplusplus

@@ -194,7 +194,7 @@ static int cmd_synth(int argc, char **argv)
     char err[512] = "";
     int rc = cairn_synth_write(dir, &o, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn synth: %s\n", err[0] ? err : cairn_strerror(rc));
+        fprintf(stderr, "cairn: %s\n", err[0] ? err : cairn_strerror(rc));
         return rc == CAIRN_EINVAL ? 2 : 1;
     }
     return 0;

@@ -399,21 +399,31 @@ static int bind_all(cairn_checkpoint_t *ck, char *err, size_t err_len)
     return 0;
 }
 
-/* SHA-256 over, per file in name order: u64le(N), the N header bytes, u64le(file size). */
+static int sha_le(EVP_MD_CTX *md, uint64_t v, int bytes)
+{
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    return EVP_DigestUpdate(md, b, (size_t)bytes);
+}
+
+/*
+ * The weights digest of docs/FORMAT.md 1.5 (the same bytes cairn_cold_weights_digest()
+ * hashes): "cairn.weights.v1", u64 file count, then per file in name order: u32 name
+ * length + name, u64 header length, the header JSON bytes, u64 file size (little-endian).
+ */
 static int compute_digest(cairn_checkpoint_t *ck, char *err, size_t err_len)
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
-    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+             EVP_DigestUpdate(md, "cairn.weights.v1", 16) && sha_le(md, (uint64_t)ck->n_files, 8);
     for (int i = 0; ok && i < ck->n_files; i++) {
         const ck_file_t *f = &ck->files[i];
-        uint8_t n[8], sz[8];
-        for (int b = 0; b < 8; b++) {
-            n[b] = (uint8_t)(f->hdr.header_len >> (8 * b));
-            sz[b] = (uint8_t)((uint64_t)f->size >> (8 * b));
-        }
-        ok = EVP_DigestUpdate(md, n, 8) &&
+        size_t name_len = strlen(f->name);
+        ok = sha_le(md, name_len, 4) && EVP_DigestUpdate(md, f->name, name_len) &&
+             sha_le(md, f->hdr.header_len, 8) &&
              EVP_DigestUpdate(md, (const uint8_t *)f->map + 8, (size_t)f->hdr.header_len) &&
-             EVP_DigestUpdate(md, sz, 8);
+             sha_le(md, (uint64_t)f->size, 8);
     }
     unsigned int out_len = 0;
     ok = ok && EVP_DigestFinal_ex(md, ck->digest, &out_len) && out_len == 32;

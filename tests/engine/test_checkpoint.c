@@ -274,7 +274,16 @@ static void test_qwen3_bf16_equals_f32(void **state)
     cairn_checkpoint_close(b);
 }
 
-/* The documented recipe: per file in name order u64le(N) || header || u64le(size). */
+/* docs/FORMAT.md 1.5: "cairn.weights.v1", u64 count, per file (name order) u32 name length,
+ * name, u64 header length, header, u64 file size; all little-endian. */
+static void sha_le(EVP_MD_CTX *sha, uint64_t v, int bytes)
+{
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    assert_true(EVP_DigestUpdate(sha, b, (size_t)bytes));
+}
+
 static void test_digest(void **state)
 {
     const char *names[] = {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
@@ -282,6 +291,8 @@ static void test_digest(void **state)
     EVP_MD_CTX *sha = EVP_MD_CTX_new();
     assert_non_null(sha);
     assert_true(EVP_DigestInit_ex(sha, EVP_sha256(), NULL));
+    assert_true(EVP_DigestUpdate(sha, "cairn.weights.v1", 16));
+    sha_le(sha, 3, 8);
     for (int i = 0; i < 3; i++) {
         char p[1024];
         size_t len;
@@ -290,11 +301,11 @@ static void test_digest(void **state)
         uint64_t n = 0;
         for (int b = 7; b >= 0; b--)
             n = (n << 8) | buf[b];
-        uint8_t sz[8];
-        for (int b = 0; b < 8; b++)
-            sz[b] = (uint8_t)((uint64_t)len >> (8 * b));
-        assert_true(EVP_DigestUpdate(sha, buf, 8 + n));
-        assert_true(EVP_DigestUpdate(sha, sz, 8));
+        sha_le(sha, strlen(names[i]), 4);
+        assert_true(EVP_DigestUpdate(sha, names[i], strlen(names[i])));
+        sha_le(sha, n, 8);
+        assert_true(EVP_DigestUpdate(sha, buf + 8, n));
+        sha_le(sha, len, 8);
         cairn_free(buf);
     }
     uint8_t want[32], got[32], again[32], other[32];
