@@ -1,0 +1,246 @@
+/*
+ * test_openai_request.c — the request parser/validator (src/server/openai_request.c) and
+ * the response renderers, without a network: field types, defaults, ranges, unknown and
+ * default-only fields, UTF-8 validation, content-part normalization, allocation failures.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/server_impl.h"
+
+static int parse(oai_kind_t k, const char *body, oai_request_t *r, oai_error_t *e)
+{
+    memset(e, 0, sizeof *e);
+    return oai_request_parse(k, body, strlen(body), r, e);
+}
+
+static void test_chat_defaults(void **state)
+{
+    oai_request_t r;
+    oai_error_t e;
+    assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &e), 0);
+    assert_int_equal(r.n, 1);
+    assert_false(r.stream);
+    assert_int_equal(r.sampling.max_tokens, -1);
+    assert_true(r.sampling.temperature == 1.0f);
+    assert_null(r.cache_salt);
+    assert_int_equal(cJSON_GetArraySize(r.messages), 1);
+    oai_request_fini(&r);
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"hi\"}", &r, &e), 0);
+    assert_int_equal(r.sampling.max_tokens, 16); /* OpenAI's completions default */
+    assert_string_equal(r.prompt_text, "hi");
+    oai_request_fini(&r);
+}
+
+static void test_all_fields(void **state)
+{
+    oai_request_t r;
+    oai_error_t e;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"content\":\"42\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"max_completion_tokens\":9,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.1,"
+        "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,"
+        "\"seed\":-3,\"stop\":[\"x\",\"yz\"],\"n\":2,\"cache_salt\":\"salt\",\"user\":\"u\","
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logit_bias\":{\"5\":-100},"
+        "\"stop_token_ids\":[1,2],\"min_tokens\":1,\"ignore_eos\":false,\"logprobs\":false,"
+        "\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"auto\","
+        "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    assert_int_equal(parse(OAI_CHAT, body, &r, &e), 0);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.sampling.max_tokens, 9);
+    assert_true(r.sampling.temperature == 0.5f);
+    assert_int_equal(r.sampling.top_k, 40);
+    assert_true(r.sampling.has_seed);
+    assert_true(r.sampling.seed == (uint64_t)-3);
+    assert_int_equal((int)r.sampling.n_stop, 2);
+    assert_string_equal(r.sampling.stop[1], "yz");
+    assert_int_equal(r.n, 2);
+    assert_string_equal(r.cache_salt, "salt");
+    assert_true(r.stream && r.include_usage);
+    assert_int_equal((int)r.sampling.n_logit_bias, 1);
+    assert_int_equal(r.sampling.logit_bias[0].token, 5);
+    assert_int_equal((int)r.sampling.n_stop_token_ids, 2);
+    assert_non_null(r.tools);
+    assert_non_null(r.template_kwargs);
+    cJSON *m1 = cJSON_GetArrayItem(r.messages, 1);
+    assert_string_equal(cJSON_GetObjectItem(m1, "content")->valuestring, "a\nb");
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 2), "tool_calls"));
+    assert_int_equal(cairn_sampling_params_validate(&r.sampling, 100, NULL, 0), 0);
+    oai_request_fini(&r);
+}
+
+static void test_prompt_forms(void **state)
+{
+    oai_request_t r;
+    oai_error_t e;
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[1,2,3]}", &r, &e), 0);
+    assert_int_equal(r.n_prompt_ids, 3);
+    assert_int_equal(r.prompt_ids[2], 3);
+    oai_request_fini(&r);
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[[4,5]]}", &r, &e), 0);
+    assert_int_equal(r.n_prompt_ids, 2);
+    oai_request_fini(&r);
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[\"only\"]}", &r, &e), 0);
+    assert_string_equal(r.prompt_text, "only");
+    oai_request_fini(&r);
+    assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", &r, &e), 0);
+    assert_string_equal(e.param, "prompt");
+    assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":[1,-2]}", &r, &e), 0);
+    assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":[]}", &r, &e), 0);
+    assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":7}", &r, &e), 0);
+}
+
+static void expect_bad(oai_kind_t k, const char *body, int status, const char *param)
+{
+    oai_request_t r;
+    oai_error_t e;
+    assert_int_not_equal(parse(k, body, &r, &e), 0);
+    assert_int_equal(e.http_status, status);
+    if (param)
+        assert_string_equal(e.param, param);
+    assert_true(strlen(e.message) > 0);
+    char *j = oai_error_json(&e);
+    assert_non_null(j);
+    cJSON *p = cJSON_Parse(j);
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "error"), "message"));
+    cJSON_Delete(p);
+    cairn_free(j);
+}
+
+static void test_rejections(void **state)
+{
+    const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char b[1024];
+#define BODY(extra) (snprintf(b, sizeof b, "{%s,%s}", M, extra), b)
+    expect_bad(OAI_CHAT, "", 400, "");
+    expect_bad(OAI_CHAT, "{", 400, "");
+    expect_bad(OAI_CHAT, "null", 400, "");
+    expect_bad(OAI_CHAT, BODY("\"temperature\":\"1\""), 400, "temperature");
+    expect_bad(OAI_CHAT, BODY("\"max_tokens\":0"), 400, "max_tokens");
+    expect_bad(OAI_CHAT, BODY("\"max_tokens\":2.5"), 400, "max_tokens");
+    expect_bad(OAI_CHAT, BODY("\"n\":0"), 400, "n");
+    expect_bad(OAI_CHAT, BODY("\"n\":17"), 400, "n");
+    expect_bad(OAI_CHAT, BODY("\"stream\":1"), 400, "stream");
+    expect_bad(OAI_CHAT, BODY("\"stop\":5"), 400, "stop");
+    expect_bad(OAI_CHAT, BODY("\"stop\":[\"a\",2]"), 400, "stop");
+    expect_bad(OAI_CHAT, BODY("\"seed\":1.5"), 400, "seed");
+    expect_bad(OAI_CHAT, BODY("\"logit_bias\":{\"x\":1}"), 400, "logit_bias");
+    expect_bad(OAI_CHAT, BODY("\"cache_salt\":5"), 400, "cache_salt");
+    expect_bad(OAI_CHAT, BODY("\"unknown\":5"), 400, "unknown");
+    expect_bad(OAI_CHAT, BODY("\"echo\":false"), 400, "echo"); /* completions only */
+    expect_bad(OAI_CHAT, BODY("\"logprobs\":true"), 400, "logprobs");
+    expect_bad(OAI_CHAT, BODY("\"top_logprobs\":3"), 400, "top_logprobs");
+    expect_bad(OAI_CHAT, BODY("\"response_format\":{\"type\":\"json_object\"}"), 400, "response_format");
+    expect_bad(OAI_CHAT, BODY("\"stream_options\":{\"include_usage\":true}"), 400, "stream_options");
+    expect_bad(OAI_CHAT, BODY("\"stream\":true,\"stream_options\":{\"x\":1}"), 400, "stream_options");
+    expect_bad(OAI_CHAT, BODY("\"temperature\":1,\"temperature\":2"), 400, "temperature");
+    expect_bad(OAI_CHAT, "{\"messages\":[]}", 400, "messages");
+    expect_bad(OAI_CHAT, "{\"messages\":{}}", 400, "messages");
+    expect_bad(OAI_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0]");
+    expect_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
+    expect_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+               400, "messages[0].content");
+    expect_bad(OAI_COMPLETION, "{\"max_tokens\":3}", 400, "prompt");
+    char salt[300];
+    memset(salt, 'a', 257);
+    salt[257] = '\0';
+    snprintf(b, sizeof b, "{\"prompt\":\"x\",\"cache_salt\":\"%s\"}", salt);
+    expect_bad(OAI_COMPLETION, b, 400, "cache_salt");
+    salt[256] = '\0';
+    oai_request_t r;
+    oai_error_t e;
+    snprintf(b, sizeof b, "{\"prompt\":\"x\",\"cache_salt\":\"%s\"}", salt);
+    assert_int_equal(parse(OAI_COMPLETION, b, &r, &e), 0);
+    oai_request_fini(&r);
+#undef BODY
+}
+
+static void test_utf8(void **state)
+{
+    assert_true(oai_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
+    assert_false(oai_utf8_valid("\xc3\x28", 2));
+    assert_false(oai_utf8_valid("\xc0\xaf", 2));         /* overlong */
+    assert_false(oai_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    assert_false(oai_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    assert_false(oai_utf8_valid("\xe2\x82", 2));         /* truncated */
+    oai_request_t r;
+    oai_error_t e;
+    const char bad[] = "{\"prompt\":\"\xff\"}";
+    assert_int_not_equal(oai_request_parse(OAI_COMPLETION, bad, sizeof bad - 1, &r, &e), 0);
+    assert_int_equal(e.http_status, 400);
+    assert_non_null(strstr(e.message, "UTF-8"));
+    /* A lone surrogate escape is refused by the JSON parser. */
+    assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":\"\\ud800\"}", &r, &e), 0);
+}
+
+static void test_render(void **state)
+{
+    oai_meta_t m = {OAI_CHAT, "chatcmpl-1", 1700000000, "qwen3"};
+    char *texts[2] = {"he\"llo\n", "x"};
+    size_t lens[2] = {7, 1};
+    cairn_finish_reason_t f[2] = {CAIRN_FINISH_STOP, CAIRN_FINISH_LENGTH};
+    oai_usage_t u = {10, 3, 8};
+    char *full = oai_render_full(&m, 2, texts, lens, f, &u);
+    cJSON *j = cJSON_Parse(full);
+    assert_non_null(j);
+    cJSON *c1 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 1);
+    assert_string_equal(cJSON_GetObjectItem(c1, "finish_reason")->valuestring, "length");
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content")->valuestring,
+                        "he\"llo\n");
+    cJSON *usage = cJSON_GetObjectItem(j, "usage");
+    assert_int_equal(cJSON_GetObjectItem(usage, "total_tokens")->valueint, 13);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
+                                         "cached_tokens")->valueint, 8);
+    cJSON_Delete(j);
+    cairn_free(full);
+    char *ch = oai_render_chunk(&m, 0, "ab", 2, true, CAIRN_FINISH_NONE, true);
+    assert_int_equal(strncmp(ch, "data: {", 7), 0);
+    assert_string_equal(ch + strlen(ch) - 2, "\n\n");
+    assert_non_null(strstr(ch, "\"delta\":{\"role\":\"assistant\",\"content\":\"ab\"}"));
+    assert_non_null(strstr(ch, "\"finish_reason\":null"));
+    assert_non_null(strstr(ch, "\"usage\":null"));
+    cairn_free(ch);
+    m.kind = OAI_COMPLETION;
+    ch = oai_render_chunk(&m, 1, "", 0, false, CAIRN_FINISH_STOP, false);
+    assert_non_null(strstr(ch, "\"object\":\"text_completion\""));
+    assert_non_null(strstr(ch, "\"finish_reason\":\"stop\""));
+    cairn_free(ch);
+}
+
+static void test_alloc_failures(void **state)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}],"
+                       "\"stop\":[\"x\"],\"cache_salt\":\"s\",\"model\":\"m\",\"logit_bias\":{\"1\":2}}";
+    for (long n = 0; n < 64; n++) {
+        oai_request_t r;
+        oai_error_t e;
+        cairn_alloc_fail_after(n, false);
+        int rc = parse(OAI_CHAT, body, &r, &e);
+        cairn_alloc_fail_after(-1, false);
+        if (rc == 0) {
+            oai_request_fini(&r);
+            break;
+        }
+        assert_int_equal(e.http_status, 500);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_defaults), cmocka_unit_test(test_all_fields),
+        cmocka_unit_test(test_prompt_forms),  cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_utf8),          cmocka_unit_test(test_render),
+        cmocka_unit_test(test_alloc_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
