@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL /* inline the short-input path: one hash per pre-token */
 #include <xxhash.h>
 
 #include "tokenizer/tok_internal.h"

@@ -234,7 +234,10 @@ static int next_match(matcher_t *m, const pcre2_code *re, const char *subj, size
         if (!m->md) return CAIRN_ENOMEM;
     }
     while (from <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)subj, n, from, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
+        /* The subject was validated once up front; pcre2_jit_match skips the per-call
+         * checks of pcre2_match (it falls back to the interpreter if JIT failed). */
+        int rc = m->t->jit_ok ? pcre2_jit_match(re, (PCRE2_SPTR)subj, n, from, 0, m->md, m->mctx)
+                              : pcre2_match(re, (PCRE2_SPTR)subj, n, from, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !m->jit) {
             m->mctx = pcre2_match_context_create(m->t->gctx);
             m->jit = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, m->t->gctx);
@@ -459,6 +462,93 @@ typedef struct {
 
 static int run_stage(pretok_t *pt, size_t stage, const char *s, size_t n);
 
+/*
+ * Fast path for the two Split regexes nearly every byte-level model ships (Qwen2/2.5/3
+ * and Llama 3, which differ only in \p{N} vs \p{N}{1,3}):
+ *
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
+ *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
+ * Every character is covered by some alternative, so a match always starts at `from`.
+ * The hand-written matcher evaluates the alternatives in order with the regex's greedy
+ * and backtracking semantics, but only while every character it has to classify is
+ * ASCII (where letter/digit/space classes are unambiguous); the moment it would need to
+ * classify a non-ASCII character it returns -1 and PCRE2 decides that match. So it agrees
+ * with PCRE2 by construction (tests/tokenizer compares the two on random text).
+ */
+enum { C_L, C_N, C_S, C_O, C_X };
+
+static inline int ascii_class(unsigned char c)
+{
+    if (c >= 0x80) return C_X;
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return C_L;
+    if (c >= '0' && c <= '9') return C_N;
+    if (c == ' ' || (c >= '\t' && c <= '\r')) return C_S;
+    return C_O;
+}
+
+/* Returns the match end (> from), or 0 when a non-ASCII character must be classified. */
+static size_t fast_match(const unsigned char *s, size_t n, size_t p, int max_digits)
+{
+    int c0 = ascii_class(s[p]);
+    size_t q;
+    if (c0 == C_X) return 0;
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (s[p] == '\'' && p + 1 < n) {
+        if (s[p + 1] >= 0x80) return 0; /* e.g. U+017F folds to 's' */
+        int c1 = s[p + 1] | 0x20;
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return p + 2;
+        if ((c1 == 'r' || c1 == 'v' || c1 == 'l') && p + 2 < n) {
+            if (s[p + 2] >= 0x80) return 0;
+            int c2 = s[p + 2] | 0x20;
+            if ((c1 == 'l' && c2 == 'l') || (c1 != 'l' && c2 == 'e')) return p + 3;
+        }
+    }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    q = p;
+    if (c0 != C_L && c0 != C_N && s[p] != '\r' && s[p] != '\n' && p + 1 < n) {
+        int c1 = ascii_class(s[p + 1]);
+        if (c1 == C_X) return 0;
+        if (c1 == C_L) q = p + 1;
+    }
+    if (ascii_class(s[q]) == C_L) {
+        while (q < n && ascii_class(s[q]) == C_L) q++;
+        return q < n && s[q] >= 0x80 ? 0 : q;
+    }
+    /* \p{N}{1,max_digits} */
+    if (c0 == C_N) {
+        q = p + 1;
+        while (q < n && q < p + (size_t)max_digits) {
+            int c = ascii_class(s[q]);
+            if (c == C_X) return 0;
+            if (c != C_N) break;
+            q++;
+        }
+        return q;
+    }
+    /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
+    q = p;
+    if (s[p] == ' ' && p + 1 < n) {
+        int c1 = ascii_class(s[p + 1]);
+        if (c1 == C_X) return 0;
+        if (c1 == C_O) q = p + 1;
+    }
+    if (ascii_class(s[q]) == C_O) {
+        while (q < n && ascii_class(s[q]) == C_O) q++;
+        if (q < n && s[q] >= 0x80) return 0;
+        while (q < n && (s[q] == '\r' || s[q] == '\n')) q++;
+        return q;
+    }
+    /* Whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+ over the run [p, q). */
+    q = p;
+    while (q < n && ascii_class(s[q]) == C_S) q++;
+    if (q < n && s[q] >= 0x80) return 0;
+    for (size_t j = q; j-- > p;)
+        if (s[j] == '\r' || s[j] == '\n') return j + 1;
+    if (q == n) return n;
+    return q - 1 > p ? q - 1 : q;
+}
+
 /* The Split behaviours as a left-to-right state machine with one pending piece; this is
  * the same fold `tokenizers` applies to the full (offsets, is_match) list. */
 typedef struct {
@@ -523,7 +613,12 @@ static int apply_split(pretok_t *pt, size_t stage, const tok_pre_t *p, const cha
     int rc;
     for (;;) {
         int found;
-        if (p->re) {
+        size_t fe = p->fast_digits && pos < n ? fast_match((const unsigned char *)s, n, pos, p->fast_digits) : 0;
+        if (fe) {
+            found = 1;
+            ms = pos;
+            me = fe;
+        } else if (p->re) {
             found = next_match(&pt->m, p->re, s, n, pos, &ms, &me);
             if (found < 0) return found;
         } else {
@@ -651,8 +746,9 @@ static int compile_regex(cairn_tokenizer_t *t, const char *pat, pcre2_code **out
         return tok_err(err, errlen, CAIRN_EFORMAT, "%s regex: %s at offset %zu", what,
                        (const char *)msg, (size_t)eo);
     }
-    /* JIT is an optimization: without it (no JIT support) matching still works. */
-    (void)pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE);
+    /* JIT is an optimization: without it (no JIT support) matching still works, through
+     * pcre2_match; jit_ok records whether every pattern compiled. */
+    if (pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE) != 0) t->jit_ok = false;
     return 0;
 }
 
@@ -752,6 +848,10 @@ static int add_pre(cairn_tokenizer_t *t, const cJSON *j, int depth, char *err, s
         else return tok_err(err, errlen, CAIRN_EUNSUPPORTED, "unsupported Split behavior '%s'", beh);
         p.invert = jbool(j, "invert", false);
         if (re) {
+            static const char qwen[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+            static const char llama3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+            if (strcmp(re, qwen) == 0) p.fast_digits = 1;
+            else if (strcmp(re, llama3) == 0) p.fast_digits = 3;
             if ((rc = compile_regex(t, re, &p.re, "pre_tokenizer Split", err, errlen))) return rc;
         } else {
             if (!(p.literal = cairn_strdup(lit))) return CAIRN_ENOMEM;

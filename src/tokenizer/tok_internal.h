@@ -135,6 +135,7 @@ typedef struct {
     char *literal; size_t literal_len;
     tok_split_behavior_t behavior;
     bool invert;
+    int fast_digits;          /* a known HF regex with a fast path (max \p{N} run), or 0 */
     /* ByteLevel */
     bool add_prefix_space;
     bool use_regex;
@@ -163,6 +164,7 @@ struct cairn_tokenizer {
     tok_pre_t *pres; size_t n_pres;
     bool has_bytelevel_pre;
     pcre2_code *gpt2_re;       /* for ByteLevel use_regex */
+    bool jit_ok;               /* every regex is JIT-compiled: use pcre2_jit_match */
     pcre2_general_context *gctx;
 
     tok_added_t *added; size_t n_added;

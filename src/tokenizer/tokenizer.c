@@ -395,6 +395,7 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
     if (err && errlen) err[0] = '\0';
     t = cairn_calloc(1, sizeof *t);
     if (!t) return CAIRN_ENOMEM;
+    t->jit_ok = true;
     t->gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
     if (!t->gctx) { rc = CAIRN_ENOMEM; goto fail; }
     top_ctx_t tc = {t, err, errlen, false};

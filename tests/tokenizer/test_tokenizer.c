@@ -175,7 +175,7 @@ static void test_config_and_accessors(void **state)
     assert_int_equal(len, 6); /* full length reported even when truncated */
     assert_int_equal(cairn_tokenizer_token_to_piece(q, 999999, buf, sizeof buf, &len), CAIRN_EINVAL);
 
-    cairn_tokenizer_t *l = load_tok(TOK_DIR "/llama3/tokenizer.json"); /* a file path */
+    cairn_tokenizer_t *l = g_llama3;
     assert_string_equal(cairn_tokenizer_bos_token(l), "<|begin_of_text|>");
     assert_int_equal(cairn_tokenizer_bos_id(l), 128000);
     assert_int_equal(cairn_tokenizer_eos_id(l), 128001);
@@ -187,10 +187,10 @@ static void test_config_and_accessors(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(ids[0], 9906);
     cairn_free(ids);
-    cairn_tokenizer_destroy(l);
 
-    /* chat_template.jinja wins over tokenizer_config.json. */
-    cairn_tokenizer_t *s = load_tok(SMALL_DIR);
+    /* A tokenizer.json path works like its directory; chat_template.jinja wins over
+     * tokenizer_config.json. */
+    cairn_tokenizer_t *s = load_tok(SMALL_DIR "/tokenizer.json");
     char *jinja = slurp(SMALL_DIR "/chat_template.jinja", NULL);
     assert_string_equal(cairn_tokenizer_chat_template(s, NULL), jinja);
     free(jinja);
@@ -520,6 +520,72 @@ static void test_alloc_failures(void **state)
     free(json);
 }
 
+/* Loads the small tokenizer with its Split regex replaced by `pattern` (NULL: unchanged). */
+static cairn_tokenizer_t *small_with_regex(const char *pattern)
+{
+    char *json = slurp(SMALL_DIR "/tokenizer.json", NULL);
+    cJSON *j = cJSON_Parse(json);
+    free(json);
+    assert_non_null(j);
+    cJSON *pre = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pre_tokenizer"), "pretokenizers"), 0);
+    cJSON *pat = cJSON_GetObjectItem(pre, "pattern");
+    if (pattern) cJSON_ReplaceItemInObject(pat, "Regex", cJSON_CreateString(pattern));
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    cairn_tokenizer_t *t = mini(out);
+    free(out);
+    return t;
+}
+
+/*
+ * The hand-written matcher for the Qwen/Llama 3 Split regexes must agree with PCRE2: the
+ * same regex wrapped in (?:...) is not recognized, so it runs in PCRE2. Random strings mix
+ * ASCII classes with the non-ASCII characters where the fast path must defer (letters,
+ * digits, spaces and punctuation outside ASCII, U+017F which folds to 's').
+ */
+static void test_fast_split_matches_pcre2(void **state)
+{
+    (void)state;
+    static const char qwen[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char llama[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char *pieces[] = {
+        "a", "Zq", "e", "'s", "'S", "'re", "'VE", "'ll", "'lx", "'x", "'", "1", "23", "4567",
+        " ", "  ", "\t", "\n", "\r\n", " \n ", "(", "!!", "-", ".", "\v", "\f", "\x1c",
+        "é", "ſ", "—", "中", "\u00a0", "\u2003", "\u0663", "\xC2\x85", "x\u0301", "'\u017f",
+    };
+    char wrapped[2][400];
+    const char *pats[2] = {qwen, llama};
+    for (int v = 0; v < 2; v++) {
+        snprintf(wrapped[v], sizeof wrapped[v], "(?:%s)", pats[v]);
+        cairn_tokenizer_t *fast = small_with_regex(pats[v]);
+        cairn_tokenizer_t *slow = small_with_regex(wrapped[v]);
+        uint64_t seed = 42 + (uint64_t)v;
+        for (int iter = 0; iter < 1500; iter++) {
+            char text[512];
+            size_t n = 0;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int count = 1 + (int)((seed >> 33) % 24);
+            for (int k = 0; k < count; k++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                const char *pc = pieces[(seed >> 33) % (sizeof pieces / sizeof pieces[0])];
+                size_t pl = strlen(pc);
+                memcpy(text + n, pc, pl);
+                n += pl;
+            }
+            text[n] = '\0';
+            int32_t *a, *b;
+            size_t na, nb;
+            assert_int_equal(cairn_tokenizer_encode(fast, text, n, false, &a, &na), 0);
+            assert_int_equal(cairn_tokenizer_encode(slow, text, n, false, &b, &nb), 0);
+            if (na != nb || memcmp(a, b, na * sizeof *a) != 0) fail_msg("fast/PCRE2 split differ on '%s'", text);
+            cairn_free(a);
+            cairn_free(b);
+        }
+        cairn_tokenizer_destroy(fast);
+        cairn_tokenizer_destroy(slow);
+    }
+}
+
 /* Concurrent encodes share the word cache; results must equal the single-threaded ones. */
 typedef struct { cairn_tokenizer_t *t; const char *text; int32_t *ids; size_t n; int rc; } job_t;
 
@@ -586,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_mini_split_behaviors),
         cmocka_unit_test(test_unsupported_and_malformed),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_fast_split_matches_pcre2),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
