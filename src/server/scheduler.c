@@ -722,9 +722,11 @@ static bool collect(cairn_sched_t *s, bool idle)
     s->inbox_head = s->inbox_tail = NULL;
     uint64_t cancels[64];
     int nc = s->n_cancels < 64 ? s->n_cancels : 64;
-    memcpy(cancels, s->cancels, (size_t)nc * sizeof(uint64_t));
-    memmove(s->cancels, s->cancels + nc, (size_t)(s->n_cancels - nc) * sizeof(uint64_t));
-    s->n_cancels -= nc;
+    if (nc) {
+        memcpy(cancels, s->cancels, (size_t)nc * sizeof(uint64_t));
+        memmove(s->cancels, s->cancels + nc, (size_t)(s->n_cancels - nc) * sizeof(uint64_t));
+        s->n_cancels -= nc;
+    }
     bool stopping = s->stopping;
     bool expired = stopping && now_ms() >= s->deadline;
     pthread_mutex_unlock(&s->mu);

@@ -122,12 +122,15 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static cairn_engine_t *make_engine(int pool_mib)
+/* An engine with a pool of pool_mib; f32 K/V blocks are 32 KiB (31 usable blocks per MiB,
+ * bf16: 63), which keeps the small-pool tests small. */
+static cairn_engine_t *make_engine_kv(int pool_mib, cairn_dtype_t kv)
 {
     cairn_engine_options_t eo;
     cairn_engine_options_default(&eo);
     eo.n_threads = 1;
     eo.pool_mib = pool_mib;
+    eo.kv_dtype = kv;
     cairn_engine_t *e = NULL;
     char err[256] = "";
     int rc = cairn_engine_create(g_ck, &eo, &e, err, sizeof(err));
@@ -136,6 +139,8 @@ static cairn_engine_t *make_engine(int pool_mib)
     assert_int_equal(rc, 0);
     return e;
 }
+
+static cairn_engine_t *make_engine(int pool_mib) { return make_engine_kv(pool_mib, CAIRN_DTYPE_BF16); }
 
 static cairn_sched_t *make_sched(cairn_engine_t *e, const cairn_sched_options_t *o)
 {
@@ -202,9 +207,9 @@ static void make_specs(req_spec_t *specs, int n, int prefix_len, int max_tokens)
 }
 
 /* Runs each spec alone (one at a time) on a fresh engine: the reference outputs. */
-static void run_solo(const req_spec_t *specs, int n, collector_t *out)
+static void run_solo(const req_spec_t *specs, int n, collector_t *out, cairn_dtype_t kv)
 {
-    cairn_engine_t *e = make_engine(64);
+    cairn_engine_t *e = make_engine_kv(64, kv);
     cairn_sched_t *s = make_sched(e, NULL);
     for (int i = 0; i < n; i++) {
         col_init(&out[i]);
@@ -272,8 +277,8 @@ static void test_concurrent_equals_solo(void **state)
     enum { N = 16 };
     static req_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 64, 12);
-    run_solo(specs, N, solo);
+    make_specs(specs, N, 64, 8);
+    run_solo(specs, N, solo, CAIRN_DTYPE_BF16);
 
     cairn_engine_t *e = make_engine(1); /* 63 blocks: enough for all, and for the probe */
     cairn_sched_t *s = make_sched(e, NULL);
@@ -315,16 +320,16 @@ static void test_preemption_small_pool(void **state)
     enum { N = 16 };
     static req_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 40, 40);
-    /* Distinct salts: nothing is shared, so 16 x ~5-6 blocks overflow 63 blocks. */
+    make_specs(specs, N, 24, 16);
+    /* Distinct salts: nothing is shared, so 16 x 3-4 blocks overflow 31 f32 blocks. */
     static char salts[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
         specs[i].salt = salts[i];
     }
-    run_solo(specs, N, solo);
+    run_solo(specs, N, solo, CAIRN_DTYPE_F32);
 
-    cairn_engine_t *e = make_engine(1);
+    cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
     for (int i = 0; i < N; i++) {
         col_init(&conc[i]);
@@ -400,7 +405,7 @@ static void test_shared_prefix_computed_once(void **state)
 
 static void test_cancel_frees_blocks(void **state)
 {
-    cairn_engine_t *e = make_engine(1);
+    cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
     static req_spec_t r;
     memset(&r, 0, sizeof(r));
@@ -528,9 +533,9 @@ static void test_n_choices_fork(void **state)
         solo_spec[i].n = 1;
         solo_spec[i].seed = 77 + (uint64_t)i;
     }
-    run_solo(solo_spec, N, solo);
+    run_solo(solo_spec, N, solo, CAIRN_DTYPE_F32);
 
-    cairn_engine_t *e = make_engine(1);
+    cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
     col_init(&multi);
     submit(s, &spec, &multi);
