@@ -263,10 +263,12 @@ static void test_completions(void **state)
         char stop[8];
         memcpy(stop, text + 2, 2);
         stop[2] = '\0';
-        char *esc = cJSON_PrintUnformatted(cJSON_CreateString(stop));
+        cJSON *sj = cJSON_CreateString(stop);
+        char *esc = cJSON_PrintUnformatted(sj);
+        cJSON_Delete(sj);
         snprintf(body, sizeof body,
                  "{\"prompt\":\"The cache is\",\"max_tokens\":6,\"temperature\":0,\"stop\":[%s]}", esc);
-        free(esc);
+        cJSON_free(esc);
         r = post("/v1/completions", body);
         j = http_json(&r);
         c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
