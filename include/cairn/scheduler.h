@@ -84,7 +84,10 @@ typedef struct {
     double queue_ms;        /* submit -> admission */
     double ttft_ms;         /* submit -> first generated token */
     double decode_tps;      /* generated tokens / decode wall time */
-    const char *miss_reason;/* why the prompt was not fully cached: "none", "cold", "partial", "evicted", ... */
+    /* How the prompt's full blocks (all but its last token) were served at admission:
+     * "none" all from the hot cache, "cold" all, some restored from the cold tier,
+     * "partial" only a prefix (hot and/or cold), "miss" nothing. */
+    const char *miss_reason;
 } cairn_req_usage_t;
 
 typedef struct {

@@ -533,10 +533,12 @@ static void admit(cairn_sched_t *s)
             r->admitted_once = true;
             r->usage.cached_tokens = cached;
             r->usage.queue_ms = now_ms() - r->t_submit;
+            /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
+            int restored = cairn_seq_restored_tokens(seq);
+            r->usage.restored_tokens = restored;
             int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
-            /* The cold tier, once the engine restores from it in begin, reports its
-             * tokens here (usage.restored_tokens, miss_reason "cold"). */
-            r->usage.miss_reason = cached >= full ? "none" : cached == 0 ? "miss" : "partial";
+            r->usage.miss_reason = cached + restored < full ? (cached + restored ? "partial" : "miss")
+                                   : restored ? "cold" : "none";
             pthread_mutex_lock(&s->mu);
             s->n_queued--;
             pthread_mutex_unlock(&s->mu);

@@ -131,6 +131,7 @@ static cairn_engine_t *make_engine_kv(int pool_mib, cairn_dtype_t kv)
     eo.n_threads = 1;
     eo.pool_mib = pool_mib;
     eo.kv_dtype = kv;
+    eo.cold = -1; /* token counts below are of the hot cache alone */
     cairn_engine_t *e = NULL;
     char err[256] = "";
     int rc = cairn_engine_create(g_ck, &eo, &e, err, sizeof(err));
@@ -320,8 +321,10 @@ static void test_preemption_small_pool(void **state)
     enum { N = 16 };
     static req_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 24, 16);
-    /* Distinct salts: nothing is shared, so 16 x 3-4 blocks overflow 31 f32 blocks. */
+    make_specs(specs, N, 24, 48);
+    /* Distinct salts: nothing is shared. Each request ends at 77-103 tokens (5-7 blocks),
+     * so any 6 running at once overflow the 31 f32 blocks of a 1 MiB pool while they
+     * decode. */
     static char salts[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
