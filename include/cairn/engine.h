@@ -28,6 +28,7 @@
 #define CAIRN_ENGINE_H
 
 #include "cairn/checkpoint.h"
+#include "cairn/cold_tier.h"
 #include "cairn/common.h"
 
 #ifdef __cplusplus
@@ -54,6 +55,14 @@ typedef struct {
     int block_tokens;          /* paged: tokens per block (default 16) */
     int max_context;           /* tokens per sequence; 0: the model's max positions, capped at 32768 */
     int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
+    /* Cold tier (the SSD prefix store of include/cairn/cold_tier.h; paged path, families
+     * of cairn_cold_family_eligible() only). Full blocks are captured at the end of each
+     * turn and when a sequence is released; cairn_seq_begin restores a prompt's blocks
+     * that are not in the pool. Failing to open the store only disables the tier. */
+    int cold;                  /* knob CAIRN_COLD > this (1 on, -1 off) > default on (0) */
+    const char *cold_root;     /* cache root; NULL: CAIRN_CACHE_DIR; neither: tier off */
+    const char *cold_trace;    /* per-turn JSONL trace; knob CAIRN_COLD_TRACE > this > none */
+    int cold_drain_ms;         /* destroy waits at most this for queued writes (default 5000) */
 } cairn_engine_options_t;
 
 /* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
@@ -85,8 +94,11 @@ const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
  * tokens under `cache_salt` (NULL: the shared default domain; at most CAIRN_KV_MAX_SALT
  * bytes) is attached without computation, in whole blocks; at least the last token stays
  * pending, so a step always has a row to produce logits from. *n_cached (may be NULL)
- * receives the number of tokens reused. Errors: CAIRN_EINVAL (token ids outside
- * [0, vocab)), CAIRN_ERANGE (longer than max_context, salt too long), CAIRN_EEXHAUSTED
+ * receives the number of tokens reused from the hot prefix cache. With the cold tier on,
+ * full blocks past the hot prefix that the store holds are then restored from disk (each
+ * validated; the first missing or invalid one ends the walk) and attached too, still
+ * leaving the last token pending; cairn_seq_restored_tokens() reports them. Errors:
+ * CAIRN_EINVAL (token ids outside [0, vocab)), CAIRN_ERANGE (longer than max_context, salt too long), CAIRN_EEXHAUSTED
  * (paged: the pool cannot hold the prompt even after eviction), CAIRN_ENOMEM. The sequence
  * belongs to the engine; release it with cairn_seq_release().
  */
@@ -153,6 +165,39 @@ typedef struct {
 } cairn_engine_counters_t;
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
+
+/* ---- Cold tier ---------------------------------------------------------------------- */
+
+/*
+ * Whether a model_type may restore K/V from the cold tier: only families whose restart
+ * parity (persist, restore in a fresh process, persistence off: bit-identical logits) is
+ * proven by tests/engine/test_cold_restart.c, which iterates this same list. A family off
+ * the list never persists nor restores. Pure function.
+ */
+bool cairn_cold_family_eligible(const char *model_type);
+/* The eligible model_types, NULL-terminated (static). */
+const char *const *cairn_cold_eligible_families(void);
+
+/* Tokens of the sequence's prompt restored from the cold tier by cairn_seq_begin (they
+ * count in cairn_seq_n_past, not in *n_cached, which is the hot prefix only). */
+int cairn_seq_restored_tokens(const cairn_seq_t *s);
+
+typedef struct {
+    bool enabled;              /* a store is open */
+    uint64_t restore_lookups;  /* begins that consulted the store (a block past the hot prefix) */
+    uint64_t restored_blocks;  /* blocks loaded from disk and published in the pool */
+    uint64_t restored_tokens;  /* prompt tokens attached from restored blocks */
+    uint64_t capture_walks;    /* capture walks (end of turn, release) */
+    uint64_t captured_blocks;  /* blocks newly queued for writing */
+    double restore_seconds;    /* wall time in restores (hashing, reads, publication) */
+    double capture_seconds;    /* wall time in capture walks (the turn tail) */
+    cairn_cold_stats_t store;  /* the store's counters (hits, corruptions, write errors, ...) */
+} cairn_engine_cold_counters_t;
+
+/* Snapshot of the cold-tier counters (all zero, enabled false, when the tier is off). */
+void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
+/* Blocks until every queued block is written (tests, tools). No-op when the tier is off. */
+void cairn_engine_cold_flush(cairn_engine_t *e);
 
 #ifdef __cplusplus
 }

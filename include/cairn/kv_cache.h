@@ -211,6 +211,32 @@ static inline void *cairn_kv_view_v(const cairn_kv_layer_view_t *v, uint32_t blo
     return v->base + (size_t)block * v->block_stride + v->v_offset + (size_t)slot * v->slot_stride;
 }
 
+/* ---- Importing full blocks (cold-tier restore) ------------------------------------ */
+
+/*
+ * Restoring a prefix from outside the pool (the SSD cold tier) in three steps, for caches
+ * with exactly one paged group of FULL layers (dense models):
+ *   1. cairn_kv_cache_import_begin() takes a free block (growing the pool or evicting the
+ *      least recently used cached block) and returns its bytes: block_bytes, laid out as
+ *      the block-major K/V of every layer (the layer views' offsets);
+ *   2. the caller fills those bytes;
+ *   3. cairn_kv_cache_import_publish() registers it in the prefix index under its chained
+ *      hash and domain as a cached block (refcount 0, LRU tail), so the next
+ *      cairn_kv_seq_begin() attaches it like any cached block; or
+ *      cairn_kv_cache_import_discard() returns it to the free queue untouched.
+ * Errors of _begin: CAIRN_EUNSUPPORTED (not a single FULL group), CAIRN_EEXHAUSTED (no
+ * block can be freed), growth errors. _publish returns CAIRN_EEXIST-like CAIRN_EBUSY when
+ * an equal block is already published (the imported one is then freed). Engine thread.
+ */
+int cairn_kv_cache_import_begin(cairn_kv_cache_t *cache, uint32_t *block, void **bytes);
+int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
+                                  const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
+void cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
+
+/* The first byte of block `block` (block_bytes, every layer's K then V); NULL for the null
+ * block or an id outside the pool. For a device backend, a device address. O(1). */
+void *cairn_kv_cache_block_data(const cairn_kv_cache_t *cache, uint32_t block);
+
 /* ---- Sequences -------------------------------------------------------------------- */
 
 /*

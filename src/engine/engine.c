@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "cairn/engine.h"
+#include "engine/engine_cold.h"
 #include "engine/forward.h"
 #include "engine/kv_flat.h"
 #include "engine/kv_paged.h"
@@ -31,7 +32,9 @@ struct cairn_seq {
     int32_t *tokens;          /* [cap] ; [0, len) valid */
     int len, cap;
     int n_past;               /* tokens with K/V stored */
+    int restored;             /* prompt tokens restored from the cold tier at begin */
     bool in_step;             /* duplicate detection inside one step */
+    bool cold_skip;           /* released by a failed begin: no capture */
     kv_flat_t flat;           /* CAIRN_KV_FLAT */
     kv_paged_seq_t *paged;    /* CAIRN_KV_PAGED */
 };
@@ -43,6 +46,7 @@ struct cairn_engine {
     cairn_thread_pool_t *tp;
     fwd_t fwd;
     kv_paged_t *paged;        /* the paged store (NULL on the flat path) */
+    engine_cold_t *cold;      /* the SSD cold tier (NULL when off; see engine_cold.c) */
     cairn_seq_t *seqs;        /* live sequences */
     fwd_row_t *rows;          /* [rows_cap] rows of the current step */
     int rows_cap;
@@ -124,6 +128,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
                              err, err_len);
         if (rc)
             goto fail;
+        if ((rc = engine_cold_open(ck, &o, e->paged, &e->cold))) {
+            set_err(err, err_len, "engine: out of memory");
+            goto fail;
+        }
     }
     *out = e;
     return CAIRN_OK;
@@ -138,6 +146,7 @@ void cairn_engine_destroy(cairn_engine_t *e)
         return;
     while (e->seqs)
         cairn_seq_release(e->seqs);
+    engine_cold_close(e->cold); /* after the releases above queued their blocks */
     kv_paged_destroy(e->paged);
     fwd_fini(&e->fwd);
     cairn_thread_pool_destroy(e->tp);
@@ -151,6 +160,13 @@ const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e) { re
 const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e) { return e->cfg; }
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out) { *out = e->counters; }
+
+void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out)
+{
+    engine_cold_counters(e->cold, out);
+}
+
+void cairn_engine_cold_flush(cairn_engine_t *e) { engine_cold_flush(e->cold); }
 
 /* ---- Sequences ---------------------------------------------------------------------- */
 
@@ -239,14 +255,26 @@ int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *to
     int rc = seq_new(e, cache_salt, &s);
     if (rc)
         return rc;
+    /* Cold tier: blocks past the hot prefix are loaded into the pool as cached blocks, so
+     * the core's admission below attaches them like hot ones. */
+    int hot = 0, restored_blocks = 0;
+    if (e->cold && s->paged && n_tokens > 0 && check_tokens(e, tokens, n_tokens) == CAIRN_OK &&
+        n_tokens <= e->opt.max_context)
+        engine_cold_restore(e->cold, s->paged, tokens, n_tokens, &hot, &restored_blocks);
     rc = seq_append(s, tokens, n_tokens);
     if (rc) {
+        s->cold_skip = true; /* nothing was computed: nothing to capture */
         cairn_seq_release(s);
         return rc;
     }
+    if (restored_blocks > 0 && s->n_past > hot) {
+        s->restored = s->n_past - hot;
+        e->counters.tokens_reused -= (uint64_t)s->restored; /* tokens_reused is the hot tier */
+        engine_cold_note_restored(e->cold, s->restored);
+    }
     e->counters.seqs_begun++;
     if (n_cached)
-        *n_cached = s->n_past;
+        *n_cached = s->n_past - s->restored;
     *out = s;
     return CAIRN_OK;
 }
@@ -254,6 +282,7 @@ int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *to
 int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n) { return seq_append(s, tokens, n); }
 
 int cairn_seq_n_past(const cairn_seq_t *s) { return s->n_past; }
+int cairn_seq_restored_tokens(const cairn_seq_t *s) { return s->restored; }
 int cairn_seq_n_pending(const cairn_seq_t *s) { return s->len - s->n_past; }
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s) { return s->tokens; }
 
@@ -278,6 +307,7 @@ int cairn_seq_end_turn(cairn_seq_t *s)
         int rc = kv_paged_seq_end_turn(s->paged);
         if (rc)
             return rc;
+        engine_cold_capture(s->e->cold, s->paged, "end_turn");
     }
     s->len = s->n_past;
     return CAIRN_OK;
@@ -326,9 +356,11 @@ void cairn_seq_release(cairn_seq_t *s)
         e->seqs = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    if (s->paged)
+    if (s->paged) {
+        if (!s->cold_skip)
+            engine_cold_capture(e->cold, s->paged, "release");
         kv_paged_seq_destroy(s->paged);
-    else
+    } else
         kv_flat_fini(&s->flat);
     cairn_free(s->tokens);
     cairn_free(s);

@@ -88,6 +88,7 @@ void kv_paged_destroy(kv_paged_t *kp)
 }
 
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp) { return kp->cache; }
+cairn_kv_cache_t *kv_paged_cache_rw(kv_paged_t *kp) { return kp->cache; }
 
 int kv_paged_seq_create(kv_paged_t *kp, const char *cache_salt, kv_paged_seq_t **out)
 {
@@ -113,6 +114,9 @@ void kv_paged_seq_destroy(kv_paged_seq_t *s)
     cairn_kv_seq_release(s->seq, NULL);
     cairn_free(s);
 }
+
+const cairn_kv_hash_t *kv_paged_seq_domain(const kv_paged_seq_t *s) { return &s->domain; }
+const cairn_kv_seq_t *kv_paged_seq_core(const kv_paged_seq_t *s) { return s->seq; }
 
 int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached)
 {

@@ -20,10 +20,16 @@ int kv_paged_create(const cairn_model_config_t *cfg, cairn_dtype_t dtype, int bl
                     size_t budget_mib, kv_paged_t **out, char *err, size_t err_len);
 void kv_paged_destroy(kv_paged_t *kp);
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
+/* The same cache, mutable (the cold-tier bridge imports restored blocks into it). */
+cairn_kv_cache_t *kv_paged_cache_rw(kv_paged_t *kp);
 
 /* A sequence with no tokens yet, in the domain of cache_salt (NULL: default domain). */
 int kv_paged_seq_create(kv_paged_t *kp, const char *cache_salt, kv_paged_seq_t **out);
 void kv_paged_seq_destroy(kv_paged_seq_t *s);
+/* The sequence's domain (from its cache_salt) and its core sequence (NULL before the
+ * first append), for the cold-tier bridge. */
+const cairn_kv_hash_t *kv_paged_seq_domain(const kv_paged_seq_t *s);
+const cairn_kv_seq_t *kv_paged_seq_core(const kv_paged_seq_t *s);
 /*
  * Appends tokens and reserves their slots. The first append of a sequence begins it in the
  * core, attaching the longest cached prefix: *n_cached receives the tokens reused (0 on

@@ -157,6 +157,52 @@ int cairn_kv_domain_from_salt(cairn_kv_cache_t *c, const void *salt, size_t len,
     return kv_hash_bytes(&c->hasher, salt, len, out);
 }
 
+/* ---- Importing full blocks (cold-tier restore) ---- */
+
+/* Only a cache whose sole group is FULL can take a block from outside: its bytes are the
+ * whole block, and nothing else (a window, a recurrent state) has to agree with them. */
+static bool import_ok(const cairn_kv_cache_t *c)
+{
+    return c->n_groups == 1 && c->groups[0].kind == CAIRN_KV_LAYER_FULL;
+}
+
+int cairn_kv_cache_import_begin(cairn_kv_cache_t *c, uint32_t *block, void **bytes)
+{
+    if (!c || !block || !bytes)
+        return CAIRN_EINVAL;
+    if (!import_ok(c))
+        return CAIRN_EUNSUPPORTED;
+    int rc = kv_cache__ensure_free(c, 1);
+    if (rc)
+        return rc;
+    *block = kv_cache__alloc(c);
+    *bytes = c->phys.base + (size_t)*block * c->phys.block_bytes;
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_import_publish(cairn_kv_cache_t *c, uint32_t block, const cairn_kv_hash_t *domain,
+                                  const cairn_kv_hash_t *hash)
+{
+    CAIRN_ASSERT(block != 0 && block < c->pool.n_blocks && c->pool.blocks[block].ref == 1);
+    bool ok = kv_cache__publish(c, block, 0, hash, domain);
+    kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
+    return ok ? CAIRN_OK : CAIRN_EBUSY;
+}
+
+void cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
+{
+    CAIRN_ASSERT(block != 0 && block < c->pool.n_blocks && c->pool.blocks[block].ref == 1 &&
+                 !c->pool.blocks[block].registered);
+    kv_block_pool_unref(&c->pool, block);
+}
+
+void *cairn_kv_cache_block_data(const cairn_kv_cache_t *c, uint32_t block)
+{
+    if (block == 0 || block >= c->pool.n_blocks)
+        return NULL;
+    return c->phys.base + (size_t)block * c->phys.block_bytes;
+}
+
 uint32_t cairn_kv_cache_block_size(const cairn_kv_cache_t *c) { return c->block_size; }
 uint32_t cairn_kv_cache_n_layers(const cairn_kv_cache_t *c) { return c->n_layers; }
 size_t cairn_kv_cache_block_bytes(const cairn_kv_cache_t *c) { return c->phys.block_bytes; }

@@ -1,0 +1,376 @@
+/*
+ * engine_cold.c — the engine's bridge to the SSD cold tier: restore a returning prompt's
+ * prefix from disk instead of recomputing it, and capture full blocks at the end of turns.
+ *
+ * Model. The KV core names a full block by its chained SHA-256 hash over (parent, domain,
+ * tokens); the cold tier names objects by the same hash, so a prompt's disk chain is found
+ * from the hashes the core computes, and domains (cache_salt) hold on disk too. Restore
+ * runs before the KV core admits a prompt: blocks past the hot prefix are loaded into
+ * freshly allocated pool blocks (a block's K/V for every layer is one contiguous byte
+ * range, identical in the pool and in the object payload), validated by the store, and
+ * published as cached blocks; the core's admission then attaches hot and restored blocks
+ * alike. The walk stops at the first missing, invalid or declined block, and the core
+ * never attaches past a hole, so a prefix is always a contiguous chain of valid blocks.
+ *
+ * Invariants: only families of cairn_cold_eligible_families() open a store; the store's
+ * layout (layer_bytes) is the pool's block layout, so payload == one pool block's bytes;
+ * corrupt objects are deleted and counted by the store and never reach the pool (a block
+ * whose read fails is discarded unpublished).
+ *
+ * Thread-safety: engine thread only.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_cold.h"
+
+#define DEFAULT_DRAIN_MS 5000
+
+_Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_cold_hash_t), "one 32-byte block hash");
+
+static const char *const eligible_families[] = {"llama", "qwen3", NULL};
+
+const char *const *cairn_cold_eligible_families(void) { return eligible_families; }
+
+bool cairn_cold_family_eligible(const char *model_type)
+{
+    if (!model_type)
+        return false;
+    for (size_t i = 0; eligible_families[i]; i++)
+        if (strcmp(eligible_families[i], model_type) == 0)
+            return true;
+    return false;
+}
+
+struct engine_cold {
+    cairn_cold_store_t *store;
+    cairn_kv_cache_t *cache;
+    uint32_t block_tokens;
+    size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
+    int drain_ms;
+    cairn_kv_hash_t *hashes;       /* scratch: the prompt's block hashes */
+    size_t hashes_cap;
+    uint32_t *ids;                 /* scratch: pool block per restored chain index, 0: none */
+    size_t ids_cap;
+    cairn_engine_cold_counters_t n;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Fills the model description of the fingerprint. Everything that changes the bytes of
+ * a K/V row goes in: the geometry the store checks anyway, rope, and through `extra` the
+ * math mode and the config values that shape the layers below (norm epsilon, widths). The
+ * weights digest covers every tensor's name, shape and dtype. */
+static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
+                           uint32_t block_tokens, char *extra, size_t extra_len,
+                           cairn_cold_model_desc_t *d)
+{
+    const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
+    memset(d, 0, sizeof(*d));
+    d->architecture = cfg->model_type;
+    d->n_layers = (uint32_t)cfg->n_layers;
+    d->n_heads = (uint32_t)cfg->n_heads;
+    d->n_kv_heads = (uint32_t)cfg->n_kv_heads;
+    d->head_dim = (uint32_t)cfg->head_dim;
+    d->block_tokens = block_tokens;
+    d->kv_dtype = o->kv_dtype;
+    d->rope_dim = (uint32_t)cfg->head_dim;
+    d->rope_theta = cfg->rope_theta;
+    d->rope_scaling = (uint32_t)cfg->rope_type;
+    if (cfg->rope_type == CAIRN_ROPE_LLAMA3) {
+        d->rope_scaling_factor = cfg->rope_factor;
+        d->rope_original_ctx = (uint32_t)cfg->rope_orig_max_pos;
+    }
+    snprintf(extra, extra_len,
+             "math=%s;hidden=%d;ffn=%d;vocab=%d;rms_eps=%.9g;rope_low=%.9g;rope_high=%.9g",
+             o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32", cfg->hidden, cfg->ffn, cfg->vocab,
+             (double)cfg->rms_eps,
+             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_low_freq_factor : 0.0,
+             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_high_freq_factor : 0.0);
+    d->extra = extra;
+    cairn_checkpoint_weights_digest(ck, d->weights_digest);
+}
+
+int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
+                     kv_paged_t *kp, engine_cold_t **out)
+{
+    *out = NULL;
+    const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
+    bool on = cairn_knob_bool("CAIRN_COLD", o->cold != 0, o->cold > 0, true);
+    if (!on || !kp)
+        return CAIRN_OK;
+    if (!cairn_cold_family_eligible(cfg->model_type)) {
+        cairn_log(CAIRN_LOG_INFO, "cold tier: off for model_type %s (restart parity not proven)",
+                  cfg->model_type);
+        return CAIRN_OK;
+    }
+    /* An explicit root (--cache-dir) is the caller's choice; else the environment's. */
+    const char *root = o->cold_root ? o->cold_root : cairn_knob_str("CAIRN_CACHE_DIR", NULL, NULL);
+    if (!root || !root[0])
+        return CAIRN_OK;
+
+    cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
+    const uint32_t n_layers = cairn_kv_cache_n_layers(cache);
+    uint64_t *layer_bytes = cairn_calloc(n_layers, sizeof(*layer_bytes));
+    engine_cold_t *c = cairn_calloc(1, sizeof(*c));
+    if (!layer_bytes || !c) {
+        cairn_free(layer_bytes);
+        cairn_free(c);
+        return CAIRN_ENOMEM;
+    }
+    c->cache = cache;
+    c->block_tokens = cairn_kv_cache_block_size(cache);
+    c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS;
+    /* Layer l owns [k_offset, v_offset + plane) of a block, planes back to back from 0:
+     * the object payload is exactly the block's first payload_size bytes. */
+    size_t expect = 0;
+    bool contiguous = true;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        cairn_kv_layer_view_t v;
+        if (cairn_kv_layer_view(cache, l, &v) != 0 || v.k_offset != expect) {
+            contiguous = false;
+            break;
+        }
+        layer_bytes[l] = 2 * (uint64_t)(v.v_offset - v.k_offset);
+        expect += (size_t)layer_bytes[l];
+    }
+    c->payload_size = expect;
+    if (!contiguous || expect > cairn_kv_cache_block_bytes(cache)) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (the pool's block layout is not block-major)");
+        goto off;
+    }
+
+    char extra[256];
+    cairn_cold_model_desc_t desc;
+    describe_model(ck, o, c->block_tokens, extra, sizeof(extra), &desc);
+    cairn_cold_config_t cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.root = root;
+    int rc = cairn_cold_fingerprint(&desc, &cc.fingerprint);
+    if (rc == CAIRN_ENOMEM)
+        goto nomem;
+    cc.dtype = o->kv_dtype;
+    cc.block_tokens = c->block_tokens;
+    cc.n_layers = n_layers;
+    cc.layer_bytes = layer_bytes;
+    cc.trace_path = o->cold_trace;
+    if (rc == CAIRN_OK)
+        rc = cairn_cold_store_create(&cc, &c->store);
+    if (rc) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
+                  cairn_strerror(rc));
+        goto off;
+    }
+    cairn_free(layer_bytes);
+    c->n.enabled = true;
+    cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->store));
+    *out = c;
+    return CAIRN_OK;
+nomem:
+    cairn_free(layer_bytes);
+    cairn_free(c);
+    return CAIRN_ENOMEM;
+off:
+    cairn_free(layer_bytes);
+    cairn_free(c);
+    return CAIRN_OK;
+}
+
+void engine_cold_close(engine_cold_t *c)
+{
+    if (!c)
+        return;
+    /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
+     * finishes at most the queue depth of blocks still queued. */
+    double deadline = now_seconds() + c->drain_ms / 1e3;
+    for (;;) {
+        cairn_cold_stats_t st;
+        cairn_cold_store_stats(c->store, &st);
+        if (st.queue_len == 0 || now_seconds() >= deadline)
+            break;
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cairn_cold_store_destroy(c->store);
+    cairn_free(c->hashes);
+    cairn_free(c->ids);
+    cairn_free(c);
+}
+
+static int reserve(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return CAIRN_OK;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *q = cairn_realloc(*p, n * elem);
+    if (!q)
+        return CAIRN_ENOMEM;
+    *p = q;
+    *cap = n;
+    return CAIRN_OK;
+}
+
+typedef struct {
+    engine_cold_t *c;
+    size_t first, last;   /* chain indices [first, last) that got a pool block */
+} restore_ctx_t;
+
+/* The store's destination callback: a fresh pool block for chain block i, or NULL (a
+ * decline) when the pool cannot give one. Called with the object pinned. */
+static void *restore_dest(void *user, size_t i, size_t payload_size)
+{
+    restore_ctx_t *r = user;
+    engine_cold_t *c = r->c;
+    if (payload_size != c->payload_size)
+        return NULL;
+    uint32_t id = 0;
+    void *bytes = NULL;
+    if (cairn_kv_cache_import_begin(c->cache, &id, &bytes) != CAIRN_OK)
+        return NULL;
+    c->ids[i] = id;
+    if (r->last == r->first)
+        r->first = i;
+    r->last = i + 1;
+    return bytes;
+}
+
+void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
+                         int *hot_tokens, int *restored_blocks)
+{
+    *hot_tokens = 0;
+    *restored_blocks = 0;
+    if (!c || n < 2)
+        return;
+    const size_t bs = c->block_tokens;
+    const size_t kmax = ((size_t)n - 1) / bs; /* blocks that may serve: >= 1 token computed */
+    if (kmax == 0)
+        return;
+    double t0 = now_seconds();
+    const cairn_kv_hash_t *domain = kv_paged_seq_domain(s);
+    size_t hot = 0;
+    if (reserve((void **)&c->hashes, &c->hashes_cap, kmax, sizeof(*c->hashes)) ||
+        reserve((void **)&c->ids, &c->ids_cap, kmax, sizeof(*c->ids)) ||
+        cairn_kv_cache_hash_blocks(c->cache, domain, NULL, 0, tokens, kmax * bs, c->hashes) ||
+        cairn_kv_cache_lookup_hashes(c->cache, domain, c->hashes, (size_t)n, &hot))
+        goto done; /* out of memory: just no restore */
+    *hot_tokens = (int)hot;
+    size_t start = hot / bs;
+    if (start >= kmax)
+        goto done;
+    /* The walk reads the disk, not only this process's index: another process sharing
+     * the directory may have written the blocks since open. cairn_kv_hash_t and
+     * cairn_cold_hash_t are the same 32 bytes. */
+    const cairn_cold_hash_t *ch = (const cairn_cold_hash_t *)c->hashes;
+    c->n.restore_lookups++;
+    memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
+    restore_ctx_t r = {c, start, start};
+    size_t loaded = 0;
+    int rc = cairn_cold_restore_chain(c->store, ch, kmax, tokens, start, restore_dest, &r, &loaded);
+    if (rc)
+        loaded = 0;
+    /* Publish the validated prefix of the walk; give back the block it stopped on. */
+    int published = 0;
+    for (size_t i = r.first; i < r.last; i++) {
+        uint32_t id = c->ids[i];
+        if (!id)
+            continue;
+        if (i < start + loaded) {
+            if (cairn_kv_cache_import_publish(c->cache, id, domain, &c->hashes[i]) == CAIRN_OK)
+                published++;
+        } else {
+            cairn_kv_cache_import_discard(c->cache, id);
+        }
+    }
+    *restored_blocks = published;
+    c->n.restored_blocks += (uint64_t)published;
+done:
+    c->n.restore_seconds += now_seconds() - t0;
+}
+
+void engine_cold_note_restored(engine_cold_t *c, int tokens)
+{
+    if (c && tokens > 0)
+        c->n.restored_tokens += (uint64_t)tokens;
+}
+
+typedef struct {
+    engine_cold_t *c;
+    const cairn_kv_seq_t *seq;
+    const uint32_t *table;
+    const int32_t *tokens;
+} capture_ctx_t;
+
+/* Yields full block i of the sequence: its hash and parent from the core, its tokens and
+ * its pool bytes (copied by the store before this returns to the walk). */
+static int capture_block(void *user, size_t i, cairn_cold_block_t *out)
+{
+    capture_ctx_t *k = user;
+    const size_t bs = k->c->block_tokens;
+    cairn_kv_hash_t h;
+    int rc = cairn_kv_seq_boundary_key(k->seq, (i + 1) * bs, &h);
+    if (rc)
+        return rc;
+    memcpy(out->hash.bytes, h.bytes, sizeof(h.bytes));
+    memset(out->parent.bytes, 0, sizeof(out->parent.bytes));
+    if (i > 0) {
+        if ((rc = cairn_kv_seq_boundary_key(k->seq, i * bs, &h)))
+            return rc;
+        memcpy(out->parent.bytes, h.bytes, sizeof(h.bytes));
+    }
+    out->tokens = k->tokens + i * bs;
+    out->n_tokens = (uint32_t)bs;
+    out->payload = cairn_kv_cache_block_data(k->c->cache, k->table[i]);
+    out->payload_size = k->c->payload_size;
+    return out->payload ? CAIRN_OK : CAIRN_EINVAL;
+}
+
+void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *label)
+{
+    if (!c || !s)
+        return;
+    const cairn_kv_seq_t *seq = kv_paged_seq_core(s);
+    if (!seq || cairn_kv_seq_preempted(seq))
+        return;
+    size_t n_full = cairn_kv_seq_n_computed(seq) / c->block_tokens, n_table = 0;
+    const uint32_t *table = cairn_kv_seq_block_table(seq, 0, &n_table);
+    if (n_full > n_table)
+        n_full = n_table;
+    if (n_full == 0)
+        return;
+    double t0 = now_seconds();
+    capture_ctx_t k = {c, seq, table, cairn_kv_seq_tokens(seq)};
+    cairn_cold_capture_result_t res;
+    memset(&res, 0, sizeof(res));
+    if (cairn_cold_capture_chain(c->store, n_full, capture_block, &k, NULL, &res) == CAIRN_OK) {
+        c->n.capture_walks++;
+        c->n.captured_blocks += res.enqueued;
+        if (res.stop == CAIRN_COLD_STOP_DEADLINE)
+            cairn_log(CAIRN_LOG_WARN, "cold tier: capture stopped at the deadline (%zu of %zu blocks)",
+                      res.reached, n_full);
+    }
+    cairn_cold_store_trace_turn(c->store, label);
+    c->n.capture_seconds += now_seconds() - t0;
+}
+
+void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!c)
+        return;
+    *out = c->n;
+    cairn_cold_store_stats(c->store, &out->store);
+}
+
+void engine_cold_flush(engine_cold_t *c)
+{
+    if (c)
+        cairn_cold_store_flush(c->store);
+}
