@@ -752,6 +752,13 @@ static int compile_regex(cairn_tokenizer_t *t, const char *pat, pcre2_code **out
     return 0;
 }
 
+/* Strings from tokenizer.json that end up inside the text being tokenized must be valid
+ * UTF-8: the regexes run with PCRE2_NO_UTF_CHECK on text validated once up front. */
+static bool utf8_ok(const char *s)
+{
+    return tok_utf8_valid(s, strlen(s));
+}
+
 static int add_norm(cairn_tokenizer_t *t, const cJSON *j, int depth, char *err, size_t errlen)
 {
     if (!j || cJSON_IsNull(j)) return 0;
@@ -779,6 +786,7 @@ static int add_norm(cairn_tokenizer_t *t, const cJSON *j, int depth, char *err, 
     } else if (strcmp(type, "Prepend") == 0) {
         const char *pre = jstr(j, "prepend");
         if (!pre) return tok_err(err, errlen, CAIRN_EFORMAT, "normalizer Prepend without 'prepend'");
+        if (!utf8_ok(pre)) return tok_err(err, errlen, CAIRN_EFORMAT, "normalizer Prepend is not valid UTF-8");
         nm.kind = TOK_NORM_PREPEND;
         if (!(nm.a = cairn_strdup(pre))) return CAIRN_ENOMEM;
         nm.alen = strlen(pre);
@@ -792,6 +800,8 @@ static int add_norm(cairn_tokenizer_t *t, const cJSON *j, int depth, char *err, 
             return tok_err(err, errlen, CAIRN_EFORMAT, "normalizer Replace without a pattern");
         }
         if (!content) return tok_err(err, errlen, CAIRN_EFORMAT, "normalizer Replace without content");
+        if (!utf8_ok(lit) || !utf8_ok(content))
+            return tok_err(err, errlen, CAIRN_EFORMAT, "normalizer Replace is not valid UTF-8");
         nm.kind = TOK_NORM_REPLACE;
         nm.a = cairn_strdup(lit);
         nm.b = cairn_strdup(content);
@@ -854,6 +864,7 @@ static int add_pre(cairn_tokenizer_t *t, const cJSON *j, int depth, char *err, s
             else if (strcmp(re, llama3) == 0) p.fast_digits = 3;
             if ((rc = compile_regex(t, re, &p.re, "pre_tokenizer Split", err, errlen))) return rc;
         } else {
+            if (!utf8_ok(lit)) return tok_err(err, errlen, CAIRN_EFORMAT, "pre_tokenizer Split pattern is not valid UTF-8");
             if (!(p.literal = cairn_strdup(lit))) return CAIRN_ENOMEM;
             p.literal_len = strlen(lit);
         }

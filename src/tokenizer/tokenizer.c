@@ -114,6 +114,8 @@ static int load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t 
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
             !cJSON_IsString(content) || !content->valuestring[0])
             return tok_err(err, errlen, CAIRN_EFORMAT, "added_tokens entry without a valid id and content");
+        if (!tok_utf8_valid(content->valuestring, strlen(content->valuestring)))
+            return tok_err(err, errlen, CAIRN_EFORMAT, "added token %d is not valid UTF-8", (int)id->valuedouble);
         tok_added_t *a = &t->added[t->n_added++];
         a->id = (int32_t)id->valuedouble;
         a->len = strlen(content->valuestring);

@@ -454,6 +454,11 @@ static void test_unsupported_and_malformed(void **state)
                                 MERGES_MIXED, "", BL_DEC), CAIRN_EFORMAT, "regex");
     expect_load_error("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a", CAIRN_EFORMAT, "");
     expect_load_error("[1,2]", CAIRN_EFORMAT, "not a JSON object");
+    /* Strings that enter the text must be valid UTF-8 (the regexes skip the UTF check). */
+    expect_load_error(mini_json("{\"type\":\"Prepend\",\"prepend\":\"\xff\"}", BL_REGEX, "", "null", MERGES_MIXED, "", BL_DEC),
+                      CAIRN_EFORMAT, "not valid UTF-8");
+    expect_load_error(mini_json("null", BL_REGEX, ",{\"id\":12,\"content\":\"\xc3(\"}", "null", MERGES_MIXED, "", BL_DEC),
+                      CAIRN_EFORMAT, "not valid UTF-8");
     expect_load_error("{\"model\":{\"vocab\":{\"a\":-3},\"merges\":[]}}", CAIRN_EFORMAT, "out of range");
     cairn_tokenizer_t *t;
     char err[256];
