@@ -79,7 +79,7 @@ static int run(int argc, char **argv)
     }
     for (int i = 0; i < rep.n_cases; i++) {
         const refcheck_case_t *r = &rep.cases[i];
-        const char *path = r->path == CAIRN_KV_FLAT ? "flat" : "paged";
+        const char *path = !strcmp(r->name, "(model)") ? "-" : r->path == CAIRN_KV_FLAT ? "flat" : "paged";
         if (r->n_prompt == 0) { /* never ran */
             printf("%-20s %-5s FAIL  %s\n", r->name, path, r->error);
             continue;
