@@ -43,7 +43,8 @@ typedef struct cairn_tokenizer_stream cairn_tokenizer_stream_t;
  * (free with cairn_tokenizer_destroy). On failure returns CAIRN_ENOENT/EIO (files),
  * CAIRN_EFORMAT (malformed JSON or inconsistent vocab/merges), CAIRN_EUNSUPPORTED (a
  * feature listed as unsupported above) or CAIRN_ENOMEM, and writes a one-line message
- * into err (if non-NULL; truncated to errlen). Cost: ~100 ms for a 150K-token vocab.
+ * into err (if non-NULL; truncated to errlen). Cost: 50-120 ms for a 150K-token vocab
+ * (docs/PERFORMANCE.md).
  */
 int cairn_tokenizer_load(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
 

@@ -108,6 +108,13 @@ static int load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t 
     t->added = cairn_calloc(n ? n : 1, sizeof *t->added);
     if (!t->added) return CAIRN_ENOMEM;
     const cJSON *e;
+    /* Grow the id table once, to the largest added id. */
+    double max_id = -1;
+    cJSON_ArrayForEach(e, arr) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsNumber(id) && id->valuedouble > max_id && id->valuedouble < (1 << 24)) max_id = id->valuedouble;
+    }
+    if (max_id >= 0 && (rc = grow_ids(t, (size_t)max_id + 1))) return rc;
     cJSON_ArrayForEach(e, arr) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
@@ -662,7 +669,9 @@ int cairn_tokenizer_encode_ex(const cairn_tokenizer_t *t, const char *text, size
     if (flags & CAIRN_TOKENIZE_ADD_SPECIAL)
         for (size_t i = 0; i < t->n_post_prefix; i++)
             if ((rc = tok_ids_push(&out, t->post_prefix[i]))) goto fail;
-    if (len) {
+    if (len && !t->n_added_lens[0]) {
+        if ((rc = encode_segment(t, split_special, text, len, &out))) goto fail;
+    } else if (len) {
         if ((rc = tok_split_added(t, 0, split_special, text, len, &segs, &seg_ids))) goto fail;
         for (size_t i = 0; i < segs.len; i++) {
             if (seg_ids.p[i] >= 0) rc = tok_ids_push(&out, seg_ids.p[i]);
