@@ -63,6 +63,8 @@ typedef struct {
     const char *cold_root;     /* cache root; NULL: CAIRN_CACHE_DIR; neither: tier off */
     const char *cold_trace;    /* per-turn JSONL trace; knob CAIRN_COLD_TRACE > this > none */
     int cold_drain_ms;         /* destroy waits at most this for queued writes (default 5000) */
+    int cold_capture_blocks;   /* new blocks queued per turn; 0: knob CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN > 128 */
+    int cold_capture_ms;       /* capture deadline per turn; 0: knob CAIRN_COLD_CAPTURE_BUDGET_MS > 250 */
 } cairn_engine_options_t;
 
 /* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */

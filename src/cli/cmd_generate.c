@@ -61,6 +61,9 @@ static void usage(FILE *out)
             "      --math M            matmul activations: f32 (default) or bf16\n"
             "      --pool-mib N        paged K/V pool budget in MiB (default 256)\n"
             "      --salt STR          prefix cache domain (tenant salt)\n"
+            "      --cache-dir DIR     cold tier root: prompts persist across runs (default:\n"
+            "                          CAIRN_CACHE_DIR, else $XDG_CACHE_HOME/cairn or ~/.cache/cairn)\n"
+            "      --no-cold           neither restore nor persist K/V on disk\n"
             "output:\n"
             "      --print-ids         print the generated token ids (comma-separated) instead\n"
             "                          of the text\n"
@@ -243,8 +246,8 @@ static void on_event(void *user, const cairn_req_event_t *ev)
 /* ---- The command -------------------------------------------------------------------- */
 
 typedef struct {
-    const char *dir, *prompt, *system, *user, *prompt_ids, *salt;
-    bool chat, print_ids;
+    const char *dir, *prompt, *system, *user, *prompt_ids, *salt, *cache_dir;
+    bool chat, print_ids, no_cold;
     int verbose;
     const char *stops[MAX_STOPS];
     int n_stops;
@@ -255,7 +258,7 @@ typedef struct {
 enum {
     OPT_CHAT = 256, OPT_SYSTEM, OPT_USER, OPT_PROMPT_IDS, OPT_MAX_TOKENS, OPT_TEMPERATURE,
     OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS, OPT_THREADS,
-    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS,
+    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD,
 };
 
 /* Returns 0, or the exit status of a usage error (2) or --help (-1 -> exit 0). */
@@ -281,6 +284,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         {"pool-mib", required_argument, 0, OPT_POOL},
         {"salt", required_argument, 0, OPT_SALT},
         {"print-ids", no_argument, 0, OPT_PRINT_IDS},
+        {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
+        {"no-cold", no_argument, 0, OPT_NO_COLD},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -364,6 +369,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
             break;
         case OPT_SALT: a->salt = optarg; break;
         case OPT_PRINT_IDS: a->print_ids = true; break;
+        case OPT_CACHE_DIR: a->cache_dir = optarg; break;
+        case OPT_NO_COLD: a->no_cold = true; break;
         case 'v': a->verbose++; break;
         case 'h': usage(stdout); return -1;
         case ':':
@@ -419,7 +426,7 @@ static int run(int argc, char **argv)
     cairn_sched_t *sched = NULL;
     int32_t *ids = NULL;
     int n_ids = 0;
-    char *text = NULL;
+    char *text = NULL, *cold_root = NULL;
     char err[512] = "";
     stream_t sm;
     memset(&sm, 0, sizeof(sm));
@@ -439,6 +446,17 @@ static int run(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "\n" CMD ": tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
+    }
+    /* The cold tier persists the prompt's K/V, so the next invocation with the same
+     * prefix restores it instead of recomputing (the engine drains the writes at exit). */
+    if (a.no_cold)
+        a.eo.cold = -1;
+    else if ((cold_root = cairn_cold_default_root(a.cache_dir))) {
+        a.eo.cold_root = cold_root;
+        /* One turn, then exit: queue the whole sequence rather than the per-turn budget
+         * a server keeps to bound its turn tail; exit waits for the writes (5 s at most). */
+        a.eo.cold_capture_blocks = 1 << 20;
+        a.eo.cold_capture_ms = 5000;
     }
     rc = cairn_engine_create(ck, &a.eo, &engine, err, sizeof(err));
     if (rc) {
@@ -505,12 +523,14 @@ static int run(int argc, char **argv)
     }
     const cairn_req_usage_t *u = &sm.usage;
     double prefill_ms = u->ttft_ms - u->queue_ms;
-    int computed = u->prompt_tokens - u->cached_tokens;
+    int computed = u->prompt_tokens - u->cached_tokens - u->restored_tokens;
     fprintf(stderr,
             "cairn: prompt %d tokens (cached %d), prefill %.1f tok/s, decode %.1f tok/s, "
             "%d tokens generated, finish %s\n",
             u->prompt_tokens, u->cached_tokens, prefill_ms > 0 ? computed / (prefill_ms / 1e3) : 0.0,
             u->decode_tps, u->completion_tokens, cairn_finish_reason_name(sm.finish));
+    if (u->restored_tokens > 0)
+        fprintf(stderr, "cairn: cold tier: restored %d prompt tokens from disk\n", u->restored_tokens);
     status = 0;
 out:
     cairn_sched_destroy(sched, 0);
@@ -519,6 +539,7 @@ out:
     cairn_checkpoint_close(ck);
     cairn_free(ids);
     cairn_free(text);
+    cairn_free(cold_root);
     pthread_mutex_destroy(&sm.mu);
     pthread_cond_destroy(&sm.cv);
     return status;

@@ -62,9 +62,9 @@ static void usage(FILE *out)
             "  --drain-ms N         on SIGINT/SIGTERM, let requests finish this long (default 5000)\n"
             "  --cache-dir DIR      cache root (default CAIRN_CACHE_DIR, else\n"
             "                       $XDG_CACHE_HOME/cairn, else ~/.cache/cairn); holds the\n"
-            "                       default model. The SSD cold tier will also live here once\n"
-            "                       it is wired into the engine; today no KV is written.\n"
-            "  --no-cold            do not use the cold tier (today it is never used)\n"
+            "                       default model and the SSD cold tier (K/V blocks of past\n"
+            "                       prompts, restored after a restart)\n"
+            "  --no-cold            neither restore nor persist K/V on disk\n"
             "  -v, --verbose        log informational messages\n");
 }
 
@@ -160,6 +160,7 @@ static int cmd_serve(int argc, char **argv)
     const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
     long drain_ms = 5000, v;
     int verbose = 0;
+    bool no_cold = false;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -171,8 +172,10 @@ static int cmd_serve(int argc, char **argv)
             verbose++;
             continue;
         }
-        if (!strcmp(a, "--no-cold"))
-            continue; /* the cold tier is not wired into the engine yet (see --help) */
+        if (!strcmp(a, "--no-cold")) {
+            no_cold = true;
+            continue;
+        }
         if (a[0] != '-') {
             if (model) {
                 fprintf(stderr, "cairn serve: more than one MODEL_DIR ('%s', '%s')\n", model, a);
@@ -263,6 +266,7 @@ static int cmd_serve(int argc, char **argv)
     cairn_engine_t *eng = NULL;
     cairn_tokenizer_t *tok = NULL;
     cairn_server_t *srv = NULL;
+    char *cold_root = NULL;
     int rc = cairn_checkpoint_open(model, &ck, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
@@ -272,6 +276,10 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cairn serve: tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
+    if (no_cold)
+        eo.cold = -1;
+    else if ((cold_root = cairn_cold_default_root(cache_opt)))
+        eo.cold_root = cold_root;
     if ((rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err))) {
         fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
@@ -304,6 +312,7 @@ out:
     cairn_engine_destroy(eng);
     cairn_tokenizer_destroy(tok);
     cairn_checkpoint_close(ck);
+    cairn_free(cold_root);
     return status;
 }
 

@@ -49,6 +49,7 @@ struct engine_cold {
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
+    cairn_cold_capture_budget_t budget; /* zeros: the knobs and the store's defaults */
     cairn_kv_hash_t *hashes;       /* scratch: the prompt's block hashes */
     size_t hashes_cap;
     uint32_t *ids;                 /* scratch: pool block per restored chain index, 0: none */
@@ -127,6 +128,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     c->cache = cache;
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS;
+    c->budget.blocks_per_turn = o->cold_capture_blocks > 0 ? (uint32_t)o->cold_capture_blocks : 0;
+    c->budget.budget_ms = o->cold_capture_ms > 0 ? (uint32_t)o->cold_capture_ms : 0;
     /* Layer l owns [k_offset, v_offset + plane) of a block, planes back to back from 0:
      * the object payload is exactly the block's first payload_size bytes. */
     size_t expect = 0;
@@ -349,12 +352,10 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     capture_ctx_t k = {c, seq, table, cairn_kv_seq_tokens(seq)};
     cairn_cold_capture_result_t res;
     memset(&res, 0, sizeof(res));
-    if (cairn_cold_capture_chain(c->store, n_full, capture_block, &k, NULL, &res) == CAIRN_OK) {
+    if (cairn_cold_capture_chain(c->store, n_full, capture_block, &k, &c->budget, &res) ==
+        CAIRN_OK) {
         c->n.capture_walks++;
-        c->n.captured_blocks += res.enqueued;
-        if (res.stop == CAIRN_COLD_STOP_DEADLINE)
-            cairn_log(CAIRN_LOG_WARN, "cold tier: capture stopped at the deadline (%zu of %zu blocks)",
-                      res.reached, n_full);
+        c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the store */
     }
     cairn_cold_store_trace_turn(c->store, label);
     c->n.capture_seconds += now_seconds() - t0;
