@@ -519,7 +519,7 @@ static void test_queue_full(void **state)
     o.sched.max_queued = 1;
     test_server_t ts;
     assert_int_equal(test_server_start(&ts, "qwen3", &o, 32), 0);
-    const char *longreq = "{\"prompt\":\"go\",\"max_tokens\":3000,\"ignore_eos\":true,"
+    const char *longreq = "{\"prompt\":\"go\",\"max_tokens\":8000,\"ignore_eos\":true,"
                           "\"temperature\":0,\"stream\":true}";
     int fds[2];
     for (int i = 0; i < 2; i++) {
