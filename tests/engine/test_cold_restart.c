@@ -1,0 +1,540 @@
+/*
+ * test_cold_restart.c — the engine's cold tier end to end, across real processes.
+ *
+ * Every scenario runs the engine in fork()ed children (the parent never creates an
+ * engine, so it has no threads when it forks) or execs the built `cairn generate`, and
+ * compares what a child computed with a reference computed with the cold tier off:
+ *  - restart parity, for every family of cairn_cold_eligible_families() on its fixture
+ *    and two prompts: (1) persist, (2) a fresh process restores, (3) persistence off give
+ *    bit-identical last-prompt logits and greedy tokens, with blocks restored and no
+ *    corruption in (2);
+ *  - corruption of one stored object (bit flip, truncation, another block's object under
+ *    its name): the restore stops there, the object is deleted and counted, output equal;
+ *  - kill -9 of persisting `cairn generate` processes at random moments, 100 times: each
+ *    restart serves only valid K/V (logits equal) and leaves no temporary file behind
+ *    (argument "kill": run alone, as ctest's test_cold_kill);
+ *  - ENOSPC / EIO injected through cairn_io_set_hook during capture: counted, output equal;
+ *  - two processes sharing one cache directory at the same time.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cairn/engine.h"
+#include "cairn/kv_cache.h"
+#include "engine/engine_fixtures.h"
+
+#define MAX_VOCAB 4096
+#define N_GEN 4
+#define BS 16
+
+/* What a child reports back through shared memory. */
+typedef struct {
+    int status;               /* 0: ran to the end; else the failing step's code */
+    int hot, restored, n_past;
+    uint64_t restored_blocks, corruptions, write_errors, objects;
+    int probe_exists;         /* 1 if `probe` existed right after begin */
+    int32_t ids[N_GEN];
+    char root[1024];          /* the store's model directory */
+    float logits[MAX_VOCAB];  /* last prompt position */
+} result_t;
+
+typedef struct {
+    const char *model;
+    const char *root;         /* NULL: cold tier off */
+    const char *salt;
+    const int32_t *prompt;
+    int n;
+    const char *probe;        /* a path whose existence is sampled after begin, or NULL */
+    int io_fail;              /* 0, or a negative errno injected into cold-tier writes */
+} job_t;
+
+static result_t *g_res;       /* MAP_SHARED array of results */
+static int g_fail_errno;
+
+static int io_hook(const char *op, const char *path, void *user)
+{
+    (void)user;
+    if (g_fail_errno && path && (strstr(path, ".tmp.") || strstr(path, ".kv")) &&
+        (!strcmp(op, "write") || !strcmp(op, "fsync")))
+        return g_fail_errno;
+    return 0;
+}
+
+/* The child's body: one prompt, N_GEN greedy tokens, release (capture), destroy (drain). */
+static int child_body(const job_t *j, result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = -100;
+    if (j->io_fail) {
+        g_fail_errno = j->io_fail;
+        cairn_io_set_hook(io_hook, NULL);
+    }
+    cairn_checkpoint_t *ck = fixture_open(j->model);
+    cairn_engine_options_t o;
+    cairn_engine_options_default(&o);
+    o.n_threads = 2;
+    o.pool_mib = 64;
+    if (j->root)
+        o.cold_root = j->root;
+    else
+        o.cold = -1;
+    o.cold_capture_blocks = 1 << 16;
+    o.cold_capture_ms = 20000;
+    o.cold_drain_ms = 20000;
+    cairn_engine_t *e = NULL;
+    char err[256];
+    int rc = cairn_engine_create(ck, &o, &e, err, sizeof(err));
+    if (rc)
+        return rc;
+    if (cairn_engine_config(e)->vocab > MAX_VOCAB)
+        return -101;
+    cairn_seq_t *s = NULL;
+    rc = cairn_seq_begin(e, j->salt, j->prompt, j->n, &s, &r->hot);
+    if (rc)
+        return rc;
+    r->probe_exists = j->probe && access(j->probe, F_OK) == 0;
+    r->restored = cairn_seq_restored_tokens(s);
+    r->n_past = cairn_seq_n_past(s);
+    const int vocab = cairn_engine_config(e)->vocab;
+    for (int g = 0; g < N_GEN; g++) {
+        cairn_batch_item_t it = {s, 0, CAIRN_LOGITS_LAST};
+        const float *lg = NULL;
+        int rows = 0;
+        if ((rc = cairn_engine_step(e, &it, 1, &lg, &rows)))
+            return rc;
+        if (g == 0)
+            memcpy(r->logits, lg, (size_t)vocab * sizeof(float));
+        int best = 0;
+        for (int v = 1; v < vocab; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        r->ids[g] = best;
+        if ((rc = cairn_seq_feed(s, &r->ids[g], 1)))
+            return rc;
+    }
+    cairn_seq_release(s);
+    cairn_engine_cold_flush(e);
+    cairn_engine_cold_counters_t c;
+    cairn_engine_cold_counters(e, &c);
+    r->restored_blocks = c.restored_blocks;
+    r->corruptions = c.store.corruptions;
+    r->write_errors = c.store.write_errors;
+    r->objects = c.store.objects;
+    snprintf(r->root, sizeof(r->root), "%s", c.store.root ? c.store.root : "");
+    cairn_engine_destroy(e);
+    cairn_checkpoint_close(ck);
+    return 0;
+}
+
+static pid_t spawn(const job_t *j, result_t *r)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int rc = child_body(j, r);
+        r->status = rc;
+        _exit(rc == 0 ? 0 : 1);
+    }
+    return pid;
+}
+
+static void wait_ok(pid_t pid, const result_t *r)
+{
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || r->status != 0)
+        fprintf(stderr, "child failed: wait status %d, step status %d\n", st, r->status);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(r->status, 0);
+}
+
+static void run_job(const job_t *j, result_t *r) { wait_ok(spawn(j, r), r); }
+
+static void assert_same_output(const result_t *a, const result_t *b)
+{
+    assert_memory_equal(a->logits, b->logits, sizeof(a->logits));
+    assert_memory_equal(a->ids, b->ids, sizeof(a->ids));
+}
+
+/* A fresh, empty cache root under /tmp. */
+static void make_root(char *buf, size_t len, const char *tag)
+{
+    snprintf(buf, len, "/tmp/cairn-cold-%s-%d-XXXXXX", tag, (int)getpid());
+    assert_non_null(mkdtemp(buf));
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Counts files under dir whose name starts with prefix (".tmp.") or ends with ".kv". */
+static int count_files(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[2048];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode))
+            n += count_files(p, prefix);
+        else if (prefix ? !strncmp(de->d_name, prefix, strlen(prefix))
+                        : strlen(de->d_name) > 3 && !strcmp(de->d_name + strlen(de->d_name) - 3, ".kv"))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The object path of block k of a prompt in the default domain (or salt's). */
+static void object_path(const char *store_dir, const char *salt, const int32_t *prompt, int k,
+                        char *out, size_t len)
+{
+    cairn_kv_layer_spec_t spec = {CAIRN_KV_LAYER_FULL, 1, 8, 0, 0};
+    cairn_kv_config_t kc = {0};
+    kc.n_layers = 1;
+    kc.layers = &spec;
+    kc.dtype = CAIRN_DTYPE_BF16;
+    kc.block_size = BS;
+    kc.memory_mib = 1;
+    cairn_kv_cache_t *c = NULL;
+    assert_int_equal(cairn_kv_cache_create(&kc, &c), 0);
+    cairn_kv_hash_t dom, h[64];
+    assert_true(k < 64);
+    assert_int_equal(cairn_kv_domain_from_salt(c, salt, salt ? strlen(salt) : 0, &dom), 0);
+    assert_int_equal(cairn_kv_cache_hash_blocks(c, &dom, NULL, 0, prompt, (size_t)(k + 1) * BS, h), 0);
+    cairn_kv_cache_destroy(c);
+    char hex[65];
+    cairn_cold_hash_hex((const cairn_cold_hash_t *)&h[k], hex);
+    snprintf(out, len, "%s/%.2s/%s.kv", store_dir, hex, hex);
+}
+
+/* ---- The family list is the list the parity test covers ---------------------------- */
+
+static void test_family_list(void **state)
+{
+    (void)state;
+    const char *const *fam = cairn_cold_eligible_families();
+    int n = 0;
+    for (; fam[n]; n++)
+        assert_true(cairn_cold_family_eligible(fam[n]));
+    assert_true(n >= 1);
+    /* Families without proven restart parity never restore. */
+    assert_false(cairn_cold_family_eligible("gemma3"));
+    assert_false(cairn_cold_family_eligible("lfm2"));
+    assert_false(cairn_cold_family_eligible("qwen3_5"));
+    assert_false(cairn_cold_family_eligible(NULL));
+}
+
+/* ---- Restart parity ----------------------------------------------------------------- */
+
+static void parity_case(const char *model, const char *prompt_name)
+{
+    int n = 0;
+    int32_t *prompt = fixture_prompt(model, prompt_name, &n);
+    char root[512];
+    make_root(root, sizeof(root), "parity");
+    job_t persist = {model, root, NULL, prompt, n, NULL, 0};
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
+    run_job(&persist, r1);              /* (1) persist */
+    assert_int_equal(r1->restored, 0);
+    assert_true(r1->objects >= (uint64_t)((n - 1) / BS));
+    run_job(&persist, r2);              /* (2) a fresh process restores */
+    run_job(&off, r3);                  /* (3) persistence off */
+    assert_int_equal(r2->restored, (n - 1) / BS * BS);
+    assert_true(r2->restored_blocks > 0);
+    assert_int_equal(r2->corruptions, 0);
+    assert_int_equal(r2->n_past, (n - 1) / BS * BS);
+    assert_int_equal(r3->restored, 0);
+    assert_same_output(r1, r3);
+    assert_same_output(r2, r3);
+    fprintf(stderr, "  %s/%s: %d of %d prompt tokens restored, logits and %d tokens equal\n", model,
+            prompt_name, r2->restored, n, N_GEN);
+    rm_rf(root);
+    free(prompt);
+}
+
+/* The fixture of each eligible family. */
+static const char *family_fixture(const char *family)
+{
+    if (!strcmp(family, "llama"))
+        return "llama";
+    if (!strcmp(family, "qwen3"))
+        return "qwen3";
+    return NULL;
+}
+
+static void test_restart_parity(void **state)
+{
+    (void)state;
+    const char *const *fam = cairn_cold_eligible_families();
+    for (int i = 0; fam[i]; i++) {
+        const char *model = family_fixture(fam[i]);
+        if (!model)
+            fail_msg("eligible family %s has no restart-parity fixture", fam[i]);
+        parity_case(model, "long_720");
+        parity_case(model, "shared_prefix_672");
+    }
+}
+
+/* ---- Corruption at the engine level -------------------------------------------------- */
+
+static void corrupt_case(int mode)
+{
+    const char *model = "qwen3";
+    int n = 0;
+    int32_t *prompt = fixture_prompt(model, "long_720", &n);
+    char root[512], path[1400], other[1400];
+    make_root(root, sizeof(root), "corrupt");
+    job_t persist = {model, root, NULL, prompt, n, NULL, 0};
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    result_t *ref = &g_res[0], *r = &g_res[1];
+    run_job(&off, ref);
+    run_job(&persist, r);
+    const int k = 10;
+    object_path(r->root, NULL, prompt, k, path, sizeof(path));
+    object_path(r->root, NULL, prompt, k + 1, other, sizeof(other));
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    if (mode == 0) { /* flip one bit of the payload */
+        int fd = open(path, O_RDWR);
+        assert_true(fd >= 0);
+        uint8_t b;
+        off_t at = sb.st_size - 37;
+        assert_int_equal(pread(fd, &b, 1, at), 1);
+        b ^= 0x10;
+        assert_int_equal(pwrite(fd, &b, 1, at), 1);
+        close(fd);
+    } else if (mode == 1) { /* truncate */
+        assert_int_equal(truncate(path, sb.st_size / 2), 0);
+    } else { /* another block's object under this name */
+        char cmd[3000];
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", other, path);
+        assert_int_equal(system(cmd), 0);
+    }
+    job_t restore = {model, root, NULL, prompt, n, path, 0};
+    run_job(&restore, r);
+    assert_int_equal(r->restored, k * BS);   /* stopped at the bad block */
+    assert_int_equal(r->corruptions, 1);
+    assert_int_equal(r->probe_exists, 0);    /* deleted before anything used it */
+    assert_same_output(r, ref);
+    /* The recomputed block was captured again: the next restart restores everything. */
+    run_job(&restore, r);
+    assert_int_equal(r->restored, (n - 1) / BS * BS);
+    assert_int_equal(r->corruptions, 0);
+    assert_same_output(r, ref);
+    rm_rf(root);
+    free(prompt);
+}
+
+static void test_corruption(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 3; mode++)
+        corrupt_case(mode);
+}
+
+/* ---- I/O errors during capture ------------------------------------------------------- */
+
+static void test_io_errors(void **state)
+{
+    (void)state;
+    const char *model = "llama";
+    int n = 0;
+    int32_t *prompt = fixture_prompt(model, "long_720", &n);
+    result_t *ref = &g_res[0], *r = &g_res[1];
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    run_job(&off, ref);
+    const int errs[] = {-ENOSPC, -EIO};
+    for (int i = 0; i < 2; i++) {
+        char root[512];
+        make_root(root, sizeof(root), "ioerr");
+        job_t bad = {model, root, NULL, prompt, n, NULL, errs[i]};
+        run_job(&bad, r);
+        assert_true(r->write_errors > 0);
+        assert_same_output(r, ref);
+        assert_int_equal(count_files(root, NULL), 0);     /* nothing half-written survives */
+        assert_int_equal(count_files(root, ".tmp."), 0);
+        /* The next process finds nothing to restore and still computes the same. */
+        job_t good = {model, root, NULL, prompt, n, NULL, 0};
+        run_job(&good, r);
+        assert_int_equal(r->restored, 0);
+        assert_int_equal(r->write_errors, 0);
+        assert_same_output(r, ref);
+        rm_rf(root);
+    }
+    free(prompt);
+}
+
+/* ---- Two processes on one directory -------------------------------------------------- */
+
+static void test_shared_directory(void **state)
+{
+    (void)state;
+    const char *model = "qwen3";
+    int n1 = 0, n2 = 0;
+    int32_t *p1 = fixture_prompt(model, "long_720", &n1);
+    int32_t *p2 = fixture_prompt(model, "shared_prefix_672", &n2);
+    result_t *ref1 = &g_res[0], *ref2 = &g_res[1];
+    job_t o1 = {model, NULL, NULL, p1, n1, NULL, 0}, o2 = {model, NULL, NULL, p2, n2, NULL, 0};
+    run_job(&o1, ref1);
+    run_job(&o2, ref2);
+    char root[512];
+    make_root(root, sizeof(root), "shared");
+    job_t j1 = {model, root, NULL, p1, n1, NULL, 0}, j2 = {model, root, NULL, p2, n2, NULL, 0};
+    for (int round = 0; round < 3; round++) {
+        /* Same prompt in both, then different prompts sharing a prefix. */
+        const job_t *a = &j1, *b = round == 0 ? &j1 : &j2;
+        pid_t pa = spawn(a, &g_res[2]);
+        pid_t pb = spawn(b, &g_res[3]);
+        wait_ok(pa, &g_res[2]);
+        wait_ok(pb, &g_res[3]);
+        assert_same_output(&g_res[2], ref1);
+        assert_same_output(&g_res[3], b == &j1 ? ref1 : ref2);
+        assert_int_equal(g_res[2].corruptions, 0);
+        assert_int_equal(g_res[3].corruptions, 0);
+    }
+    /* Afterwards both prompts restore fully from what the two wrote. */
+    run_job(&j2, &g_res[2]);
+    assert_int_equal(g_res[2].restored, (n2 - 1) / BS * BS);
+    assert_same_output(&g_res[2], ref2);
+    assert_int_equal(count_files(root, ".tmp."), 0);
+    rm_rf(root);
+    free(p1);
+    free(p2);
+}
+
+/* ---- kill -9 of persisting `cairn generate` processes -------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Starts `cairn generate` on the prompt with a salt (a fresh chain each time). */
+static pid_t spawn_generate(const char *model_dir, const char *root, const char *salt,
+                            const char *ids_arg)
+{
+    char bin[1024];
+    snprintf(bin, sizeof(bin), "%s/src/cairn", CAIRN_BINARY_DIR);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        execl(bin, bin, "generate", model_dir, "--prompt-ids", ids_arg, "--max-tokens", "2",
+              "--temperature", "0", "--threads", "1", "--cache-dir", root, "--salt", salt,
+              "--print-ids", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void test_crash_kill9(void **state)
+{
+    (void)state;
+    const char *model = "llama";
+    int n_all = 0;
+    int32_t *all = fixture_prompt(model, "long_720", &n_all);
+    const int n = 321; /* 20 full blocks to write, the last token computed */
+    char *ids_arg = malloc((size_t)n * 8 + 1);
+    assert_non_null(ids_arg);
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)sprintf(ids_arg + len, "%s%d", i ? "," : "", (int)all[i]);
+    char root[512];
+    make_root(root, sizeof(root), "crash");
+    result_t *ref = &g_res[0], *r = &g_res[1];
+    job_t off = {model, NULL, NULL, all, n, NULL, 0};
+    run_job(&off, ref);
+
+    /* How long one persisting run takes, to spread the kills over its whole life. */
+    double t0 = now_ms();
+    pid_t pid = spawn_generate(fixture_model_dir(model), root, "calibrate", ids_arg);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    double span_ms = now_ms() - t0;
+    if (span_ms > 400)
+        span_ms = 400;
+
+    srand(12345);
+    const int iters = 100;
+    int restored_runs = 0, restored_total = 0;
+    double start = now_ms();
+    for (int i = 0; i < iters; i++) {
+        char salt[32];
+        snprintf(salt, sizeof(salt), "crash-%d", i);
+        pid = spawn_generate(fixture_model_dir(model), root, salt, ids_arg);
+        int delay_us = (int)((double)rand() / RAND_MAX * span_ms * 1000.0);
+        usleep((useconds_t)delay_us);
+        kill(pid, SIGKILL);
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        /* Restart: whatever the killed writer left is either a valid object or garbage
+         * the store removes; the output is always the reference's. */
+        job_t again = {model, root, salt, all, n, NULL, 0};
+        run_job(&again, r);
+        assert_same_output(r, ref);
+        assert_int_equal(r->corruptions, 0);
+        assert_int_equal(count_files(root, ".tmp."), 0);
+        restored_runs += r->restored > 0;
+        restored_total += r->restored;
+    }
+    fprintf(stderr, "  kill -9: %d runs in %.1f s; %d restarts restored (%d tokens in all), none invalid\n",
+            iters, (now_ms() - start) / 1e3, restored_runs, restored_total);
+    assert_true(restored_runs > 0); /* some kills landed after blocks were committed */
+    rm_rf(root);
+    free(ids_arg);
+    free(all);
+}
+
+/* `test_cold_restart` runs every scenario but the kill loop; `test_cold_restart kill` runs
+ * the kill loop alone (ctest: test_cold_kill), so each stays within a minute. */
+int main(int argc, char **argv)
+{
+    g_res = mmap(NULL, 8 * sizeof(result_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (g_res == MAP_FAILED)
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_family_list),
+        cmocka_unit_test(test_restart_parity),
+        cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_io_errors),
+        cmocka_unit_test(test_shared_directory),
+    };
+    const struct CMUnitTest kill_tests[] = {
+        cmocka_unit_test(test_crash_kill9),
+    };
+    if (argc > 1 && !strcmp(argv[1], "kill"))
+        return cmocka_run_group_tests(kill_tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
