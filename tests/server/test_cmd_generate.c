@@ -84,7 +84,7 @@ static void test_greedy_ids_from_prompt_ids(void **state)
     const cJSON *greedy = cJSON_GetObjectItem(g_case, "greedy_ids");
     join_ids(greedy, expect, sizeof(expect));
     snprintf(cmd, sizeof(cmd),
-             "%s generate %s --prompt-ids %s --max-tokens %d --temperature 0 --threads 1 "
+             "%s generate %s --prompt-ids %s --max-tokens %d --temperature 0 --threads 1 --no-cold "
              "--print-ids 2>/dev/null",
              CAIRN_BIN, MODEL_DIR, ids, cJSON_GetArraySize(greedy));
     assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
@@ -124,12 +124,12 @@ static void test_greedy_ids_from_chat(void **state)
     join_ids(greedy, expect, sizeof(expect));
     snprintf(cmd, sizeof(cmd),
              "%s generate %s --chat --system '%s' --user '%s' --max-tokens %d --temperature 0 "
-             "--threads 1 --print-ids 2>&1 >/dev/null | grep -c 'prompt %d tokens (cached 0)'",
+             "--threads 1 --no-cold --print-ids 2>&1 >/dev/null | grep -c 'prompt %d tokens (cached 0)'",
              CAIRN_BIN, MODEL_DIR, sys, user, cJSON_GetArraySize(greedy), n);
     assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0); /* the summary names the prompt length */
     snprintf(cmd, sizeof(cmd),
              "%s generate %s --chat --system '%s' --user '%s' --max-tokens %d --temperature 0 "
-             "--threads 1 --print-ids 2>/dev/null",
+             "--threads 1 --no-cold --print-ids 2>/dev/null",
              CAIRN_BIN, MODEL_DIR, sys, user, cJSON_GetArraySize(greedy));
     assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
     out[strcspn(out, "\n")] = 0;
@@ -145,7 +145,7 @@ static void test_greedy_ids_from_chat(void **state)
     assert_int_equal(cairn_tokenizer_decode(tok, gid, (size_t)ng, true, &gtext, &glen), 0);
     snprintf(cmd, sizeof(cmd),
              "%s generate %s --chat --system '%s' -p '%s' --max-tokens %d --temperature 0 "
-             "--threads 1 2>/dev/null",
+             "--threads 1 --no-cold 2>/dev/null",
              CAIRN_BIN, MODEL_DIR, sys, user, ng);
     assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
     assert_int_equal(strlen(out), glen + 1);
