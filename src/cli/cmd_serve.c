@@ -244,8 +244,10 @@ static int cmd_serve(int argc, char **argv)
     if (!model_id) {
         const char *slash = strrchr(model, '/');
         const char *base = slash && slash[1] ? slash + 1 : model;
-        snprintf(name, sizeof name, "%s", base);
-        size_t l = strlen(name);
+        /* A model id longer than 255 bytes is cut; it only names the model in responses. */
+        size_t l = strnlen(base, sizeof name - 1);
+        memcpy(name, base, l);
+        name[l] = '\0';
         while (l > 1 && name[l - 1] == '/')
             name[--l] = '\0';
         model_id = name;
