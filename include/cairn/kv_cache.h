@@ -225,13 +225,15 @@ static inline void *cairn_kv_view_v(const cairn_kv_layer_view_t *v, uint32_t blo
  *      cairn_kv_seq_begin() attaches it like any cached block; or
  *      cairn_kv_cache_import_discard() returns it to the free queue untouched.
  * Errors of _begin: CAIRN_EUNSUPPORTED (not a single FULL group), CAIRN_EEXHAUSTED (no
- * block can be freed), growth errors. _publish returns CAIRN_EEXIST-like CAIRN_EBUSY when
- * an equal block is already published (the imported one is then freed). Engine thread.
+ * block can be freed), growth errors. _publish returns CAIRN_EBUSY when an equal block is
+ * already published (the imported one is then freed). _publish and _discard return
+ * CAIRN_EINVAL, changing nothing, for a block that _begin did not hand out or that was
+ * already published or discarded. Engine thread.
  */
 int cairn_kv_cache_import_begin(cairn_kv_cache_t *cache, uint32_t *block, void **bytes);
 int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
                                   const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
-void cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
+int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
 
 /* The first byte of block `block` (block_bytes, every layer's K then V); NULL for the null
  * block or an id outside the pool. For a device backend, a device address. O(1). */

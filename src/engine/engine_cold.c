@@ -289,7 +289,7 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
             if (cairn_kv_cache_import_publish(c->cache, id, domain, &c->hashes[i]) == CAIRN_OK)
                 published++;
         } else {
-            cairn_kv_cache_import_discard(c->cache, id);
+            (void)cairn_kv_cache_import_discard(c->cache, id);
         }
     }
     *restored_blocks = published;

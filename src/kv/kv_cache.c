@@ -183,17 +183,23 @@ int cairn_kv_cache_import_begin(cairn_kv_cache_t *c, uint32_t *block, void **byt
 int cairn_kv_cache_import_publish(cairn_kv_cache_t *c, uint32_t block, const cairn_kv_hash_t *domain,
                                   const cairn_kv_hash_t *hash)
 {
-    CAIRN_ASSERT(block != 0 && block < c->pool.n_blocks && c->pool.blocks[block].ref == 1);
+    /* Misuse (a block not taken by import_begin, or already handed back) is an error, not
+     * an abort: the caller is the engine's cold-tier bridge and must be able to recover. */
+    if (!c || !domain || !hash || block == 0 || block >= c->pool.n_blocks ||
+        c->pool.blocks[block].ref != 1 || c->pool.blocks[block].registered)
+        return CAIRN_EINVAL;
     bool ok = kv_cache__publish(c, block, 0, hash, domain);
     kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
     return ok ? CAIRN_OK : CAIRN_EBUSY;
 }
 
-void cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
+int cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
 {
-    CAIRN_ASSERT(block != 0 && block < c->pool.n_blocks && c->pool.blocks[block].ref == 1 &&
-                 !c->pool.blocks[block].registered);
+    if (!c || block == 0 || block >= c->pool.n_blocks || c->pool.blocks[block].ref != 1 ||
+        c->pool.blocks[block].registered)
+        return CAIRN_EINVAL;
     kv_block_pool_unref(&c->pool, block);
+    return CAIRN_OK;
 }
 
 void *cairn_kv_cache_block_data(const cairn_kv_cache_t *c, uint32_t block)
