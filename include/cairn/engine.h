@@ -30,6 +30,7 @@
 #include "cairn/checkpoint.h"
 #include "cairn/cold_tier.h"
 #include "cairn/common.h"
+#include "cairn/kv_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -167,6 +168,11 @@ typedef struct {
 } cairn_engine_counters_t;
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
+
+/* Snapshot of the paged pool's KV cache core counters (cairn_kv_cache_stats: blocks in
+ * use, cached, free, total, bytes, grows, evictions, hits and misses). Engine thread
+ * only, O(1). Errors: CAIRN_EUNSUPPORTED on the flat path (*out zeroed). */
+int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
 
 /* ---- Cold tier ---------------------------------------------------------------------- */
 

@@ -161,6 +161,15 @@ const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e) { retur
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out) { *out = e->counters; }
 
+int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!e->paged)
+        return CAIRN_EUNSUPPORTED;
+    cairn_kv_cache_stats(kv_paged_cache(e->paged), out);
+    return CAIRN_OK;
+}
+
 void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out)
 {
     engine_cold_counters(e->cold, out);
