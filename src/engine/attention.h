@@ -3,7 +3,8 @@
  *
  * The flat and the paged K/V paths differ only in how (layer, position) maps to the
  * address of a K/V row; attention is written once against attn_kv_t, so both paths run
- * the same reductions in the same order and give the same bits.
+ * the same reductions in the same order and give the same bits. The order is spelled out
+ * in attention_impl.h.
  */
 #ifndef CAIRN_ENGINE_ATTENTION_H
 #define CAIRN_ENGINE_ATTENTION_H
@@ -35,17 +36,24 @@ typedef struct {
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     cairn_dtype_t kv_dtype;
-    float *scratch;       /* [n_slots][max_positions] scores */
-    int n_slots;          /* scratch rows: tasks per call */
+    float *scratch;       /* [n_slots][attn_scratch_floats(...)] scores and K/V tiles */
+    int n_slots;          /* scratch slots: tasks per call */
     int max_positions;    /* longest attention span (max context) */
 } attn_cfg_t;
 
+/* Floats of scratch one slot needs (cfg->scratch holds n_slots of them). */
+size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions);
+
 /*
- * out = softmax(q . k^T / sqrt(head_dim)) . v for every (query, head), in float32. For each
- * (query, head) the scores are computed for positions 0..pos in increasing order, then
- * max, then the exp-sum in order, then the weighted V sum in order; one task computes a
- * (query, head) pair start to end, so the result is independent of the thread count and
- * of which other queries share the call. Thread-safety: uses tp; one call at a time per cfg.
+ * out = softmax(q . k^T / sqrt(head_dim)) . v for every (query, head), in float32, in the
+ * canonical order of attention_impl.h: each (query, head) row is reduced by one task, over
+ * keys 0..pos by increasing position, with operations that depend only on pos and
+ * head_dim. The work is cut into tiles of consecutive queries of one sequence times one
+ * K/V head (the heads of a group share each converted K/V row), but tiling, the other
+ * queries in the call and the thread count never change a bit. Decode (one query) and
+ * prefill (many) therefore agree exactly.
+ * Thread-safety: uses tp; one call at a time per cfg. Cost: each K/V row of the span is
+ * read and widened to f32 once per tile, not once per (query, head).
  */
 void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
                   const attn_query_t *queries, int n_queries);

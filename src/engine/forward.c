@@ -161,7 +161,9 @@ int fwd_init(fwd_t *f, const cairn_model_config_t *cfg, const cairn_model_weight
     f->head_tmp = cairn_malloc((size_t)cfg->head_dim * sizeof(float));
     f->queries = cairn_malloc(R * sizeof(attn_query_t));
     f->attn = (attn_cfg_t){cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, kv_dtype,
-                           cairn_malloc((size_t)n_slots * max_positions * sizeof(float)),
+                           cairn_malloc((size_t)n_slots * sizeof(float) *
+                                        attn_scratch_floats(cfg->n_heads, cfg->n_kv_heads,
+                                                            cfg->head_dim, max_positions)),
                            n_slots, max_positions};
     if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
         !f->hb || !f->hb2 || !f->rope_cs || !f->head_tmp || !f->queries || !f->attn.scratch)
