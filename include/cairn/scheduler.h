@@ -140,15 +140,27 @@ typedef struct {
     uint64_t prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
     uint64_t preemptions, steps;
     int queued, running;
-    /* Pool figures. The engine does not expose its KV cache counters yet, so these come
-     * from the scheduler's own accounting: total is the usable blocks of the configured
-     * budget (pool_mib, without the null block); used is the blocks referenced by live
-     * sequences, a shared block counted once per holder (an upper bound of the pool's
-     * in-use count; 0 exactly when no sequence is alive); cached is not known (0). */
-    uint64_t pool_blocks_total, pool_blocks_used, pool_blocks_cached;
-    /* The engine's counters (cairn_engine_counters), snapshotted on the engine thread
-     * after each step. */
+    /* Pool figures from the KV cache core (cairn_engine_kv_stats), snapshotted on the
+     * engine thread after each step. total: usable blocks at the budget (the null block
+     * excluded); used: blocks referenced by live sequences (a shared block once; exactly
+     * 0 when no sequence is alive); cached: blocks held only by the prefix cache
+     * (evictable); free: total - used - cached (never allocated or returned). */
+    uint64_t pool_blocks_total, pool_blocks_used, pool_blocks_cached, pool_blocks_free;
+    uint64_t pool_block_bytes;      /* K and V of every layer for one block */
+    uint64_t pool_bytes_committed;  /* pool storage committed now */
+    uint64_t pool_grows, pool_evictions; /* pool grows; cached blocks evicted */
+    uint64_t pool_hits, pool_misses;     /* sequence begins with / without a cached prefix */
+    uint64_t pool_hit_tokens, pool_query_tokens; /* prefix tokens found / looked up */
+    /* The engine's counters (cairn_engine_counters), same snapshot. */
     uint64_t engine_tokens_computed, engine_tokens_reused;
+    /* The cold tier (cairn_engine_cold_counters), same snapshot; all 0 when it is off. */
+    bool cold_enabled;
+    uint64_t cold_restored_blocks, cold_restored_tokens, cold_captured_blocks;
+    uint64_t cold_hits, cold_misses;       /* store reads: valid blocks / absent objects */
+    uint64_t cold_corruptions;             /* invalid objects found (and deleted) */
+    uint64_t cold_write_errors;            /* writes that failed (ENOSPC, EIO...) */
+    uint64_t cold_queue_drops;             /* blocks not queued (writer queue full) */
+    uint64_t cold_bytes_written, cold_used_bytes, cold_objects;
 } cairn_sched_stats_t;
 
 /* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the

@@ -521,11 +521,12 @@ static enum MHD_Result start_generation(conn_t *c)
 
 static oai_usage_t usage_of(const conn_t *c)
 {
-    oai_usage_t u = {0, 0, 0};
+    oai_usage_t u = {0, 0, 0, 0};
     if (c->have_usage) {
         u.prompt_tokens = c->usage.prompt_tokens;
         u.completion_tokens = c->usage.completion_tokens;
         u.cached_tokens = c->usage.cached_tokens;
+        u.cold_restored_tokens = c->usage.restored_tokens;
     }
     return u;
 }

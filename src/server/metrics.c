@@ -3,8 +3,10 @@
  *
  * Model. HTTP responses are counted per route and status; finished generations add their
  * prompt, completion, hot-cached and cold-restored tokens, and their TTFT and time per
- * output token (1 / decode tokens/s) to fixed-bucket histograms. The scheduler's gauges
- * (queue depth, running requests, pool blocks) are read at render time and passed in.
+ * output token (1 / decode tokens/s) to fixed-bucket histograms. The scheduler's snapshot
+ * (queue depth, running requests, the KV core's pool figures and the cold tier's counters,
+ * both refreshed on the engine thread after each step) is read at render time and passed
+ * in.
  * Names use the cairn_ prefix and the base units Prometheus recommends (seconds).
  *
  * Thread-safety: every function takes the one mutex; HTTP threads call them.
@@ -203,14 +205,48 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
 
     put_gauge(&b, "cairn_queue_depth", "Requests waiting for admission.", st->queued);
     put_gauge(&b, "cairn_running_requests", "Requests admitted and generating.", st->running);
-    put_gauge(&b, "cairn_pool_blocks_total", "KV pool blocks.", (double)st->pool_blocks_total);
+    put_gauge(&b, "cairn_pool_blocks_total", "KV pool blocks at the budget.",
+              (double)st->pool_blocks_total);
     put_gauge(&b, "cairn_pool_blocks_used", "KV pool blocks referenced by sequences.",
               (double)st->pool_blocks_used);
     put_gauge(&b, "cairn_pool_blocks_cached", "KV pool blocks held only by the prefix cache.",
               (double)st->pool_blocks_cached);
+    put_gauge(&b, "cairn_pool_blocks_free", "KV pool blocks neither used nor cached.",
+              (double)st->pool_blocks_free);
     put_gauge(&b, "cairn_pool_occupancy", "Fraction of KV pool blocks in use.",
               st->pool_blocks_total ? (double)st->pool_blocks_used / (double)st->pool_blocks_total
                                     : 0.0);
+    put_gauge(&b, "cairn_pool_block_bytes", "Bytes of one KV block (K and V, every layer).",
+              (double)st->pool_block_bytes);
+    put_gauge(&b, "cairn_pool_committed_bytes", "KV pool storage committed.",
+              (double)st->pool_bytes_committed);
+    put_counter(&b, "cairn_pool_grows_total", "KV pool grows.", st->pool_grows);
+    put_counter(&b, "cairn_pool_evictions_total", "Cached KV blocks evicted for space.",
+                st->pool_evictions);
+    put(&b, "# HELP cairn_pool_prefix_lookups_total Sequence begins by prefix cache outcome.\n"
+            "# TYPE cairn_pool_prefix_lookups_total counter\n"
+            "cairn_pool_prefix_lookups_total{result=\"hit\"} %llu\n"
+            "cairn_pool_prefix_lookups_total{result=\"miss\"} %llu\n",
+        (unsigned long long)st->pool_hits, (unsigned long long)st->pool_misses);
+    put_gauge(&b, "cairn_cold_enabled", "1 when the cold tier (SSD prefix store) is open.",
+              st->cold_enabled ? 1.0 : 0.0);
+    put_counter(&b, "cairn_cold_restored_blocks_total", "KV blocks restored from the cold tier.",
+                st->cold_restored_blocks);
+    put_counter(&b, "cairn_cold_restored_tokens_total", "Prompt tokens restored from the cold tier.",
+                st->cold_restored_tokens);
+    put_counter(&b, "cairn_cold_captured_blocks_total", "KV blocks queued for the cold tier.",
+                st->cold_captured_blocks);
+    put_counter(&b, "cairn_cold_corruptions_total", "Invalid cold-tier objects found and deleted.",
+                st->cold_corruptions);
+    put_counter(&b, "cairn_cold_write_errors_total", "Cold-tier writes that failed.",
+                st->cold_write_errors);
+    put_counter(&b, "cairn_cold_queue_drops_total", "KV blocks not queued: writer queue full.",
+                st->cold_queue_drops);
+    put_counter(&b, "cairn_cold_written_bytes_total", "Bytes committed to the cold tier.",
+                st->cold_bytes_written);
+    put_gauge(&b, "cairn_cold_used_bytes", "Bytes held by the cold tier.",
+              (double)st->cold_used_bytes);
+    put_gauge(&b, "cairn_cold_objects", "Objects held by the cold tier.", (double)st->cold_objects);
     put_counter(&b, "cairn_sched_requests_canceled_total", "Requests canceled (disconnects).",
                 st->requests_canceled);
     put_counter(&b, "cairn_sched_preemptions_total", "Requests preempted for pool space.",

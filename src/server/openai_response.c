@@ -71,6 +71,7 @@ static cJSON *usage_json(const oai_usage_t *u)
     ok = ok && add(o, "completion_tokens", cJSON_CreateNumber(u->completion_tokens));
     ok = ok && add(o, "total_tokens", cJSON_CreateNumber(u->prompt_tokens + u->completion_tokens));
     ok = ok && add(d, "cached_tokens", cJSON_CreateNumber(u->cached_tokens));
+    ok = ok && add(d, "cold_restored_tokens", cJSON_CreateNumber(u->cold_restored_tokens));
     if (ok) {
         ok = add(o, "prompt_tokens_details", d);
         d = NULL;

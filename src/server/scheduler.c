@@ -86,7 +86,7 @@ struct cairn_sched {
     const cairn_tokenizer_t *tok;
     cairn_sched_options_t opt;
     int vocab, block_tokens, max_context;
-    uint64_t pool_blocks;           /* usable blocks of the configured budget */
+    uint64_t pool_blocks;           /* usable blocks at the budget (KV core, null block excluded) */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -692,11 +692,10 @@ static void publish_stats(cairn_sched_t *s)
 {
     cairn_engine_counters_t ec;
     cairn_engine_counters(s->engine, &ec);
-    uint64_t used = 0;
-    for (int i = 0; i < s->n_running; i++) {
-        int len = cairn_seq_n_past(s->running[i]->seq) + cairn_seq_n_pending(s->running[i]->seq);
-        used += (uint64_t)((len + s->block_tokens - 1) / s->block_tokens);
-    }
+    cairn_kv_stats_t kv;
+    cairn_engine_kv_stats(s->engine, &kv); /* the paged path: checked at create */
+    cairn_engine_cold_counters_t cc;
+    cairn_engine_cold_counters(s->engine, &cc);
     int running = 0;
     for (int i = 0; i < s->n_reqs; i++)
         running += s->reqs[i]->admitted_once;
@@ -707,10 +706,32 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.queued = s->n_queued;
     s->stats.running = running;
     s->stats.pool_blocks_total = s->pool_blocks;
-    s->stats.pool_blocks_used = used;
-    s->stats.pool_blocks_cached = 0;
+    s->stats.pool_blocks_used = kv.blocks_in_use;
+    s->stats.pool_blocks_cached = kv.blocks_cached;
+    uint64_t held = (uint64_t)kv.blocks_in_use + kv.blocks_cached;
+    s->stats.pool_blocks_free = s->pool_blocks > held ? s->pool_blocks - held : 0;
+    s->stats.pool_block_bytes = kv.block_bytes;
+    s->stats.pool_bytes_committed = kv.bytes_committed;
+    s->stats.pool_grows = kv.grows;
+    s->stats.pool_evictions = kv.evictions;
+    s->stats.pool_hits = kv.hits;
+    s->stats.pool_misses = kv.misses;
+    s->stats.pool_hit_tokens = kv.hit_tokens;
+    s->stats.pool_query_tokens = kv.query_tokens;
     s->stats.engine_tokens_computed = ec.tokens_computed;
     s->stats.engine_tokens_reused = ec.tokens_reused;
+    s->stats.cold_enabled = cc.enabled;
+    s->stats.cold_restored_blocks = cc.restored_blocks;
+    s->stats.cold_restored_tokens = cc.restored_tokens;
+    s->stats.cold_captured_blocks = cc.captured_blocks;
+    s->stats.cold_hits = cc.store.hits;
+    s->stats.cold_misses = cc.store.misses;
+    s->stats.cold_corruptions = cc.store.corruptions;
+    s->stats.cold_write_errors = cc.store.write_errors;
+    s->stats.cold_queue_drops = cc.store.queue_drops;
+    s->stats.cold_bytes_written = cc.store.bytes_written;
+    s->stats.cold_used_bytes = cc.store.used_bytes;
+    s->stats.cold_objects = cc.store.objects;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -814,12 +835,11 @@ int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     s->vocab = cfg->vocab;
     s->block_tokens = eo->block_tokens;
     s->max_context = eo->max_context;
-    /* The KV core's geometry (kv_cache.c): one block holds K and V of every layer. */
-    uint64_t block_bytes = (uint64_t)cfg->n_layers * 2u * (uint64_t)eo->block_tokens *
-                           (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim *
-                           cairn_dtype_size(eo->kv_dtype);
-    uint64_t max_blocks = ((uint64_t)eo->pool_mib << 20) / block_bytes;
-    s->pool_blocks = max_blocks > 1 ? max_blocks - 1 : 0;
+    /* The usable blocks at the budget, from the KV core (the null block excluded). The
+     * engine thread does not run yet, so reading the core here is safe. */
+    cairn_kv_stats_t kv;
+    cairn_engine_kv_stats(engine, &kv);
+    s->pool_blocks = kv.blocks_max > 1 ? kv.blocks_max - 1u : 0;
     s->next_id = 1;
     s->scratch = cairn_malloc((size_t)s->vocab * sizeof(float));
     if (!s->scratch) {
@@ -837,6 +857,7 @@ int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         cairn_free(s);
         return CAIRN_EIO;
     }
+    publish_stats(s); /* the pool's figures are there before the first step */
     if (pthread_create(&s->thread, NULL, engine_main, s)) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);

@@ -92,6 +92,7 @@ typedef struct {
 
 typedef struct {
     int prompt_tokens, completion_tokens, cached_tokens;
+    int cold_restored_tokens; /* prompt tokens restored from the cold tier (docs/API.md) */
 } oai_usage_t;
 
 /* Non-streaming body: n choices with texts[i][0..lens[i]) and finish reasons. */

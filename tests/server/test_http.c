@@ -113,7 +113,13 @@ static void test_health_models_metrics(void **state)
     assert_int_equal(http_request(g_srv.port, "GET", "/metrics", NULL, NULL, 0, &r), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.headers, "text/plain"));
-    assert_true(metrics_value(r.body, "cairn_pool_blocks_total") >= 0);
+    assert_true(metrics_value(r.body, "cairn_pool_blocks_total") > 0);
+    assert_true(metrics_value(r.body, "cairn_pool_block_bytes") > 0);
+    assert_true(metrics_value(r.body, "cairn_pool_blocks_cached") + metrics_value(r.body, "cairn_pool_blocks_free") +
+                    metrics_value(r.body, "cairn_pool_blocks_used") ==
+                metrics_value(r.body, "cairn_pool_blocks_total"));
+    assert_true(metrics_value(r.body, "cairn_cold_write_errors_total") >= 0);
+    assert_true(metrics_value(r.body, "cairn_cold_queue_drops_total") >= 0);
     assert_true(metrics_value(r.body, "cairn_queue_depth") >= 0);
     assert_non_null(strstr(r.body, "cairn_ttft_seconds_bucket{le=\"+Inf\"}"));
     assert_non_null(strstr(r.body, "cairn_time_per_output_token_seconds_count"));

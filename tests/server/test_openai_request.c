@@ -187,7 +187,7 @@ static void test_render(void **state)
     char *texts[2] = {"he\"llo\n", "x"};
     size_t lens[2] = {7, 1};
     cairn_finish_reason_t f[2] = {CAIRN_FINISH_STOP, CAIRN_FINISH_LENGTH};
-    oai_usage_t u = {10, 3, 8};
+    oai_usage_t u = {10, 3, 8, 32};
     char *full = oai_render_full(&m, 2, texts, lens, f, &u);
     cJSON *j = cJSON_Parse(full);
     assert_non_null(j);
@@ -200,6 +200,8 @@ static void test_render(void **state)
     assert_int_equal(cJSON_GetObjectItem(usage, "total_tokens")->valueint, 13);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
                                          "cached_tokens")->valueint, 8);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
+                                         "cold_restored_tokens")->valueint, 32);
     cJSON_Delete(j);
     cairn_free(full);
     char *ch = oai_render_chunk(&m, 0, "ab", 2, true, CAIRN_FINISH_NONE, true);
