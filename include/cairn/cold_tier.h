@@ -111,6 +111,11 @@ typedef struct {
     bool has_quota;
     uint64_t quota_bytes;      /* knob CAIRN_COLD_QUOTA_MIB (MiB) > this > 16 GiB */
     uint32_t queue_depth;      /* 0: knob CAIRN_COLD_QUEUE_DEPTH > default 8 */
+    /* Most objects the writer commits together (one group commit: every payload synced,
+     * then every rename, then one fsync per directory). 0: knob CAIRN_COLD_WRITE_BATCH >
+     * the queue depth; 1: the object-at-a-time commit. Host memory in flight is at most
+     * (queue_depth + write_batch) objects. */
+    uint32_t write_batch;
     bool no_writer;            /* true: no writer thread (inspection tools); enqueue fails EINVAL */
     const char *trace_path;    /* per-turn JSONL deltas; knob CAIRN_COLD_TRACE > this > none */
 } cairn_cold_config_t;

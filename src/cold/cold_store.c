@@ -509,9 +509,12 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
         goto fail;
     s->n_buckets = 1024;
     s->buckets = cairn_calloc(s->n_buckets, sizeof *s->buckets);
+    s->batch_max = (uint32_t)cairn_knob_int("CAIRN_COLD_WRITE_BATCH", cfg->write_batch != 0, cfg->write_batch,
+                                            s->depth, 1, 4096);
     s->queue = cairn_calloc(s->depth, sizeof *s->queue);
+    s->batch = cairn_calloc(s->batch_max, sizeof *s->batch);
     char *root = cairn_cold_default_root(cfg->root);
-    if (!s->buckets || !s->queue || !root) {
+    if (!s->buckets || !s->queue || !s->batch || !root) {
         cairn_free(root);
         goto fail;
     }
@@ -556,6 +559,7 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
             }
     cairn_free(s->buckets);
     cairn_free(s->queue);
+    cairn_free(s->batch);
     cairn_free(s->layer_bytes);
     cairn_free(s->dir);
     cairn_free(s->trace_path);

@@ -53,7 +53,8 @@ struct cairn_cold_store {
     pthread_cond_t q_not_full, q_not_empty, q_idle;
     cold_job_t **queue;
     uint32_t depth, qhead, qlen;
-    cold_job_t *current;       /* the job the writer is committing */
+    cold_job_t **batch;        /* the jobs the writer is committing (a group commit) */
+    uint32_t batch_len, batch_max;
     bool stop, has_thread;
     pthread_t thread;
     unsigned long tmp_seq;

@@ -4,12 +4,15 @@
  *
  * Model: producers (the engine, at the end of a turn) copy a block's tokens and payload
  * into a queue entry, so the pool block may be evicted or recycled the moment enqueue
- * returns. One writer thread commits each entry as
- *     O_EXCL temp file (unique name) -> write -> fsync -> rename -> fsync(directory)
- * and only then indexes it. A crash at any point leaves the final name either absent or
- * complete; a temp file of a dead writer is removed by the next open.
- * Invariants: the queue holds at most `depth` entries (host memory in flight is bounded by
- * depth x object size); a block is never queued twice; an object already present is never
+ * returns. One writer thread takes up to `batch_max` queued entries at a time and commits
+ * them as one group (commit_batch): for each, O_EXCL temp file (unique name) -> write;
+ * then fdatasync each; then rename each; then fsync each distinct directory once; only
+ * then are they indexed. A name appears only after its payload was synced, so a crash at
+ * any point leaves every final name either absent or complete; a temp file of a dead
+ * writer is removed by the next open.
+ * Invariants: the queue holds at most `depth` entries and the batch being committed at
+ * most `batch_max` (host memory in flight is bounded by (depth + batch_max) x object
+ * size); a block is never queued twice; an object already present is never
  * rewritten; an I/O failure is counted (write_errors) and logged, never reported to the
  * producer, and leaves no object behind.
  * Thread-safety: enqueue/capture/flush may be called from any thread; the queue is
@@ -83,126 +86,214 @@ static void count_error(cairn_cold_store_t *s, const char *what, const char *pat
               err == ENOSPC ? " (disk full)" : "");
 }
 
-/* Commits one job. Every failure is counted and logged here and leaves no object. */
-static void commit(cairn_cold_store_t *s, cold_job_t *j)
+/* One object of a group commit and how far it got. */
+typedef enum { OBJ_SKIP, OBJ_WRITTEN, OBJ_SYNCED, OBJ_RENAMED, OBJ_DONE } obj_state_t;
+
+typedef struct {
+    cold_job_t *job;
+    char *final, *shard, *tmp;
+    int fd;
+    size_t total;
+    obj_state_t st;
+} obj_t;
+
+/* Withdraws an object that failed at any step: closes it, removes what this writer
+ * created (the temp name, or the final name when the rename is not known durable) and
+ * counts the error. */
+static void obj_fail(cairn_cold_store_t *s, obj_t *o, const char *what, int err)
 {
-    char *final = cold__object_path(s, &j->blk.hash);
-    char *shard = cold__shard_path(s, &j->blk.hash);
-    char *tmp = NULL;
-    int fd = -1;
-    bool renamed = false;
-    const char *what = "allocation for";
-    int err = ENOMEM;
-    if (!final || !shard)
-        goto fail;
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+    if (o->st == OBJ_RENAMED && o->final)
+        unlink(o->final);
+    else if (o->tmp)
+        unlink(o->tmp);
+    count_error(s, what, o->tmp ? o->tmp : o->final ? o->final : "object", err);
+    o->st = OBJ_SKIP;
+}
+
+/* Step 1 of a commit: the temp file exists (O_EXCL, unique name), holds the whole object
+ * and its writeback has started. An object already on disk is indexed and skipped. */
+static void obj_write(cairn_cold_store_t *s, obj_t *o)
+{
+    cold_job_t *j = o->job;
+    o->st = OBJ_SKIP;
+    o->final = cold__object_path(s, &j->blk.hash);
+    o->shard = cold__shard_path(s, &j->blk.hash);
+    if (!o->final || !o->shard) {
+        obj_fail(s, o, "allocation for", ENOMEM);
+        return;
+    }
     struct stat st;
-    if (stat(final, &st) == 0) {
+    if (stat(o->final, &st) == 0) {
         /* Already present (another process, or a duplicate that raced the index check):
          * objects are immutable, so it is not rewritten. */
         pthread_mutex_lock(&s->mu);
         cold__insert_locked(s, &j->blk.hash, &j->blk.parent, (uint64_t)st.st_size, j->blk.n_tokens);
         pthread_mutex_unlock(&s->mu);
-        goto done;
+        return;
     }
     size_t hb = 0;
     if (cold_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes, &j->blk,
                                   &hb) || hb != j->header_cap) {
-        what = "encoding";
-        err = EINVAL;
-        goto fail;
+        obj_fail(s, o, "encoding", EINVAL);
+        return;
     }
-    what = "creating directory";
-    if (io_fail("mkdir", shard) < 0 || mkdir(shard, 0700) == 0 ? fsync_dir(s->dir) < 0 : errno != EEXIST) {
-        err = errno;
-        goto fail;
+    /* A new shard directory is made durable in its parent before anything is renamed
+     * into it. */
+    if (io_fail("mkdir", o->shard) < 0 || mkdir(o->shard, 0700) == 0 ? fsync_dir(s->dir) < 0 : errno != EEXIST) {
+        obj_fail(s, o, "creating directory", errno);
+        return;
     }
     char hex[65];
     cairn_cold_hash_hex(&j->blk.hash, hex);
-    size_t tn = strlen(shard) + 64 + 64;
-    tmp = cairn_malloc(tn);
-    what = "allocation for";
-    err = ENOMEM;
-    if (!tmp)
-        goto fail;
-    snprintf(tmp, tn, "%s/.tmp.%s.%ld.%lu", shard, hex, (long)getpid(), s->tmp_seq++);
-    what = "creating";
-    if (io_fail("open", tmp) < 0 ||
-        (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
-        err = errno;
-        cairn_free(tmp);
-        tmp = NULL; /* not ours: never unlink a name we did not create */
-        goto fail;
+    size_t tn = strlen(o->shard) + 64 + 64;
+    if (!(o->tmp = cairn_malloc(tn))) {
+        obj_fail(s, o, "allocation for", ENOMEM);
+        return;
     }
-    size_t total = hb + j->blk.payload_size;
-    what = "writing";
-    if (io_fail("write", tmp) < 0 || write_all(fd, j->buf, total) < 0) {
-        err = errno;
-        goto fail;
+    snprintf(o->tmp, tn, "%s/.tmp.%s.%ld.%lu", o->shard, hex, (long)getpid(), s->tmp_seq++);
+    if (io_fail("open", o->tmp) < 0 || (o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        int err = errno;
+        cairn_free(o->tmp);
+        o->tmp = NULL; /* not ours: never unlink a name we did not create */
+        obj_fail(s, o, "creating", err);
+        return;
     }
-    what = "syncing";
-    if (io_fail("fsync", tmp) < 0 || fsync(fd) < 0) {
-        err = errno;
-        goto fail;
+    o->total = hb + j->blk.payload_size;
+    if (io_fail("write", o->tmp) < 0 || write_all(o->fd, j->buf, o->total) < 0) {
+        obj_fail(s, o, "writing", errno);
+        return;
     }
-    close(fd);
-    fd = -1;
-    what = "renaming";
-    if (io_fail("rename", final) < 0 || rename(tmp, final) < 0) {
-        err = errno;
-        goto fail;
+#ifdef SYNC_FILE_RANGE_WRITE
+    /* Start the writeback now so the device works on this object while the next ones are
+     * written; the fdatasync below is what makes it durable (this is only a hint). */
+    (void)sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+    o->st = OBJ_WRITTEN;
+}
+
+/* Step 2: the payload is durable (fdatasync also covers the size a reader needs). */
+static void obj_sync(cairn_cold_store_t *s, obj_t *o)
+{
+    if (o->st != OBJ_WRITTEN)
+        return;
+    if (io_fail("fsync", o->tmp) < 0 || fdatasync(o->fd) < 0) {
+        obj_fail(s, o, "syncing", errno);
+        return;
     }
-    renamed = true;
-    what = "syncing directory of";
-    if (fsync_dir(shard) < 0) {
-        err = errno;
-        goto fail;
+    close(o->fd);
+    o->fd = -1;
+    o->st = OBJ_SYNCED;
+}
+
+/* Step 3: the final name appears, only for a synced payload. */
+static void obj_rename(cairn_cold_store_t *s, obj_t *o)
+{
+    if (o->st != OBJ_SYNCED)
+        return;
+    if (io_fail("rename", o->final) < 0 || rename(o->tmp, o->final) < 0) {
+        obj_fail(s, o, "renaming", errno);
+        return;
     }
-    pthread_mutex_lock(&s->mu);
-    s->c.bytes_written += total;
-    if (cold__insert_locked(s, &j->blk.hash, &j->blk.parent, total, j->blk.n_tokens) == CAIRN_OK)
-        cold__evict_locked(s, s->quota, cold__find_locked(s, &j->blk.hash));
-    pthread_mutex_unlock(&s->mu);
-    goto done;
-fail:
-    if (fd >= 0)
-        close(fd);
-    /* An object whose rename is not known durable is withdrawn: it might not survive. */
-    if (renamed && final)
-        unlink(final);
-    else if (tmp)
-        unlink(tmp);
-    count_error(s, what, tmp ? tmp : final ? final : "object", err);
-done:
-    cairn_free(tmp);
-    cairn_free(final);
-    cairn_free(shard);
+    o->st = OBJ_RENAMED;
+}
+
+/*
+ * Commits a batch of jobs as one group commit:
+ *   1. each object: temp file (O_EXCL) <- whole object, writeback started;
+ *   2. each object: fdatasync (the device works on all of them from step 1 on);
+ *   3. each synced object: rename to its final name;
+ *   4. each distinct directory that got a rename: one fsync;
+ *   5. each object whose directory fsync succeeded: indexed.
+ * A name becomes visible only after its payload was synced (2 before 3), so a crash at any
+ * point leaves complete objects or temp files; an object whose directory fsync failed is
+ * withdrawn (its rename may not survive). Failures are per object: the others commit.
+ */
+static void commit_batch(cairn_cold_store_t *s, cold_job_t **jobs, uint32_t n, obj_t *objs)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        objs[i] = (obj_t){.job = jobs[i], .fd = -1};
+        obj_write(s, &objs[i]);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        obj_sync(s, &objs[i]);
+    for (uint32_t i = 0; i < n; i++)
+        obj_rename(s, &objs[i]);
+    for (uint32_t i = 0; i < n; i++) {
+        if (objs[i].st != OBJ_RENAMED)
+            continue;
+        /* One fsync per directory: settles every object of the batch renamed into it. */
+        const char *dir = objs[i].shard;
+        int err = fsync_dir(dir) < 0 ? errno : 0;
+        for (uint32_t k = i; k < n; k++) {
+            obj_t *o = &objs[k];
+            if (o->st != OBJ_RENAMED || strcmp(o->shard, dir))
+                continue;
+            if (err) {
+                obj_fail(s, o, "syncing directory of", err);
+                continue;
+            }
+            o->st = OBJ_DONE;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        obj_t *o = &objs[i];
+        if (o->st == OBJ_DONE) {
+            const cairn_cold_block_t *b = &o->job->blk;
+            pthread_mutex_lock(&s->mu);
+            s->c.bytes_written += o->total;
+            if (cold__insert_locked(s, &b->hash, &b->parent, o->total, b->n_tokens) == CAIRN_OK)
+                cold__evict_locked(s, s->quota, cold__find_locked(s, &b->hash));
+            pthread_mutex_unlock(&s->mu);
+        }
+        cairn_free(o->tmp);
+        cairn_free(o->final);
+        cairn_free(o->shard);
+    }
 }
 
 static void *writer_main(void *arg)
 {
     cairn_cold_store_t *s = arg;
+    obj_t *objs = cairn_calloc(s->batch_max, sizeof *objs);
+    uint32_t max = objs ? s->batch_max : 1;
+    obj_t one;
+    if (!objs)
+        objs = &one; /* out of memory at start: commit one object at a time */
     pthread_mutex_lock(&s->qmu);
     for (;;) {
         while (!s->qlen && !s->stop)
             pthread_cond_wait(&s->q_not_empty, &s->qmu);
         if (!s->qlen)
             break;
-        cold_job_t *j = s->queue[s->qhead];
-        s->queue[s->qhead] = NULL;
-        s->qhead = (s->qhead + 1) % s->depth;
-        s->qlen--;
-        s->current = j;
-        pthread_cond_signal(&s->q_not_full);
+        /* Take everything queued (up to the batch size): the slots free at once, so the
+         * producer keeps filling the queue while this batch is committed. */
+        uint32_t n = 0;
+        while (s->qlen && n < max) {
+            s->batch[n++] = s->queue[s->qhead];
+            s->queue[s->qhead] = NULL;
+            s->qhead = (s->qhead + 1) % s->depth;
+            s->qlen--;
+        }
+        s->batch_len = n;
+        pthread_cond_broadcast(&s->q_not_full);
         pthread_mutex_unlock(&s->qmu);
-        commit(s, j);
-        job_free(j);
+        commit_batch(s, s->batch, n, objs);
         pthread_mutex_lock(&s->qmu);
-        s->current = NULL;
+        for (uint32_t i = 0; i < n; i++) {
+            job_free(s->batch[i]);
+            s->batch[i] = NULL;
+        }
+        s->batch_len = 0;
         if (!s->qlen)
             pthread_cond_broadcast(&s->q_idle);
     }
     pthread_cond_broadcast(&s->q_idle);
     pthread_mutex_unlock(&s->qmu);
+    if (objs != &one)
+        cairn_free(objs);
     return NULL;
 }
 
@@ -229,15 +320,16 @@ void cold__writer_stop(cairn_cold_store_t *s)
 void cairn_cold_store_flush(cairn_cold_store_t *s)
 {
     pthread_mutex_lock(&s->qmu);
-    while (s->has_thread && (s->qlen || s->current))
+    while (s->has_thread && (s->qlen || s->batch_len))
         pthread_cond_wait(&s->q_idle, &s->qmu);
     pthread_mutex_unlock(&s->qmu);
 }
 
 bool cold__writer_pending(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
 {
-    if (s->current && !memcmp(s->current->blk.hash.bytes, h->bytes, 32))
-        return true;
+    for (uint32_t i = 0; i < s->batch_len; i++)
+        if (!memcmp(s->batch[i]->blk.hash.bytes, h->bytes, 32))
+            return true;
     for (uint32_t i = 0; i < s->qlen; i++) {
         cold_job_t *j = s->queue[(s->qhead + i) % s->depth];
         if (!memcmp(j->blk.hash.bytes, h->bytes, 32))

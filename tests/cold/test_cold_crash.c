@@ -1,5 +1,6 @@
 /*
- * Crash test for the cold tier writer: a child process persists blocks continuously and is
+ * Crash test for the cold tier writer: a child process persists blocks continuously (the
+ * queue stays full, so the writer commits groups of up to 8 objects) and is
  * killed with SIGKILL at a random moment, over and over (bounded: 120 kills or ~25 s).
  * After each kill the store is reopened and must: serve only objects that validate and
  * equal what was written for their hash, have removed every leftover temporary file, and

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -33,6 +35,8 @@ static int setup(void **state)
     unsetenv("CAIRN_COLD_TRACE");
     unsetenv("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN");
     unsetenv("CAIRN_COLD_CAPTURE_BUDGET_MS");
+    unsetenv("CAIRN_COLD_WRITE_BATCH");
+    unsetenv("CAIRN_COLD_QUEUE_DEPTH");
     *state = f;
     return f->root ? 0 : -1;
 }
@@ -416,6 +420,186 @@ static void test_io_errors(void **state)
     cairn_cold_store_destroy(s);
 }
 
+/* ---- group commit ---- */
+
+/* Holds the writer in its first "write" until released, records the order of the ops on
+ * each object of chain `seed` (by block index) and fails the ops it is told to. */
+typedef struct {
+    atomic_int hold, held;
+    char hex[8][65];          /* hashes of blocks 0..7 */
+    char fail_write[65], fail_fsync[65];
+    char fail_dir[4096];      /* a shard directory whose fsync fails */
+    char log[64][16];         /* "w3", "s3", "r3", "d" in call order */
+    atomic_int n_log;
+} batch_hook_t;
+
+static int block_of(const batch_hook_t *h, const char *path)
+{
+    for (int i = 0; i < 8; i++)
+        if (strstr(path, h->hex[i]))
+            return i;
+    return -1;
+}
+
+static int batch_hook(const char *op, const char *path, void *user)
+{
+    batch_hook_t *h = user;
+    int b = block_of(h, path);
+    int k = atomic_fetch_add(&h->n_log, 1);
+    if (k < 64)
+        snprintf(h->log[k], sizeof h->log[k], "%c%d", b < 0 ? 'd' : op[0], b);
+    if (!strcmp(op, "write") && atomic_load(&h->hold)) {
+        atomic_store(&h->held, 1);
+        while (atomic_load(&h->hold))
+            usleep(1000);
+    }
+    if (!strcmp(op, "write") && h->fail_write[0] && strstr(path, h->fail_write))
+        return -EIO;
+    if (!strcmp(op, "fsync") && h->fail_fsync[0] && strstr(path, h->fail_fsync))
+        return -EIO;
+    if (!strcmp(op, "fsync") && h->fail_dir[0] && !strcmp(path, h->fail_dir))
+        return -EIO;
+    return 0;
+}
+
+static int log_index(const batch_hook_t *h, const char *entry)
+{
+    int n = atomic_load(&h->n_log);
+    for (int k = 0; k < n && k < 64; k++)
+        if (!strcmp(h->log[k], entry))
+            return k;
+    return -1;
+}
+
+static void enqueue_block(cairn_cold_store_t *s, uint32_t seed, size_t i)
+{
+    cairn_cold_block_t b;
+    int32_t tk[T_TOKENS];
+    static uint8_t pay[T_PAYLOAD];
+    t_block(seed, i, &b.hash, &b.parent, tk, pay);
+    b.tokens = tk;
+    b.n_tokens = T_TOKENS;
+    b.payload = pay;
+    b.payload_size = T_PAYLOAD;
+    assert_int_equal(cairn_cold_store_enqueue(s, &b, 10000, NULL), CAIRN_OK);
+}
+
+/* Block 0 alone, then blocks 1..7 as one batch (the writer is held while they queue). */
+static void run_batch(cairn_cold_store_t *s, batch_hook_t *h, uint32_t seed)
+{
+    for (int i = 0; i < 8; i++) {
+        cairn_cold_hash_t hs;
+        t_block(seed, (size_t)i, &hs, NULL, NULL, NULL);
+        cairn_cold_hash_hex(&hs, h->hex[i]);
+    }
+    atomic_store(&h->hold, 1);
+    cairn_io_set_hook(batch_hook, h);
+    enqueue_block(s, seed, 0);
+    while (!atomic_load(&h->held))
+        usleep(1000);
+    for (size_t i = 1; i < 8; i++)
+        enqueue_block(s, seed, i);
+    atomic_store(&h->hold, 0);
+    cairn_cold_store_flush(s);
+    cairn_io_set_hook(NULL, NULL);
+}
+
+static void test_batch_commit(void **state)
+{
+    fixture_t *f = *state;
+    cairn_cold_store_t *s = open_store(f->root, 0, 0);
+    static batch_hook_t h;
+    memset(&h, 0, sizeof h);
+    /* A write failure in the middle (block 3) and a payload fsync failure (block 5). */
+    cairn_cold_hash_t h3, h5;
+    t_block(300, 3, &h3, NULL, NULL, NULL);
+    t_block(300, 5, &h5, NULL, NULL, NULL);
+    cairn_cold_hash_hex(&h3, h.fail_write);
+    cairn_cold_hash_hex(&h5, h.fail_fsync);
+    run_batch(s, &h, 300);
+    /* Group commit: every payload of the batch is written, then synced, before any rename;
+     * block 0 (alone in the first batch) was renamed before the batch was written. */
+    assert_true(log_index(&h, "r0") < log_index(&h, "w1"));
+    for (int i = 1; i < 8; i++) {
+        char w[8], sy[8];
+        snprintf(w, sizeof w, "w%d", i);
+        snprintf(sy, sizeof sy, "f%d", i);
+        assert_true(log_index(&h, w) >= 0);
+        assert_true(log_index(&h, w) < log_index(&h, "f1"));
+        if (i != 3)
+            assert_true(log_index(&h, sy) >= 0 && log_index(&h, sy) < log_index(&h, "r1"));
+    }
+    assert_int_equal(log_index(&h, "r3"), -1);
+    assert_int_equal(log_index(&h, "r5"), -1);
+    cairn_cold_stats_t st;
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.enqueued, 8);
+    assert_int_equal(st.write_errors, 2);
+    assert_int_equal(st.objects, 6);
+    assert_int_equal(t_count_files(cairn_cold_store_dir(s), ".tmp."), 0);
+    for (size_t i = 0; i < 8; i++) {
+        char *p = obj_path(s, 300, i);
+        bool failed = i == 3 || i == 5;
+        assert_int_equal(access(p, F_OK) == 0, !failed);
+        assert_int_equal(read_block(s, 300, i), failed ? CAIRN_ENOENT : CAIRN_OK);
+        free(p);
+    }
+    cairn_cold_store_destroy(s);
+    /* The others are durable and valid after a restart; the failed ones are written on the
+     * next capture. */
+    s = open_store(f->root, 0, 0);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 6);
+    assert_int_equal(st.corruptions, 0);
+    write_chain(s, 300, 8);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 8);
+    cairn_cold_store_destroy(s);
+
+    /* A failed directory fsync withdraws exactly the objects renamed into that directory. */
+    s = open_store(f->root, 0, 0);
+    memset(&h, 0, sizeof h);
+    cairn_cold_hash_t h6;
+    t_block(301, 6, &h6, NULL, NULL, NULL);
+    char hex6[65];
+    cairn_cold_hash_hex(&h6, hex6);
+    snprintf(h.fail_dir, sizeof h.fail_dir, "%s/%.2s", cairn_cold_store_dir(s), hex6);
+    run_batch(s, &h, 301);
+    size_t lost = 0;
+    for (size_t i = 0; i < 8; i++) {
+        cairn_cold_hash_t hi;
+        t_block(301, i, &hi, NULL, NULL, NULL);
+        char hx[65];
+        cairn_cold_hash_hex(&hi, hx);
+        bool same_dir = i > 0 && !strncmp(hx, hex6, 2); /* block 0 committed alone, earlier */
+        lost += same_dir;
+        assert_int_equal(read_block(s, 301, i), same_dir ? CAIRN_ENOENT : CAIRN_OK);
+    }
+    cairn_cold_store_stats(s, &st);
+    assert_true(lost >= 1);
+    assert_int_equal(st.write_errors, lost);
+    assert_int_equal(st.objects, 8 + 8 - lost);
+    assert_int_equal(t_count_files(cairn_cold_store_dir(s), ".tmp."), 0);
+    cairn_cold_store_destroy(s);
+
+    /* write_batch 1 is the object-at-a-time commit: each rename precedes the next write. */
+    unsetenv("CAIRN_COLD_WRITE_BATCH");
+    cairn_cold_config_t c = t_config(f->root, 1, 0);
+    c.write_batch = 1;
+    assert_int_equal(cairn_cold_store_create(&c, &s), CAIRN_OK);
+    memset(&h, 0, sizeof h);
+    run_batch(s, &h, 302);
+    for (int i = 1; i < 8; i++) {
+        char w[8], r[8];
+        snprintf(w, sizeof w, "w%d", i);
+        snprintf(r, sizeof r, "r%d", i - 1);
+        assert_true(log_index(&h, r) >= 0 && log_index(&h, r) < log_index(&h, w));
+    }
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 8);
+    cairn_cold_store_destroy(s);
+}
+
 static void test_quota_lru(void **state)
 {
     fixture_t *f = *state;
@@ -729,6 +913,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restore_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_io_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quota_lru, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_deadline, setup, teardown),
