@@ -1,0 +1,442 @@
+/*
+ * bench_agent_replay.c — an agent-style replay through the scheduler: how much of each
+ * prompt the hot prefix cache and the SSD cold tier serve, across a server restart.
+ *
+ * Workload (token ids, no HTTP). S sessions share one long system prompt. Each session
+ * runs T turns; turn t's prompt is the whole conversation so far (system prompt, every
+ * earlier tool result and reply) plus a new tool result of R tokens, and the reply is G
+ * tokens generated greedily (ignore_eos). The S requests of a turn are submitted together
+ * and the turn ends when all have finished, as agents running side by side would. After
+ * turn K the scheduler and the engine are destroyed (the cold tier drains its writer
+ * queue) and recreated on the same cache directory: the hot cache is lost and turn K+1
+ * must get its prefixes from the cold tier. The replay runs twice: with the cold tier,
+ * then without it (the same restart, nothing on disk), and the generated tokens of both
+ * runs must be identical (restored K/V are bit-identical to recomputed ones).
+ *
+ * Reported per turn and in total: prompt tokens, hot cached tokens, cold restored tokens,
+ * computed tokens (prompt - hot - cold), mean and max TTFT (the scheduler's submit -> first
+ * token) and the turn's wall time; the share of prompt tokens served from cache (hot +
+ * cold; target >= 90% with the cold tier); the pool and cold-tier figures of the
+ * scheduler's stats at the end of each run.
+ *
+ * Model: synthesized llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536,
+ * vocab 32000), f16 weights, paged bf16 K/V (64 KiB per 16-token block), f32 math.
+ *
+ * usage: bench_agent_replay [--sessions S] [--turns T] [--system N] [--tool R] [--gen G]
+ *                           [--restart-after K] [--threads N] [--pool-mib M] [--dir DIR]
+ *                           [--no-compare]
+ * Defaults: 4 sessions, 8 turns, a 2048-token system prompt, 200-token tool results,
+ * 16-token replies, restart after turn 4, 2 threads, 256 MiB pool, a new directory under
+ * /tmp (removed at the end).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cairn/scheduler.h"
+#include "engine/synth.h"
+
+typedef struct {
+    int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;
+    bool compare;
+} opts_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "bench_agent_replay: %s: %s\n", what, cairn_strerror(rc));
+    exit(1);
+}
+
+/* ---- One request's completion ---------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool final;
+    int status;
+    cairn_req_usage_t usage;
+    int32_t *reply;   /* [gen] generated tokens */
+    int n_reply, cap_reply;
+} wait_t;
+
+static void on_event(void *user, const cairn_req_event_t *ev)
+{
+    wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
+        for (int i = 0; i < ev->n_tokens && w->n_reply < w->cap_reply; i++)
+            w->reply[w->n_reply++] = ev->tokens[i];
+    } else {
+        if (ev->usage)
+            w->usage = *ev->usage;
+        if (ev->kind == CAIRN_REQ_EVENT_ERROR)
+            w->status = ev->status;
+        if (ev->final) {
+            w->final = true;
+            pthread_cond_signal(&w->cv);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- Conversations --------------------------------------------------------------------- */
+
+/* A session's history: the tokens every later prompt starts with. */
+typedef struct {
+    int32_t *toks;
+    int n, cap;
+} conv_t;
+
+static void conv_push(conv_t *c, const int32_t *t, int n)
+{
+    if (c->n + n > c->cap) {
+        int cap = c->cap ? c->cap : 1024;
+        while (cap < c->n + n)
+            cap *= 2;
+        int32_t *p = realloc(c->toks, (size_t)cap * sizeof(int32_t));
+        if (!p)
+            die("realloc", CAIRN_ENOMEM);
+        c->toks = p;
+        c->cap = cap;
+    }
+    memcpy(c->toks + c->n, t, (size_t)n * sizeof(int32_t));
+    c->n += n;
+}
+
+/* n pseudo-random ordinary token ids (below the 3 ChatML specials at the top). */
+static void fill_tokens(int32_t *t, int n, unsigned seed, int vocab)
+{
+    unsigned x = seed * 2654435761u + 1u;
+    for (int i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        t[i] = (int32_t)((x >> 8) % (unsigned)(vocab - 3));
+    }
+}
+
+typedef struct {
+    long prompt, hot, cold, computed;
+    double ttft_sum, ttft_max, wall;
+    int requests;
+} tally_t;
+
+static void tally_add(tally_t *a, const tally_t *b)
+{
+    a->prompt += b->prompt;
+    a->hot += b->hot;
+    a->cold += b->cold;
+    a->computed += b->computed;
+    a->ttft_sum += b->ttft_sum;
+    a->ttft_max = b->ttft_max > a->ttft_max ? b->ttft_max : a->ttft_max;
+    a->wall += b->wall;
+    a->requests += b->requests;
+}
+
+static void print_row(const char *label, const tally_t *t)
+{
+    double served = t->prompt ? 100.0 * (double)(t->hot + t->cold) / (double)t->prompt : 0;
+    printf("  %-7s %8ld %8ld %8ld %9ld %7.1f%% %9.0f %9.0f %8.2f\n", label, t->prompt, t->hot,
+           t->cold, t->computed, served, t->requests ? t->ttft_sum / t->requests : 0, t->ttft_max,
+           t->wall);
+}
+
+/* ---- The replay ------------------------------------------------------------------------ */
+
+typedef struct {
+    const opts_t *o;
+    const cairn_checkpoint_t *ck;
+    const cairn_tokenizer_t *tok;
+    const char *cache_dir;
+    int vocab;
+} bench_t;
+
+static void open_server(const bench_t *b, bool cold, cairn_engine_t **e, cairn_sched_t **s)
+{
+    cairn_engine_options_t eo;
+    cairn_engine_options_default(&eo);
+    eo.n_threads = b->o->threads;
+    eo.pool_mib = b->o->pool_mib;
+    eo.cold = cold ? 1 : -1;
+    eo.cold_root = cold ? b->cache_dir : NULL;
+    char err[512] = "";
+    int rc = cairn_engine_create(b->ck, &eo, e, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench_agent_replay: engine: %s\n", err);
+        exit(1);
+    }
+    cairn_engine_cold_counters_t cc;
+    cairn_engine_cold_counters(*e, &cc);
+    if (cold && !cc.enabled) {
+        fprintf(stderr, "bench_agent_replay: the cold tier did not open under %s\n", b->cache_dir);
+        exit(1);
+    }
+    cairn_sched_options_t so;
+    cairn_sched_options_default(&so);
+    if (so.max_running < b->o->sessions)
+        so.max_running = b->o->sessions;
+    if ((rc = cairn_sched_create(*e, b->tok, &so, s)))
+        die("sched_create", rc);
+}
+
+/* The scheduler's view of the pool and the cold tier at the end of a run. */
+static void print_stats(cairn_sched_t *s)
+{
+    cairn_sched_stats_t st;
+    for (int i = 0; i < 1000; i++) { /* the snapshot trails the last event by one step */
+        cairn_sched_stats(s, &st);
+        if (st.running == 0 && st.pool_blocks_used == 0)
+            break;
+        usleep(1000);
+    }
+    printf("  pool: %llu blocks, %llu used, %llu cached, %llu free, %llu evictions; "
+           "cold: %s, %llu blocks captured, %llu restored, %llu corruptions, %llu write errors, "
+           "%llu queue drops\n",
+           (unsigned long long)st.pool_blocks_total, (unsigned long long)st.pool_blocks_used,
+           (unsigned long long)st.pool_blocks_cached, (unsigned long long)st.pool_blocks_free,
+           (unsigned long long)st.pool_evictions, st.cold_enabled ? "on" : "off",
+           (unsigned long long)st.cold_captured_blocks, (unsigned long long)st.cold_restored_blocks,
+           (unsigned long long)st.cold_corruptions, (unsigned long long)st.cold_write_errors,
+           (unsigned long long)st.cold_queue_drops);
+}
+
+/*
+ * Runs the whole replay; replies[(turn * sessions + session) * gen ...] receives the
+ * generated tokens. Returns the total tally.
+ */
+static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
+{
+    const opts_t *o = b->o;
+    int S = o->sessions;
+    conv_t *conv = calloc((size_t)S, sizeof(*conv));
+    wait_t *w = calloc((size_t)S, sizeof(*w));
+    int32_t *sys = malloc((size_t)o->system * sizeof(int32_t));
+    int32_t *tool = malloc((size_t)o->tool * sizeof(int32_t));
+    if (!conv || !w || !sys || !tool)
+        die("calloc", CAIRN_ENOMEM);
+    fill_tokens(sys, o->system, 7u, b->vocab);
+    for (int i = 0; i < S; i++) {
+        conv_push(&conv[i], sys, o->system);
+        pthread_mutex_init(&w[i].mu, NULL);
+        pthread_cond_init(&w[i].cv, NULL);
+        w[i].cap_reply = o->gen;
+        if (!(w[i].reply = malloc((size_t)o->gen * sizeof(int32_t))))
+            die("malloc", CAIRN_ENOMEM);
+    }
+    cairn_engine_t *e;
+    cairn_sched_t *s;
+    open_server(b, cold, &e, &s);
+    printf("\n%s\n  %-7s %8s %8s %8s %9s %8s %9s %9s %8s\n",
+           cold ? "cold tier on" : "cold tier off (comparison)", "turn", "prompt", "hot",
+           "cold", "computed", "cached", "TTFT avg", "TTFT max", "wall s");
+    tally_t total = {0};
+    for (int t = 0; t < o->turns; t++) {
+        if (t > 0 && t == o->restart_after) {
+            double r0 = now();
+            cairn_sched_destroy(s, 1000);
+            cairn_engine_destroy(e); /* drains the cold tier's writer queue */
+            open_server(b, cold, &e, &s);
+            printf("  -- restart (%.2f s: scheduler and engine destroyed, writes drained, "
+                   "recreated on the same cache dir)\n", now() - r0);
+        }
+        double t0 = now();
+        for (int i = 0; i < S; i++) {
+            fill_tokens(tool, o->tool, 1000u + (unsigned)(t * 131 + i), b->vocab);
+            conv_push(&conv[i], tool, o->tool);
+            w[i].final = false;
+            w[i].status = 0;
+            w[i].n_reply = 0;
+            cairn_req_params_t p = {0};
+            p.prompt = conv[i].toks;
+            p.n_prompt = conv[i].n;
+            cairn_sampling_params_init(&p.sampling);
+            p.sampling.temperature = 0;
+            p.sampling.max_tokens = o->gen;
+            p.sampling.ignore_eos = true;
+            p.on_event = on_event;
+            p.user = &w[i];
+            char err[256];
+            uint64_t id;
+            int rc = cairn_sched_submit(s, &p, &id, err, sizeof err);
+            if (rc) {
+                fprintf(stderr, "bench_agent_replay: submit: %s\n", err);
+                exit(1);
+            }
+        }
+        tally_t turn = {0};
+        for (int i = 0; i < S; i++) {
+            pthread_mutex_lock(&w[i].mu);
+            while (!w[i].final)
+                pthread_cond_wait(&w[i].cv, &w[i].mu);
+            pthread_mutex_unlock(&w[i].mu);
+            if (w[i].status)
+                die("request", w[i].status);
+            const cairn_req_usage_t *u = &w[i].usage;
+            turn.prompt += u->prompt_tokens;
+            turn.hot += u->cached_tokens;
+            turn.cold += u->restored_tokens;
+            turn.computed += u->prompt_tokens - u->cached_tokens - u->restored_tokens;
+            turn.ttft_sum += u->ttft_ms;
+            if (u->ttft_ms > turn.ttft_max)
+                turn.ttft_max = u->ttft_ms;
+            turn.requests++;
+            memcpy(replies + ((size_t)t * S + i) * o->gen, w[i].reply,
+                   (size_t)w[i].n_reply * sizeof(int32_t));
+            conv_push(&conv[i], w[i].reply, w[i].n_reply);
+        }
+        turn.wall = now() - t0;
+        char label[16];
+        snprintf(label, sizeof label, "%d", t + 1);
+        print_row(label, &turn);
+        fflush(stdout);
+        tally_add(&total, &turn);
+    }
+    print_row("total", &total);
+    print_stats(s);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    for (int i = 0; i < S; i++) {
+        free(conv[i].toks);
+        pthread_mutex_destroy(&w[i].mu);
+        pthread_cond_destroy(&w[i].cv);
+        free(w[i].reply);
+    }
+    free(conv);
+    free(w);
+    free(sys);
+    free(tool);
+    return total;
+}
+
+static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
+{
+    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int *dst = NULL;
+        if (!strcmp(a, "--no-compare")) {
+            o->compare = false;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return -1;
+        if (!strcmp(a, "--dir")) {
+            *dir = argv[++i];
+            continue;
+        }
+        dst = !strcmp(a, "--sessions")        ? &o->sessions
+              : !strcmp(a, "--turns")         ? &o->turns
+              : !strcmp(a, "--system")        ? &o->system
+              : !strcmp(a, "--tool")          ? &o->tool
+              : !strcmp(a, "--gen")           ? &o->gen
+              : !strcmp(a, "--restart-after") ? &o->restart_after
+              : !strcmp(a, "--threads")       ? &o->threads
+              : !strcmp(a, "--pool-mib")      ? &o->pool_mib
+                                              : NULL;
+        if (!dst)
+            return -1;
+        *dst = atoi(argv[++i]);
+    }
+    if (o->sessions < 1 || o->turns < 1 || o->system < 1 || o->tool < 1 || o->gen < 1 ||
+        o->restart_after < 0 || o->threads < 1 || o->pool_mib < 1)
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    const char *dir_arg = NULL;
+    if (parse_opts(argc, argv, &o, &dir_arg)) {
+        fprintf(stderr, "usage: bench_agent_replay [--sessions S] [--turns T] [--system N] "
+                        "[--tool R] [--gen G] [--restart-after K] [--threads N] [--pool-mib M] "
+                        "[--dir DIR] [--no-compare]\n");
+        return 2;
+    }
+    char root[] = "/tmp/cairn-bench-replay-XXXXXX";
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char model[sizeof root + 8], cache[1024];
+    snprintf(model, sizeof model, "%s/model", root);
+    if (dir_arg)
+        snprintf(cache, sizeof cache, "%s", dir_arg);
+    else
+        snprintf(cache, sizeof cache, "%s/cache", root);
+
+    cairn_synth_options_t so;
+    cairn_synth_options_default(&so);
+    if (cairn_synth_options_preset("llama-8l", &so))
+        die("preset", CAIRN_EINVAL);
+    so.dtype = CAIRN_DTYPE_F16;
+    char err[512] = "";
+    int rc = cairn_synth_write(model, &so, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench_agent_replay: synth: %s\n", err);
+        return 1;
+    }
+    cairn_checkpoint_t *ck;
+    if ((rc = cairn_checkpoint_open(model, &ck, err, sizeof err)))
+        die(err, rc);
+    cairn_tokenizer_t *tok;
+    if ((rc = cairn_tokenizer_load(model, &tok, err, sizeof err)))
+        die(err, rc);
+    const cairn_model_config_t *c = cairn_checkpoint_config(ck);
+    bench_t b = {&o, ck, tok, cache, c->vocab};
+    printf("bench_agent_replay: llama-8l (%d layers, hidden %d, %d/%d heads, head_dim %d, "
+           "ffn %d, vocab %d), f16 weights, bf16 K/V, f32 math, %d threads, pool %d MiB\n"
+           "  %d sessions x %d turns; system prompt %d tokens (shared), tool result %d tokens "
+           "per turn, reply %d tokens (greedy); restart after turn %d; cache dir %s\n",
+           c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
+           o.threads, o.pool_mib, o.sessions, o.turns, o.system, o.tool, o.gen, o.restart_after,
+           cache);
+
+    size_t n_replies = (size_t)o.turns * (size_t)o.sessions * (size_t)o.gen;
+    int32_t *with_cold = calloc(n_replies, sizeof(int32_t));
+    int32_t *without = calloc(n_replies, sizeof(int32_t));
+    if (!with_cold || !without)
+        die("calloc", CAIRN_ENOMEM);
+    double t0 = now();
+    tally_t on = replay(&b, true, with_cold);
+    double wall_on = now() - t0;
+    tally_t off = {0};
+    double wall_off = 0;
+    if (o.compare) {
+        t0 = now();
+        off = replay(&b, false, without);
+        wall_off = now() - t0;
+    }
+
+    printf("\nsummary\n  cold tier on:  %.1f%% of %ld prompt tokens served from cache "
+           "(hot %ld, cold %ld), %ld computed, %.1f s (target >= 90%%)\n",
+           100.0 * (double)(on.hot + on.cold) / (double)on.prompt, on.prompt, on.hot, on.cold,
+           on.computed, wall_on);
+    if (o.compare) {
+        bool same = memcmp(with_cold, without, n_replies * sizeof(int32_t)) == 0;
+        printf("  cold tier off: %.1f%% of %ld prompt tokens served from cache (hot %ld), "
+               "%ld computed, %.1f s\n"
+               "  replies identical with and without the cold tier: %s\n",
+               100.0 * (double)off.hot / (double)off.prompt, off.prompt, off.hot, off.computed,
+               wall_off, same ? "yes" : "NO");
+        if (!same)
+            rc = 1;
+    }
+    free(with_cold);
+    free(without);
+    cairn_tokenizer_destroy(tok);
+    cairn_checkpoint_close(ck);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_agent_replay: could not remove %s\n", root);
+    return rc ? 1 : 0;
+}
