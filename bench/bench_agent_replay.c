@@ -198,7 +198,7 @@ static void print_stats(cairn_sched_t *s)
         usleep(1000);
     }
     printf("  pool: %llu blocks, %llu used, %llu cached, %llu free, %llu evictions; "
-           "cold: %s, %llu blocks captured, %llu restored, %llu corruptions, %llu write errors, "
+           "cold: %s, since the restart %llu blocks captured, %llu restored, %llu corruptions, %llu write errors, "
            "%llu queue drops\n",
            (unsigned long long)st.pool_blocks_total, (unsigned long long)st.pool_blocks_used,
            (unsigned long long)st.pool_blocks_cached, (unsigned long long)st.pool_blocks_free,
