@@ -35,9 +35,10 @@ enum {
 
 /* ---- the generic implementation: the canonical order spelled out ------------------- */
 
-static void gen_to_f32(float *dst, const void *src, cairn_dtype_t t, int n)
+static void gen_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
 {
-    kern_row_to_f32(dst, src, t, n);
+    for (int r = 0; r < rows; r++)
+        kern_row_to_f32(dst + (size_t)r * n, (const unsigned char *)src + (size_t)r * stride, t, n);
 }
 
 static void gen_scores16(float *s, const float *q, const float *kb, int hd, float scale)
@@ -152,8 +153,7 @@ static void load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int n
         if (run > nk - i)
             run = nk - i;
         const unsigned char *src = (const unsigned char *)(want_v ? v : k) + head_off;
-        for (int r = 0; r < run; r++, src += row_bytes)
-            job->im->to_f32(buf + (size_t)(i + r) * hd, src, cfg->kv_dtype, hd);
+        job->im->to_f32(buf + (size_t)i * hd, src, row_bytes, run, cfg->kv_dtype, hd);
         i += run;
     }
     int padded = (nk + 15) / 16 * 16;

@@ -24,19 +24,30 @@ T512 INLINE __mmask16 tail_mask(int valid)
     return valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
 }
 
-T512 static void avx512_to_f32(float *dst, const void *src, cairn_dtype_t t, int n)
+T512 INLINE void to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
 {
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask(n - i);
-        __m512 v;
-        if (t == CAIRN_DTYPE_F32) {
-            v = _mm512_maskz_loadu_ps(m, (const float *)src + i);
-        } else {
-            __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)src + i);
-            v = t == CAIRN_DTYPE_F16 ? _mm512_cvtph_ps(h)
-                                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride)
+        for (int i = 0; i < n; i += 16) {
+            __mmask16 m = tail_mask(n - i);
+            __m512 v;
+            if (t == CAIRN_DTYPE_F32) {
+                v = _mm512_maskz_loadu_ps(m, (const float *)src + i);
+            } else {
+                __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)src + i);
+                v = t == CAIRN_DTYPE_F16 ? _mm512_cvtph_ps(h)
+                                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            }
+            _mm512_mask_storeu_ps(dst + i, m, v);
         }
-        _mm512_mask_storeu_ps(dst + i, m, v);
+}
+
+/* One instance per dtype, so the dtype test leaves the inner loop. */
+T512 static void avx512_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
+{
+    switch (t) {
+    case CAIRN_DTYPE_F32: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F32, n); break;
+    case CAIRN_DTYPE_F16: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F16, n); break;
+    default: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_BF16, n); break;
     }
 }
 

@@ -24,8 +24,9 @@
 
 typedef struct attn_impl {
     const char *name;
-    /* dst[i] = (float)src[i], i < n, for a K/V row of type t (exact). */
-    void (*to_f32)(float *dst, const void *src, cairn_dtype_t t, int n);
+    /* dst[r*n + i] = (float)src[r*stride bytes][i], i < n, r < rows: `rows` K/V rows of
+     * type t, `stride` bytes apart, widened exactly. */
+    void (*to_f32)(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n);
     /* s[k] = step 1 for the 16 f32 key rows kb[k][hd] (rows are contiguous, stride hd). */
     void (*scores16)(float *s, const float *q, const float *kb, int hd, float scale);
     /* Steps 2 and 3 over s[0..n): replaces s[j] by e_j for j < n and returns l. s must have
