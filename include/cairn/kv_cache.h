@@ -235,6 +235,16 @@ int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
                                   const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
 int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
 
+/*
+ * Materialises the memory of n blocks taken by cairn_kv_cache_import_begin() and not yet
+ * published or discarded, in one pass (MADV_POPULATE_WRITE over each run of consecutive
+ * ids), so that filling them does not fault page by page. Contents are unchanged. Only a
+ * hint: on a device backend or a kernel without the call it does nothing. Errors:
+ * CAIRN_EINVAL (changing nothing) for a block _begin did not hand out. Engine thread;
+ * cost: the page-table work for n x block_bytes.
+ */
+int cairn_kv_cache_import_prefault(cairn_kv_cache_t *cache, const uint32_t *blocks, size_t n);
+
 /* The first byte of block `block` (block_bytes, every layer's K then V); NULL for the null
  * block or an id outside the pool. For a device backend, a device address. O(1). */
 void *cairn_kv_cache_block_data(const cairn_kv_cache_t *cache, uint32_t block);

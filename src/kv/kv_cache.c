@@ -19,7 +19,10 @@
  */
 #include "kv/kv_internal.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     const cairn_kv_hash_t *hash;
@@ -199,6 +202,36 @@ int cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
         c->pool.blocks[block].registered)
         return CAIRN_EINVAL;
     kv_block_pool_unref(&c->pool, block);
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_import_prefault(cairn_kv_cache_t *c, const uint32_t *blocks, size_t n)
+{
+    if (!c || (!blocks && n))
+        return CAIRN_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (blocks[i] == 0 || blocks[i] >= c->pool.n_blocks || c->pool.blocks[blocks[i]].ref != 1 ||
+            c->pool.blocks[blocks[i]].registered)
+            return CAIRN_EINVAL;
+#ifdef MADV_POPULATE_WRITE
+    if (c->phys.ops != cairn_kv_storage_host())
+        return CAIRN_OK;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && blocks[j] == blocks[j - 1] + 1)
+            j++;
+        /* Rounding out to pages stays inside the committed range (whole blocks, committed
+         * in page multiples) and never changes a byte. */
+        uintptr_t lo = (uintptr_t)(c->phys.base + (size_t)blocks[i] * c->phys.block_bytes);
+        uintptr_t hi = (uintptr_t)(c->phys.base + ((size_t)blocks[j - 1] + 1) * c->phys.block_bytes);
+        lo &= ~(page - 1);
+        hi = (hi + page - 1) & ~(page - 1);
+        if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+            break; /* a kernel before 5.14: the pages fault in as they are filled */
+        i = j;
+    }
+#endif
     return CAIRN_OK;
 }
 

@@ -281,6 +281,27 @@ static void test_import_blocks(void **state)
     assert_int_equal(cairn_kv_cache_import_begin(c, &dup, &bytes), 0);
     assert_int_equal(cairn_kv_cache_import_discard(c, dup), 0);
     assert_int_equal(c->pool.blocks[dup].state, KV_BLOCK_FREE);
+    /* prefaulting imported blocks keeps their bytes; published or foreign ids are refused */
+    uint32_t pf[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(cairn_kv_cache_import_begin(c, &pf[i], &bytes), 0);
+        memset(bytes, 0x50 + i, cairn_kv_cache_block_bytes(c));
+    }
+    assert_int_equal(cairn_kv_cache_import_prefault(c, pf, 3), 0);
+    assert_int_equal(cairn_kv_cache_import_prefault(c, NULL, 0), 0);
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *b = cairn_kv_cache_block_data(c, pf[i]);
+        assert_int_equal(b[0], 0x50 + i);
+        assert_int_equal(b[cairn_kv_cache_block_bytes(c) - 1], 0x50 + i);
+    }
+    uint32_t bad[2] = {pf[0], ids[0]};
+    assert_int_equal(cairn_kv_cache_import_prefault(c, bad, 2), CAIRN_EINVAL);
+    bad[1] = 0;
+    assert_int_equal(cairn_kv_cache_import_prefault(c, bad, 2), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_cache_import_prefault(NULL, pf, 1), CAIRN_EINVAL);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cairn_kv_cache_import_discard(c, pf[i]), 0);
+    check(c);
     cairn_kv_seq_release(s, NULL);
     check(c);
     cairn_kv_cache_destroy(c);
