@@ -17,8 +17,8 @@
  * keys aligned to position 0, the max and exp-sum in 16 lanes over the same blocks, the
  * V rows by increasing position. Tiles only decide which rows share a widened K/V block,
  * never what is added to what, so flat, paged, chunked, batched and decode runs agree bit
- * for bit. The implementation (generic or AVX-512) follows the kernels' choice
- * (kern_impl_name) and both give the same bits.
+ * for bit. The implementation (generic, AVX2 or AVX-512) follows the kernels' choice
+ * (kern_impl_name) and all give the same bits.
  *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
@@ -257,8 +257,11 @@ void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     attn_job_t job = {cfg, &attn__generic, layer, queries, n_queries,
                       tile_queries(cfg->n_heads, cfg->n_kv_heads)};
-    if (!strncmp(kern_impl_name(), "avx512", 6))
+    const char *kname = kern_impl_name();
+    if (!strncmp(kname, "avx512", 6))
         job.im = &attn__avx512;
+    else if (!strcmp(kname, "avx2"))
+        job.im = &attn__avx2;
 
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))

@@ -38,8 +38,10 @@ typedef struct attn_impl {
                const float *vb, int hd);
 } attn_impl_t;
 
-/* Portable rendition (attention.c): kern_dot, kern__exp and fmaf. */
+/* Portable rendition (attention.c): kern_dot, kern__exp and fmaf; for "scalar". */
 extern const attn_impl_t attn__generic;
+/* AVX2+FMA rendition (attention_avx2.c); only when the kernels run "avx2". */
+extern const attn_impl_t attn__avx2;
 /* AVX-512F rendition (attention_avx512.c); only when the kernels run "avx512*". */
 extern const attn_impl_t attn__avx512;
 

@@ -2,8 +2,9 @@
  * Tests for attention (src/engine/attention.c): the tiled attention against a textbook
  * double-precision reference (tolerance), and its determinism as bit identity — every
  * query computed alone vs inside tiles of any alignment and order, K/V rows served in runs
- * of 1, 16 or all, 1 vs 3 threads, f32/bf16/f16 K/V, and the generic vs the AVX-512
- * implementation, for MHA, GQA and MQA shapes and a head_dim that is not a multiple of 16.
+ * of 1, 16 or all, 1 vs 3 threads, f32/bf16/f16 K/V, and the generic vs the AVX2 and
+ * AVX-512 implementations, for MHA, GQA and MQA shapes and a head_dim that is not a
+ * multiple of 16.
  * The primitives are also held to their definitions: scores equal kern_dot * scale, and
  * the vector exp equals kern__exp.
  *
@@ -246,10 +247,11 @@ static void test_attention_all(void **state)
 static void test_primitives(void **state)
 {
     (void)state;
-    const attn_impl_t *ims[2] = {&attn__generic, kern_impl_available("avx512") ? &attn__avx512 : NULL};
+    const attn_impl_t *ims[3] = {&attn__generic, kern_impl_available("avx2") ? &attn__avx2 : NULL,
+                                 kern_impl_available("avx512") ? &attn__avx512 : NULL};
     const int hds[] = {16, 24, 64, 128};
     float q[128], kb[16 * 128], s[16];
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
         if (!ims[m])
             continue;
         for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++) {
