@@ -24,8 +24,17 @@ T256 INLINE __m256i tail_mask8(int valid)
 
 T256 static void avx2_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
 {
-    for (int r = 0; r < rows; r++)
-        kern_row_to_f32(dst + (size_t)r * n, (const unsigned char *)src + (size_t)r * stride, t, n);
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride) {
+        int i = 0;
+        if (t != CAIRN_DTYPE_F32)
+            for (; i + 8 <= n; i += 8) {
+                __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+                _mm256_storeu_ps(dst + i, t == CAIRN_DTYPE_F16
+                                              ? _mm256_cvtph_ps(h)
+                                              : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+            }
+        kern_row_to_f32(dst + i, (const unsigned char *)src + (size_t)i * cairn_dtype_size(t), t, n - i);
+    }
 }
 
 T256 static void avx2_scores16(float *s, const float *q, const float *kb, int hd, float scale)
