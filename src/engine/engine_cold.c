@@ -223,11 +223,13 @@ static int reserve(void **p, size_t *cap, size_t need, size_t elem)
 
 typedef struct {
     engine_cold_t *c;
-    size_t first, last;   /* chain indices [first, last) that got a pool block */
+    size_t taken;         /* chain indices [start, taken) got a pool block before the walk */
+    size_t first, last;   /* chain indices [first, last) that got a pool block in the walk */
 } restore_ctx_t;
 
-/* The store's destination callback: a fresh pool block for chain block i, or NULL (a
- * decline) when the pool cannot give one. Called with the object pinned. */
+/* The store's destination callback: the pool block taken for chain block i before the
+ * walk, else a fresh one, or NULL (a decline) when the pool cannot give one. Called with
+ * the object pinned. */
 static void *restore_dest(void *user, size_t i, size_t payload_size)
 {
     restore_ctx_t *r = user;
@@ -236,8 +238,12 @@ static void *restore_dest(void *user, size_t i, size_t payload_size)
         return NULL;
     uint32_t id = 0;
     void *bytes = NULL;
-    if (cairn_kv_cache_import_begin(c->cache, &id, &bytes) != CAIRN_OK)
+    if (i < r->taken) {
+        id = c->ids[i];
+        bytes = cairn_kv_cache_block_data(c->cache, id);
+    } else if (cairn_kv_cache_import_begin(c->cache, &id, &bytes) != CAIRN_OK) {
         return NULL;
+    }
     c->ids[i] = id;
     if (r->last == r->first)
         r->first = i;
@@ -274,14 +280,28 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     const cairn_cold_hash_t *ch = (const cairn_cold_hash_t *)c->hashes;
     c->n.restore_lookups++;
     memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
-    restore_ctx_t r = {c, start, start};
+    /* Take the pool blocks for the chain the index expects and materialise their memory in
+     * one pass: filling fresh pool memory page fault by page fault costs more than the
+     * disk read on a virtual machine. Blocks past the index's chain (written by another
+     * process since open) are taken one by one in the walk. */
+    size_t expect = cairn_cold_store_chain_length(c->store, ch + start, kmax - start);
+    restore_ctx_t r = {c, start, start, start};
+    while (r.taken < start + expect) {
+        void *bytes = NULL;
+        if (cairn_kv_cache_import_begin(c->cache, &c->ids[r.taken], &bytes) != CAIRN_OK)
+            break;
+        r.taken++;
+    }
+    (void)cairn_kv_cache_import_prefault(c->cache, c->ids + start, r.taken - start);
     size_t loaded = 0;
     int rc = cairn_cold_restore_chain(c->store, ch, kmax, tokens, start, restore_dest, &r, &loaded);
     if (rc)
         loaded = 0;
-    /* Publish the validated prefix of the walk; give back the block it stopped on. */
+    /* Publish the validated prefix of the walk; give back the block it stopped on and
+     * any taken block the walk did not reach. */
     int published = 0;
-    for (size_t i = r.first; i < r.last; i++) {
+    size_t end = r.last > r.taken ? r.last : r.taken;
+    for (size_t i = start; i < end; i++) {
         uint32_t id = c->ids[i];
         if (!id)
             continue;
