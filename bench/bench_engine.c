@@ -2,17 +2,21 @@
  * bench_engine.c — engine throughput: pp512 and tg128 tokens/s, decode bytes per token,
  * and time to first token of a prefix-cached 4K-token prompt against a cold one.
  *
- * Models are synthesized (src/engine/synth.h) into a temporary folder with f16 weights:
- * llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536, vocab 32000) and
+ * Models are synthesized (src/engine/synth.h) into a temporary folder: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536, vocab 32000) and
  * qwen3-8l (8 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072, vocab 32000,
  * tied); --with-0.6b adds the Qwen3-0.6B shape (28 layers, vocab 151936; writes ~1.2 GB).
- * Every figure is the median of --runs runs (default 3), paged K/V path in bf16, in both
- * math modes. pp512: one 512-token prompt in one step, cold (fresh cache salt). tg128:
+ * --model NAME runs one preset only. Weights are stored in bf16 (what real checkpoints
+ * ship), measured in both math modes, and in f16 (llama.cpp's comparison format), measured
+ * in f32 math only (bf16 math with f16 weights computes the f32 result); --weights bf16|f16
+ * picks one. --only pp|tg skips the other phase (profiling). Every figure is the median of
+ * --runs runs (default 3), paged K/V path in bf16. "cpu" is the process CPU time per
+ * token (all threads): on a shared machine it is steadier than the wall-clock figures. pp512: one 512-token prompt in one step, cold (fresh cache salt). tg128:
  * 128 single-token steps after a 16-token prompt. Bytes per decode token: every weight
  * except the embedding table (one row is read; when tied, lm_head reads it whole) plus
  * the K/V rows attended, at the mean context of the run.
  *
- * usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft]
+ * usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft] [--model NAME]
+ *                     [--weights bf16|f16] [--only pp|tg]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,13 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -128,16 +139,24 @@ static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_ma
     return e;
 }
 
-static void bench_model(const char *preset, const char *root, int threads, int runs, bool ttft)
+struct bench_opts {
+    int threads, runs;
+    bool ttft, do_pp, do_tg;
+    int weights; /* bit 0: bf16, bit 1: f16 */
+};
+
+/* One model in one weight dtype: pp512 and tg128 in the math modes that differ. */
+static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt, const struct bench_opts *bo)
 {
     cairn_synth_options_t so;
     cairn_synth_options_default(&so);
     if (cairn_synth_options_preset(preset, &so))
         die(preset, CAIRN_EINVAL);
-    so.dtype = CAIRN_DTYPE_F16;
+    so.dtype = wdt;
     so.seed = 7;
+    const char *wname = wdt == CAIRN_DTYPE_F16 ? "f16" : "bf16";
     char dir[1024], err[512] = "";
-    snprintf(dir, sizeof(dir), "%s/%s", root, preset);
+    snprintf(dir, sizeof(dir), "%s/%s-%s", root, preset, wname);
     int rc = cairn_synth_write(dir, &so, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "bench_engine: synth %s: %s\n", preset, err);
@@ -152,36 +171,49 @@ static void bench_model(const char *preset, const char *root, int threads, int r
     const uint64_t embed_bytes = (uint64_t)c->vocab * c->hidden * 2;
     const uint64_t weight_read = cairn_checkpoint_weight_bytes(ck) - (c->tie_embeddings ? 0 : embed_bytes);
     const uint64_t kv_row = (uint64_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * 2; /* bf16 K+V */
-    printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, f16 weights %.1f MB, %d threads\n",
+    printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, %s weights %.1f MB, %d threads\n",
            preset, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
-           c->tie_embeddings ? " (tied)" : "", cairn_checkpoint_weight_bytes(ck) / 1e6, threads);
+           c->tie_embeddings ? " (tied)" : "", wname, cairn_checkpoint_weight_bytes(ck) / 1e6, bo->threads);
 
     int32_t *ids = malloc(4096 * sizeof(int32_t));
-    for (int m = 0; m < 2; m++) {
+    const int n_math = wdt == CAIRN_DTYPE_BF16 ? 2 : 1;
+    const int runs = bo->runs;
+    for (int m = 0; m < n_math; m++) {
         cairn_engine_math_t math = m ? CAIRN_ENGINE_MATH_BF16 : CAIRN_ENGINE_MATH_F32;
-        cairn_engine_t *e = make(ck, threads, math);
-        double pp[16], tg[16];
+        cairn_engine_t *e = make(ck, bo->threads, math);
+        double pp[16], tg[16], ppc[16], tgc[16];
         fill_tokens(ids, 512, c->vocab, 1);
         prefill(e, NULL, ids, 512, NULL, NULL); /* warm-up: page in the weights */
-        for (int r = 0; r < runs; r++)
+        for (int r = 0; r < runs && bo->do_pp; r++) {
+            double c0 = cpu_now();
             pp[r] = 512.0 / prefill(e, NULL, ids, 512, NULL, NULL);
-        for (int r = 0; r < runs; r++) {
+            ppc[r] = (cpu_now() - c0) / 512.0 * 1e3;
+        }
+        for (int r = 0; r < runs && bo->do_tg; r++) {
             cairn_seq_t *s;
             prefill(e, NULL, ids, 16, &s, NULL);
+            double c0 = cpu_now();
             tg[r] = 128.0 / decode(e, s, 128, c->vocab);
+            tgc[r] = (cpu_now() - c0) / 128.0 * 1e3;
             cairn_seq_release(s);
         }
-        double ppm = median(pp, runs), tgm = median(tg, runs);
-        double bytes = (double)weight_read + (double)kv_row * (16 + 64); /* mean context 80 */
-        printf("  math %-4s  pp512 %8.1f tok/s   tg128 %7.1f tok/s   decode %.1f MB/token -> %.1f GB/s\n",
-               m ? "bf16" : "f32", ppm, tgm, bytes / 1e6, bytes * tgm / 1e9);
+        printf("  math %-4s", m ? "bf16" : "f32");
+        if (bo->do_pp)
+            printf("  pp512 %8.1f tok/s (cpu %.3f ms/tok)", median(pp, runs), median(ppc, runs));
+        if (bo->do_tg) {
+            double tgm = median(tg, runs);
+            double bytes = (double)weight_read + (double)kv_row * (16 + 64); /* mean context 80 */
+            printf("  tg128 %7.1f tok/s (cpu %.2f ms/tok)  decode %.1f MB/token -> %.1f GB/s", tgm,
+                   median(tgc, runs), bytes / 1e6, bytes * tgm / 1e9);
+        }
+        printf("\n");
         cairn_engine_destroy(e);
     }
 
-    if (ttft) {
+    if (bo->ttft && wdt == CAIRN_DTYPE_BF16) {
         /* Cold 4K prompt, then the same prompt again in the same salt (all but the last
          * partial block served from the cache). bf16 math, as a server prefills. */
-        cairn_engine_t *e = make(ck, threads, CAIRN_ENGINE_MATH_BF16);
+        cairn_engine_t *e = make(ck, bo->threads, CAIRN_ENGINE_MATH_BF16);
         fill_tokens(ids, 4096, c->vocab, 2);
         double cold[16], warm[16];
         int cached = 0;
@@ -200,6 +232,14 @@ static void bench_model(const char *preset, const char *root, int threads, int r
     cairn_checkpoint_close(ck);
 }
 
+static void bench_model(const char *preset, const char *root, const struct bench_opts *bo)
+{
+    if (bo->weights & 1)
+        bench_dtype(preset, root, CAIRN_DTYPE_BF16, bo);
+    if (bo->weights & 2)
+        bench_dtype(preset, root, CAIRN_DTYPE_F16, bo);
+}
+
 static void rm_tree(const char *root)
 {
     char cmd[1200];
@@ -210,23 +250,43 @@ static void rm_tree(const char *root)
 
 int main(int argc, char **argv)
 {
-    int threads = 2, runs = 3;
-    bool big = false, ttft = true;
+    struct bench_opts bo = {.threads = 2, .runs = 3, .ttft = true, .do_pp = true, .do_tg = true, .weights = 3};
+    bool big = false;
+    const char *only_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
+            bo.threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
-            runs = atoi(argv[++i]);
+            bo.runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--with-0.6b"))
             big = true;
         else if (!strcmp(argv[i], "--skip-ttft"))
-            ttft = false;
-        else {
-            fprintf(stderr, "usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft]\n");
+            bo.ttft = false;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            only_model = argv[++i];
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
+            i++;
+            bo.weights = !strcmp(argv[i], "bf16") ? 1 : !strcmp(argv[i], "f16") ? 2 : 0;
+            if (!bo.weights) {
+                fprintf(stderr, "bench_engine: --weights bf16|f16\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            i++;
+            bo.do_pp = !strcmp(argv[i], "pp");
+            bo.do_tg = !strcmp(argv[i], "tg");
+            bo.ttft = false;
+            if (!bo.do_pp && !bo.do_tg) {
+                fprintf(stderr, "bench_engine: --only pp|tg\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft] "
+                            "[--model NAME] [--weights bf16|f16] [--only pp|tg]\n");
             return 2;
         }
     }
-    if (threads < 1 || runs < 1 || runs > 16) {
+    if (bo.threads < 1 || bo.runs < 1 || bo.runs > 16) {
         fprintf(stderr, "bench_engine: --threads >= 1, --runs in 1..16\n");
         return 2;
     }
@@ -236,10 +296,14 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
-    bench_model("llama-8l", root, threads, runs, ttft);
-    bench_model("qwen3-8l", root, threads, runs, ttft);
-    if (big)
-        bench_model("qwen3-0.6b", root, threads, runs, false);
+    if (only_model) {
+        bench_model(only_model, root, &bo);
+    } else {
+        bench_model("llama-8l", root, &bo);
+        bench_model("qwen3-8l", root, &bo);
+        if (big)
+            bench_model("qwen3-0.6b", root, &bo);
+    }
     rm_tree(root);
     return 0;
 }

@@ -5,12 +5,19 @@
  * matvec GB/s of weights streamed at the model shapes, prefill GFLOP/s for 512 rows in
  * both math modes, and the pool's run overhead. Every figure is the median of repeated
  * timed runs. Usage: bench_kernels [reps] (default 15).
+ *
+ * "model decode" runs one decode token's matmuls of the llama-8l / qwen3-8l shapes (all
+ * layers' projections, fused the way forward.c issues them, plus the vocab head) over a
+ * weight set larger than the caches, so weights stream from DRAM as in real decode. The
+ * baseline in the same process is a plain AVX-512 read of the same bytes (1 and 2
+ * threads): the memory bandwidth this machine gives right now.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <immintrin.h>
 
 #include "engine/kernels.h"
 
@@ -56,6 +63,108 @@ static double time_matmul(cairn_thread_pool_t *tp, int reps, float *y, const flo
         t[r] = now_s() - t0;
     }
     return median(t, reps);
+}
+
+/* Plain streaming read of [bytes] by the pool's threads (each a contiguous half). */
+struct read_job {
+    const unsigned char *p;
+    size_t n;
+    float sink[2];
+};
+
+__attribute__((target("avx512f"))) static void read_task(void *ctx, int task, int n_tasks)
+{
+    struct read_job *j = ctx;
+    size_t a = j->n * (size_t)task / (size_t)n_tasks & ~(size_t)255, b = j->n * (size_t)(task + 1) / (size_t)n_tasks & ~(size_t)255;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = a; i < b; i += 256) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(j->p + i)));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps((const float *)(j->p + i + 64)));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps((const float *)(j->p + i + 128)));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps((const float *)(j->p + i + 192)));
+    }
+    j->sink[task & 1] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+struct model_shape {
+    const char *name;
+    int layers, hidden, q_dim, kv_dim, ffn, vocab;
+};
+
+/* One decode token of a model shape. */
+static void model_token(cairn_thread_pool_t *tp, const struct model_shape *m, const unsigned char *w,
+                        cairn_dtype_t wt, float *x, float *y, cairn_math_t math)
+{
+    const size_t es = cairn_dtype_size(wt);
+    const unsigned char *p = w;
+    for (int l = 0; l < m->layers; l++) {
+        const void *wq = p, *wk = (p += (size_t)m->q_dim * m->hidden * es),
+                   *wv = (p += (size_t)m->kv_dim * m->hidden * es);
+        p += (size_t)m->kv_dim * m->hidden * es;
+        kern_mm_out_t qkv[3] = {{y, wq, m->q_dim}, {y + m->q_dim, wk, m->kv_dim},
+                                {y + m->q_dim + m->kv_dim, wv, m->kv_dim}};
+        kern_matmul_n(tp, x, 1, m->hidden, wt, qkv, 3, math);
+        kern_matmul(tp, y, x, 1, m->q_dim, p, wt, m->hidden, math); /* wo */
+        p += (size_t)m->q_dim * m->hidden * es;
+        kern_mm_out_t gu[2] = {{y, p, m->ffn}, {y + m->ffn, p + (size_t)m->ffn * m->hidden * es, m->ffn}};
+        kern_matmul_n(tp, x, 1, m->hidden, wt, gu, 2, math);
+        p += 2 * (size_t)m->ffn * m->hidden * es;
+        kern_matmul(tp, y, x, 1, m->ffn, p, wt, m->hidden, math); /* w_down */
+        p += (size_t)m->ffn * m->hidden * es;
+    }
+    kern_matmul(tp, y, x, 1, m->hidden, p, wt, m->vocab, math);
+}
+
+/* Runs raw read and a decode token alternately (so both see the same machine load) and
+ * prints medians of each and of the per-pair ratio. */
+static void bench_model_decode(cairn_thread_pool_t *tps[2], int reps)
+{
+    static const struct model_shape shapes[] = {
+        {"llama-8l", 8, 512, 512, 128, 1536, 32000},
+        {"qwen3-8l", 8, 1024, 2048, 1024, 3072, 32000},
+    };
+    if (reps > 64)
+        reps = 64;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const struct model_shape *m = &shapes[s];
+        size_t per_layer = (size_t)m->hidden * (2 * (size_t)m->q_dim + 2 * (size_t)m->kv_dim + 3 * (size_t)m->ffn);
+        size_t n = per_layer * m->layers + (size_t)m->vocab * m->hidden;
+        int maxd = m->ffn > m->q_dim ? m->ffn : m->q_dim;
+        uint16_t *w = aligned_alloc(64, (n * 2 + 255) & ~(size_t)255);
+        float *x = aligned_alloc(64, sizeof(float) * 4096), *y = aligned_alloc(64, sizeof(float) * (size_t)(m->vocab + 2 * maxd));
+        if (!w || !x || !y)
+            exit(1);
+        for (int i = 0; i < 4096; i++)
+            x[i] = rndf();
+        for (int d = 0; d < 2; d++) {
+            cairn_dtype_t wt = d ? CAIRN_DTYPE_F16 : CAIRN_DTYPE_BF16;
+            for (size_t i = 0; i < n; i++)
+                w[i] = d ? kern_f32_to_f16(rndf() * 0.1f) : kern_f32_to_bf16(rndf() * 0.1f);
+            for (int t = 0; t < 2; t++)
+                for (int mm = 0; mm < (d ? 1 : 2); mm++) {
+                    struct read_job rj = {(const unsigned char *)w, n * 2, {0, 0}};
+                    double rd[64], tk[64], ratio[64];
+                    model_token(tps[t], m, (const unsigned char *)w, wt, x, y, (cairn_math_t)mm);
+                    for (int r = 0; r < reps; r++) {
+                        double t0 = now_s();
+                        cairn_thread_pool_run(tps[t], read_task, &rj, t + 1);
+                        double t1 = now_s();
+                        model_token(tps[t], m, (const unsigned char *)w, wt, x, y, (cairn_math_t)mm);
+                        rd[r] = t1 - t0;
+                        tk[r] = now_s() - t1;
+                        ratio[r] = rd[r] / tk[r];
+                    }
+                    double sec = median(tk, reps), rsec = median(rd, reps);
+                    printf("model decode %s, %s weights %.1f MB, math %-4s %d thread(s): %6.0f tok/s %5.1f GB/s; "
+                           "raw read %5.1f GB/s; ratio %.2f\n", m->name, d ? "f16" : "bf16", n * 2 / 1e6,
+                           mm ? "bf16" : "f32", t + 1, 1 / sec, n * 2 / sec / 1e9, n * 2 / rsec / 1e9,
+                           median(ratio, reps));
+                }
+        }
+        free(w);
+        free(x);
+        free(y);
+    }
 }
 
 static void empty_task(void *ctx, int task, int n_tasks) { (void)ctx, (void)task, (void)n_tasks; }
@@ -108,6 +217,10 @@ int main(int argc, char **argv)
         }
         printf("pool run overhead, %d thread(s): %.2f us\n", t + 1, median(v, 15) * 1e6);
     }
+
+    bench_model_decode(tps, reps);
+    if (getenv("BENCH_MODEL_ONLY"))
+        return 0;
 
     /* Decode: one row, bf16 weights. */
     static const int shapes[][2] = {{512, 1536}, {1024, 3072}, {1024, 151936}};

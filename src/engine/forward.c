@@ -41,6 +41,31 @@ static void matmul(fwd_t *f, float *y, const float *x, int rows, const cairn_ten
     kern_matmul(f->tp, y, x, rows, (int)w->shape[1], w->data, w->dtype, (int)w->shape[0], f->math);
 }
 
+/*
+ * y1 = x w1^T, y2 = x w2^T and (when w3) y3 = x w3^T as one parallel run (kern_matmul_n;
+ * same bits as separate calls): decode wakes the pool once for q/k/v and once for
+ * gate/up. Falls back to separate calls when the weights differ in dtype or width.
+ */
+static void matmul3(fwd_t *f, const float *x, int rows, float *y1, const cairn_tensor_t *w1, float *y2,
+                    const cairn_tensor_t *w2, float *y3, const cairn_tensor_t *w3)
+{
+    const cairn_tensor_t *w[3] = {w1, w2, w3};
+    float *y[3] = {y1, y2, y3};
+    kern_mm_out_t outs[3];
+    int n = 0;
+    bool same = true;
+    for (int i = 0; i < 3 && w[i]; i++) {
+        outs[n++] = (kern_mm_out_t){y[i], w[i]->data, (int)w[i]->shape[0]};
+        same = same && w[i]->dtype == w1->dtype && w[i]->shape[1] == w1->shape[1];
+    }
+    if (same) {
+        kern_matmul_n(f->tp, x, rows, (int)w1->shape[1], w1->dtype, outs, n, f->math);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        matmul(f, y[i], x, rows, w[i]);
+}
+
 /* In-place RMSNorm of n_heads heads of head_dim with one weight [head_dim] (Qwen3 q/k norm). */
 static void head_norm(fwd_t *f, float *x, int n_heads, const cairn_tensor_t *w)
 {
@@ -72,9 +97,7 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
         for (int r = 0; r < n; r++)
             kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->attn_norm.data,
                          lw->attn_norm.dtype, dim, c->rms_eps);
-        matmul(f, f->q, f->xb, n, &lw->wq);
-        matmul(f, f->k, f->xb, n, &lw->wk);
-        matmul(f, f->v, f->xb, n, &lw->wv);
+        matmul3(f, f->xb, n, f->q, &lw->wq, f->k, &lw->wk, f->v, &lw->wv);
 
         for (int r = 0; r < n; r++) {
             float *q = f->q + (size_t)r * q_dim, *k = f->k + (size_t)r * kv_dim;
@@ -105,8 +128,7 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
         for (int r = 0; r < n; r++)
             kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->ffn_norm.data,
                          lw->ffn_norm.dtype, dim, c->rms_eps);
-        matmul(f, f->hb, f->xb, n, &lw->w_gate);
-        matmul(f, f->hb2, f->xb, n, &lw->w_up);
+        matmul3(f, f->xb, n, f->hb, &lw->w_gate, f->hb2, &lw->w_up, NULL, NULL);
         kern_silu_mul(f->hb, f->hb, f->hb2, n * c->ffn);
         matmul(f, f->xb2, f->hb, n, &lw->w_down);
         kern_add(f->x, f->xb2, n * dim);

@@ -390,25 +390,57 @@ bool kern_bf16_math_fast(void)
 
 /* ---- matmul over the pool --------------------------------------------------------- */
 
+enum { MATMUL_UNIT = 16, MATMUL_MAX_N = 8 }; /* outputs per scheduling unit: keeps the SIMD tiles full */
+
 struct matmul_job {
     const kern_impl_t *k;
-    float *y;
     const float *x;
-    const void *w;
-    int rows, in, out, units;
+    int rows, in, n, units;
     cairn_dtype_t wt;
     cairn_math_t math;
+    kern_mm_out_t outs[MATMUL_MAX_N];
+    int first_unit[MATMUL_MAX_N + 1]; /* product i covers units [first_unit[i], first_unit[i+1]) */
 };
 
-enum { MATMUL_UNIT = 16 }; /* outputs per scheduling unit: keeps the SIMD tiles full */
-
+/* Task `task` covers a fixed share of the units of all products together (units never
+ * straddle products), so which thread computes an output never depends on the pool size
+ * beyond the static split, and every output is one canonical reduction. */
 static void matmul_task(void *p, int task, int n_tasks)
 {
     struct matmul_job *j = p;
     int u0 = (int)((long)j->units * task / n_tasks), u1 = (int)((long)j->units * (task + 1) / n_tasks);
-    int o0 = u0 * MATMUL_UNIT, o1 = u1 * MATMUL_UNIT < j->out ? u1 * MATMUL_UNIT : j->out;
-    if (o0 < o1)
-        j->k->matmul_range(j->y, j->x, j->rows, j->in, j->w, j->wt, j->out, o0, o1, j->math);
+    for (int i = 0; i < j->n && u0 < u1; i++) {
+        int f0 = j->first_unit[i], f1 = j->first_unit[i + 1];
+        if (u0 >= f1)
+            continue;
+        int e = u1 < f1 ? u1 : f1;
+        const kern_mm_out_t *m = &j->outs[i];
+        int o0 = (u0 - f0) * MATMUL_UNIT, o1 = (e - f0) * MATMUL_UNIT < m->out ? (e - f0) * MATMUL_UNIT : m->out;
+        if (o0 < o1)
+            j->k->matmul_range(m->y, j->x, j->rows, j->in, m->w, j->wt, m->out, o0, o1, j->math);
+        u0 = e;
+    }
+}
+
+static void matmul_run(cairn_thread_pool_t *tp, struct matmul_job *j)
+{
+    long out_total = 0;
+    j->units = 0;
+    for (int i = 0; i < j->n; i++) {
+        j->first_unit[i] = j->units;
+        j->units += (j->outs[i].out + MATMUL_UNIT - 1) / MATMUL_UNIT;
+        out_total += j->outs[i].out;
+    }
+    j->first_unit[j->n] = j->units;
+    /* Small products are not worth waking the workers for (~64k multiply-adds each). */
+    long work = (long)j->rows * j->in * out_total;
+    long n_tasks = work / 65536 + 1;
+    if (n_tasks > cairn_thread_pool_size(tp))
+        n_tasks = cairn_thread_pool_size(tp);
+    if (n_tasks > j->units)
+        n_tasks = j->units;
+    if (n_tasks >= 1)
+        cairn_thread_pool_run(tp, matmul_task, j, (int)n_tasks);
 }
 
 void kern_matmul(cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in,
@@ -416,17 +448,24 @@ void kern_matmul(cairn_thread_pool_t *tp, float *y, const float *x, int rows, in
 {
     if (rows <= 0 || out <= 0)
         return;
-    struct matmul_job j = {.k = cur(), .y = y, .x = x, .w = w, .rows = rows, .in = in < 0 ? 0 : in,
-                           .out = out, .wt = wt, .math = math};
-    j.units = (out + MATMUL_UNIT - 1) / MATMUL_UNIT;
-    /* Small products are not worth waking the workers for (~64k multiply-adds each). */
-    long work = (long)rows * j.in * out;
-    long n_tasks = work / 65536 + 1;
-    if (n_tasks > cairn_thread_pool_size(tp))
-        n_tasks = cairn_thread_pool_size(tp);
-    if (n_tasks > j.units)
-        n_tasks = j.units;
-    cairn_thread_pool_run(tp, matmul_task, &j, (int)n_tasks);
+    struct matmul_job j = {.k = cur(), .x = x, .rows = rows, .in = in < 0 ? 0 : in, .n = 1, .wt = wt,
+                           .math = math};
+    j.outs[0] = (kern_mm_out_t){y, w, out};
+    matmul_run(tp, &j);
+}
+
+void kern_matmul_n(cairn_thread_pool_t *tp, const float *x, int rows, int in, cairn_dtype_t wt,
+                   const kern_mm_out_t *outs, int n, cairn_math_t math)
+{
+    if (rows <= 0)
+        return;
+    for (int start = 0; start < n; start += MATMUL_MAX_N) {
+        struct matmul_job j = {.k = cur(), .x = x, .rows = rows, .in = in < 0 ? 0 : in, .wt = wt, .math = math};
+        for (int i = start; i < n && i < start + MATMUL_MAX_N; i++)
+            if (outs[i].out > 0)
+                j.outs[j.n++] = outs[i];
+        matmul_run(tp, &j);
+    }
 }
 
 float kern_dot(const float *a, const void *b, cairn_dtype_t t, int n) { return cur()->dot(a, b, t, n < 0 ? 0 : n); }

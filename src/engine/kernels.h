@@ -70,6 +70,21 @@ void kern_row_from_f32(void *dst, cairn_dtype_t t, const float *src, int n);
  */
 void kern_matmul(cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in,
                  const void *w, cairn_dtype_t wt, int out, cairn_math_t math);
+/* One product of a fused matmul: y [rows][out] = x w^T, w [out][in]. */
+typedef struct {
+    float *y;
+    const void *w;
+    int out;
+} kern_mm_out_t;
+/*
+ * Several products of the same x (e.g. q/k/v, or gate/up), as one parallel run: the
+ * outputs of all n products are split across the pool's threads as one range, so a decode
+ * step wakes the workers once instead of n times and every thread streams an equal share
+ * of all the weights. Bit-identical to n kern_matmul calls (each output element is the
+ * same canonical reduction). Every w has type wt; no y may alias x.
+ */
+void kern_matmul_n(cairn_thread_pool_t *tp, const float *x, int rows, int in, cairn_dtype_t wt,
+                   const kern_mm_out_t *outs, int n, cairn_math_t math);
 /* Dot product of an f32 vector with a row of type t (attention scores). Same bits as a
  * one-row, one-output kern_matmul in F32 math. */
 float kern_dot(const float *a, const void *b, cairn_dtype_t t, int n);

@@ -7,7 +7,9 @@
  * each weight block is loaded and widened once per tile and each x block once per row.
  * Edge tiles with fewer than 4 outputs repeat the last valid weight row and drop the
  * extra results. Blocks of `out` are sized so a block of weights stays in L2 while all
- * row tiles pass over it.
+ * row tiles pass over it. When the rows fit one row tile (decode), each weight byte is
+ * read once, from DRAM: the tiles then prefetch PF_DIST bytes ahead of the 4 contiguous
+ * weight rows they read.
  *
  * BF16 math uses vdpbf16ps and vcvtne2ps2bf16 through inline asm in the native variant
  * ("avx512"), and an exact AVX-512F emulation of both (DAZ inputs, two fmas per pair,
@@ -55,8 +57,9 @@ T512 INLINE __m512 load16(const void *row, cairn_dtype_t t, size_t i, int valid)
 
 /* y[r][o] for R rows and TILE_O outputs (n_valid stored), canonical F32 order. */
 T512 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
-                          cairn_dtype_t t, int n_valid, int in)
+                          cairn_dtype_t t, int n_valid, int in, const char *pf)
 {
+    const int esz = t == CAIRN_DTYPE_F32 ? 4 : 2; /* 16 elements x 4 rows: 2 or 4 lines */
     __m512 acc[TILE_R][TILE_O];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
@@ -69,6 +72,11 @@ T512 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, con
 #pragma GCC unroll 4
         for (int o = 0; o < TILE_O; o++)
             wv[o] = load16(wr[o], t, (size_t)k, valid);
+        if (pf) {
+            const char *p = pf + (size_t)k * esz * TILE_O;
+            for (int l = 0; l < esz * TILE_O * 16; l += 64)
+                _mm_prefetch(p + l, _MM_HINT_T0);
+        }
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
             __m512 xv = load16(x + (size_t)r * ldx, CAIRN_DTYPE_F32, (size_t)k, valid);
@@ -92,15 +100,15 @@ T512 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, con
 
 #define F32_TILE_FN(NAME, DT)                                                                    \
     T512 static void NAME(float *y, int ldy, const float *x, int ldx, int R,                     \
-                          const void *const wr[TILE_O], int n_valid, int in)                     \
+                          const void *const wr[TILE_O], int n_valid, int in, const char *pf)     \
     {                                                                                            \
         switch (R) {                                                                             \
-        case 1: tile_f32(y, ldy, x, ldx, 1, wr, DT, n_valid, in); break;                         \
-        case 2: tile_f32(y, ldy, x, ldx, 2, wr, DT, n_valid, in); break;                         \
-        case 3: tile_f32(y, ldy, x, ldx, 3, wr, DT, n_valid, in); break;                         \
-        case 4: tile_f32(y, ldy, x, ldx, 4, wr, DT, n_valid, in); break;                         \
-        case 5: tile_f32(y, ldy, x, ldx, 5, wr, DT, n_valid, in); break;                         \
-        default: tile_f32(y, ldy, x, ldx, 6, wr, DT, n_valid, in); break;                        \
+        case 1: tile_f32(y, ldy, x, ldx, 1, wr, DT, n_valid, in, pf); break;                     \
+        case 2: tile_f32(y, ldy, x, ldx, 2, wr, DT, n_valid, in, pf); break;                     \
+        case 3: tile_f32(y, ldy, x, ldx, 3, wr, DT, n_valid, in, pf); break;                     \
+        case 4: tile_f32(y, ldy, x, ldx, 4, wr, DT, n_valid, in, pf); break;                     \
+        case 5: tile_f32(y, ldy, x, ldx, 5, wr, DT, n_valid, in, pf); break;                     \
+        default: tile_f32(y, ldy, x, ldx, 6, wr, DT, n_valid, in, pf); break;                    \
         }                                                                                        \
     }
 F32_TILE_FN(tile_f32_wf32, CAIRN_DTYPE_F32)
@@ -160,7 +168,7 @@ T512 INLINE __m512 dp_bf16(__m512 acc, __m512i a, __m512i b, bool native)
 }
 
 T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
-                           int n_valid, int in, bool native)
+                           int n_valid, int in, const char *pf, bool native)
 {
     __m512 acc[TILE_R][TILE_O];
 #pragma GCC unroll 6
@@ -175,6 +183,11 @@ T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, co
 #pragma GCC unroll 4
         for (int o = 0; o < TILE_O; o++)
             wv[o] = _mm512_maskz_loadu_epi16(m, (const uint16_t *)wr[o] + k);
+        if (pf) { /* 32 elements x 4 rows: 4 lines */
+            const char *p = pf + (size_t)k * 2 * TILE_O;
+            for (int l = 0; l < 4 * 64; l += 64)
+                _mm_prefetch(p + l, _MM_HINT_T0);
+        }
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
             __m512i xv = cvt_x32(x + (size_t)r * ldx, (size_t)k, valid, native);
@@ -198,22 +211,29 @@ T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, co
 
 #define BF16_TILE_FN(NAME, NATIVE)                                                               \
     T512 static void NAME(float *y, int ldy, const float *x, int ldx, int R,                     \
-                          const void *const wr[TILE_O], int n_valid, int in)                     \
+                          const void *const wr[TILE_O], int n_valid, int in, const char *pf)     \
     {                                                                                            \
         switch (R) {                                                                             \
-        case 1: tile_bf16(y, ldy, x, ldx, 1, wr, n_valid, in, NATIVE); break;                    \
-        case 2: tile_bf16(y, ldy, x, ldx, 2, wr, n_valid, in, NATIVE); break;                    \
-        case 3: tile_bf16(y, ldy, x, ldx, 3, wr, n_valid, in, NATIVE); break;                    \
-        case 4: tile_bf16(y, ldy, x, ldx, 4, wr, n_valid, in, NATIVE); break;                    \
-        case 5: tile_bf16(y, ldy, x, ldx, 5, wr, n_valid, in, NATIVE); break;                    \
-        default: tile_bf16(y, ldy, x, ldx, 6, wr, n_valid, in, NATIVE); break;                   \
+        case 1: tile_bf16(y, ldy, x, ldx, 1, wr, n_valid, in, pf, NATIVE); break;                \
+        case 2: tile_bf16(y, ldy, x, ldx, 2, wr, n_valid, in, pf, NATIVE); break;                \
+        case 3: tile_bf16(y, ldy, x, ldx, 3, wr, n_valid, in, pf, NATIVE); break;                \
+        case 4: tile_bf16(y, ldy, x, ldx, 4, wr, n_valid, in, pf, NATIVE); break;                \
+        case 5: tile_bf16(y, ldy, x, ldx, 5, wr, n_valid, in, pf, NATIVE); break;                \
+        default: tile_bf16(y, ldy, x, ldx, 6, wr, n_valid, in, pf, NATIVE); break;               \
         }                                                                                        \
     }
 BF16_TILE_FN(tile_bf16_native, true)
 BF16_TILE_FN(tile_bf16_emu, false)
 
 typedef void (*tile_fn)(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
-                        int n_valid, int in);
+                        int n_valid, int in, const char *pf);
+
+/* Software prefetch distance (bytes ahead of the tile being read) when the weights are
+ * streamed once (all rows fit one row tile: decode). Weights then come from DRAM; with
+ * the hardware prefetcher alone, f32-math decode read at ~0.5x of a plain read of the
+ * same bytes (fewer bytes in flight per instruction window than the bf16 path); 8 KiB
+ * ahead brought it to ~0.8-0.9x (bench_kernels "model decode"; 2 and 32 KiB were worse). */
+enum { PF_DIST = 8192 };
 
 /* Walks [o0, o1) in L2-sized blocks of weights; inside a block, row tiles of TILE_R over
  * output tiles of TILE_O. The walk never changes a result, only speed. */
@@ -232,7 +252,8 @@ static void matmul_walk(tile_fn tile, float *y, const float *x, int rows, int in
                 const void *wr[TILE_O];
                 for (int j = 0; j < TILE_O; j++)
                     wr[j] = (const char *)w + (size_t)(o + (j < nv ? j : nv - 1)) * wrow;
-                tile(y + (size_t)r0 * out + o, out, x + (size_t)r0 * in, in, R, wr, nv, in);
+                const char *pf = rows <= TILE_R ? (const char *)wr[0] + PF_DIST : NULL;
+                tile(y + (size_t)r0 * out + o, out, x + (size_t)r0 * in, in, R, wr, nv, in, pf);
             }
         }
     }

@@ -312,6 +312,55 @@ static void test_matmul_thread_counts(void **state)
     kern_set_impl("scalar");
 }
 
+/* kern_matmul_n (fused q/k/v, gate/up) gives the same bits as separate kern_matmul calls,
+ * for any thread count and row count, including products whose widths are not multiples
+ * of the scheduling unit and an empty product; more than 8 products take several runs. */
+static void test_matmul_fused(void **state)
+{
+    (void)state;
+    enum { IN = 133, NP = 10, MAXO = 70, MAXR = 8 };
+    static const int widths[NP] = {64, 17, 17, 1, 0, 70, 33, 5, 16, 48};
+    static float x[MAXR * IN], wf[NP][MAXO * IN], yf[NP][MAXR * MAXO], ys[MAXR * MAXO];
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(x); i++)
+        x[i] = rndf();
+    for (int p = 0; p < NP; p++)
+        for (int i = 0; i < MAXO * IN; i++)
+            wf[p][i] = rndf() * 0.1f;
+    cairn_thread_pool_t *tps[3] = {NULL, NULL, NULL};
+    for (int t = 0; t < 3; t++)
+        assert_int_equal(cairn_thread_pool_create(t + 1, &tps[t]), CAIRN_OK);
+    for (size_t im = 0; im < CAIRN_ARRAY_LEN(impls); im++) {
+        if (!kern_impl_available(impls[im]))
+            continue;
+        assert_int_equal(kern_set_impl(impls[im]), CAIRN_OK);
+        for (size_t d = 0; d < CAIRN_ARRAY_LEN(dtypes); d++) {
+            void *w[NP];
+            for (int p = 0; p < NP; p++)
+                w[p] = make_weights(dtypes[d], wf[p], (size_t)MAXO * IN);
+            for (int math = 0; math < 2; math++)
+                for (int rows = 1; rows <= MAXR; rows += 3)
+                    for (int t = 0; t < 3; t++)
+                        for (int np = 2; np <= NP; np += 4) {
+                            kern_mm_out_t outs[NP];
+                            for (int p = 0; p < np; p++)
+                                outs[p] = (kern_mm_out_t){yf[p], w[p], widths[p]};
+                            kern_matmul_n(tps[t], x, rows, IN, dtypes[d], outs, np, (cairn_math_t)math);
+                            for (int p = 0; p < np; p++) {
+                                if (!widths[p])
+                                    continue;
+                                kern_matmul(tps[t], ys, x, rows, IN, w[p], dtypes[d], widths[p], (cairn_math_t)math);
+                                assert_memory_equal(ys, yf[p], sizeof(float) * (size_t)rows * widths[p]);
+                            }
+                        }
+            for (int p = 0; p < NP; p++)
+                free(w[p]);
+        }
+    }
+    for (int t = 0; t < 3; t++)
+        cairn_thread_pool_destroy(tps[t]);
+    kern_set_impl("scalar");
+}
+
 /* vdpbf16ps emulation vs the instruction, on awkward values: denormal weights and x,
  * huge and tiny magnitudes, exact cancellation, inf and NaN. */
 static void test_bf16_native_vs_emulated(void **state)
@@ -483,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_matmul_all_impls),
         cmocka_unit_test(test_matmul_thread_counts),
+        cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_bf16_native_vs_emulated),
         cmocka_unit_test(test_vector_kernels),
         cmocka_unit_test(test_rope),
