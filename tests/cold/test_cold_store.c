@@ -36,6 +36,7 @@ static int setup(void **state)
     unsetenv("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN");
     unsetenv("CAIRN_COLD_CAPTURE_BUDGET_MS");
     unsetenv("CAIRN_COLD_WRITE_BATCH");
+    unsetenv("CAIRN_COLD_URING");
     unsetenv("CAIRN_COLD_QUEUE_DEPTH");
     *state = f;
     return f->root ? 0 : -1;
@@ -615,6 +616,14 @@ static void test_batch_commit(void **state)
     cairn_cold_store_destroy(s);
 }
 
+/* The same group commit with the syncs issued one after another (no io_uring). */
+static void test_batch_commit_portable(void **state)
+{
+    setenv("CAIRN_COLD_URING", "0", 1);
+    test_batch_commit(state);
+    unsetenv("CAIRN_COLD_URING");
+}
+
 static void test_quota_lru(void **state)
 {
     fixture_t *f = *state;
@@ -929,6 +938,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corruption_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_io_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_commit_portable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quota_lru, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_deadline, setup, teardown),
