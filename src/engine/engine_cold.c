@@ -6,8 +6,9 @@
  * tokens); the cold tier names objects by the same hash, so a prompt's disk chain is found
  * from the hashes the core computes, and domains (cache_salt) hold on disk too. Restore
  * runs before the KV core admits a prompt: blocks past the hot prefix are loaded into
- * freshly allocated pool blocks (a block's K/V for every layer is one contiguous byte
- * range, identical in the pool and in the object payload), validated by the store, and
+ * freshly allocated pool blocks, taken and prefaulted in one pass before the walk (a
+ * block's K/V for every layer is one contiguous byte range, identical in the pool and in
+ * the object payload), validated by the store, and
  * published as cached blocks; the core's admission then attaches hot and restored blocks
  * alike. The walk stops at the first missing, invalid or declined block, and the core
  * never attaches past a hole, so a prefix is always a contiguous chain of valid blocks.
