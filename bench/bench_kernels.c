@@ -49,6 +49,17 @@ static float rndf(void)
     return (float)((int)(rng % 2001) - 1000) * 1e-3f;
 }
 
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Median calling-thread CPU seconds of the last time_matmul's calls (with 1 thread: the
+ * kernel's cost without the time other processes held the core). */
+static double last_cpu;
+
 /* Median seconds of one kern_matmul call. */
 static double time_matmul(cairn_thread_pool_t *tp, int reps, float *y, const float *x, int rows, int in,
                           const void *w, cairn_dtype_t wt, int out, cairn_math_t math)
@@ -57,11 +68,14 @@ static double time_matmul(cairn_thread_pool_t *tp, int reps, float *y, const flo
     if (reps > 64)
         reps = 64;
     kern_matmul(tp, y, x, rows, in, w, wt, out, math); /* warm up */
+    double c[64];
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = thread_cpu_s();
         kern_matmul(tp, y, x, rows, in, w, wt, out, math);
         t[r] = now_s() - t0;
+        c[r] = thread_cpu_s() - c0;
     }
+    last_cpu = median(c, reps);
     return median(t, reps);
 }
 
@@ -261,8 +275,11 @@ int main(int argc, char **argv)
         for (int m = 0; m < 2; m++)
             for (int t = 0; t < 2; t++) {
                 double sec = time_matmul(tps[t], reps, y, x, rows, in, w, CAIRN_DTYPE_BF16, out, (cairn_math_t)m);
-                printf("prefill %d x %d -> %d bf16 %s, %d thread(s): %7.2f ms  %6.1f GFLOP/s\n", rows, in, out,
+                printf("prefill %d x %d -> %d bf16 %s, %d thread(s): %7.2f ms  %6.1f GFLOP/s", rows, in, out,
                        m ? "math=bf16" : "math=f32 ", t + 1, sec * 1e3, 2.0 * rows * in * out / sec / 1e9);
+                if (t == 0)
+                    printf("  (per thread-CPU second: %.1f GFLOP/s)", 2.0 * rows * in * out / last_cpu / 1e9);
+                printf("\n");
             }
         free(w);
         free(x);

@@ -22,6 +22,7 @@
 #include "engine/kernels_impl.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -38,6 +39,22 @@ T512 INLINE float hsum16(__m512 v)
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
     return _mm_cvtss_f32(s1);
+}
+
+/* hsum16 of four vectors at once, [hsum16(a), hsum16(b), hsum16(c), hsum16(d)]: the same
+ * additions on the same operands (so the same bits), with the lanes of four
+ * accumulators packed into each add. */
+T512 INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    /* j + (j+8): quarters [a0 a1 b0 b1] + [a2 a3 b2 b3] */
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+    /* j + (j+4): quarters [a b c d] of the first 4 plus those of the second 4 */
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    /* j + (j+2), then 0 + 1, inside each quarter */
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
 /* 16 elements of a row of type t from element i as f32; the first `valid` only, the rest
@@ -85,23 +102,19 @@ T512 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, con
                 acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
         }
     }
-    /* Reduce every accumulator with constant indices (so they stay in registers), then
-     * store the valid outputs. */
+    /* Reduce each row's 4 accumulators together (constant indices keep them in
+     * registers), then store the valid outputs. */
+    const __mmask8 sm = (__mmask8)((1u << n_valid) - 1u);
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        float s[TILE_O];
-#pragma GCC unroll 4
-        for (int o = 0; o < TILE_O; o++)
-            s[o] = hsum16(acc[r][o]);
-        for (int o = 0; o < n_valid; o++)
-            y[(size_t)r * ldy + o] = s[o];
-    }
+    for (int r = 0; r < R; r++)
+        _mm_mask_storeu_ps(y + (size_t)r * ldy, sm, hsum16x4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
 }
 
 #define F32_TILE_FN(NAME, DT)                                                                    \
-    T512 static void NAME(float *y, int ldy, const float *x, int ldx, int R,                     \
+    T512 static void NAME(float *y, int ldy, const void *xv, int ldx, int R,                     \
                           const void *const wr[TILE_O], int n_valid, int in, const char *pf)     \
     {                                                                                            \
+        const float *x = xv;                                                                     \
         switch (R) {                                                                             \
         case 1: tile_f32(y, ldy, x, ldx, 1, wr, DT, n_valid, in, pf); break;                     \
         case 2: tile_f32(y, ldy, x, ldx, 2, wr, DT, n_valid, in, pf); break;                     \
@@ -142,6 +155,15 @@ T512 INLINE __m512i cvt_x32(const float *x, size_t i, int valid, bool native)
     return _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
 }
 
+/* xb [rows][ldx] = x [rows][in] rounded by cvt_x32, zero past in (ldx: in rounded up to 32). */
+T512 static void round_x_bf16(uint16_t *xb, const float *x, int rows, int in, int ldx, bool native)
+{
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < ldx; k += 32)
+            _mm512_storeu_si512(xb + (size_t)r * ldx + k, native ? cvt_x32(x + (size_t)r * in, (size_t)k, in - k, true)
+                                                                 : cvt_x32(x + (size_t)r * in, (size_t)k, in - k, false));
+}
+
 /* Denormal lanes become zero of the same sign. */
 T512 INLINE __m512 flush16(__m512 v)
 {
@@ -167,7 +189,9 @@ T512 INLINE __m512 dp_bf16(__m512 acc, __m512i a, __m512i b, bool native)
     return flush16(_mm512_fmadd_ps(a0, b0, acc));
 }
 
-T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
+/* x: R rows of ldx bf16 pairs' halves (uint16), already rounded (cvt_x32) and zero-padded
+ * to a multiple of 32 elements. */
+T512 INLINE void tile_bf16(float *y, int ldy, const uint16_t *x, int ldx, int R, const void *const wr[TILE_O],
                            int n_valid, int in, const char *pf, bool native)
 {
     __m512 acc[TILE_R][TILE_O];
@@ -190,29 +214,25 @@ T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, co
         }
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
-            __m512i xv = cvt_x32(x + (size_t)r * ldx, (size_t)k, valid, native);
+            __m512i xv = _mm512_loadu_si512(x + (size_t)r * ldx + k);
 #pragma GCC unroll 4
             for (int o = 0; o < TILE_O; o++)
                 acc[r][o] = dp_bf16(acc[r][o], xv, wv[o], native);
         }
     }
-    /* Reduce every accumulator with constant indices (so they stay in registers), then
-     * store the valid outputs. */
+    /* Reduce each row's 4 accumulators together (constant indices keep them in
+     * registers), then store the valid outputs. */
+    const __mmask8 sm = (__mmask8)((1u << n_valid) - 1u);
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        float s[TILE_O];
-#pragma GCC unroll 4
-        for (int o = 0; o < TILE_O; o++)
-            s[o] = hsum16(acc[r][o]);
-        for (int o = 0; o < n_valid; o++)
-            y[(size_t)r * ldy + o] = s[o];
-    }
+    for (int r = 0; r < R; r++)
+        _mm_mask_storeu_ps(y + (size_t)r * ldy, sm, hsum16x4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
 }
 
 #define BF16_TILE_FN(NAME, NATIVE)                                                               \
-    T512 static void NAME(float *y, int ldy, const float *x, int ldx, int R,                     \
+    T512 static void NAME(float *y, int ldy, const void *xv, int ldx, int R,                     \
                           const void *const wr[TILE_O], int n_valid, int in, const char *pf)     \
     {                                                                                            \
+        const uint16_t *x = xv;                                                                  \
         switch (R) {                                                                             \
         case 1: tile_bf16(y, ldy, x, ldx, 1, wr, n_valid, in, pf, NATIVE); break;                \
         case 2: tile_bf16(y, ldy, x, ldx, 2, wr, n_valid, in, pf, NATIVE); break;                \
@@ -225,7 +245,8 @@ T512 INLINE void tile_bf16(float *y, int ldy, const float *x, int ldx, int R, co
 BF16_TILE_FN(tile_bf16_native, true)
 BF16_TILE_FN(tile_bf16_emu, false)
 
-typedef void (*tile_fn)(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
+/* x: rows of ldx elements (f32, or pre-rounded bf16 for the BF16 tiles). */
+typedef void (*tile_fn)(float *y, int ldy, const void *x, int ldx, int R, const void *const wr[TILE_O],
                         int n_valid, int in, const char *pf);
 
 /* Software prefetch distance (bytes ahead of the tile being read) when the weights are
@@ -237,8 +258,8 @@ enum { PF_DIST = 8192 };
 
 /* Walks [o0, o1) in L2-sized blocks of weights; inside a block, row tiles of TILE_R over
  * output tiles of TILE_O. The walk never changes a result, only speed. */
-static void matmul_walk(tile_fn tile, float *y, const float *x, int rows, int in, const void *w,
-                        size_t wrow, int out, int o0, int o1)
+static void matmul_walk(tile_fn tile, float *y, const void *x, int ldx, size_t xsz, int rows, int in,
+                        const void *w, size_t wrow, int out, int o0, int o1)
 {
     int block = (int)((192 * 1024) / (wrow ? wrow : 1)) & ~(TILE_O - 1);
     if (block < 4 * TILE_O)
@@ -253,7 +274,8 @@ static void matmul_walk(tile_fn tile, float *y, const float *x, int rows, int in
                 for (int j = 0; j < TILE_O; j++)
                     wr[j] = (const char *)w + (size_t)(o + (j < nv ? j : nv - 1)) * wrow;
                 const char *pf = rows <= TILE_R ? (const char *)wr[0] + PF_DIST : NULL;
-                tile(y + (size_t)r0 * out + o, out, x + (size_t)r0 * in, in, R, wr, nv, in, pf);
+                tile(y + (size_t)r0 * out + o, out, (const char *)x + (size_t)r0 * ldx * xsz, ldx, R, wr, nv,
+                     in, pf);
             }
         }
     }
@@ -268,7 +290,21 @@ static void matmul_range(float *y, const float *x, int rows, int in, const void 
         tile = math == CAIRN_MATH_BF16 ? (native ? tile_bf16_native : tile_bf16_emu) : tile_f32_wbf16;
     else
         tile = wt == CAIRN_DTYPE_F16 ? tile_f32_wf16 : tile_f32_wf32;
-    matmul_walk(tile, y, x, rows, in, w, wrow, out, o0, o1);
+    if (tile == tile_f32_wbf16 || tile == tile_f32_wf16 || tile == tile_f32_wf32) {
+        matmul_walk(tile, y, x, in, sizeof(float), rows, in, w, wrow, out, o0, o1);
+        return;
+    }
+    /* BF16 math: round x to bf16 once per call (not once per output tile), rows padded
+     * with zeros to whole 32-element blocks; the same cvt_x32 as before, so the same bits. */
+    int ldx = (in + 31) & ~31;
+    size_t nx = (size_t)rows * ldx;
+    uint16_t stackbuf[4096];
+    uint16_t *xb = nx <= 4096 ? stackbuf : aligned_alloc(64, (nx * 2 + 63) & ~(size_t)63);
+    CAIRN_ASSERT(xb != NULL);
+    round_x_bf16(xb, x, rows, in, ldx, native);
+    matmul_walk(tile, y, xb, ldx, 2, rows, in, w, wrow, out, o0, o1);
+    if (xb != stackbuf)
+        free(xb);
 }
 
 static void matmul_native(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
