@@ -288,11 +288,12 @@ static void commit_batch(cairn_cold_store_t *s, cold_job_t **jobs, uint32_t n, o
      * with them the store directory when the batch created shard directories in it. */
     uint32_t m = 0;
     bool new_dirs = false;
+    for (uint32_t i = 0; i < n; i++) /* a failed object's new directory may serve others */
+        new_dirs |= objs[i].new_dir;
     for (uint32_t i = 0; i < n; i++) {
         obj_t *o = &objs[i];
         if (o->st != OBJ_WRITTEN)
             continue;
-        new_dirs |= o->new_dir;
         if (io_fail("fsync", o->tmp) < 0)
             obj_fail(s, o, "syncing", errno);
         else
@@ -322,14 +323,15 @@ static void commit_batch(cairn_cold_store_t *s, cold_job_t **jobs, uint32_t n, o
             fresh = objs[j].new_dir && !strcmp(objs[j].shard, o->shard);
         if (err || fresh) {
             obj_fail(s, o, fresh ? "creating directory" : "syncing", err ? err : top_err);
-            if (fresh)
-                rmdir(o->shard); /* once empty: the next object makes it again */
             continue;
         }
         close(o->fd);
         o->fd = -1;
         o->st = OBJ_SYNCED;
     }
+    for (uint32_t i = 0; i < n && top_err; i++)
+        if (objs[i].new_dir)
+            rmdir(objs[i].shard); /* not known durable, now empty: the next object makes it again */
     for (uint32_t i = 0; i < n; i++)
         obj_rename(s, &objs[i]);
     /* Directories: one fsync each for every object of the batch renamed into it. The first
