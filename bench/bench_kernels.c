@@ -10,7 +10,9 @@
  * layers' projections, fused the way forward.c issues them, plus the vocab head) over a
  * weight set larger than the caches, so weights stream from DRAM as in real decode. The
  * baseline in the same process is a plain AVX-512 read of the same bytes (1 and 2
- * threads): the memory bandwidth this machine gives right now.
+ * threads): the memory bandwidth this machine gives right now. The two run alternately and
+ * the ratio is taken per pair, since the bandwidth of a shared machine swings from minute
+ * to minute. BENCH_MODEL_ONLY=1 in the environment stops after this section.
  */
 #include <stdio.h>
 #include <stdlib.h>
