@@ -29,7 +29,7 @@ for f in build-fuzz/fuzz/fuzz_*; do
   [ -x "$f" ] || continue
   name=$(basename "$f")
   corpus="fuzz/corpus/${name#fuzz_}"
-  args=(-runs="$fuzz_runs" -max_total_time=60 -rss_limit_mb=4096)
+  args=(-runs="$fuzz_runs" -max_total_time=30 -rss_limit_mb=4096)
   [ -f "fuzz/${name#fuzz_}.dict" ] && args+=(-dict="fuzz/${name#fuzz_}.dict")
   echo "-- $name"
   if [ -d "$corpus" ]; then
