@@ -114,7 +114,8 @@ typedef struct {
     /* Most objects the writer commits together (one group commit: every payload synced,
      * then every rename, then one fsync per directory). 0: knob CAIRN_COLD_WRITE_BATCH >
      * the queue depth; 1: the object-at-a-time commit. Host memory in flight is at most
-     * (queue_depth + write_batch) objects. */
+     * (queue_depth + write_batch) objects. The batch's syncs are issued together through
+     * io_uring when built with liburing (knob CAIRN_COLD_URING=0: one after another). */
     uint32_t write_batch;
     bool no_writer;            /* true: no writer thread (inspection tools); enqueue fails EINVAL */
     const char *trace_path;    /* per-turn JSONL deltas; knob CAIRN_COLD_TRACE > this > none */
