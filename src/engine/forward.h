@@ -43,7 +43,7 @@ typedef struct {
     float *rope_cs;        /* [max_rows][head_dim]  cos/sin pairs per row */
     float *head_tmp;       /* [head_dim] */
     attn_query_t *queries; /* [max_rows] */
-    attn_cfg_t attn;       /* scratch [n_slots][max_positions] */
+    attn_cfg_t attn;       /* scratch [n_slots][attn_scratch_floats(...)]: scores, K/V tiles */
 } fwd_t;
 
 /* Allocates the scratch for max_rows rows and computes the RoPE table. */
