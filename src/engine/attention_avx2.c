@@ -16,6 +16,8 @@
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
+#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+
 T256 INLINE __m256i tail_mask8(int valid)
 {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -41,34 +43,6 @@ T256 static void avx2_scores16(float *s, const float *q, const float *kb, int hd
 {
     for (int k = 0; k < 16; k++)
         s[k] = kern_dot(q, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
-}
-
-/* The canonical exp of kernels_impl.h (kern__exp), 8 lanes. */
-T256 INLINE __m256 exp8(__m256 x)
-{
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(KERN_EXP_LO)), _mm256_set1_ps(KERN_EXP_HI));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(KERN_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(KERN_LN2_HI), xc);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(KERN_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(KERN_EXP_C7);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_C6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i ki = _mm256_cvtps_epi32(k);
-    __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1); /* floor(k/2) */
-    __m256i bias = _mm256_set1_epi32(127);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-    __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    res = _mm256_blendv_ps(res, _mm256_set1_ps(__builtin_inff()),
-                           _mm256_cmp_ps(x, _mm256_set1_ps(KERN_EXP_HI), _CMP_GT_OQ));
-    res = _mm256_blendv_ps(res, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(KERN_EXP_LO), _CMP_LT_OQ));
-    return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); /* NaN stays */
 }
 
 /* 8 scores from s[i], lanes at or past n replaced by `pad`. */

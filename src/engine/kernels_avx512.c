@@ -27,6 +27,8 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
+#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+
 enum { TILE_R = 6, TILE_O = 4 };
 
 /* The canonical 16 -> 1 tree: (j, j+8), (j, j+4), (j, j+2), (0, 1). */
@@ -358,35 +360,6 @@ T512 static void avx512_axpy(float *acc, float s, const void *row, cairn_dtype_t
     case CAIRN_DTYPE_F16: axpy_t(acc, s, row, CAIRN_DTYPE_F16, n); break;
     default: axpy_t(acc, s, row, CAIRN_DTYPE_BF16, n); break;
     }
-}
-
-/* The canonical exp of kernels_impl.h, 16 lanes. */
-T512 INLINE __m512 exp16(__m512 x)
-{
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(KERN_EXP_LO)), _mm512_set1_ps(KERN_EXP_HI));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(KERN_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(KERN_LN2_HI), xc);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(KERN_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(KERN_EXP_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i ki = _mm512_cvtps_epi32(k);
-    __m512i k1 = _mm512_srai_epi32(ki, 1), k2 = _mm512_sub_epi32(ki, k1);
-    __m512i bias = _mm512_set1_epi32(127);
-    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
-    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
-    __m512 res = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
-    res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(KERN_EXP_HI), _CMP_GT_OQ),
-                             _mm512_set1_ps(__builtin_inff()));
-    res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(KERN_EXP_LO), _CMP_LT_OQ),
-                             _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
 T512 static void avx512_silu_mul(float *out, const float *gate, const float *up, int n)
