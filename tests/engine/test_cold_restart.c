@@ -484,8 +484,10 @@ static void test_crash_kill9(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     double span_ms = now_ms() - t0;
-    if (span_ms > 400)
-        span_ms = 400;
+    /* Bounded so the loop stays bounded in time, but wide enough that a sanitized build
+     * (whose start-up alone can take most of a second) still sees kills after a capture. */
+    if (span_ms > 3000)
+        span_ms = 3000;
 
     srand(12345);
     const int iters = 100;
