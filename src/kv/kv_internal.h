@@ -3,7 +3,7 @@
  * white-box tests. Nothing here is part of the public API.
  *
  * Module map (one noun per file):
- *   block_hash.c      chained SHA-256 block hashes (one EVP_MD fetch, one reused context)
+ *   block_hash.c      chained SHA-256 block hashes (direct SHA256_* per block; EVP for the rest)
  *   prefix_index.c    open-addressing table of 32-bit ids keyed by a caller's hash/match
  *   block_pool.c      block metadata: refcounts, free queue, LRU of cached blocks
  *   phys_pool.c       reserved/committed byte range addressed by block id
