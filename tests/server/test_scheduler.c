@@ -79,6 +79,7 @@ static void on_event(void *user, const cairn_req_event_t *ev)
     if (ev->usage)
         c->usage = *ev->usage;
     bool cancel = c->cancel_at > 0 && ev->kind == CAIRN_REQ_EVENT_DELTA && c->n_ids[0] >= c->cancel_at;
+    uint64_t cancel_id = c->id;
     if (cancel)
         c->cancel_at = 0;
     if (ev->final) {
@@ -87,7 +88,7 @@ static void on_event(void *user, const cairn_req_event_t *ev)
     }
     pthread_mutex_unlock(&c->mu);
     if (cancel)
-        cairn_sched_cancel(c->sched, c->id);
+        cairn_sched_cancel(c->sched, cancel_id);
 }
 
 static void col_wait(collector_t *c)
@@ -179,11 +180,15 @@ static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
     c->sched = s;
     char err[256] = "";
     uint64_t id = 0;
+    /* Hold the collector's lock until the id is stored: the engine thread may deliver
+     * events (and a cancel_at callback may cancel by id) before submit returns. */
+    pthread_mutex_lock(&c->mu);
     int rc = cairn_sched_submit(s, &p, &id, err, sizeof(err));
+    c->id = id;
+    pthread_mutex_unlock(&c->mu);
     if (rc)
         fprintf(stderr, "submit: %s (%s)\n", cairn_strerror(rc), err);
     assert_int_equal(rc, 0);
-    c->id = id;
     return id;
 }
 
@@ -336,10 +341,10 @@ static void test_preemption_small_pool(void **state)
     enum { N = 16 };
     static req_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 24, 48);
-    /* Distinct salts: nothing is shared. Each request ends at 77-103 tokens (5-7 blocks),
-     * so any 6 running at once overflow the 31 f32 blocks of a 1 MiB pool while they
-     * decode. */
+    make_specs(specs, N, 24, 160);
+    /* Distinct salts: nothing is shared. Each request ends at 189-215 tokens (12-14
+     * blocks), so any 3 running at once overflow the 31 f32 blocks of a 1 MiB pool while
+     * they decode, however the arrivals interleave with the engine thread. */
     static char salts[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
