@@ -239,27 +239,34 @@ char *sse_collect(const char *body, int *n_events, char *finish, size_t finish_c
 
 size_t http_read_until(int fd, const char *needle, int timeout_ms, int *found)
 {
+    /* A sliding window: a long stream (a fast model can send megabytes before the needle)
+     * keeps only the tail that could still hold the start of the needle. */
     char buf[65536];
-    size_t n = 0;
+    size_t n = 0, total = 0, keep = strlen(needle);
     *found = 0;
     int waited = 0;
-    while (waited < timeout_ms && n < sizeof buf - 1) {
+    while (waited < timeout_ms) {
         struct pollfd pf = {fd, POLLIN, 0};
         int pr = poll(&pf, 1, 50);
         waited += 50;
         if (pr <= 0)
             continue;
+        if (n > keep) {
+            memmove(buf, buf + n - keep, keep);
+            n = keep;
+        }
         ssize_t r = recv(fd, buf + n, sizeof buf - 1 - n, 0);
         if (r <= 0)
             break;
         n += (size_t)r;
+        total += (size_t)r;
         buf[n] = '\0';
         if (strstr(buf, needle)) {
             *found = 1;
             break;
         }
     }
-    return n;
+    return total;
 }
 
 double metrics_value(const char *text, const char *name)
