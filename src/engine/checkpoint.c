@@ -7,7 +7,8 @@
  * wins when both exist.
  *
  * Every safetensors file is mapped once, read-only and private, and its header validated
- * (safetensors.c). All tensors of all files go into one sorted table; a name in two files,
+ * (safetensors.c); CAIRN_WEIGHTS_ANON=1 swaps the mapping for an anonymous hugepage copy
+ * (copy_to_anon). All tensors of all files go into one sorted table; a name in two files,
  * a tensor the index places in another shard, a shard the index names but the folder
  * lacks, an expected tensor that is missing or has the wrong shape, and a tensor the
  * config gives no use to are errors. The only tolerated extras are rotary inv_freq
@@ -93,6 +94,43 @@ static ck_entry_t *table_find(cairn_checkpoint_t *ck, const char *name)
     return bsearch(&key, ck->table, ck->n_table, sizeof key, cmp_entry);
 }
 
+/*
+ * CAIRN_WEIGHTS_ANON=1: replaces the file mapping with a read-only private anonymous copy
+ * advised MADV_HUGEPAGE (2 MiB pages where the kernel grants them). Decode streams every
+ * weight byte once per token; on the machines measured (docs/PERFORMANCE.md, Engine) the
+ * kernels read anonymous memory markedly faster than the 4 KiB page-cache pages of the
+ * mapping. Costs resident anonymous memory equal to the file size (the page cache copy
+ * stays, reclaimable) and one read of the file at open. The bytes are identical, so
+ * results are too. Where the copy cannot be allocated or read the mapping is kept.
+ */
+static void copy_to_anon(ck_file_t *f, int fd)
+{
+    const char *e = getenv("CAIRN_WEIGHTS_ANON");
+    if (!e || strcmp(e, "1") != 0)
+        return;
+    void *a = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED)
+        return;
+#ifdef MADV_HUGEPAGE
+    madvise(a, f->size, MADV_HUGEPAGE);
+#endif
+    /* pread, not a memcpy from the mapping: no page faults on the file side. */
+    for (size_t off = 0; off < f->size;) {
+        ssize_t n = pread(fd, (char *)a + off, f->size - off, (off_t)off);
+        if (n <= 0) {
+            munmap(a, f->size);
+            return;
+        }
+        off += (size_t)n;
+    }
+    if (mprotect(a, f->size, PROT_READ) != 0) {
+        munmap(a, f->size);
+        return;
+    }
+    munmap(f->map, f->size);
+    f->map = a;
+}
+
 /* Maps dir/f->name and validates its header. */
 static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
 {
@@ -129,6 +167,7 @@ static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
         st_errf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }
+    copy_to_anon(f, fd);
     close(fd);
     fd = -1;
     rc = st_parse_header(f->map, f->size, path, &f->hdr, err, err_len);
