@@ -27,6 +27,12 @@ void cairn_cli_register(cairn_cli_command_t *cmd);
         cairn_cli_register(&cli_cmd_##ident);                                       \
     }
 
+#include <stddef.h>
+
+/* Prints s[0..n) to stdout as a double-quoted string with \n, \t, \r, quotes,
+ * backslashes and other control bytes escaped (for showing token pieces and texts). */
+void cairn_cli_print_escaped(const char *s, size_t n);
+
 /* Installs a stderr log handler that prints warnings and errors ("cairn: warning: ..."). */
 void cairn_cli_install_logger(int verbose);
 

@@ -40,21 +40,6 @@ static void usage(FILE *out)
             "  --verbose   also print a line for every passing check\n");
 }
 
-static void put_escaped(const char *s, size_t n)
-{
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\t') fputs("\\t", stdout);
-        else if (c == '\r') fputs("\\r", stdout);
-        else if (c < 0x20 || c == 0x7F) printf("\\x%02x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
 /* A short printable name for a case: its label, or the start of its text (escaped). */
 static void make_name(char *out, size_t cap, const char *kind, int index, const char *label,
                       const char *text)
@@ -105,9 +90,9 @@ static bool compare_text(const char *name, const char *got, size_t n, const char
     if (i == n && i == en) return true;
     size_t from = i > 30 ? i - 30 : 0;
     printf("%s: text differs at byte %zu\n    expected: ", name, i);
-    put_escaped(exp + from, (en - from) > 70 ? 70 : en - from);
+    cairn_cli_print_escaped(exp + from, (en - from) > 70 ? 70 : en - from);
     fputs("\n    got:      ", stdout);
-    put_escaped(got + from, (n - from) > 70 ? 70 : n - from);
+    cairn_cli_print_escaped(got + from, (n - from) > 70 ? 70 : n - from);
     printf("\n    (%zu expected bytes, %zu got)\n", en, n);
     return false;
 }

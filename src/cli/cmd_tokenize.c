@@ -24,21 +24,6 @@ static void usage(FILE *out)
             "  --split-special  treat special tokens in TEXT as plain text\n");
 }
 
-static void print_escaped(const char *s, size_t n)
-{
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\t') fputs("\\t", stdout);
-        else if (c == '\r') fputs("\\r", stdout);
-        else if (c < 0x20 || c == 0x7F) printf("\\x%02x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
 static char *read_stdin(size_t *len)
 {
     size_t cap = 4096, n = 0;
@@ -114,7 +99,7 @@ static int run(int argc, char **argv)
             size_t plen = 0;
             cairn_tokenizer_token_to_piece(tok, ids[i], buf, sizeof buf, &plen);
             printf("%d\t%s\t", ids[i], cairn_tokenizer_token_text(tok, ids[i]));
-            print_escaped(buf, plen < sizeof buf ? plen : sizeof buf);
+            cairn_cli_print_escaped(buf, plen < sizeof buf ? plen : sizeof buf);
             putchar('\n');
         }
     } else {

@@ -32,6 +32,27 @@ static void log_to_stderr(cairn_log_level_t level, const char *msg, void *user)
 
 void cairn_cli_install_logger(int verbose) { cairn_log_set_handler(log_to_stderr, (void *)(long)verbose); }
 
+void cairn_cli_print_escaped(const char *s, size_t n)
+{
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c < 0x20 || c == 0x7F)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
