@@ -1,0 +1,213 @@
+/*
+ * models/gemma3/gemma3.h — the Gemma 3 text family: config, weights and forward pass.
+ *
+ * Model (HF Gemma3ForCausalLM / the text model inside Gemma3ForConditionalGeneration,
+ * transformers 5.x, float32 compute):
+ *
+ *   x = embed[token] * sqrt(hidden)                      scale rounded to float32 once
+ *   for each layer l (kind sliding or full, per layer_types):
+ *       h = rmsnorm1p(x, input_layernorm)                 rmsnorm1p: x/rms(x) * (1 + w)
+ *       q, k, v = h Wq^T, h Wk^T, h Wv^T
+ *       q, k = rmsnorm1p per head (q_norm, k_norm)
+ *       q, k = rope(q, pos), rope(k, pos)                 inv_freq of the layer's kind
+ *       store k, v at (l, pos)
+ *       a = softmax(cap(q k^T * query_pre_attn_scalar^-1/2)) v   over the window of l
+ *       x = x + rmsnorm1p(a Wo^T, post_attention_layernorm)
+ *       h = rmsnorm1p(x, pre_feedforward_layernorm)
+ *       x = x + rmsnorm1p((gelu_tanh(h Wgate^T) * h Wup^T) Wdown^T, post_feedforward_layernorm)
+ *   logits = cap(rmsnorm1p(x, norm) Wlm^T)                lm_head = embed when tied
+ *
+ * A sliding layer at position p attends to keys (p - W, p]; a full layer to [0, p].
+ * cap(s) = tanh(s / c) * c where the config sets the soft cap c, else s.
+ *
+ * Thread-safety: a config and a weights object are immutable after creation; a forward
+ * state (gemma3_fwd_t) runs one call at a time.
+ */
+#ifndef CAIRN_MODELS_GEMMA3_H
+#define CAIRN_MODELS_GEMMA3_H
+
+#include "cairn/checkpoint.h"
+#include "engine/attention.h"
+#include "engine/kernels.h"
+
+#define GEMMA3_MAX_LAYERS 1024
+
+/* The two attention kinds; a layer's kind picks its window and its RoPE frequencies. */
+typedef enum { GEMMA3_SLIDING = 0, GEMMA3_FULL = 1 } gemma3_kind_t;
+
+/* RoPE of one attention kind: "default", or "linear" (inv_freq / factor). */
+typedef struct {
+    float theta;
+    float linear_factor;  /* 1 for "default" */
+} gemma3_rope_t;
+
+typedef struct {
+    char model_type[32];       /* "gemma3_text" or "gemma3" (text_config) */
+    int n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab, max_pos;
+    float rms_eps;
+    bool tie_embeddings;
+    int sliding_window;        /* W of the sliding layers */
+    float attn_scale;          /* query_pre_attn_scalar ** -0.5, rounded to float32 */
+    float embed_scale;         /* sqrt(hidden), rounded to float32 */
+    float attn_softcap;        /* attn_logit_softcapping; 0 = off */
+    float final_softcap;       /* final_logit_softcapping; 0 = off */
+    gemma3_rope_t rope[2];     /* [GEMMA3_SLIDING], [GEMMA3_FULL] */
+    uint8_t kind[GEMMA3_MAX_LAYERS]; /* [n_layers] gemma3_kind_t */
+    int bos_id;                /* -1 when null */
+    int n_eos;
+    int eos_ids[CAIRN_MAX_EOS];
+} gemma3_config_t;
+
+/*
+ * Parses a Gemma 3 config.json text (len bytes) into *out: model_type "gemma3_text", or
+ * "gemma3" whose "text_config" holds the text model (eos/bos and tie_word_embeddings may
+ * sit at either level; the text config wins). Defaults are Gemma3TextConfig's.
+ *
+ * Layer kinds come from "layer_types" (each "sliding_attention" or "full_attention", one
+ * per layer), else from "sliding_window_pattern" / "_sliding_window_pattern" P (layer i is
+ * full when (i + 1) % P == 0; default 6). RoPE comes from "rope_parameters" keyed by
+ * layer kind (transformers >= 5), or from "rope_local_base_freq" (sliding) and
+ * "rope_theta" + "rope_scaling" (full); rope types "default" and "linear".
+ *
+ * Errors (message in err naming the field): CAIRN_EFORMAT for malformed or inconsistent
+ * values; CAIRN_EUNSUPPORTED for a field that changes the math in a way not implemented
+ * (attention_bias, use_bidirectional_attention, another hidden_activation, another rope
+ * type, quantization_config) or another model_type. Pure; thread-safe.
+ */
+int gemma3_config_parse(const char *json, size_t len, gemma3_config_t *out, char *err,
+                        size_t err_len);
+
+/* Per-layer weights. Projections stay in their file dtype, [out][in] (HF layout). */
+typedef struct {
+    cairn_tensor_t wq;          /* [n_heads*head_dim, hidden]   self_attn.q_proj */
+    cairn_tensor_t wk;          /* [n_kv_heads*head_dim, hidden] self_attn.k_proj */
+    cairn_tensor_t wv;          /* [n_kv_heads*head_dim, hidden] self_attn.v_proj */
+    cairn_tensor_t wo;          /* [hidden, n_heads*head_dim]   self_attn.o_proj */
+    cairn_tensor_t w_gate;      /* [ffn, hidden]                mlp.gate_proj */
+    cairn_tensor_t w_up;        /* [ffn, hidden]                mlp.up_proj */
+    cairn_tensor_t w_down;      /* [hidden, ffn]                mlp.down_proj */
+    /* Norm weights as float32 (1 + w), precomputed as HF computes 1.0 + w.float(). */
+    const float *attn_norm;     /* [hidden]   input_layernorm */
+    const float *post_attn_norm;/* [hidden]   post_attention_layernorm */
+    const float *pre_ffn_norm;  /* [hidden]   pre_feedforward_layernorm */
+    const float *post_ffn_norm; /* [hidden]   post_feedforward_layernorm */
+    const float *q_norm;        /* [head_dim] self_attn.q_norm */
+    const float *k_norm;        /* [head_dim] self_attn.k_norm */
+} gemma3_layer_t;
+
+typedef struct {
+    cairn_tensor_t embed;       /* [vocab, hidden] embed_tokens */
+    cairn_tensor_t lm_head;     /* [vocab, hidden] lm_head, or embed when tied */
+    const float *norm;          /* [hidden] 1 + final norm weight */
+    gemma3_layer_t *layers;     /* [n_layers] */
+    float *norms;               /* owns every (1 + w) array above */
+} gemma3_weights_t;
+
+/*
+ * Looks up tensor `name` with shape dims[0..ndim) and fills *out; CAIRN_ENOENT when
+ * absent, CAIRN_EFORMAT on a shape mismatch (err says which). The weight source (a
+ * checkpoint) implements it.
+ */
+typedef int (*gemma3_tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *dims,
+                                cairn_tensor_t *out, char *err, size_t err_len);
+/* True when the source holds a tensor of that name (used to find the name prefix). */
+typedef bool (*gemma3_has_tensor_fn)(void *ctx, const char *name);
+
+/*
+ * Binds every tensor of the text model through `get`, under the first prefix that holds
+ * "embed_tokens.weight": "model." (Gemma3ForCausalLM), "model.language_model."
+ * (transformers 5 Gemma3ForConditionalGeneration) or "language_model.model." (older
+ * multimodal checkpoints). lm_head.weight is bound when untied. Precomputes the (1 + w)
+ * norm arrays. On success w owns them: free with gemma3_weights_fini. Errors from `get`
+ * pass through; CAIRN_ENOMEM.
+ */
+int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_tensor_fn get,
+                        gemma3_has_tensor_fn has, void *ctx, char *err, size_t err_len);
+void gemma3_weights_fini(gemma3_weights_t *w);
+
+/* ---- attention (windowed, scaled, soft-capped) ---- */
+
+/* One query row: a token at position pos of the sequence behind kv. */
+typedef struct {
+    const float *q;     /* [n_heads * head_dim] rotated query */
+    float *out;         /* [n_heads * head_dim] */
+    const attn_kv_t *kv;
+    int pos;
+} gemma3_query_t;
+
+typedef struct {
+    int n_heads, n_kv_heads, head_dim;
+    cairn_dtype_t kv_dtype;
+    float scale;        /* applied to q.k */
+    float softcap;      /* 0 = off */
+    int max_positions;  /* longest sequence */
+    float *scratch;     /* [n_slots][gemma3_attn_scratch_floats()] */
+    int n_slots;
+} gemma3_attn_cfg_t;
+
+size_t gemma3_attn_scratch_floats(const gemma3_attn_cfg_t *a);
+/*
+ * out = softmax(cap(scale * q.k)) v for every (query, head) over keys [lo, pos], lo =
+ * max(0, pos - window + 1) (window 0: lo = 0), reading K/V of `layer` through each query's
+ * accessor; only keys in the window are read, so a sliding layer's released blocks are
+ * never touched. Order per row (fixed; depends only on pos, window and head_dim): scores
+ * in kern_dot's order, then one product by scale, then the cap; max and exp-sum in 16
+ * lanes by absolute position (lane j % 16, blocks of 16 aligned to position 0, keys below
+ * lo are padding), reduced by the kernels' fixed tree; then acc = fma(e_j, v_j, acc) by
+ * increasing j, out = acc / sum. Work is split by (query, K/V head); the bits do not
+ * depend on the split or the thread count.
+ */
+void gemma3_attention(cairn_thread_pool_t *tp, const gemma3_attn_cfg_t *a, int layer, int window,
+                      const gemma3_query_t *queries, int n_queries);
+
+/* out[i] = gelu_tanh(gate[i]) * up[i] (see gelu_tanh.c for the exact operations). */
+void gemma3_gelu_tanh_mul(float *out, const float *gate, const float *up, int n);
+float gemma3_gelu_tanh(float x);
+
+/* ---- forward pass ---- */
+
+typedef struct {
+    int seq;        /* index into the views passed to gemma3_fwd_run */
+    int pos;        /* absolute position */
+    int32_t token;
+    int out_row;    /* logits row to write, or -1 */
+} gemma3_row_t;
+
+typedef struct {
+    const gemma3_config_t *cfg;
+    const gemma3_weights_t *w;
+    cairn_thread_pool_t *tp;
+    cairn_math_t math;
+    cairn_dtype_t kv_dtype;
+    int max_rows;
+    float *inv_freq;       /* [2][head_dim/2] per kind */
+    float *x;              /* [max_rows][hidden]  residual stream */
+    float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
+    float *xb2;            /* [max_rows][hidden]  sub-layer output */
+    float *q;              /* [max_rows][n_heads*head_dim] */
+    float *k;              /* [max_rows][n_kv_heads*head_dim] */
+    float *v;              /* [max_rows][n_kv_heads*head_dim] */
+    float *att;            /* [max_rows][n_heads*head_dim] */
+    float *hb;             /* [max_rows][ffn] gate, then gelu(gate)*up */
+    float *hb2;            /* [max_rows][ffn] up */
+    float *rope_cs;        /* [2][max_rows][head_dim] cos/sin pairs per kind and row */
+    float *head_tmp;       /* [head_dim] */
+    gemma3_query_t *queries; /* [max_rows] */
+    gemma3_attn_cfg_t attn;
+} gemma3_fwd_t;
+
+/* Allocates the scratch of max_rows rows over sequences of at most max_positions. */
+int gemma3_fwd_init(gemma3_fwd_t *f, const gemma3_config_t *cfg, const gemma3_weights_t *w,
+                    cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
+                    int max_rows, int max_positions);
+void gemma3_fwd_fini(gemma3_fwd_t *f);
+/*
+ * Runs rows [n_rows] through every layer, storing their K/V through views[row.seq]
+ * (each row's storage must exist; a sequence's rows in increasing position order,
+ * contiguous with what is stored), and writes logits [vocab] for every row with
+ * out_row >= 0 at logits + out_row * vocab (consecutive out_rows).
+ */
+void gemma3_fwd_run(gemma3_fwd_t *f, const gemma3_row_t *rows, int n_rows,
+                    const attn_kv_t *views, float *logits);
+
+#endif
