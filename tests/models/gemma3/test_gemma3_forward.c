@@ -55,7 +55,7 @@ static int load_floats(const cJSON *a, float **out)
 static ref_case_t *load_cases(int vocab, int *n)
 {
     char path[1200];
-    size_t len;
+    size_t len = 0;
     snprintf(path, sizeof path, "%s/reference.json", model_dir);
     char *text = g3_read_text(path, &len);
     assert_non_null(text);
