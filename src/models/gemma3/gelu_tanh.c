@@ -15,7 +15,7 @@
  */
 #include <math.h>
 
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 #include "models/gemma3/gemma3.h"
 
 #define GELU_KAPPA 0.044715f

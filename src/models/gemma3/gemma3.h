@@ -27,8 +27,8 @@
 #define CAIRN_MODELS_GEMMA3_H
 
 #include "cairn/checkpoint.h"
-#include "engine/attention.h"
-#include "engine/kernels.h"
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels.h"
 
 #define GEMMA3_MAX_LAYERS 1024
 

@@ -19,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 #include "models/gemma3/gemma3.h"
 
 typedef struct {

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "engine/attention.h"
+#include "compute/cpu/attention.h"
 #include "models/gemma3/gemma3.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
