@@ -28,7 +28,7 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_cold.h"
-#include "engine/kernels.h"
+#include "compute/cpu/kernels.h"
 #include "engine/kv_flat.h"
 #include "engine/kv_paged.h"
 #include "engine/seq_state.h"

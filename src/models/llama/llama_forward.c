@@ -32,7 +32,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/kernels.h"
+#include "compute/cpu/kernels.h"
 #include "engine/rope.h"
 #include "models/llama/llama.h"
 
