@@ -26,9 +26,8 @@
 #ifndef CAIRN_MODELS_GEMMA3_H
 #define CAIRN_MODELS_GEMMA3_H
 
-#include "cairn/checkpoint.h"
-#include "compute/cpu/attention.h"
 #include "compute/cpu/kernels.h"
+#include "models/family.h"
 
 #define GEMMA3_MAX_LAYERS 1024
 
@@ -53,15 +52,14 @@ typedef struct {
     float final_softcap;       /* final_logit_softcapping; 0 = off */
     gemma3_rope_t rope[2];     /* [GEMMA3_SLIDING], [GEMMA3_FULL] */
     uint8_t kind[GEMMA3_MAX_LAYERS]; /* [n_layers] gemma3_kind_t */
-    int bos_id;                /* -1 when null */
-    int n_eos;
-    int eos_ids[CAIRN_MAX_EOS];
 } gemma3_config_t;
 
 /*
- * Parses a Gemma 3 config.json text (len bytes) into *out: model_type "gemma3_text", or
- * "gemma3" whose "text_config" holds the text model (eos/bos and tie_word_embeddings may
- * sit at either level; the text config wins). Defaults are Gemma3TextConfig's.
+ * Parses a Gemma 3 config.json (hf: model_type "gemma3_text", or "gemma3" whose
+ * "text_config" holds the text model) into the family's config *g and the common *cfg
+ * (sizes, the full layers' RoPE theta, special tokens: eos/bos and tie_word_embeddings
+ * may sit at either level of a gemma3 file; the text config wins). Defaults are
+ * Gemma3TextConfig's.
  *
  * Layer kinds come from "layer_types" (each "sliding_attention" or "full_attention", one
  * per layer), else from "sliding_window_pattern" / "_sliding_window_pattern" P (layer i is
@@ -74,8 +72,8 @@ typedef struct {
  * (attention_bias, use_bidirectional_attention, another hidden_activation, another rope
  * type, quantization_config) or another model_type. Pure; thread-safe.
  */
-int gemma3_config_parse(const char *json, size_t len, gemma3_config_t *out, char *err,
-                        size_t err_len);
+int gemma3_config_from_hf(const hf_config_t *hf, cairn_model_config_t *cfg, gemma3_config_t *g,
+                          char *err, size_t err_len);
 
 /* Per-layer weights. Projections stay in their file dtype, [out][in] (HF layout). */
 typedef struct {
@@ -104,26 +102,29 @@ typedef struct {
 } gemma3_weights_t;
 
 /*
- * Looks up tensor `name` with shape dims[0..ndim) and fills *out; CAIRN_ENOENT when
- * absent, CAIRN_EFORMAT on a shape mismatch (err says which). The weight source (a
- * checkpoint) implements it.
+ * Binds every tensor of the text model from ts (fmt_tensors_bind: name and shape), under
+ * the first prefix that holds "embed_tokens.weight": "model." (Gemma3ForCausalLM),
+ * "model.language_model." (transformers 5 Gemma3ForConditionalGeneration) or
+ * "language_model.model." (older multimodal checkpoints). lm_head.weight is bound when
+ * untied. Precomputes the (1 + w) norm arrays. On success w owns them: free with
+ * gemma3_weights_fini. Errors from fmt_tensors_bind pass through (err names the tensor);
+ * CAIRN_ENOMEM.
  */
-typedef int (*gemma3_tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *dims,
-                                cairn_tensor_t *out, char *err, size_t err_len);
-/* True when the source holds a tensor of that name (used to find the name prefix). */
-typedef bool (*gemma3_has_tensor_fn)(void *ctx, const char *name);
-
-/*
- * Binds every tensor of the text model through `get`, under the first prefix that holds
- * "embed_tokens.weight": "model." (Gemma3ForCausalLM), "model.language_model."
- * (transformers 5 Gemma3ForConditionalGeneration) or "language_model.model." (older
- * multimodal checkpoints). lm_head.weight is bound when untied. Precomputes the (1 + w)
- * norm arrays. On success w owns them: free with gemma3_weights_fini. Errors from `get`
- * pass through; CAIRN_ENOMEM.
- */
-int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_tensor_fn get,
-                        gemma3_has_tensor_fn has, void *ctx, char *err, size_t err_len);
+int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, fmt_tensors_t *ts,
+                        char *err, size_t err_len);
+/* Whether a tensor the text model leaves unbound may sit in the folder: the vision tower
+ * and projector of a gemma3 (multimodal) checkpoint, rotary inv_freq buffers, and
+ * lm_head.weight of a tied model (transformers ignores all of them). */
+bool gemma3_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name);
 void gemma3_weights_fini(gemma3_weights_t *w);
+
+/* The family's state of one model (cairn_model_t.priv). */
+typedef struct {
+    gemma3_config_t cfg;
+    gemma3_weights_t w;
+} gemma3_t;
+
+extern const cairn_family_t cairn_family_gemma3;
 
 /* ---- attention (windowed, scaled, soft-capped) ---- */
 
@@ -167,13 +168,6 @@ float gemma3_gelu_tanh(float x);
 /* ---- forward pass ---- */
 
 typedef struct {
-    int seq;        /* index into the views passed to gemma3_fwd_run */
-    int pos;        /* absolute position */
-    int32_t token;
-    int out_row;    /* logits row to write, or -1 */
-} gemma3_row_t;
-
-typedef struct {
     const gemma3_config_t *cfg;
     const gemma3_weights_t *w;
     cairn_thread_pool_t *tp;
@@ -202,12 +196,15 @@ int gemma3_fwd_init(gemma3_fwd_t *f, const gemma3_config_t *cfg, const gemma3_we
                     int max_rows, int max_positions);
 void gemma3_fwd_fini(gemma3_fwd_t *f);
 /*
- * Runs rows [n_rows] through every layer, storing their K/V through views[row.seq]
- * (each row's storage must exist; a sequence's rows in increasing position order,
- * contiguous with what is stored), and writes logits [vocab] for every row with
- * out_row >= 0 at logits + out_row * vocab (consecutive out_rows).
+ * One batched step under the contract of models/family.h (fwd_step): runs b's rows
+ * through every layer, storing their K/V through b->seqs[row.seq].kv, and writes logits
+ * [vocab] for every row with out_row >= 0 at b->logits + out_row * vocab.
  */
-void gemma3_fwd_run(gemma3_fwd_t *f, const gemma3_row_t *rows, int n_rows,
-                    const attn_kv_t *views, float *logits);
+void gemma3_fwd_run(gemma3_fwd_t *f, const cairn_fwd_batch_t *b);
+
+/* The family's fwd_create / fwd_destroy / fwd_step (gemma3_forward.c). */
+int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);
+void gemma3_fwd_destroy(void *fwd);
+int gemma3_fwd_step(void *fwd, const cairn_fwd_batch_t *batch);
 
 #endif

@@ -69,9 +69,11 @@ static void softcap(float *x, size_t n, float cap)
         x[i] = tanhf(x[i] / cap) * cap;
 }
 
-void gemma3_fwd_run(gemma3_fwd_t *f, const gemma3_row_t *rows, int n, const attn_kv_t *views,
-                    float *logits)
+void gemma3_fwd_run(gemma3_fwd_t *f, const cairn_fwd_batch_t *b)
 {
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
+    float *logits = b->logits;
     const gemma3_config_t *c = f->cfg;
     const gemma3_weights_t *w = f->w;
     const int dim = c->hidden, hd = c->head_dim;
@@ -106,7 +108,7 @@ void gemma3_fwd_run(gemma3_fwd_t *f, const gemma3_row_t *rows, int n, const attn
             kern_rope(q, c->n_heads, hd, cs);
             kern_rope(k, c->n_kv_heads, hd, cs);
 
-            const attn_kv_t *kv = &views[rows[r].seq];
+            const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
             void *kst, *vst;
             int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
             CAIRN_ASSERT(ok > 0);
@@ -234,4 +236,37 @@ void gemma3_fwd_fini(gemma3_fwd_t *f)
     cairn_free(f->queries);
     cairn_free(f->attn.scratch);
     memset(f, 0, sizeof(*f));
+}
+
+/* ---- the family's forward context (models/family.h) ---- */
+
+int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
+{
+    *out = NULL;
+    const gemma3_t *g = m->priv;
+    gemma3_fwd_t *f = cairn_calloc(1, sizeof *f);
+    if (!f)
+        return CAIRN_ENOMEM;
+    int rc = gemma3_fwd_init(f, &g->cfg, &g->w, env->tp, (cairn_math_t)env->math, env->kv_dtype,
+                             env->max_rows, env->max_positions);
+    if (rc) {
+        cairn_free(f);
+        return rc;
+    }
+    *out = f;
+    return CAIRN_OK;
+}
+
+void gemma3_fwd_destroy(void *fwd)
+{
+    if (!fwd)
+        return;
+    gemma3_fwd_fini(fwd);
+    cairn_free(fwd);
+}
+
+int gemma3_fwd_step(void *fwd, const cairn_fwd_batch_t *batch)
+{
+    gemma3_fwd_run(fwd, batch);
+    return CAIRN_OK;
 }

@@ -1,8 +1,7 @@
 /*
  * gemma3_weights.c — binds a Gemma 3 text model's tensors and precomputes its norms.
  *
- * Tensors come from a caller-supplied source (gemma3_tensor_fn), so the same binding
- * serves every checkpoint reader. Projections and the embedding stay as mapped, in their
+ * Tensors come from the checkpoint's tensor table (formats/weights_folder.h). Projections and the embedding stay as mapped, in their
  * file dtype. Every RMSNorm weight w is turned once into float32 (1 + w), the operation
  * HF runs on every call (`1.0 + self.weight.float()`), so the forward pass multiplies by
  * the same float32 values; all of them live in one allocation owned by the weights.
@@ -12,19 +11,19 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/gemma3/gemma3.h"
 
 /* The name prefixes of the text model, most common first. */
 static const char *const prefixes[] = {"model.", "model.language_model.", "language_model.model."};
 
 /* Binds a norm weight [n] and writes 1 + w (float32) into dst. */
-static int bind_norm(gemma3_tensor_fn get, void *ctx, const char *name, int n, float *dst,
-                     char *err, size_t err_len)
+static int bind_norm(fmt_tensors_t *ts, const char *name, int n, float *dst, char *err,
+                     size_t err_len)
 {
     cairn_tensor_t t;
     int64_t dims[1] = {n};
-    int rc = get(ctx, name, 1, dims, &t, err, err_len);
+    int rc = fmt_tensors_bind(ts, name, 1, dims, &t, err, err_len);
     if (rc)
         return rc;
     kern_row_to_f32(dst, t.data, t.dtype, n);
@@ -33,15 +32,15 @@ static int bind_norm(gemma3_tensor_fn get, void *ctx, const char *name, int n, f
     return 0;
 }
 
-int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_tensor_fn get,
-                        gemma3_has_tensor_fn has, void *ctx, char *err, size_t err_len)
+int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, fmt_tensors_t *ts,
+                        char *err, size_t err_len)
 {
     memset(w, 0, sizeof *w);
     const char *pre = NULL;
     char name[192];
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(prefixes) && !pre; i++) {
         snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
-        if (has(ctx, name))
+        if (fmt_tensors_has(ts, name))
             pre = prefixes[i];
     }
     if (!pre) {
@@ -64,15 +63,15 @@ int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_te
     int64_t o[2] = {H, (int64_t)c->n_heads * hd}, up[2] = {c->ffn, H}, down[2] = {H, c->ffn};
 
     snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
-    if ((rc = get(ctx, name, 2, vh, &w->embed, err, err_len)))
+    if ((rc = fmt_tensors_bind(ts, name, 2, vh, &w->embed, err, err_len)))
         goto fail;
     if (c->tie_embeddings)
         w->lm_head = w->embed;
-    else if ((rc = get(ctx, "lm_head.weight", 2, vh, &w->lm_head, err, err_len)))
+    else if ((rc = fmt_tensors_bind(ts, "lm_head.weight", 2, vh, &w->lm_head, err, err_len)))
         goto fail;
     float *nb = w->norms;
     snprintf(name, sizeof name, "%snorm.weight", pre);
-    if ((rc = bind_norm(get, ctx, name, H, nb, err, err_len)))
+    if ((rc = bind_norm(ts, name, H, nb, err, err_len)))
         goto fail;
     w->norm = nb;
     nb += H;
@@ -91,7 +90,7 @@ int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_te
         };
         for (size_t i = 0; i < CAIRN_ARRAY_LEN(mats); i++) {
             snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, mats[i].suffix);
-            if ((rc = get(ctx, name, 2, mats[i].dims, mats[i].dst, err, err_len)))
+            if ((rc = fmt_tensors_bind(ts, name, 2, mats[i].dims, mats[i].dst, err, err_len)))
                 goto fail;
         }
         struct {
@@ -108,7 +107,7 @@ int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_te
         };
         for (size_t i = 0; i < CAIRN_ARRAY_LEN(norms); i++) {
             snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, norms[i].suffix);
-            if ((rc = bind_norm(get, ctx, name, norms[i].n, nb, err, err_len)))
+            if ((rc = bind_norm(ts, name, norms[i].n, nb, err, err_len)))
                 goto fail;
             *norms[i].dst = nb;
             nb += norms[i].n;
@@ -118,6 +117,21 @@ int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, gemma3_te
 fail:
     gemma3_weights_fini(w);
     return rc;
+}
+
+bool gemma3_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name)
+{
+    (void)priv;
+    static const char *const vision[] = {"vision_tower.", "multi_modal_projector.",
+                                         "model.vision_tower.", "model.multi_modal_projector."};
+    static const char inv_freq[] = "rotary_emb.inv_freq";
+    const size_t n = strlen(name), k = sizeof inv_freq - 1;
+    if (!strcmp(cfg->model_type, "gemma3"))
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(vision); i++)
+            if (!strncmp(name, vision[i], strlen(vision[i])))
+                return true;
+    return (cfg->tie_embeddings && !strcmp(name, "lm_head.weight")) ||
+           (n >= k && !strcmp(name + n - k, inv_freq));
 }
 
 void gemma3_weights_fini(gemma3_weights_t *w)

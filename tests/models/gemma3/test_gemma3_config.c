@@ -12,11 +12,52 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "models/gemma3/gemma3_test_util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gemma3/gemma3.h"
+
+/* The common config of the last parse. */
+static cairn_model_config_t common;
+
+/* config.json text -> the family's config (and `common`), as the loader calls it. */
+static int parse_len(const char *json, size_t len, gemma3_config_t *c, char *err, size_t err_len)
+{
+    cJSON *doc = NULL;
+    hf_config_t hf;
+    memset(c, 0, sizeof *c);
+    memset(&common, 0, sizeof common);
+    int rc = hf_config_parse(json, len, &doc, &hf, err, err_len);
+    if (rc == 0)
+        rc = gemma3_config_from_hf(&hf, &common, c, err, err_len);
+    cJSON_Delete(doc);
+    return rc;
+}
 
 static int parse(const char *json, gemma3_config_t *c, char *err, size_t err_len)
 {
-    return gemma3_config_parse(json, strlen(json), c, err, err_len);
+    return parse_len(json, strlen(json), c, err, err_len);
+}
+
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
 }
 
 static void test_fixture(void **state)
@@ -25,10 +66,10 @@ static void test_fixture(void **state)
     char path[1024], err[256] = "";
     size_t len = 0;
     snprintf(path, sizeof path, "%s/models/gemma3/config.json", CAIRN_FIXTURES_DIR);
-    char *text = g3_read_text(path, &len);
+    char *text = read_text(path, &len);
     assert_non_null(text);
     gemma3_config_t c;
-    assert_int_equal(gemma3_config_parse(text, len, &c, err, sizeof err), 0);
+    assert_int_equal(parse_len(text, len, &c, err, sizeof err), 0);
     free(text);
     assert_string_equal(c.model_type, "gemma3_text");
     assert_int_equal(c.n_layers, 6);
@@ -49,9 +90,13 @@ static void test_fixture(void **state)
     assert_true(c.embed_scale == (float)sqrt(128.0));
     assert_true(c.attn_softcap == 0 && c.final_softcap == 0);
     assert_true(c.tie_embeddings);
-    assert_int_equal(c.n_eos, 1);
-    assert_int_equal(c.eos_ids[0], 4095);
-    assert_int_equal(c.bos_id, -1);
+    assert_int_equal(common.n_eos, 1);
+    assert_int_equal(common.eos_ids[0], 4095);
+    assert_int_equal(common.bos_id, -1);
+    assert_int_equal(common.n_layers, 6);
+    assert_int_equal(common.head_dim, 32);
+    assert_true(common.rope_theta == 1000000.0f);
+    assert_true(common.tie_embeddings);
 }
 
 #define BASE "\"hidden_size\": 64, \"num_hidden_layers\": 8, \"num_attention_heads\": 4, " \
@@ -64,11 +109,13 @@ static void test_rope_spellings_agree(void **state)
     (void)state;
     char err[256] = "";
     gemma3_config_t a, b;
+    cairn_model_config_t ca;
     assert_int_equal(parse("{\"model_type\": \"gemma3_text\", " BASE ", \"rope_theta\": 1000000, "
                            "\"rope_local_base_freq\": 10000, \"sliding_window_pattern\": 3, "
                            "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}",
                            &a, err, sizeof err),
                      0);
+    ca = common;
     assert_int_equal(
         parse("{\"model_type\": \"gemma3_text\", " BASE ", \"layer_types\": [\"sliding_attention\", "
               "\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\", "
@@ -78,6 +125,8 @@ static void test_rope_spellings_agree(void **state)
               &b, err, sizeof err),
         0);
     assert_memory_equal(&a, &b, sizeof a);
+    assert_memory_equal(&ca, &common, sizeof ca);
+    assert_true(common.rope_factor == 8.0f);
     assert_true(a.rope[GEMMA3_FULL].linear_factor == 8.0f);
     assert_true(a.rope[GEMMA3_SLIDING].linear_factor == 1.0f);
     assert_true(a.rope[GEMMA3_SLIDING].theta == 10000.0f);
@@ -118,8 +167,8 @@ static void test_text_config_wrapper(void **state)
                      0);
     assert_string_equal(c.model_type, "gemma3");
     assert_int_equal(c.hidden, 64);
-    assert_int_equal(c.n_eos, 2);
-    assert_int_equal(c.eos_ids[1], 106);
+    assert_int_equal(common.n_eos, 2);
+    assert_int_equal(common.eos_ids[1], 106);
     assert_true(c.final_softcap == 30.0f && c.attn_softcap == 50.0f);
     assert_true(c.tie_embeddings);
     assert_int_equal(parse("{\"model_type\": \"gemma3\", \"tie_word_embeddings\": false, "
