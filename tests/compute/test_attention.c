@@ -247,8 +247,10 @@ static void test_attention_all(void **state)
 static void test_primitives(void **state)
 {
     (void)state;
-    const attn_impl_t *ims[3] = {&attn__generic, kern_impl_available("avx2") ? &attn__avx2 : NULL,
-                                 kern_impl_available("avx512") ? &attn__avx512 : NULL};
+    /* Each implementation's primitives, as the kernel registry resolves them. */
+    const attn_impl_t *ims[3] = {&attn__generic,
+                                 kern_impl_available("avx2") ? kern__impl_by_name("avx2")->attn : NULL,
+                                 kern_impl_available("avx512") ? kern__impl_by_name("avx512")->attn : NULL};
     const int hds[] = {16, 24, 64, 128};
     float q[128], kb[16 * 128], s[16];
     for (int m = 0; m < 3; m++) {
