@@ -142,13 +142,17 @@ static int window_lo(const attn_math_t *m, int pos)
     return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0;
 }
 
+/* Bits [i, i + n) of a key block's mask. */
+static uint64_t bit_run(int i, int n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
+
 /*
  * Widens the K (or V) rows [k0, k0 + nk) of K/V head kvh into buf [KEY_BLOCK][hd], and
  * zeroes the rows after them up to the next multiple of 16 (scores16 reads whole groups).
- * Positions without storage become zero rows; bit i of the result is set when position
- * k0 + i has none.
+ * Positions below lo_min (before the window of every query of the tile) are never asked
+ * of the accessor, and positions it reports without storage are not read: both become
+ * zero rows, and bit i of the result is set for such a position k0 + i.
  */
-static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int kvh,
+static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
                            bool want_v, float *buf)
 {
     const attn_cfg_t *cfg = job->cfg;
@@ -156,7 +160,13 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
     const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd); /* one position */
     const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
     uint64_t missing = 0;
-    for (int i = 0; i < nk;) {
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(buf, 0, (size_t)i * hd * sizeof(float));
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
         void *k = NULL, *v = NULL;
         int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
         CAIRN_ASSERT(run > 0);
@@ -165,7 +175,7 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
         const unsigned char *src = want_v ? v : k;
         if (!src) { /* no storage (a null block): masked, and read as zeros */
             memset(buf + (size_t)i * hd, 0, (size_t)run * hd * sizeof(float));
-            missing |= (run >= 64 ? ~0ull : ((1ull << run) - 1)) << i;
+            missing |= bit_run(i, run);
         } else {
             job->kv->rows_to_f32(buf + (size_t)i * hd, src + head_off, row_bytes, run, hd);
         }
@@ -211,21 +221,22 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     const attn_query_t *qs = job->queries + q0;
     const attn_kv_t *kv = qs[0].kv;
 
-    /* The keys of the tile: [first, span), first on a key block boundary. */
-    int span = 0, first = cfg->max_positions;
+    /* The keys of the tile: [first, span), first on a key block boundary; none below
+     * lo_min is visible to any of its queries. */
+    int span = 0, lo_min = cfg->max_positions;
     for (int t = 0; t < nt; t++) {
         if (qs[t].pos + 1 > span)
             span = qs[t].pos + 1;
-        int b0 = window_lo(m, qs[t].pos) / 16 * 16;
-        if (b0 < first)
-            first = b0;
+        int lo = window_lo(m, qs[t].pos);
+        if (lo < lo_min)
+            lo_min = lo;
     }
-    first = first / KEY_BLOCK * KEY_BLOCK;
+    const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
 
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        uint64_t missing = load_block(job, kv, k0, nk, kvh, false, kvbuf);
+        uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         for (int t = 0; t < nt; t++) {
             const int pos = qs[t].pos, lo = window_lo(m, pos), b0 = lo / 16 * 16;
             const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
@@ -250,7 +261,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        load_block(job, kv, k0, nk, kvh, true, kvbuf);
+        load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
         for (int t = 0; t < nt; t++) {
             const int pos = qs[t].pos, b0 = window_lo(m, pos) / 16 * 16;
             const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;

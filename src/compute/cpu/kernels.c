@@ -291,6 +291,10 @@ static void resolve_one(kern_impl_t *dst, const kern_impl_t *src)
             dst->glu[a] = kern__scalar.glu[a];
     if (!dst->attn)
         dst->attn = kern__scalar.attn;
+    if (!dst->conv_step)
+        dst->conv_step = kern__scalar.conv_step;
+    if (!dst->delta_step)
+        dst->delta_step = kern__scalar.delta_step;
 }
 
 static void resolve_all(void)

@@ -60,6 +60,15 @@ typedef struct kern_impl {
     /* BF16-math matmuls run at full speed (not the scalar emulation). */
     bool bf16_math_fast;
     const struct attn_impl *attn;
+    /* Kernels behind the backend's optional ops (backend.h: short_conv, delta_rule), for
+     * the hybrid families' issues to fill; NULL where an implementation has none:
+     *   conv_step: out [C] = one token of a causal depthwise convolution over the rows
+     *     state [K-1][C] (oldest first) and x [C] with taps w [K][C] (no state shift);
+     *   delta_step: one token of the gated delta rule for one value head, S [dk][dv] in
+     *     place, o [dv] out (see compute_delta_rule). */
+    void (*conv_step)(float *out, const float *state, const float *x, const float *w, int C, int K);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+                       int dk, int dv, float *o);
 } kern_impl_t;
 
 /* The portable implementation (kernels.c); always available and complete. */
