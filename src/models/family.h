@@ -76,7 +76,7 @@
 #include "cairn/cold_tier.h"
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
-#include "compute/cpu/attention.h"
+#include "compute/backend.h"
 #include "formats/hf_config.h"
 #include "formats/weights_folder.h"
 #include "util/thread_pool.h"
@@ -104,7 +104,10 @@ typedef struct {
 
 /* Resources the engine gives a forward context. */
 typedef struct {
-    cairn_thread_pool_t *tp;     /* the engine's pool (the caller thread included) */
+    compute_backend_t *be;       /* every op of the forward pass runs here (compute/backend.h);
+                                    check what the model needs with compute_supports at
+                                    fwd_create */
+    cairn_thread_pool_t *tp;     /* the engine's pool (the backend's pool on the CPU) */
     cairn_engine_math_t math;    /* activation precision of the matrix products */
     cairn_dtype_t kv_dtype;      /* element type of stored K/V rows */
     int max_rows;                /* most rows one fwd_step receives */
