@@ -20,13 +20,15 @@
  * A sliding layer at position p attends to keys (p - W, p]; a full layer to [0, p].
  * cap(s) = tanh(s / c) * c where the config sets the soft cap c, else s.
  *
+ * Every operation runs on the compute backend (compute/backend.h): matmul, (1 + w)
+ * RMSNorm, RoPE, the GELU-tanh gate and attention with a window, a scale and a soft cap.
+ *
  * Thread-safety: a config and a weights object are immutable after creation; a forward
- * state (gemma3_fwd_t) runs one call at a time.
+ * context runs one call at a time.
  */
 #ifndef CAIRN_MODELS_GEMMA3_H
 #define CAIRN_MODELS_GEMMA3_H
 
-#include "compute/cpu/kernels.h"
 #include "models/family.h"
 
 #define GEMMA3_MAX_LAYERS 1024
@@ -75,30 +77,30 @@ typedef struct {
 int gemma3_config_from_hf(const hf_config_t *hf, cairn_model_config_t *cfg, gemma3_config_t *g,
                           char *err, size_t err_len);
 
-/* Per-layer weights. Projections stay in their file dtype, [out][in] (HF layout). */
+/* Per-layer weights, as mapped in their file dtype, [out][in] (HF layout). Norm weights
+ * are Gemma's zero-centred w: the norms multiply by (1 + w) computed in float32, as HF's
+ * `1.0 + self.weight.float()` (compute_rmsnorm with unit_offset). */
 typedef struct {
-    cairn_tensor_t wq;          /* [n_heads*head_dim, hidden]   self_attn.q_proj */
-    cairn_tensor_t wk;          /* [n_kv_heads*head_dim, hidden] self_attn.k_proj */
-    cairn_tensor_t wv;          /* [n_kv_heads*head_dim, hidden] self_attn.v_proj */
-    cairn_tensor_t wo;          /* [hidden, n_heads*head_dim]   self_attn.o_proj */
-    cairn_tensor_t w_gate;      /* [ffn, hidden]                mlp.gate_proj */
-    cairn_tensor_t w_up;        /* [ffn, hidden]                mlp.up_proj */
-    cairn_tensor_t w_down;      /* [hidden, ffn]                mlp.down_proj */
-    /* Norm weights as float32 (1 + w), precomputed as HF computes 1.0 + w.float(). */
-    const float *attn_norm;     /* [hidden]   input_layernorm */
-    const float *post_attn_norm;/* [hidden]   post_attention_layernorm */
-    const float *pre_ffn_norm;  /* [hidden]   pre_feedforward_layernorm */
-    const float *post_ffn_norm; /* [hidden]   post_feedforward_layernorm */
-    const float *q_norm;        /* [head_dim] self_attn.q_norm */
-    const float *k_norm;        /* [head_dim] self_attn.k_norm */
+    cairn_tensor_t wq;             /* [n_heads*head_dim, hidden]    self_attn.q_proj */
+    cairn_tensor_t wk;             /* [n_kv_heads*head_dim, hidden] self_attn.k_proj */
+    cairn_tensor_t wv;             /* [n_kv_heads*head_dim, hidden] self_attn.v_proj */
+    cairn_tensor_t wo;             /* [hidden, n_heads*head_dim]    self_attn.o_proj */
+    cairn_tensor_t w_gate;         /* [ffn, hidden]                 mlp.gate_proj */
+    cairn_tensor_t w_up;           /* [ffn, hidden]                 mlp.up_proj */
+    cairn_tensor_t w_down;         /* [hidden, ffn]                 mlp.down_proj */
+    cairn_tensor_t attn_norm;      /* [hidden]   input_layernorm */
+    cairn_tensor_t post_attn_norm; /* [hidden]   post_attention_layernorm */
+    cairn_tensor_t pre_ffn_norm;   /* [hidden]   pre_feedforward_layernorm */
+    cairn_tensor_t post_ffn_norm;  /* [hidden]   post_feedforward_layernorm */
+    cairn_tensor_t q_norm;         /* [head_dim] self_attn.q_norm */
+    cairn_tensor_t k_norm;         /* [head_dim] self_attn.k_norm */
 } gemma3_layer_t;
 
 typedef struct {
     cairn_tensor_t embed;       /* [vocab, hidden] embed_tokens */
     cairn_tensor_t lm_head;     /* [vocab, hidden] lm_head, or embed when tied */
-    const float *norm;          /* [hidden] 1 + final norm weight */
+    cairn_tensor_t norm;        /* [hidden] final norm */
     gemma3_layer_t *layers;     /* [n_layers] */
-    float *norms;               /* owns every (1 + w) array above */
 } gemma3_weights_t;
 
 /*
@@ -106,9 +108,8 @@ typedef struct {
  * the first prefix that holds "embed_tokens.weight": "model." (Gemma3ForCausalLM),
  * "model.language_model." (transformers 5 Gemma3ForConditionalGeneration) or
  * "language_model.model." (older multimodal checkpoints). lm_head.weight is bound when
- * untied. Precomputes the (1 + w) norm arrays. On success w owns them: free with
- * gemma3_weights_fini. Errors from fmt_tensors_bind pass through (err names the tensor);
- * CAIRN_ENOMEM.
+ * untied. On success w owns its layer array: free with gemma3_weights_fini. Errors from
+ * fmt_tensors_bind pass through (err names the tensor); CAIRN_ENOMEM.
  */
 int gemma3_weights_bind(gemma3_weights_t *w, const gemma3_config_t *c, fmt_tensors_t *ts,
                         char *err, size_t err_len);
@@ -126,83 +127,13 @@ typedef struct {
 
 extern const cairn_family_t cairn_family_gemma3;
 
-/* ---- attention (windowed, scaled, soft-capped) ---- */
-
-/* One query row: a token at position pos of the sequence behind kv. */
-typedef struct {
-    const float *q;     /* [n_heads * head_dim] rotated query */
-    float *out;         /* [n_heads * head_dim] */
-    const attn_kv_t *kv;
-    int pos;
-} gemma3_query_t;
-
-typedef struct {
-    int n_heads, n_kv_heads, head_dim;
-    cairn_dtype_t kv_dtype;
-    float scale;        /* applied to q.k */
-    float softcap;      /* 0 = off */
-    int max_positions;  /* longest sequence */
-    float *scratch;     /* [n_slots][gemma3_attn_scratch_floats()] */
-    int n_slots;
-} gemma3_attn_cfg_t;
-
-size_t gemma3_attn_scratch_floats(const gemma3_attn_cfg_t *a);
-/*
- * out = softmax(cap(scale * q.k)) v for every (query, head) over keys [lo, pos], lo =
- * max(0, pos - window + 1) (window 0: lo = 0), reading K/V of `layer` through each query's
- * accessor; only keys in the window are read, so a sliding layer's released blocks are
- * never touched. Order per row (fixed; depends only on pos, window and head_dim): scores
- * in kern_dot's order, then one product by scale, then the cap; max and exp-sum in 16
- * lanes by absolute position (lane j % 16, blocks of 16 aligned to position 0, keys below
- * lo are padding), reduced by the kernels' fixed tree; then acc = fma(e_j, v_j, acc) by
- * increasing j, out = acc / sum. Work is split by (query, K/V head); the bits do not
- * depend on the split or the thread count.
- */
-void gemma3_attention(cairn_thread_pool_t *tp, const gemma3_attn_cfg_t *a, int layer, int window,
-                      const gemma3_query_t *queries, int n_queries);
-
-/* out[i] = gelu_tanh(gate[i]) * up[i] (see gelu_tanh.c for the exact operations). */
-void gemma3_gelu_tanh_mul(float *out, const float *gate, const float *up, int n);
-float gemma3_gelu_tanh(float x);
-
 /* ---- forward pass ---- */
 
-typedef struct {
-    const gemma3_config_t *cfg;
-    const gemma3_weights_t *w;
-    cairn_thread_pool_t *tp;
-    cairn_math_t math;
-    cairn_dtype_t kv_dtype;
-    int max_rows;
-    float *inv_freq;       /* [2][head_dim/2] per kind */
-    float *x;              /* [max_rows][hidden]  residual stream */
-    float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
-    float *xb2;            /* [max_rows][hidden]  sub-layer output */
-    float *q;              /* [max_rows][n_heads*head_dim] */
-    float *k;              /* [max_rows][n_kv_heads*head_dim] */
-    float *v;              /* [max_rows][n_kv_heads*head_dim] */
-    float *att;            /* [max_rows][n_heads*head_dim] */
-    float *hb;             /* [max_rows][ffn] gate, then gelu(gate)*up */
-    float *hb2;            /* [max_rows][ffn] up */
-    float *rope_cs;        /* [2][max_rows][head_dim] cos/sin pairs per kind and row */
-    float *head_tmp;       /* [head_dim] */
-    gemma3_query_t *queries; /* [max_rows] */
-    gemma3_attn_cfg_t attn;
-} gemma3_fwd_t;
+/* The forward context: scratch of one step, RoPE tables, the backend's attention states. */
+typedef struct gemma3_fwd gemma3_fwd_t;
 
-/* Allocates the scratch of max_rows rows over sequences of at most max_positions. */
-int gemma3_fwd_init(gemma3_fwd_t *f, const gemma3_config_t *cfg, const gemma3_weights_t *w,
-                    cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
-                    int max_rows, int max_positions);
-void gemma3_fwd_fini(gemma3_fwd_t *f);
-/*
- * One batched step under the contract of models/family.h (fwd_step): runs b's rows
- * through every layer, storing their K/V through b->seqs[row.seq].kv, and writes logits
- * [vocab] for every row with out_row >= 0 at b->logits + out_row * vocab.
- */
-void gemma3_fwd_run(gemma3_fwd_t *f, const cairn_fwd_batch_t *b);
-
-/* The family's fwd_create / fwd_destroy / fwd_step (gemma3_forward.c). */
+/* The family's fwd_create / fwd_destroy / fwd_step (gemma3_forward.c): one batched step
+ * under the contract of models/family.h, every op on env->be. */
 int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);
 void gemma3_fwd_destroy(void *fwd);
 int gemma3_fwd_step(void *fwd, const cairn_fwd_batch_t *batch);
