@@ -236,6 +236,54 @@ static void test_memory_grows_with_full_layers(void **state)
     cairn_engine_destroy(e);
 }
 
+/*
+ * Truncating back across the window (the sliding groups released the blocks position n
+ * needs) begins the sequence again over its first n tokens: the prefix cache serves what
+ * it still holds, the rest is recomputed, and the logits of the positions fed again equal
+ * the fresh run's bit for bit; on the flat path the same truncation is in place.
+ */
+static void test_truncate_across_the_window(void **state)
+{
+    (void)state;
+    const size_t row = VOCAB * sizeof(float);
+    cairn_engine_t *flat = engine(CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16, CAIRN_KV_FLAT, 1, 1024);
+    float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
+    for (int p = 0; p < 2; p++) {
+        cairn_engine_t *e = p ? engine(CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16, CAIRN_KV_PAGED, 2, 1024)
+                              : flat;
+        cairn_seq_t *s;
+        assert_int_equal(cairn_seq_begin(e, "truncate", lng, n_lng, &s, NULL), 0);
+        cairn_batch_item_t it = {s, 0, CAIRN_LOGITS_LAST};
+        const float *lg;
+        int rows;
+        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
+        const int n = 300; /* 720 - 300 tokens back: far outside the 32-token window */
+        assert_int_equal(cairn_seq_truncate(s, n), 0);
+        assert_int_equal(cairn_seq_n_past(s) + cairn_seq_n_pending(s), n);
+        if (p) /* whole blocks of the prefix served again, the last block's tokens pending */
+            assert_int_equal(cairn_seq_n_past(s), n / BS * BS);
+        else
+            assert_int_equal(cairn_seq_n_past(s), n);
+        if (cairn_seq_n_pending(s) > 0) {
+            it = (cairn_batch_item_t){s, 0, CAIRN_LOGITS_ALL};
+            assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
+            assert_memory_equal(lg, ref + (size_t)(n - rows) * VOCAB,
+                                (size_t)rows * row);
+        }
+        /* Feed the rest of the prompt again: the same logits as the first time. */
+        assert_int_equal(cairn_seq_feed(s, lng + n, n_lng - n), 0);
+        it = (cairn_batch_item_t){s, 0, CAIRN_LOGITS_ALL};
+        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
+        assert_int_equal(rows, n_lng - n);
+        assert_memory_equal(lg, ref + (size_t)n * VOCAB, (size_t)rows * row);
+        cairn_seq_release(s);
+        if (p)
+            cairn_engine_destroy(e);
+    }
+    cairn_engine_destroy(flat);
+    free(ref);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -263,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_bf16_math_bf16_kv),
         cmocka_unit_test(test_prefix_hit_at_every_boundary),
         cmocka_unit_test(test_memory_grows_with_full_layers),
+        cmocka_unit_test(test_truncate_across_the_window),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
