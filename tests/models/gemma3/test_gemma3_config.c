@@ -220,6 +220,8 @@ static void test_errors_name_the_field(void **state)
         {"{\"model_type\": \"gemma3_text\", \"sliding_window\": 0}", CAIRN_EFORMAT, "sliding_window"},
         {"{\"model_type\": \"gemma3_text\", \"query_pre_attn_scalar\": -1}", CAIRN_EFORMAT,
          "query_pre_attn_scalar"},
+        {"{\"model_type\": \"gemma3_text\", \"rms_norm_eps\": 1e-60}", CAIRN_EFORMAT,
+         "rms_norm_eps"}, /* positive, but 0 in float32 (found by fuzz_gemma3_config) */
         {"{\"model_type\": \"gemma3_text\", \"vocab_size\": 10, \"eos_token_id\": 10}", CAIRN_EFORMAT,
          "eos_token_id"},
         {"{\"model_type\": \"gemma3_text\", \"tie_word_embeddings\": 1}", CAIRN_EFORMAT,

@@ -227,7 +227,7 @@ static void test_memory_grows_with_full_layers(void **state)
                 n, st.blocks_in_use, (unsigned long long)st.block_bytes, full, sliding, 6 * full);
         assert_int_equal(st.block_bytes, layer_block);
         assert_int_equal(st.blocks_in_use, full + n_sliding * sliding);
-        assert_true(sliding <= window / BS + 1);
+        assert_true(sliding <= (uint32_t)(window / BS + 1));
         cairn_seq_release(s);
         /* Released: nothing stays in use (the blocks stay cached for reuse). */
         assert_int_equal(cairn_engine_kv_stats(e, &st), 0);
