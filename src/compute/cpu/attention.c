@@ -1,0 +1,331 @@
+/*
+ * attention.c — causal grouped-query attention, written once for every K/V path.
+ *
+ * Model: query head h reads K/V head h / G, G = n_heads / n_kv_heads. For a query at
+ * position p the span is positions 0..p of its sequence, fetched through the attn_kv_t
+ * accessor in runs of contiguous rows.
+ *
+ * Work is cut into units of (tile, K/V head). A tile is up to `tq` consecutive queries of
+ * one sequence; its rows are the G heads of each of those queries (G * tq <= TILE_ROWS
+ * when G allows). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
+ * head to f32 once and scores every row against them; then it runs the softmax of every
+ * row; then it widens the V rows once per block and accumulates every row. So a K/V row
+ * is read once per tile instead of once per (query, head).
+ *
+ * With a window W a query at p takes keys from b0 (p - W + 1 rounded down to a multiple
+ * of 16) on; the tile's key blocks start at the smallest b0 of its queries. A run of
+ * positions the accessor reports without storage (k = v = NULL) is widened as zeros and
+ * masked, like keys before the window.
+ *
+ * Invariant (determinism): every row follows the canonical order of attention_impl.h,
+ * whose steps depend only on the row's position, the window and head_dim: scores in
+ * blocks of 16 keys aligned to position 0, the max and exp-sum in 16 lanes over the same
+ * blocks, the V rows by increasing position. Tiles only decide which rows share a widened
+ * K/V block, never what is added to what, so flat, paged, chunked, batched and decode
+ * runs agree bit for bit. The primitives (generic, AVX2 or AVX-512) are those of the
+ * kernel implementation the call runs (its `attn` entry, resolved once), and all give the
+ * same bits.
+ *
+ * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
+ * slot and the output heads of its units.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "compute/cpu/attention_impl.h"
+
+enum {
+    TILE_ROWS = 32, /* rows (query x head) per tile: bounds the score rows of one unit */
+    KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
+};
+
+/* ---- the generic implementation: the canonical order spelled out ------------------- */
+
+static void gen_scores16(float *s, const float *q, const float *kb, int hd, float scale)
+{
+    const kern_type_ops_t *f32 = &kern__scalar.types[CAIRN_DTYPE_F32]; /* the canonical dot */
+    for (int k = 0; k < 16; k++)
+        s[k] = f32->dot(q, kb + (size_t)k * hd, hd) * scale;
+}
+
+static inline float max2(float a, float b) { return a > b ? a : b; }
+
+static float gen_softmax(float *s, int n)
+{
+    float a[16], b[8], c[4], d[2];
+    for (int j = 0; j < 16; j++)
+        a[j] = -INFINITY;
+    for (int k = 0; k < n; k += 16)
+        for (int j = 0; j < 16; j++)
+            a[j] = max2(a[j], k + j < n ? s[k + j] : -INFINITY);
+    for (int j = 0; j < 8; j++)
+        b[j] = max2(a[j], a[j + 8]);
+    for (int j = 0; j < 4; j++)
+        c[j] = max2(b[j], b[j + 4]);
+    for (int j = 0; j < 2; j++)
+        d[j] = max2(c[j], c[j + 2]);
+    const float m = max2(d[0], d[1]);
+
+    for (int j = 0; j < 16; j++)
+        a[j] = 0.0f;
+    for (int k = 0; k < n; k += 16)
+        for (int j = 0; j < 16; j++) {
+            float e = 0.0f; /* the padding adds +0 */
+            if (k + j < n) {
+                e = kern__exp(s[k + j] - m);
+                s[k + j] = e;
+            }
+            a[j] = a[j] + e;
+        }
+    for (int j = 0; j < 8; j++)
+        b[j] = a[j] + a[j + 8];
+    for (int j = 0; j < 4; j++)
+        c[j] = b[j] + b[j + 4];
+    for (int j = 0; j < 2; j++)
+        d[j] = c[j] + c[j + 2];
+    return d[0] + d[1];
+}
+
+static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt,
+                   const float *vb, int hd)
+{
+    for (int r = 0; r < rows; r++) {
+        float *a = acc + (size_t)r * lda;
+        for (int j = 0; j < cnt; j++) {
+            const float pj = p[(size_t)r * ldp + j], *v = vb + (size_t)j * hd;
+            for (int d = 0; d < hd; d++)
+                a[d] = fmaf(pj, v[d], a[d]);
+        }
+    }
+}
+
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv};
+
+/* ---- the tiled driver -------------------------------------------------------------- */
+
+typedef struct {
+    const attn_cfg_t *cfg;
+    attn_math_t m;
+    const attn_impl_t *im;
+    const kern_type_ops_t *kv; /* the kernels of the K/V type */
+    int layer;
+    const attn_query_t *queries;
+    int n_queries;
+    int tq; /* queries per tile */
+} attn_job_t;
+
+static int group_size(const attn_cfg_t *cfg) { return cfg->n_heads / cfg->n_kv_heads; }
+
+static int tile_queries(int n_heads, int n_kv_heads)
+{
+    int g = n_heads / n_kv_heads;
+    return g >= TILE_ROWS ? 1 : TILE_ROWS / g;
+}
+
+/* Score row stride: the span rounded up to whole key blocks. */
+static size_t score_stride(int max_positions)
+{
+    return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
+}
+
+size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
+{
+    size_t rows = (size_t)tile_queries(n_heads, n_kv_heads) * (size_t)(n_heads / n_kv_heads);
+    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd] */
+    return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
+           rows * (size_t)head_dim;
+}
+
+/* The first position query position pos admits: p - W + 1 with a window W, else 0. */
+static int window_lo(const attn_math_t *m, int pos)
+{
+    return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0;
+}
+
+/* Bits [i, i + n) of a key block's mask. */
+static uint64_t bit_run(int i, int n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
+
+/*
+ * Widens the K (or V) rows [k0, k0 + nk) of K/V head kvh into buf [KEY_BLOCK][hd], and
+ * zeroes the rows after them up to the next multiple of 16 (scores16 reads whole groups).
+ * Positions below lo_min (before the window of every query of the tile) are never asked
+ * of the accessor, and positions it reports without storage are not read: both become
+ * zero rows, and bit i of the result is set for such a position k0 + i.
+ */
+static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
+                           bool want_v, float *buf)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const int hd = cfg->head_dim;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd); /* one position */
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    uint64_t missing = 0;
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(buf, 0, (size_t)i * hd * sizeof(float));
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
+        CAIRN_ASSERT(run > 0);
+        if (run > nk - i)
+            run = nk - i;
+        const unsigned char *src = want_v ? v : k;
+        if (!src) { /* no storage (a null block): masked, and read as zeros */
+            memset(buf + (size_t)i * hd, 0, (size_t)run * hd * sizeof(float));
+            missing |= bit_run(i, run);
+        } else {
+            job->kv->rows_to_f32(buf + (size_t)i * hd, src + head_off, row_bytes, run, hd);
+        }
+        i += run;
+    }
+    int padded = (nk + 15) / 16 * 16;
+    memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(float));
+    return missing;
+}
+
+/* Step 1's soft-cap and mask over s[j0, j1) of one row (attention_impl.h): keys before lo
+ * or without storage (bit j - k0 of missing) get -inf. */
+static void finish_scores(const attn_math_t *m, float *s, int j0, int j1, int lo, int k0, uint64_t missing)
+{
+    if (m->softcap > 0.0f)
+        for (int j = j0; j < j1; j++)
+            s[j] = m->softcap * tanhf(s[j] / m->softcap);
+    for (int j = j0; j < lo && j < j1; j++)
+        s[j] = -INFINITY;
+    for (uint64_t bits = missing; bits; bits &= bits - 1) {
+        int j = k0 + __builtin_ctzll(bits);
+        if (j >= j0 && j < j1)
+            s[j] = -INFINITY;
+    }
+}
+
+/* One unit: queries [q0, q1) of one sequence, K/V head kvh. Row r = t * G + g is query
+ * q0 + t, head kvh * G + g. */
+static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *slot)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const attn_impl_t *im = job->im;
+    const int hd = cfg->head_dim, G = group_size(cfg), nt = q1 - q0, rows = nt * G;
+    const size_t ld = score_stride(cfg->max_positions);
+    const size_t max_rows = (size_t)job->tq * G;
+    float *S = slot;                  /* [max_rows][ld] scores, then e_j */
+    float *sums = S + max_rows * ld;  /* [max_rows] */
+    float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
+    float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
+    const attn_math_t *m = &job->m;
+    const float scale = m->scale != 0.0f ? m->scale : 1.0f / sqrtf((float)hd);
+    const bool masks = m->window > 0 || m->softcap > 0.0f;
+    const attn_query_t *qs = job->queries + q0;
+    const attn_kv_t *kv = qs[0].kv;
+
+    /* The keys of the tile: [first, span), first on a key block boundary; none below
+     * lo_min is visible to any of its queries. */
+    int span = 0, lo_min = cfg->max_positions;
+    for (int t = 0; t < nt; t++) {
+        if (qs[t].pos + 1 > span)
+            span = qs[t].pos + 1;
+        int lo = window_lo(m, qs[t].pos);
+        if (lo < lo_min)
+            lo_min = lo;
+    }
+    const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
+
+    /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
+    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
+        const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
+        uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        for (int t = 0; t < nt; t++) {
+            const int pos = qs[t].pos, lo = window_lo(m, pos), b0 = lo / 16 * 16;
+            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
+            for (int g = 0; g < G; g++) {
+                const float *q = qs[t].q + (size_t)(kvh * G + g) * hd;
+                float *s = S + (size_t)(t * G + g) * ld;
+                for (int j = j0; j < j1; j += 16)
+                    im->scores16(s + j, q, kvbuf + (size_t)(j - k0) * hd, hd, scale);
+                if ((masks || missing) && j0 < j1)
+                    finish_scores(m, s, j0, j1, lo, k0, missing);
+            }
+        }
+    }
+
+    for (int r = 0; r < rows; r++) {
+        const int pos = qs[r / G].pos, b0 = window_lo(m, pos) / 16 * 16;
+        sums[r] = im->softmax(S + (size_t)r * ld + b0, pos + 1 - b0);
+    }
+
+    /* Probabilities times V, by increasing position from each query's b0; a query's G
+     * rows share one range. */
+    memset(acc, 0, (size_t)rows * hd * sizeof(float));
+    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
+        const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
+        load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
+        for (int t = 0; t < nt; t++) {
+            const int pos = qs[t].pos, b0 = window_lo(m, pos) / 16 * 16;
+            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
+            if (j0 >= j1)
+                continue;
+            im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, G, j1 - j0,
+                   kvbuf + (size_t)(j0 - k0) * hd, hd);
+        }
+    }
+
+    for (int t = 0; t < nt; t++)
+        for (int g = 0; g < G; g++) {
+            float *out = qs[t].out + (size_t)(kvh * G + g) * hd;
+            const float *a = acc + (size_t)(t * G + g) * hd;
+            const float l = sums[t * G + g];
+            for (int d = 0; d < hd; d++)
+                out[d] = a[d] / l;
+        }
+}
+
+/* The end of the tile that starts at query q0. */
+static int tile_end(const attn_job_t *job, int q0)
+{
+    int q1 = q0 + 1;
+    while (q1 < job->n_queries && q1 - q0 < job->tq && job->queries[q1].kv == job->queries[q0].kv)
+        q1++;
+    return q1;
+}
+
+static void attn_task(void *ctx, int task, int n_tasks)
+{
+    const attn_job_t *job = ctx;
+    const attn_cfg_t *cfg = job->cfg;
+    float *slot = cfg->scratch + (size_t)task * attn_scratch_floats(cfg->n_heads, cfg->n_kv_heads,
+                                                                     cfg->head_dim, cfg->max_positions);
+    int u = 0;
+    for (int q0 = 0, q1; q0 < job->n_queries; q0 = q1) {
+        q1 = tile_end(job, q0);
+        for (int kvh = 0; kvh < cfg->n_kv_heads; kvh++, u++)
+            if (u % n_tasks == task)
+                attend_tile(job, q0, q1, kvh, slot);
+    }
+}
+
+void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const attn_cfg_t *cfg,
+                        const attn_math_t *math, int layer, const attn_query_t *queries, int n_queries)
+{
+    for (int i = 0; i < n_queries; i++)
+        CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
+    CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
+    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads)};
+
+    int units = 0;
+    for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
+        units += cfg->n_kv_heads;
+    int n_tasks = cfg->n_slots < units ? cfg->n_slots : units;
+    if (n_tasks < 1)
+        return;
+    cairn_thread_pool_run(tp, attn_task, &job, n_tasks);
+}
+
+void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
+                  const attn_query_t *queries, int n_queries)
+{
+    kern__attn_forward(kern__current(), tp, cfg, NULL, layer, queries, n_queries);
+}

@@ -1,0 +1,58 @@
+/*
+ * attention_impl.h — private: the primitives an attention implementation provides, and the
+ * canonical order every implementation follows (so they agree bit for bit).
+ *
+ * CANONICAL ORDER, for one query row (a token at position p, one head). Key j is visible
+ * when j <= p, j > p - W (with a window W; every j >= 0 without) and j has storage. Let
+ * lo = the first position the window admits (0 without one) and b0 = lo rounded down to a
+ * multiple of 16; the keys taken are b0..p.
+ *  1. score s_j = dot(q, k_j) * scale, the dot in kern_dot's canonical order (16 fma lanes
+ *     over blocks of 16, zero-padded tail, fixed tree; kernels_impl.h), then one rounded
+ *     product with scale (default 1 / sqrtf(head_dim)); with a soft-cap c,
+ *     s_j = c * tanhf(s_j / c) (libm tanhf, computed by the portable driver). A key that
+ *     is not visible gets s_j = -inf.
+ *  2. max m: 16 lanes M[l] = -inf; for each block of 16 keys from position b0 (the last
+ *     one padded with -inf), M[l] = M[l] > s ? M[l] : s; then the tree of kernels_impl.h
+ *     with x > y ? x : y in place of the sum.
+ *  3. e_j = kern__exp(s_j - m) (the canonical exp; +0 for a key that is not visible), and
+ *     l = the 16-lane sum of e_j over the same blocks (padding adds +0), reduced by the
+ *     fixed tree.
+ *  4. acc[d] = fma(e_j, v_j[d], acc[d]) from acc = +0, for j = b0..p in increasing order
+ *     (a key without storage has v_j = 0); out[d] = acc[d] / l.
+ * Starting at b0 instead of 0 changes no bit: the blocks before b0 hold only -inf scores
+ * (max unchanged) and +0 terms. Without a window and without missing storage this is the
+ * plain causal order over 0..p. Every step depends only on p, the window, head_dim and
+ * the stored K/V bytes, never on which other rows or keys share a tile, so decode,
+ * chunked prefill and batches give the same bits.
+ */
+#ifndef CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
+#define CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
+
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels_impl.h"
+
+typedef struct attn_impl {
+    const char *name;
+    /* (K/V rows are widened by the kernel implementation's types[kv_type].rows_to_f32.) */
+    /* s[k] = step 1 for the 16 f32 key rows kb[k][hd] (rows are contiguous, stride hd). */
+    void (*scores16)(float *s, const float *q, const float *kb, int hd, float scale);
+    /* Steps 2 and 3 over s[0..n): replaces s[j] by e_j for j < n and returns l. s must have
+     * room up to n rounded up to 16 (the padding may be read, never written). */
+    float (*softmax)(float *s, int n);
+    /* Step 4 for `rows` rows sharing one count: acc[r*lda + d] = fma(p[r*ldp + j],
+     * vb[j*hd + d], acc[r*lda + d]) for j < cnt in increasing order, d < hd. */
+    void (*pv)(float *acc, int lda, const float *p, int ldp, int rows, int cnt,
+               const float *vb, int hd);
+} attn_impl_t;
+
+/* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel
+ * implementation names its attention rendition (kern_impl_t.attn): x86/attention_avx2.c,
+ * x86/attention_avx512.c. */
+extern const attn_impl_t attn__generic;
+
+/* attn_forward on an explicit kernel implementation (the CPU backend's) with window,
+ * scale and soft-cap (math NULL: all zero). */
+void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const attn_cfg_t *cfg,
+                        const attn_math_t *math, int layer, const attn_query_t *queries, int n_queries);
+
+#endif

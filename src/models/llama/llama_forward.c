@@ -1,0 +1,272 @@
+/*
+ * llama_forward.c — the llama family's forward pass (Llama, Mistral, Qwen3), batched over
+ * rows: fwd_create / fwd_step / fwd_destroy of models/family.h.
+ *
+ * Model (HF LlamaForCausalLM / Qwen3ForCausalLM, float32 compute):
+ *
+ *   x = embed[token]
+ *   for each layer:
+ *       h = rmsnorm(x) * attn_norm
+ *       q, k, v = h Wq^T, h Wk^T, h Wv^T
+ *       (qwen3) q, k = rmsnorm per head * q_norm, k_norm
+ *       q, k = rope(q, pos), rope(k, pos)            rotate_half pairing
+ *       store k, v at (layer, pos) in the K/V dtype
+ *       a = softmax(q k^T / sqrt(head_dim)) v         causal, grouped-query
+ *       x = x + a Wo^T
+ *       h = rmsnorm(x) * ffn_norm
+ *       x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+ *   logits = (rmsnorm(x) * norm) Wlm^T                lm_head, or embed when tied
+ *
+ * Every operation is an op of the compute backend (compute/backend.h), never a kernel.
+ * All rows of a call share each matrix product (compute_matmul over n_rows), whose
+ * per-row bits do not depend on n_rows or the thread count (the backend's determinism
+ * contract). Per-row work
+ * (norms, RoPE, K/V stores) is row-local. Attention reads K/V only from the store, after
+ * this call's rows have been written, so a token sees the same bytes whether its
+ * predecessors were computed in this call, an earlier one, or reused from the cache.
+ *
+ * A row is one new token of one sequence at its position. The rows of a call form one
+ * activation matrix [n_rows][hidden] for the projections and the MLP; attention runs per
+ * (row, head) over the row's sequence through its attn_kv_t accessor (flat or paged).
+ *
+ * Thread-safety: one call at a time per context (the scratch is shared).
+ */
+#include <string.h>
+
+#include "engine/rope.h"
+#include "models/llama/llama.h"
+
+typedef struct {
+    const cairn_model_config_t *cfg;
+    const llama_weights_t *w;
+    bool qk_norm;
+    compute_backend_t *be;
+    cairn_math_t math;
+    cairn_dtype_t kv_dtype;
+    int max_rows;          /* rows per call */
+    float *inv_freq;       /* [head_dim/2] */
+    /* Scratch of one call, row-major (backend memory: host memory on the CPU backend). */
+    float *x;              /* [max_rows][hidden]  residual stream */
+    float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
+    float *xb2;            /* [max_rows][hidden]  sub-layer output */
+    float *q;              /* [max_rows][n_heads*head_dim] */
+    float *k;              /* [max_rows][n_kv_heads*head_dim] */
+    float *v;              /* [max_rows][n_kv_heads*head_dim] */
+    float *att;            /* [max_rows][n_heads*head_dim] attention output */
+    float *hb;             /* [max_rows][ffn] gate, then silu(gate)*up */
+    float *hb2;            /* [max_rows][ffn] up */
+    float *rope_cs;        /* [max_rows][head_dim]  cos/sin pairs per row */
+    int32_t *ids;          /* [max_rows] token of each row */
+    int *pos;              /* [max_rows] position of each row */
+    attn_query_t *queries; /* [max_rows] */
+    compute_attn_t *attn;  /* the backend's attention state (scratch) */
+} fwd_t;
+
+/* A weight tensor [out][in] as a backend matrix. */
+static compute_mat_t mat(const cairn_tensor_t *t)
+{
+    return (compute_mat_t){t->data, t->dtype, (int)t->shape[0], t->ndim > 1 ? (int)t->shape[1] : 1};
+}
+
+/* A norm weight [n] as a 1 x n matrix. */
+static compute_mat_t vec(const cairn_tensor_t *t)
+{
+    return (compute_mat_t){t->data, t->dtype, 1, (int)t->shape[0]};
+}
+
+static void matmul(fwd_t *f, float *y, const float *x, int rows, const cairn_tensor_t *w)
+{
+    compute_mm_t mm = {y, mat(w)};
+    compute_matmul(f->be, x, rows, (int)w->shape[1], &mm, 1, f->math);
+}
+
+/*
+ * y1 = x w1^T, y2 = x w2^T and (when w3) y3 = x w3^T as one call: decode wakes the pool
+ * once for q/k/v and once for gate/up (same bits as separate calls).
+ */
+static void matmul3(fwd_t *f, const float *x, int rows, float *y1, const cairn_tensor_t *w1, float *y2,
+                    const cairn_tensor_t *w2, float *y3, const cairn_tensor_t *w3)
+{
+    compute_mm_t mm[3] = {{y1, mat(w1)}, {y2, mat(w2)}, {y3, w3 ? mat(w3) : mat(w1)}};
+    compute_matmul(f->be, x, rows, (int)w1->shape[1], mm, w3 ? 3 : 2, f->math);
+}
+
+int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
+{
+    fwd_t *f = ctx;
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
+    float *logits = b->logits;
+    const cairn_model_config_t *c = f->cfg;
+    const llama_weights_t *w = f->w;
+    const int dim = c->hidden, hd = c->head_dim;
+    const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    CAIRN_ASSERT(n > 0 && n <= f->max_rows);
+
+    /* Token embeddings and the rotation angles of each row's position. */
+    for (int r = 0; r < n; r++) {
+        f->ids[r] = rows[r].token;
+        f->pos[r] = rows[r].pos;
+    }
+    compute_get_rows(f->be, f->x, mat(&w->embed), f->ids, n);
+    compute_rope_angles(f->be, f->rope_cs, f->inv_freq, hd / 2, f->pos, n);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const llama_layer_weights_t *lw = &w->layers[l];
+
+        /* Attention block: pre-norm, projections, (qwen3) q/k norms, RoPE. */
+        compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->attn_norm), c->rms_eps, false);
+        matmul3(f, f->xb, n, f->q, &lw->wq, f->k, &lw->wk, f->v, &lw->wv);
+        if (f->qk_norm) {
+            compute_rmsnorm(f->be, f->q, f->q, n * c->n_heads, vec(&lw->q_norm), c->rms_eps, false);
+            compute_rmsnorm(f->be, f->k, f->k, n * c->n_kv_heads, vec(&lw->k_norm), c->rms_eps, false);
+        }
+        compute_rope(f->be, f->q, n, c->n_heads, hd, hd, f->rope_cs);
+        compute_rope(f->be, f->k, n, c->n_kv_heads, hd, hd, f->rope_cs);
+
+        /* Store each row's K/V; attention below reads them back from the store. */
+        for (int r = 0; r < n; r++) {
+            const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
+            void *kst, *vst;
+            int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
+            CAIRN_ASSERT(ok > 0 && kst);
+            compute_kv_store(f->be, kst, f->kv_dtype, f->k + (size_t)r * kv_dim, kv_dim);
+            compute_kv_store(f->be, vst, f->kv_dtype, f->v + (size_t)r * kv_dim, kv_dim);
+            f->queries[r] = (attn_query_t){f->q + (size_t)r * q_dim, f->att + (size_t)r * q_dim, kv,
+                                           rows[r].pos};
+        }
+        compute_attention(f->be, f->attn, l, f->queries, n);
+
+        /* Output projection and residual. */
+        matmul(f, f->xb2, f->att, n, &lw->wo);
+        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
+
+        /* MLP block: pre-norm, SwiGLU, residual. */
+        compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->ffn_norm), c->rms_eps, false);
+        matmul3(f, f->xb, n, f->hb, &lw->w_gate, f->hb2, &lw->w_up, NULL, NULL);
+        compute_glu(f->be, f->hb, f->hb, f->hb2, (size_t)n * c->ffn, COMPUTE_GLU_SILU);
+        matmul(f, f->xb2, f->hb, n, &lw->w_down);
+        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
+    }
+
+    /* Final norm and lm_head, only for the rows that want logits (compacted into xb). */
+    int n_out = 0, first_out = -1;
+    for (int r = 0; r < n; r++) {
+        if (rows[r].out_row < 0)
+            continue;
+        if (first_out < 0)
+            first_out = rows[r].out_row;
+        CAIRN_ASSERT(rows[r].out_row == first_out + n_out);
+        compute_rmsnorm(f->be, f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, 1, vec(&w->norm),
+                        c->rms_eps, false);
+        n_out++;
+    }
+    if (n_out > 0) {
+        const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
+        matmul(f, logits + (size_t)first_out * c->vocab, f->xb, n_out, head);
+    }
+    return CAIRN_OK;
+}
+
+static void fwd_free(fwd_t *f);
+
+int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
+{
+    *out = NULL;
+    const cairn_model_config_t *cfg = &m->cfg;
+    const llama_weights_t *w = llama_model_weights(m);
+    compute_backend_t *be = env->be;
+    /* Everything the ops will be asked for, checked once: a type the backend lacks is
+     * CAIRN_EUNSUPPORTED here, never a wrong kernel later. */
+    if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
+        !compute_supports(be, COMPUTE_OP_KV, env->kv_dtype))
+        return CAIRN_EUNSUPPORTED;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const llama_layer_weights_t *L = &w->layers[l];
+        const cairn_tensor_t *mm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const cairn_tensor_t *nm[] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(mm); i++)
+            if (!compute_supports(be, COMPUTE_OP_MATMUL, mm[i]->dtype))
+                return CAIRN_EUNSUPPORTED;
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(nm); i++)
+            if (nm[i]->data && !compute_supports(be, COMPUTE_OP_NORM, nm[i]->dtype))
+                return CAIRN_EUNSUPPORTED;
+    }
+    const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    if (!compute_supports(be, COMPUTE_OP_MATMUL, head->dtype) ||
+        !compute_supports(be, COMPUTE_OP_NORM, w->norm.dtype))
+        return CAIRN_EUNSUPPORTED;
+
+    fwd_t *f = cairn_calloc(1, sizeof(*f));
+    if (!f)
+        return CAIRN_ENOMEM;
+    const int max_rows = env->max_rows;
+    f->cfg = cfg;
+    f->w = w;
+    f->qk_norm = ((const llama_t *)m->priv)->qk_norm;
+    f->be = be;
+    f->math = (cairn_math_t)env->math;
+    f->kv_dtype = env->kv_dtype;
+    f->max_rows = max_rows;
+    const size_t R = (size_t)max_rows;
+    const size_t q_dim = (size_t)cfg->n_heads * cfg->head_dim;
+    const size_t kv_dim = (size_t)cfg->n_kv_heads * cfg->head_dim;
+
+    f->inv_freq = cairn_malloc((size_t)cfg->head_dim / 2 * sizeof(float));
+    f->x = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->xb = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->xb2 = cairn_malloc(R * cfg->hidden * sizeof(float));
+    f->q = cairn_malloc(R * q_dim * sizeof(float));
+    f->k = cairn_malloc(R * kv_dim * sizeof(float));
+    f->v = cairn_malloc(R * kv_dim * sizeof(float));
+    f->att = cairn_malloc(R * q_dim * sizeof(float));
+    f->hb = cairn_malloc(R * cfg->ffn * sizeof(float));
+    f->hb2 = cairn_malloc(R * cfg->ffn * sizeof(float));
+    f->rope_cs = cairn_malloc(R * cfg->head_dim * sizeof(float));
+    f->ids = cairn_malloc(R * sizeof(int32_t));
+    f->pos = cairn_malloc(R * sizeof(int));
+    f->queries = cairn_malloc(R * sizeof(attn_query_t));
+    if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
+        !f->hb || !f->hb2 || !f->rope_cs || !f->ids || !f->pos || !f->queries)
+        goto nomem;
+    compute_attn_params_t ap = {cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, env->kv_dtype,
+                                env->max_positions, 0, 0.0f, 0.0f};
+    int rc = compute_attn_create(be, &ap, &f->attn);
+    if (rc == CAIRN_OK)
+        rc = rope_inv_freq(cfg, f->inv_freq);
+    if (rc) {
+        fwd_free(f);
+        return rc;
+    }
+    *out = f;
+    return CAIRN_OK;
+nomem:
+    fwd_free(f);
+    return CAIRN_ENOMEM;
+}
+
+void llama_fwd_destroy(void *f)
+{
+    if (f)
+        fwd_free(f);
+}
+
+static void fwd_free(fwd_t *f)
+{
+    compute_attn_destroy(f->be, f->attn);
+    cairn_free(f->inv_freq);
+    cairn_free(f->x);
+    cairn_free(f->xb);
+    cairn_free(f->xb2);
+    cairn_free(f->q);
+    cairn_free(f->k);
+    cairn_free(f->v);
+    cairn_free(f->att);
+    cairn_free(f->hb);
+    cairn_free(f->hb2);
+    cairn_free(f->rope_cs);
+    cairn_free(f->ids);
+    cairn_free(f->pos);
+    cairn_free(f->queries);
+    cairn_free(f);
+}
