@@ -1,0 +1,129 @@
+/*
+ * attention_avx2.c — AVX2+FMA rendition of the attention primitives (attention_impl.h).
+ *
+ * The 16 canonical lanes are two ymm halves (lanes 0-7 and 8-15), so the tree's first
+ * level is the sum of the halves. Scores use kern_dot, which is canonical and vectorized
+ * in every kernel implementation; softmax and pv are written here so that the exp and
+ * the fmas are instructions rather than calls to libm's fmaf.
+ *
+ * Only called when the kernels selected "avx2" (AVX2 and FMA present). Pure functions;
+ * thread-safe.
+ */
+#include "compute/cpu/attention_impl.h"
+
+#include <immintrin.h>
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+
+T256 INLINE __m256i tail_mask8(int valid)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), idx); /* lane i: i < valid */
+}
+
+T256 static void avx2_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
+{
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride) {
+        int i = 0;
+        if (t != CAIRN_DTYPE_F32)
+            for (; i + 8 <= n; i += 8) {
+                __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+                _mm256_storeu_ps(dst + i, t == CAIRN_DTYPE_F16
+                                              ? _mm256_cvtph_ps(h)
+                                              : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+            }
+        kern_row_to_f32(dst + i, (const unsigned char *)src + (size_t)i * cairn_dtype_size(t), t, n - i);
+    }
+}
+
+T256 static void avx2_scores16(float *s, const float *q, const float *kb, int hd, float scale)
+{
+    for (int k = 0; k < 16; k++)
+        s[k] = kern_dot(q, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
+}
+
+/* 8 scores from s[i], lanes at or past n replaced by `pad`. */
+T256 INLINE __m256 load8(const float *s, int i, int n, __m256 pad)
+{
+    if (n - i >= 8)
+        return _mm256_loadu_ps(s + i);
+    if (n - i <= 0)
+        return pad;
+    __m256i m = tail_mask8(n - i);
+    return _mm256_blendv_ps(pad, _mm256_maskload_ps(s + i, m), _mm256_castsi256_ps(m));
+}
+
+T256 static float avx2_softmax(float *s, int n)
+{
+    const __m256 ninf = _mm256_set1_ps(-__builtin_inff()), zero = _mm256_setzero_ps();
+    __m256 mlo = ninf, mhi = ninf; /* canonical lanes 0-7 and 8-15 */
+    for (int k = 0; k < n; k += 16) {
+        mlo = _mm256_max_ps(mlo, load8(s, k, n, ninf));
+        mhi = _mm256_max_ps(mhi, load8(s, k + 8, n, ninf));
+    }
+    __m256 m8 = _mm256_max_ps(mlo, mhi);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    __m128 m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
+    const __m256 m = _mm256_broadcastss_ps(m1);
+
+    __m256 slo = zero, shi = zero;
+    for (int k = 0; k < n; k += 16) {
+        for (int h = 0; h < 2; h++) {
+            int i = k + 8 * h;
+            __m256 e = zero; /* the padding adds +0 */
+            if (i < n) {
+                __m256i mk = tail_mask8(n - i);
+                e = _mm256_and_ps(exp8(_mm256_sub_ps(load8(s, i, n, zero), m)), _mm256_castsi256_ps(mk));
+                _mm256_maskstore_ps(s + i, mk, e);
+            }
+            if (h)
+                shi = _mm256_add_ps(shi, e);
+            else
+                slo = _mm256_add_ps(slo, e);
+        }
+    }
+    __m256 s8 = _mm256_add_ps(slo, shi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+T256 static void avx2_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt,
+                         const float *vb, int hd)
+{
+    for (int r = 0; r < rows; r++) {
+        float *a = acc + (size_t)r * lda;
+        const float *pr = p + (size_t)r * ldp;
+        int d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            __m256 a0 = _mm256_loadu_ps(a + d), a1 = _mm256_loadu_ps(a + d + 8);
+            __m256 a2 = _mm256_loadu_ps(a + d + 16), a3 = _mm256_loadu_ps(a + d + 24);
+            for (int j = 0; j < cnt; j++) {
+                const float *v = vb + (size_t)j * hd + d;
+                __m256 pb = _mm256_set1_ps(pr[j]);
+                a0 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v), a0);
+                a1 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 8), a1);
+                a2 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 16), a2);
+                a3 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 24), a3);
+            }
+            _mm256_storeu_ps(a + d, a0);
+            _mm256_storeu_ps(a + d + 8, a1);
+            _mm256_storeu_ps(a + d + 16, a2);
+            _mm256_storeu_ps(a + d + 24, a3);
+        }
+        for (; d < hd; d += 8) {
+            __m256i mk = tail_mask8(hd - d);
+            __m256 a0 = _mm256_maskload_ps(a + d, mk);
+            for (int j = 0; j < cnt; j++)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(pr[j]), _mm256_maskload_ps(vb + (size_t)j * hd + d, mk), a0);
+            _mm256_maskstore_ps(a + d, mk, a0);
+        }
+    }
+}
+
+const attn_impl_t attn__avx2 = {"avx2", avx2_to_f32, avx2_scores16, avx2_softmax, avx2_pv};

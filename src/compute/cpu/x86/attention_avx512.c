@@ -1,0 +1,183 @@
+/*
+ * attention_avx512.c — AVX-512 rendition of the attention primitives (attention_impl.h).
+ *
+ * scores16 keeps one zmm accumulator per key (the 16 canonical lanes of its dot product)
+ * and reduces the 16 accumulators together: each level of the canonical tree adds the
+ * 128-bit chunks or the lane pairs of two vectors at once, so 16 scores cost 15 adds and
+ * 30 shuffles instead of 16 separate trees, and every score still sees exactly the tree
+ * (j, j+8), (j, j+4), (j, j+2), (0, 1). softmax runs 16 keys per vector with the
+ * canonical exp. pv broadcasts one probability per (row, key) and accumulates up to 4
+ * rows x 64 dimensions in registers, each element an fma chain by increasing key.
+ *
+ * Only called when the kernels selected an "avx512*" implementation (AVX-512F/BW/VL/DQ
+ * present). Pure functions; thread-safe.
+ */
+#include "compute/cpu/attention_impl.h"
+
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+
+T512 INLINE __mmask16 tail_mask(int valid)
+{
+    return valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
+}
+
+T512 INLINE void to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
+{
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride)
+        for (int i = 0; i < n; i += 16) {
+            __mmask16 m = tail_mask(n - i);
+            __m512 v;
+            if (t == CAIRN_DTYPE_F32) {
+                v = _mm512_maskz_loadu_ps(m, (const float *)src + i);
+            } else {
+                __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)src + i);
+                v = t == CAIRN_DTYPE_F16 ? _mm512_cvtph_ps(h)
+                                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            }
+            _mm512_mask_storeu_ps(dst + i, m, v);
+        }
+}
+
+/* One instance per dtype, so the dtype test leaves the inner loop. */
+T512 static void avx512_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
+{
+    switch (t) {
+    case CAIRN_DTYPE_F32: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F32, n); break;
+    case CAIRN_DTYPE_F16: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F16, n); break;
+    default: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_BF16, n); break;
+    }
+}
+
+/* Level 1 of the tree for two accumulators: [a(j)+a(j+8) | b(j)+b(j+8)], j < 8. */
+T512 INLINE __m512 tree_l1(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+}
+
+/* Level 2: from [x | y] and [z | w] (8 lanes each), [x(j)+x(j+4) | y.. | z.. | w..], j < 4. */
+T512 INLINE __m512 tree_l2(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+}
+
+/* Level 3: per 128-bit chunk, [a(0)+a(2), a(1)+a(3), b(0)+b(2), b(1)+b(3)]. */
+T512 INLINE __m512 tree_l3(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xee));
+}
+
+/* Level 4: per 128-bit chunk, [a(0)+a(1), a(2)+a(3), b(0)+b(1), b(2)+b(3)]. */
+T512 INLINE __m512 tree_l4(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+}
+
+T512 static void avx512_scores16(float *s, const float *q, const float *kb, int hd, float scale)
+{
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        a[k] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+        __mmask16 m = tail_mask(hd - d); /* the zero-padded last block */
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            a[k] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, kb + (size_t)k * hd + d), a[k]);
+    }
+    /* Pairings chosen so that lane k of the result is key k: z_i holds keys i, i+4, i+8,
+     * i+12 in its four chunks; level 3 pairs (z0, z1) and (z2, z3); level 4 interleaves. */
+    __m512 z0 = tree_l2(tree_l1(a[0], a[4]), tree_l1(a[8], a[12]));
+    __m512 z1 = tree_l2(tree_l1(a[1], a[5]), tree_l1(a[9], a[13]));
+    __m512 z2 = tree_l2(tree_l1(a[2], a[6]), tree_l1(a[10], a[14]));
+    __m512 z3 = tree_l2(tree_l1(a[3], a[7]), tree_l1(a[11], a[15]));
+    __m512 r = tree_l4(tree_l3(z0, z1), tree_l3(z2, z3));
+    _mm512_storeu_ps(s, _mm512_mul_ps(r, _mm512_set1_ps(scale)));
+}
+
+T512 static float avx512_softmax(float *s, int n)
+{
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __m512 mx = ninf;
+    for (int k = 0; k < n; k += 16)
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, tail_mask(n - k), s + k));
+    /* The canonical tree with max (x > y ? x : y is what max_ps computes). */
+    __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(mx),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mx), 1)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    __m128 m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
+    const __m512 m = _mm512_broadcastss_ps(m1);
+
+    __m512 sum = _mm512_setzero_ps();
+    for (int k = 0; k < n; k += 16) {
+        __mmask16 mk = tail_mask(n - k);
+        __m512 e = _mm512_maskz_mov_ps(mk, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + k), m)));
+        _mm512_mask_storeu_ps(s + k, mk, e);
+        sum = _mm512_add_ps(sum, e); /* the padding adds +0 */
+    }
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(sum),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+/* R rows (R <= 4) x dimensions [d0, d0 + 64) of step 4; mk masks the 4 vectors to hd. */
+T512 INLINE void pv_tile(float *acc, int lda, const float *p, int ldp, int R, int cnt,
+                         const float *vb, int hd, int d0, const __mmask16 mk[4])
+{
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            a[i][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)i * lda + d0 + 16 * c);
+    for (int j = 0; j < cnt; j++) {
+        const float *v = vb + (size_t)j * hd + d0;
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            vv[c] = _mm512_maskz_loadu_ps(mk[c], v + 16 * c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m512 pb = _mm512_set1_ps(p[(size_t)i * ldp + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                a[i][c] = _mm512_fmadd_ps(pb, vv[c], a[i][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(acc + (size_t)i * lda + d0 + 16 * c, mk[c], a[i][c]);
+}
+
+T512 static void avx512_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt,
+                           const float *vb, int hd)
+{
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        __mmask16 mk[4];
+        for (int c = 0; c < 4; c++)
+            mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4)
+            pv_tile(acc + (size_t)r * lda, lda, p + (size_t)r * ldp, ldp, 4, cnt, vb, hd, d0, mk);
+        if (rows - r >= 2) {
+            pv_tile(acc + (size_t)r * lda, lda, p + (size_t)r * ldp, ldp, 2, cnt, vb, hd, d0, mk);
+            r += 2;
+        }
+        if (r < rows)
+            pv_tile(acc + (size_t)r * lda, lda, p + (size_t)r * ldp, ldp, 1, cnt, vb, hd, d0, mk);
+    }
+}
+
+const attn_impl_t attn__avx512 = {"avx512", avx512_to_f32, avx512_scores16, avx512_softmax,
+                                  avx512_pv};

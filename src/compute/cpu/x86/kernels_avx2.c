@@ -1,0 +1,219 @@
+/*
+ * kernels_avx2.c — AVX2+FMA rendition of the canonical kernels (kernels_impl.h).
+ *
+ * The canonical 16 lanes live in two ymm registers (lanes 0-7 and 8-15), so the bits
+ * match the scalar and AVX-512 code. matmul walks register tiles of up to 2 rows x 3
+ * outputs (12 ymm accumulators); the zero-padded last block is staged through small
+ * stack buffers. BF16 math with bf16 weights has no fast AVX2 form here and runs the
+ * portable emulation (same bits, slow; kern_bf16_math_fast() reports it).
+ *
+ * Only called after kern_init found AVX2, FMA and F16C. Pure functions; thread-safe.
+ */
+#include "compute/cpu/kernels_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+
+enum { TILE_R = 2, TILE_O = 3 };
+
+/* Lanes 0-7 and 8-15 of a canonical accumulator. */
+typedef struct {
+    __m256 lo, hi;
+} acc16;
+
+T256 INLINE float hsum16(acc16 a)
+{
+    __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+/* 8 elements of a row of type t from element i (in bounds) as f32. */
+T256 INLINE __m256 load8(const void *row, cairn_dtype_t t, size_t i)
+{
+    if (t == CAIRN_DTYPE_F32)
+        return _mm256_loadu_ps((const float *)row + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (t == CAIRN_DTYPE_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Copies the last partial block (valid < 16 elements from i) into a zero-padded buffer
+ * and returns it as a row pointer with element index 0. */
+static inline const void *stage_tail(void *buf, const void *row, cairn_dtype_t t, size_t i, int valid)
+{
+    size_t es = cairn_dtype_size(t);
+    memset(buf, 0, 16 * es);
+    memcpy(buf, (const char *)row + i * es, (size_t)valid * es);
+    return buf;
+}
+
+T256 INLINE void tile_f32(float *y, int ldy, const float *x, int ldx, int R, const void *const wr[TILE_O],
+                          cairn_dtype_t t, int n_valid, int in)
+{
+    acc16 acc[TILE_R][TILE_O];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int o = 0; o < TILE_O; o++)
+            acc[r][o].lo = acc[r][o].hi = _mm256_setzero_ps();
+    for (int k = 0; k < in; k += 16) {
+        const void *wp[TILE_O];
+        const float *xp[TILE_R];
+        size_t at = (size_t)k;
+        float xbuf[TILE_R][16], wbuf[TILE_O][16]; /* f32-sized: large enough for any dtype */
+        if (in - k < 16) {
+            for (int o = 0; o < TILE_O; o++)
+                wp[o] = stage_tail(wbuf[o], wr[o], t, at, in - k);
+            for (int r = 0; r < R; r++)
+                xp[r] = stage_tail(xbuf[r], x + (size_t)r * ldx, CAIRN_DTYPE_F32, at, in - k);
+            at = 0;
+        } else {
+            for (int o = 0; o < TILE_O; o++)
+                wp[o] = wr[o];
+            for (int r = 0; r < R; r++)
+                xp[r] = x + (size_t)r * ldx;
+        }
+#pragma GCC unroll 3
+        for (int o = 0; o < TILE_O; o++) {
+            __m256 wlo = load8(wp[o], t, at), whi = load8(wp[o], t, at + 8);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                acc[r][o].lo = _mm256_fmadd_ps(_mm256_loadu_ps(xp[r] + at), wlo, acc[r][o].lo);
+                acc[r][o].hi = _mm256_fmadd_ps(_mm256_loadu_ps(xp[r] + at + 8), whi, acc[r][o].hi);
+            }
+        }
+    }
+    /* Reduce every accumulator with constant indices (so they stay in registers), then
+     * store the valid outputs. */
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        float s[TILE_O];
+#pragma GCC unroll 4
+        for (int o = 0; o < TILE_O; o++)
+            s[o] = hsum16(acc[r][o]);
+        for (int o = 0; o < n_valid; o++)
+            y[(size_t)r * ldy + o] = s[o];
+    }
+}
+
+#define F32_TILE_FN(NAME, DT)                                                                    \
+    T256 static void NAME(float *y, int ldy, const float *x, int ldx, int R,                     \
+                          const void *const wr[TILE_O], int n_valid, int in)                     \
+    {                                                                                            \
+        if (R == 1)                                                                              \
+            tile_f32(y, ldy, x, ldx, 1, wr, DT, n_valid, in);                                    \
+        else                                                                                     \
+            tile_f32(y, ldy, x, ldx, 2, wr, DT, n_valid, in);                                    \
+    }
+F32_TILE_FN(tile_wf32, CAIRN_DTYPE_F32)
+F32_TILE_FN(tile_wf16, CAIRN_DTYPE_F16)
+F32_TILE_FN(tile_wbf16, CAIRN_DTYPE_BF16)
+
+static void avx2_matmul_range(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
+                              int out, int o0, int o1, cairn_math_t math)
+{
+    if (math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16) {
+        kern__scalar.matmul_range(y, x, rows, in, w, wt, out, o0, o1, math);
+        return;
+    }
+    void (*tile)(float *, int, const float *, int, int, const void *const[TILE_O], int, int) =
+        wt == CAIRN_DTYPE_F32 ? tile_wf32 : wt == CAIRN_DTYPE_F16 ? tile_wf16 : tile_wbf16;
+    size_t wrow = (size_t)in * cairn_dtype_size(wt);
+    int block = (int)((192 * 1024) / (wrow ? wrow : 1));
+    block -= block % TILE_O;
+    if (block < 4 * TILE_O)
+        block = 4 * TILE_O;
+    for (int b0 = o0; b0 < o1; b0 += block) {
+        int b1 = o1 - b0 > block ? b0 + block : o1;
+        for (int r0 = 0; r0 < rows; r0 += TILE_R) {
+            int R = rows - r0 < TILE_R ? rows - r0 : TILE_R;
+            for (int o = b0; o < b1; o += TILE_O) {
+                int nv = b1 - o < TILE_O ? b1 - o : TILE_O;
+                const void *wr[TILE_O];
+                for (int j = 0; j < TILE_O; j++)
+                    wr[j] = (const char *)w + (size_t)(o + (j < nv ? j : nv - 1)) * wrow;
+                tile(y + (size_t)r0 * out + o, out, x + (size_t)r0 * in, in, R, wr, nv, in);
+            }
+        }
+    }
+}
+
+T256 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
+{
+    acc16 acc = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float abuf[16], bbuf[16];
+    for (int k = 0; k < n; k += 16) {
+        const float *ap = a;
+        const void *bp = b;
+        size_t at = (size_t)k;
+        if (n - k < 16) {
+            ap = stage_tail(abuf, a, CAIRN_DTYPE_F32, at, n - k);
+            bp = stage_tail(bbuf, b, t, at, n - k);
+            at = 0;
+        }
+        acc.lo = _mm256_fmadd_ps(_mm256_loadu_ps(ap + at), load8(bp, t, at), acc.lo);
+        acc.hi = _mm256_fmadd_ps(_mm256_loadu_ps(ap + at + 8), load8(bp, t, at + 8), acc.hi);
+    }
+    return hsum16(acc);
+}
+
+T256 static float avx2_dot(const float *a, const void *b, cairn_dtype_t t, int n)
+{
+    switch (t) {
+    case CAIRN_DTYPE_F32: return dot_t(a, b, CAIRN_DTYPE_F32, n);
+    case CAIRN_DTYPE_F16: return dot_t(a, b, CAIRN_DTYPE_F16, n);
+    default: return dot_t(a, b, CAIRN_DTYPE_BF16, n);
+    }
+}
+
+T256 static float avx2_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
+
+T256 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+{
+    __m256 sv = _mm256_set1_ps(s);
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 p = _mm256_mul_ps(sv, load8(row, t, (size_t)k)); /* product, then sum */
+        _mm256_storeu_ps(acc + k, _mm256_add_ps(_mm256_loadu_ps(acc + k), p));
+    }
+    kern__scalar.axpy(acc + k, s, (const char *)row + (size_t)k * cairn_dtype_size(t), t, n - k);
+}
+
+T256 static void avx2_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+{
+    switch (t) {
+    case CAIRN_DTYPE_F32: axpy_t(acc, s, row, CAIRN_DTYPE_F32, n); break;
+    case CAIRN_DTYPE_F16: axpy_t(acc, s, row, CAIRN_DTYPE_F16, n); break;
+    default: axpy_t(acc, s, row, CAIRN_DTYPE_BF16, n); break;
+    }
+}
+
+T256 static void avx2_silu_mul(float *out, const float *gate, const float *up, int n)
+{
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 g = _mm256_loadu_ps(gate + k);
+        __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(s, _mm256_loadu_ps(up + k)));
+    }
+    kern__scalar.silu_mul(out + k, gate + k, up + k, n - k);
+}
+
+const kern_impl_t kern__avx2 = {
+    .name = "avx2",
+    .matmul_range = avx2_matmul_range,
+    .dot = avx2_dot,
+    .axpy = avx2_axpy,
+    .sumsq = avx2_sumsq,
+    .silu_mul = avx2_silu_mul,
+};
