@@ -892,6 +892,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                         size_t err_len)
 {
     *out = NULL;
+    cairn_init(); /* cJSON's allocations through cairn_malloc before any request */
     if (!engine || !tok || !opt || opt->port < 0 || opt->port > 65535 || opt->http_threads < 1
         || opt->max_body_bytes < 64 || !opt->model_id || !opt->model_id[0]
         || (opt->apis == NULL) != (opt->n_apis == 0)) {

@@ -284,13 +284,61 @@ static void test_alloc_failures(void **state)
     }
 }
 
+/*
+ * A sweep over every allocation of valid requests' parses, cJSON's included (cairn_init
+ * routes them through cairn_malloc): each failure answers 503 out_of_memory, never a 400
+ * "not valid JSON", and the sweep ends in a success (it reached the last allocation).
+ */
+static void test_alloc_failure_sweep(void **state)
+{
+    static const struct {
+        oai_kind_t kind;
+        const char *body;
+    } cases[] = {
+        {OAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                   "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,"
+                   "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}],"
+                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                   "\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":[\"x\",\"yz\"],"
+                   "\"stop_token_ids\":[1,2],\"logit_bias\":{\"5\":-100},\"cache_salt\":\"salt\","
+                   "\"user\":\"u\",\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {OAI_COMPLETION, "{\"prompt\":\"hello there\",\"stop\":\"x\",\"max_tokens\":3}"},
+        {OAI_COMPLETION, "{\"prompt\":[[1,2,3]],\"echo\":false,\"seed\":4}"},
+    };
+    cairn_init();
+    for (size_t c = 0; c < CAIRN_ARRAY_LEN(cases); c++) {
+        long n, failures = 0;
+        for (n = 0; n < 100000; n++) {
+            gen_request_t r;
+            api_error_t e;
+            cairn_alloc_fail_after(n, false);
+            int rc = parse(cases[c].kind, cases[c].body, &r, &e);
+            cairn_alloc_fail_after(-1, false);
+            if (rc == 0) {
+                gen_request_fini(&r);
+                break;
+            }
+            if (e.http_status != 503)
+                fprintf(stderr, "case %zu, allocation %ld: %d %s\n", c, n, e.http_status,
+                        e.message);
+            assert_int_equal(rc, CAIRN_ENOMEM);
+            assert_int_equal(e.http_status, 503);
+            assert_string_equal(e.code, "out_of_memory");
+            failures++;
+        }
+        assert_true(n < 100000);
+        assert_true(failures > 5);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults), cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_prompt_forms),  cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_utf8),          cmocka_unit_test(test_render),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_alloc_failure_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,10 @@
  * Invariant: a gen_request_t is either zeroed or owns every pointer in it; fini returns
  * it to zero, so a parser's single failure path is "fini and return".
  *
+ * Out of memory. Bodies are parsed with cairn_json_parse (util/json.h), which tells an
+ * allocation failure inside cJSON from malformed text, so a valid request under memory
+ * pressure is a 503 ("retry"), never a 400 ("not valid JSON").
+ *
  * Thread-safety: pure functions; no shared state.
  */
 #include <stdio.h>
@@ -13,6 +17,7 @@
 #include <strings.h>
 
 #include "server/api/api.h"
+#include "util/json.h"
 
 /* ---- Buffers ----------------------------------------------------------------------- */
 
@@ -244,12 +249,17 @@ int api_json_object(const char *body, size_t len, int max_fields, cJSON **out,
         return CAIRN_EINVAL;
     }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (!root) {
+    cJSON *root = NULL;
+    int rc = cairn_json_parse(body, len, &end, &root, NULL);
+    if (rc == CAIRN_ENOMEM) { /* the body may be valid: never call it malformed */
+        api_error_oom(err);
+        return rc;
+    }
+    if (rc) {
         BAD("The request body is not valid JSON");
         return CAIRN_EFORMAT;
     }
-    int rc = CAIRN_EINVAL;
+    rc = CAIRN_EINVAL;
     while (end && end < body + len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
         end++;
     if (end && end < body + len && *end) {

@@ -307,8 +307,8 @@ bool api_utf8_valid(const char *s, size_t n);
 /*
  * Parses an untrusted body as one JSON object: UTF-8 (bytes and every decoded string),
  * JSON syntax, no trailing data, at most max_fields keys, no duplicate keys. Returns 0
- * with *root (caller deletes), or a negative code with a 400 in *err (503 when the JSON
- * parser ran out of memory).
+ * with *root (caller deletes), or a negative code with a 400 in *err, or CAIRN_ENOMEM
+ * with api_error_oom's 503 when the JSON parser ran out of memory.
  */
 int api_json_object(const char *body, size_t len, int max_fields, cJSON **root,
                     api_error_t *err);
