@@ -4,8 +4,9 @@
  * completions and completions first. The first byte picks the adapter (byte modulo the
  * registry size: 0 chat, 1 completions, as the corpus was written) and the route's
  * operation; the rest is the body. Every input must either parse into a neutral request
- * that keeps the parser's promises, and then render (begin, a delta per choice, end) as
- * the server would, or fail with a 4xx/5xx error the adapter renders.
+ * that keeps the parser's promises, and then render (begin, a delta per choice, end; for a
+ * stream also begin then fail) as the server would, or fail with a 4xx/5xx error the
+ * adapter renders.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +60,18 @@ static void render(const api_adapter_t *a, const gen_request_t *req)
     api_end_t end = {.finish = finish, .usage = {7, 3, 4, 2}};
     if (!rc)
         rc = a->end(&r, &end);
+    if (rc || !r.out.p || !r.out.len)
+        abort();
+    a->release(&r);
+    api_buf_free(&r.out);
+    if (!req->stream)
+        return;
+    /* A stream that fails after it began. */
+    api_error_t e;
+    api_error_set(&e, 503, API_ERR_UNAVAILABLE, NULL, "canceled", "canceled");
+    rc = a->begin(&r);
+    if (!rc)
+        rc = a->fail(&r, &e);
     if (rc || !r.out.p || !r.out.len)
         abort();
     a->release(&r);
