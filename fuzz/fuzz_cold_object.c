@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cold/cold_object.h"
+#include "tier/tier_object.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 typedef struct {
     char *root;

@@ -29,7 +29,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
-#include "cold/cold_store_impl.h"
+#include "tier/fs/fs_store_impl.h"
 
 #define RESTORE_PREFETCH 16
 

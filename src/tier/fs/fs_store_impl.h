@@ -11,7 +11,7 @@
 
 #include <pthread.h>
 
-#include "cold/cold_object.h"
+#include "tier/tier_object.h"
 
 typedef struct cold_entry {
     cairn_cold_hash_t hash, parent;

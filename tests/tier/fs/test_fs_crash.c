@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 #define N_BLOCKS 96
 #define MAX_KILLS 120

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 const uint64_t t_layer_bytes[T_LAYERS] = {T_LAYER_BYTES, T_LAYER_BYTES, T_LAYER_BYTES, T_LAYER_BYTES};
 

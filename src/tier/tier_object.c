@@ -13,7 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "cold/cold_object.h"
+#include "tier/tier_object.h"
 
 static void put32(uint8_t *p, uint32_t v)
 {

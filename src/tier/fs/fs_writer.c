@@ -29,7 +29,7 @@
 #include <liburing.h>
 #endif
 
-#include "cold/cold_store_impl.h"
+#include "tier/fs/fs_store_impl.h"
 
 static void job_free(cold_job_t *j)
 {

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cold/cold_object.h"
-#include "cold/cold_test_util.h"
+#include "tier/tier_object.h"
+#include "tier/tier_test_util.h"
 
 /* Computed independently with Python's hashlib from the serialization in docs/FORMAT.md. */
 #define PINNED_FP "9db1dc6b544901a354cd4cb9d4d146183052280b5e3e063ebb7e3150f356f702"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <openssl/evp.h>
 
-#include "cold/cold_object.h"
+#include "tier/tier_object.h"
 
 static int sha_update(EVP_MD_CTX *c, const void *p, size_t n) { return EVP_DigestUpdate(c, p, n) == 1 ? 0 : -1; }
 
