@@ -12,7 +12,8 @@
  *               rename, directory fsync per object) and once with the default group
  *               commit (up to 8 objects: writes, fdatasyncs, renames, one fsync per
  *               directory), rounds interleaved on the same disk
- *   tier cold   cairn_cold_restore_chain (read + full validation) after dropping every
+ *   tier cold   cairn_tier_restore_chain over the filesystem store (read + full
+ *               validation, prefetch hints 16 ahead) after dropping every
  *               object's pages; the target is >= 70% of raw read
  *   tier warm   the same restore from the page cache
  * Then one capture turn at the default 250 ms deadline and queue depth 8, the block budget
@@ -110,7 +111,8 @@ static void rm_tree(const char *dir)
 
 typedef struct {
     size_t n;
-    cairn_cold_hash_t *hashes;
+    cairn_tier_hash_t *hashes;
+    cairn_tier_key_t *keys;  /* the chain's keys (BLOCK, group 0) */
     int32_t *tokens;
     uint8_t *payload; /* n blocks */
     uint8_t *dst;     /* n blocks */
@@ -120,10 +122,11 @@ static void make_chain(chain_t *c, size_t n, uint32_t seed)
 {
     c->n = n;
     c->hashes = calloc(n, sizeof *c->hashes);
+    c->keys = calloc(n, sizeof *c->keys);
     c->tokens = calloc(n * TOKENS, sizeof *c->tokens);
     c->payload = malloc(n * BLOCK);
     c->dst = malloc(n * BLOCK);
-    cairn_cold_hash_t prev;
+    cairn_tier_hash_t prev;
     memset(&prev, 0, sizeof prev);
     uint32_t x = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
@@ -137,6 +140,7 @@ static void make_chain(chain_t *c, size_t n, uint32_t seed)
         EVP_DigestFinal_ex(m, c->hashes[i].bytes, &len);
         EVP_MD_CTX_free(m);
         prev = c->hashes[i];
+        c->keys[i] = (cairn_tier_key_t){.kind = CAIRN_TIER_BLOCK, .hash = c->hashes[i]};
         for (size_t k = 0; k < BLOCK; k += 4) {
             x ^= x << 13;
             x ^= x >> 17;
@@ -152,14 +156,24 @@ static void *dest(void *user, size_t i, size_t size)
     return size == BLOCK ? c->dst + i * BLOCK : NULL;
 }
 
+/* The tier's restore walk over the whole chain into c->dst; blocks loaded. */
+static size_t tier_restore(cairn_cold_store_t *s, chain_t *c)
+{
+    cairn_tier_chain_t ch = {c->keys, c->tokens, TOKENS, c->n};
+    cairn_tier_restore_sink_t sink = {NULL, dest, c};
+    cairn_tier_restore_result_t res;
+    cairn_tier_restore_chain(cairn_cold_store_tier(s), &ch, 0, &sink, &res);
+    return res.loaded;
+}
+
 typedef struct {
     chain_t *c;
 } turn_ctx_t;
 
-static int turn_block(void *user, size_t i, cairn_cold_block_t *b)
+static int turn_block(void *user, size_t i, cairn_tier_object_t *b)
 {
     chain_t *c = ((turn_ctx_t *)user)->c;
-    b->hash = c->hashes[i];
+    b->key = c->keys[i];
     memset(&b->parent, 0, sizeof b->parent);
     if (i)
         b->parent = c->hashes[i - 1];
@@ -198,7 +212,7 @@ static double tier_write(cairn_cold_store_t *s, const chain_t *c)
 {
     double t0 = now();
     for (size_t i = 0; i < c->n; i++) {
-        cairn_cold_block_t b = {c->hashes[i], i ? c->hashes[i - 1] : (cairn_cold_hash_t){{0}},
+        cairn_cold_block_t b = {c->hashes[i], i ? c->hashes[i - 1] : (cairn_tier_hash_t){{0}},
                                 &c->tokens[i * TOKENS], TOKENS, c->payload + i * BLOCK, BLOCK};
         if (cairn_cold_store_enqueue(s, &b, 60000, NULL))
             return -1;
@@ -215,11 +229,11 @@ static void capture_turn(const char *dir, chain_t *c, uint32_t write_batch, uint
     if (!s)
         exit(1);
     turn_ctx_t k = {c};
-    cairn_cold_capture_result_t res;
+    cairn_tier_capture_result_t res;
     /* The default 250 ms deadline, the block budget lifted: how far the disk lets a turn go. */
-    cairn_cold_capture_budget_t budget = {.blocks_per_turn = (uint32_t)c->n, .budget_ms = 250};
-    cairn_cold_capture_chain(s, c->n, turn_block, &k, &budget, &res);
-    cairn_cold_stats_t st;
+    cairn_tier_capture_budget_t budget = {.blocks_per_turn = (uint32_t)c->n, .budget_ms = 250};
+    cairn_tier_capture_chain(cairn_cold_store_tier(s), c->n, turn_block, &k, &budget, &res);
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     *accepted = (double)res.enqueued;
     *durable = (double)st.objects;
@@ -297,23 +311,23 @@ int main(int argc, char **argv)
                 return 1;
             drop_tree(cairn_cold_store_dir(s));
             memset(c.dst, 0, n * BLOCK);
-            size_t got = 0;
             double t0 = now();
-            cairn_cold_restore_chain(s, c.hashes, n, c.tokens, 0, dest, &c, &got);
+            size_t got = tier_restore(s, &c);
             tc[r] = mb / (now() - t0);
             if (got != n || memcmp(c.dst, c.payload, n * BLOCK)) {
                 fprintf(stderr, "restore mismatch: %zu of %zu\n", got, n);
                 return 1;
             }
             t0 = now();
-            cairn_cold_restore_chain(s, c.hashes, n, c.tokens, 0, dest, &c, &got);
+            tier_restore(s, &c);
             tm[r] = mb / (now() - t0);
-            cairn_cold_stats_t st;
+            cairn_tier_stats_t st;
             cairn_cold_store_stats(s, &st);
             if (st.write_errors || st.corruptions)
                 return 1;
             close_tier(s);
             free(c.hashes);
+            free(c.keys);
             free(c.tokens);
             free(c.payload);
             free(c.dst);
@@ -335,6 +349,7 @@ int main(int argc, char **argv)
         capture_turn(dir, &c, 1, (uint8_t)(200 + r), &acc1[r], &dur1[r]);
         capture_turn(dir, &c, 0, (uint8_t)(200 + r), &acc[r], &dur[r]);
         free(c.hashes);
+        free(c.keys);
         free(c.tokens);
         free(c.payload);
         free(c.dst);

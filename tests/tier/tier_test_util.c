@@ -39,14 +39,14 @@ void t_rmrf(const char *path)
     rmdir(path);
 }
 
-cairn_cold_hash_t t_fingerprint(int variant)
+cairn_tier_hash_t t_fingerprint(int variant)
 {
-    cairn_cold_model_desc_t d = {
+    cairn_tier_model_desc_t d = {
         .architecture = "llama", .n_layers = T_LAYERS, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
         .block_tokens = T_TOKENS, .kv_dtype = CAIRN_DTYPE_BF16, .rope_theta = 10000.0 + variant,
     };
-    cairn_cold_hash_t fp;
-    if (cairn_cold_fingerprint(&d, &fp))
+    cairn_tier_hash_t fp;
+    if (cairn_tier_fingerprint(&d, &fp))
         abort();
     return fp;
 }
@@ -61,16 +61,16 @@ cairn_cold_config_t t_config(const char *root, int variant, uint64_t quota)
     return c;
 }
 
-void t_block(uint32_t seed, size_t i, cairn_cold_hash_t *hash, cairn_cold_hash_t *parent, int32_t *tokens,
+void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t *parent, int32_t *tokens,
              uint8_t *payload)
 {
-    cairn_cold_hash_t prev;
+    cairn_tier_hash_t prev;
     memset(&prev, 0, sizeof prev);
     int32_t tk[T_TOKENS];
     for (size_t b = 0; b <= i; b++) {
         for (int t = 0; t < T_TOKENS; t++)
             tk[t] = (int32_t)(seed * 7919u + b * 31u + (uint32_t)t);
-        cairn_cold_hash_t h;
+        cairn_tier_hash_t h;
         EVP_MD_CTX *c = EVP_MD_CTX_new();
         unsigned int n;
         EVP_DigestInit_ex(c, EVP_sha256(), NULL);

@@ -16,13 +16,13 @@ char *t_mkroot(void);
 void t_rmrf(const char *path);
 
 /* Fingerprint of the synthetic model `variant`. */
-cairn_cold_hash_t t_fingerprint(int variant);
+cairn_tier_hash_t t_fingerprint(int variant);
 /* Config for root/variant with the given quota (0: none given). */
 cairn_cold_config_t t_config(const char *root, int variant, uint64_t quota);
 
 /* The chain of block i: hash (SHA-256 of parent || tokens), parent, tokens, payload
  * derived from `seed` and i. The payload buffer must hold T_PAYLOAD bytes. */
-void t_block(uint32_t seed, size_t i, cairn_cold_hash_t *hash, cairn_cold_hash_t *parent, int32_t *tokens,
+void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t *parent, int32_t *tokens,
              uint8_t *payload);
 
 /* Counts files under dir whose name starts with prefix (recursively). */
