@@ -1,4 +1,4 @@
-/* Shared helpers for the cold tier tests (see cold_test_util.h). */
+/* Shared helpers for the cache tier tests (see tier_test_util.h). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +95,26 @@ void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t
             x ^= x << 5;
             payload[k] = (uint8_t)x;
         }
+    }
+}
+
+void t_object(uint32_t seed, size_t i, cairn_tier_object_t *obj, int32_t *tokens, uint8_t *payload)
+{
+    memset(obj, 0, sizeof *obj);
+    obj->key.kind = CAIRN_TIER_BLOCK;
+    t_block(seed, i, &obj->key.hash, &obj->parent, tokens, payload);
+    obj->tokens = tokens;
+    obj->n_tokens = T_TOKENS;
+    obj->payload = payload;
+    obj->payload_size = T_PAYLOAD;
+}
+
+void t_chain(uint32_t seed, size_t n, cairn_tier_key_t *keys, int32_t *tokens)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset(&keys[i], 0, sizeof keys[i]);
+        keys[i].kind = CAIRN_TIER_BLOCK;
+        t_block(seed, i, &keys[i].hash, NULL, tokens ? tokens + i * T_TOKENS : NULL, NULL);
     }
 }
 
