@@ -90,7 +90,8 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s);
  * Keys: BLOCK of group 0, named by the block hash (the key's domain is not stored: the
  * hash covers it); other kinds and groups are CAIRN_EUNSUPPORTED. contains() also counts
  * blocks queued for writing; get() needs a store with a layout (not "any": CAIRN_EINVAL);
- * prefetch() hints the kernel to read the objects ahead (POSIX_FADV_WILLNEED).
+ * prefetch() opens the objects and hints the kernel to read them ahead
+ * (POSIX_FADV_WILLNEED), keeping at most 32 descriptors for the reads that follow.
  */
 cairn_tier_store_t *cairn_cold_store_tier(cairn_cold_store_t *s);
 

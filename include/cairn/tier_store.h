@@ -165,8 +165,10 @@ typedef struct {
     int (*get)(cairn_tier_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest, void *user);
 
     /* Optional (NULL: none). A hint that the objects of keys[0..n) will be read soon, in
-     * this order: the store may start reading them. Never fails, holds nothing the
-     * caller must release, changes no counter. */
+     * this order: the store may start reading them and keep what it started (open files,
+     * replies of pipelined requests) for those reads, within a bound of its own; a read
+     * must still find the object as it is then. Never fails, leaves nothing the caller
+     * must release, changes no counter. */
     void (*prefetch)(cairn_tier_store_t *s, const cairn_tier_key_t *keys, size_t n);
 
     /* Blocks until every accepted object is written (or failed). */

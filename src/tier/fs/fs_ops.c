@@ -9,11 +9,15 @@
  * object type with the hybrid persistence issue. contains() counts queued blocks too (a
  * put of them would queue nothing); chain_length() only what the index holds (what a read
  * can find now). prefetch() opens each object and asks the kernel to read it ahead
- * (POSIX_FADV_WILLNEED), then closes it: the hint holds nothing, and the read that follows
- * opens the name again, so an object evicted in between is simply a miss.
+ * (POSIX_FADV_WILLNEED), keeping the descriptor for the read that follows (at most
+ * FS_AHEAD_SLOTS; a full table closes its oldest, destroy closes the rest), so a restore
+ * opens each object once while the device works on the next ones. A read whose object
+ * left the index since its prefetch drops the kept descriptor and opens the name again:
+ * only the name counts, never an old inode.
  * Thread-safety: that of the store's calls (all thread-safe).
  */
 #include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tier/fs/fs_store_impl.h"
@@ -59,19 +63,73 @@ static int fs_get(cairn_tier_store_t *t, const cairn_tier_object_t *want, cairn_
 static void fs_prefetch(cairn_tier_store_t *t, const cairn_tier_key_t *keys, size_t n)
 {
     cairn_cold_store_t *s = fs_of(t);
-    for (size_t i = 0; i < n; i++) {
-        if (!held_kind(&keys[i]))
-            continue;
-        char *path = fs__object_path(s, &keys[i].hash);
-        if (!path)
-            return;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        cairn_free(path);
-        if (fd >= 0) {
-            posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-            close(fd);
-        }
+    for (size_t i = 0; i < n; i++)
+        if (held_kind(&keys[i]))
+            fs__prefetch(s, &keys[i].hash);
+}
+
+/* Index of h in the table, or n_ahead. Caller holds amu. */
+static uint32_t ahead_find_locked(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    uint32_t i = 0;
+    while (i < s->n_ahead && memcmp(s->ahead[i].hash.bytes, h->bytes, 32))
+        i++;
+    return i;
+}
+
+/* Takes entry i out of the table and returns its descriptor. Caller holds amu. */
+static int ahead_take_locked(cairn_cold_store_t *s, uint32_t i)
+{
+    int fd = s->ahead[i].fd;
+    memmove(s->ahead + i, s->ahead + i + 1, (s->n_ahead - i - 1) * sizeof *s->ahead);
+    s->n_ahead--;
+    return fd;
+}
+
+void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    pthread_mutex_lock(&s->amu);
+    bool have = ahead_find_locked(s, h) < s->n_ahead;
+    pthread_mutex_unlock(&s->amu);
+    if (have)
+        return;
+    char *path = fs__object_path(s, h);
+    if (!path)
+        return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cairn_free(path);
+    if (fd < 0)
+        return; /* absent: the read will say so */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    int old = -1;
+    pthread_mutex_lock(&s->amu);
+    if (ahead_find_locked(s, h) < s->n_ahead) { /* a concurrent hint won */
+        old = fd;
+    } else {
+        if (s->n_ahead == FS_AHEAD_SLOTS)
+            old = ahead_take_locked(s, 0);
+        s->ahead[s->n_ahead++] = (fs_ahead_t){*h, fd};
     }
+    pthread_mutex_unlock(&s->amu);
+    if (old >= 0)
+        close(old);
+}
+
+int fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    pthread_mutex_lock(&s->amu);
+    uint32_t i = ahead_find_locked(s, h);
+    int fd = i < s->n_ahead ? ahead_take_locked(s, i) : -1;
+    pthread_mutex_unlock(&s->amu);
+    return fd;
+}
+
+void fs__drop_ahead(cairn_cold_store_t *s)
+{
+    pthread_mutex_lock(&s->amu);
+    while (s->n_ahead)
+        close(ahead_take_locked(s, s->n_ahead - 1));
+    pthread_mutex_unlock(&s->amu);
 }
 
 static void fs_flush(cairn_tier_store_t *t) { cairn_cold_store_flush(fs_of(t)); }

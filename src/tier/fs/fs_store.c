@@ -463,6 +463,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     s->base.ops = &fs__ops;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->qmu, NULL);
+    pthread_mutex_init(&s->amu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -538,6 +539,7 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
     if (!s)
         return;
     fs__writer_stop(s);
+    fs__drop_ahead(s);
     if (s->buckets)
         for (size_t i = 0; i < s->n_buckets; i++)
             for (fs_entry_t *e = s->buckets[i], *nx; e; e = nx) {
@@ -551,6 +553,7 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
     cairn_free(s->dir);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->qmu);
+    pthread_mutex_destroy(&s->amu);
     pthread_cond_destroy(&s->q_not_full);
     pthread_cond_destroy(&s->q_not_empty);
     pthread_cond_destroy(&s->q_idle);
@@ -671,16 +674,25 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
              const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
              void *user)
 {
+    int prefd = fs__take_ahead(s, hash); /* opened by a prefetch, if any */
     char *path = fs__object_path(s, hash);
-    if (!path)
+    if (!path) {
+        if (prefd >= 0)
+            close(prefd);
         return CAIRN_ENOMEM;
+    }
     pthread_mutex_lock(&s->mu);
     fs_entry_t *e = fs__find_locked(s, hash);
     if (e)
         e->pins++;
     pthread_mutex_unlock(&s->mu);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (!e && prefd >= 0) {
+        /* Evicted since the prefetch opened it: only the name, not an old inode, counts. */
+        close(prefd);
+        prefd = -1;
+    }
+    int fd = prefd >= 0 ? prefd : open(path, O_RDONLY | O_CLOEXEC);
     int rc;
     uint64_t payload = 0, file_bytes = 0;
     if (fd < 0) {

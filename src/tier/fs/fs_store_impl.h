@@ -4,7 +4,8 @@
  * thread) and fs_ops.c (the store behind the tier interface).
  *
  * Locks: `mu` guards the index, the LRU list and the counters; `qmu` guards the write
- * queue. They are never held together, so there is no lock order to get wrong.
+ * queue; `amu` guards the prefetched descriptors. No two are ever held together, so there
+ * is no lock order to get wrong.
  */
 #ifndef CAIRN_FS_STORE_IMPL_H
 #define CAIRN_FS_STORE_IMPL_H
@@ -34,6 +35,14 @@ typedef struct {
     size_t header_cap;
 } fs_job_t;
 
+/* Objects a prefetch opened (and hinted to the kernel), waiting for their read. */
+#define FS_AHEAD_SLOTS 32
+
+typedef struct {
+    cairn_tier_hash_t hash;
+    int fd;
+} fs_ahead_t;
+
 struct cairn_cold_store {
     cairn_tier_store_t base;   /* first: the tier interface (fs_ops.c) */
     char *dir;                 /* <root>/<fingerprint hex> */
@@ -60,6 +69,10 @@ struct cairn_cold_store {
     bool stop, has_thread;
     pthread_t thread;
     unsigned long tmp_seq;
+
+    pthread_mutex_t amu;
+    fs_ahead_t ahead[FS_AHEAD_SLOTS]; /* oldest first; a full table closes its oldest */
+    uint32_t n_ahead;
 };
 
 /* The ops table of the tier interface (fs_ops.c); set by create. */
@@ -87,6 +100,13 @@ size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t 
 int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent,
              const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
              void *user);
+
+/* Prefetch (fs_ops.c): opens the object of h, hints the kernel to read it and keeps the
+ * descriptor for its read. fs__take_ahead hands a kept descriptor over (-1: none);
+ * fs__drop_ahead closes them all (destroy). */
+void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+int fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+void fs__drop_ahead(cairn_cold_store_t *s);
 
 /* Writer lifecycle (fs_writer.c). */
 int fs__writer_start(cairn_cold_store_t *s);
