@@ -53,8 +53,8 @@ int tier_object_encode_header(uint8_t *buf, size_t cap, const cairn_tier_hash_t 
                               cairn_dtype_t dtype, uint32_t n_layers, const uint64_t *layer_bytes,
                               const cairn_tier_object_t *blk, size_t *header_bytes)
 {
-    if (blk->key.kind != CAIRN_TIER_BLOCK || !blk->n_tokens || blk->n_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS || !n_layers ||
-        n_layers > TIER_OBJECT_MAX_LAYERS || !blk->tokens || !blk->payload)
+    if (blk->key.kind != CAIRN_TIER_BLOCK || !blk->n_tokens || blk->n_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS ||
+        !n_layers || n_layers > TIER_OBJECT_MAX_LAYERS || !blk->tokens || !blk->payload)
         return CAIRN_EINVAL;
     uint64_t total = 0;
     for (uint32_t l = 0; l < n_layers; l++)

@@ -73,14 +73,16 @@ static void test_encode_rejects_bad_sizes(void **state)
     static uint8_t pay[T_PAYLOAD];
     cairn_tier_object_t b = {.tokens = tk, .n_tokens = T_TOKENS, .payload = pay, .payload_size = T_PAYLOAD - 1};
     size_t hb;
-    assert_int_equal(tier_object_encode_header(hdr, sizeof hdr, &fp, CAIRN_DTYPE_BF16, T_LAYERS, t_layer_bytes, &b, &hb),
-                     CAIRN_EINVAL);
+    assert_int_equal(
+        tier_object_encode_header(hdr, sizeof hdr, &fp, CAIRN_DTYPE_BF16, T_LAYERS, t_layer_bytes, &b, &hb),
+        CAIRN_EINVAL);
     b.payload_size = T_PAYLOAD;
     assert_int_equal(tier_object_encode_header(hdr, 100, &fp, CAIRN_DTYPE_BF16, T_LAYERS, t_layer_bytes, &b, &hb),
                      CAIRN_ERANGE);
     b.n_tokens = 0;
-    assert_int_equal(tier_object_encode_header(hdr, sizeof hdr, &fp, CAIRN_DTYPE_BF16, T_LAYERS, t_layer_bytes, &b, &hb),
-                     CAIRN_EINVAL);
+    assert_int_equal(
+        tier_object_encode_header(hdr, sizeof hdr, &fp, CAIRN_DTYPE_BF16, T_LAYERS, t_layer_bytes, &b, &hb),
+        CAIRN_EINVAL);
 }
 
 static void test_fingerprint(void **state)

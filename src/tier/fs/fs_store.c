@@ -162,7 +162,7 @@ static int grow_buckets(cairn_cold_store_t *s)
 }
 
 int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
-                        uint64_t file_bytes, uint32_t n_tokens)
+                      uint64_t file_bytes, uint32_t n_tokens)
 {
     fs_entry_t *e = fs__find_locked(s, h);
     if (e) {
