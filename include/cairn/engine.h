@@ -67,6 +67,10 @@ typedef struct {
     int cold_drain_ms;         /* destroy waits at most this for queued writes (default 5000) */
     int cold_capture_blocks;   /* new blocks queued per turn; 0: knob CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN > 128 */
     int cold_capture_ms;       /* capture deadline per turn; 0: knob CAIRN_COLD_CAPTURE_BUDGET_MS > 250 */
+    /* A store of include/cairn/tier_store.h to use instead of the filesystem store under
+     * cold_root (tests, other stores). Lent: the engine never destroys it, and it must
+     * outlive the engine. NULL: the filesystem store. */
+    cairn_tier_store_t *cold_store;
 } cairn_engine_options_t;
 
 /* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */

@@ -229,7 +229,7 @@ static void object_path(const char *store_dir, const char *salt, const int32_t *
     assert_int_equal(cairn_kv_cache_hash_blocks(c, &dom, NULL, 0, prompt, (size_t)(k + 1) * BS, h), 0);
     cairn_kv_cache_destroy(c);
     char hex[65];
-    cairn_cold_hash_hex((const cairn_cold_hash_t *)&h[k], hex);
+    cairn_tier_hash_hex((const cairn_tier_hash_t *)&h[k], hex);
     snprintf(out, len, "%s/%.2s/%s.kv", store_dir, hex, hex);
 }
 
