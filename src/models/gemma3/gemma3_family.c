@@ -72,7 +72,7 @@ static int cache_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype, cairn_la
 
 /* Everything that changes the bytes of a K/V row beyond the weights digest: geometry, both
  * RoPE kinds, the layer kinds and window, the scales, caps and norm epsilon. */
-static void describe(const cairn_model_t *m, cairn_cold_model_desc_t *d, char *extra, size_t extra_len)
+static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *extra, size_t extra_len)
 {
     const gemma3_config_t *c = &((const gemma3_t *)m->priv)->cfg;
     d->architecture = "gemma3";

@@ -1,6 +1,6 @@
-/* Shared helpers for the cold tier tests: a deterministic synthetic model and its blocks. */
-#ifndef COLD_TEST_UTIL_H
-#define COLD_TEST_UTIL_H
+/* Shared helpers for the cache tier tests: a deterministic synthetic model and its blocks. */
+#ifndef TIER_TEST_UTIL_H
+#define TIER_TEST_UTIL_H
 
 #include "cairn/cold_tier.h"
 
@@ -16,14 +16,21 @@ char *t_mkroot(void);
 void t_rmrf(const char *path);
 
 /* Fingerprint of the synthetic model `variant`. */
-cairn_cold_hash_t t_fingerprint(int variant);
+cairn_tier_hash_t t_fingerprint(int variant);
 /* Config for root/variant with the given quota (0: none given). */
 cairn_cold_config_t t_config(const char *root, int variant, uint64_t quota);
 
 /* The chain of block i: hash (SHA-256 of parent || tokens), parent, tokens, payload
  * derived from `seed` and i. The payload buffer must hold T_PAYLOAD bytes. */
-void t_block(uint32_t seed, size_t i, cairn_cold_hash_t *hash, cairn_cold_hash_t *parent, int32_t *tokens,
+void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t *parent, int32_t *tokens,
              uint8_t *payload);
+
+/* Block i of chain `seed` as a tier object (kind BLOCK, group 0, default domain): key,
+ * parent, tokens (into `tokens`, T_TOKENS ids) and payload (into `payload`, T_PAYLOAD). */
+void t_object(uint32_t seed, size_t i, cairn_tier_object_t *obj, int32_t *tokens, uint8_t *payload);
+
+/* The keys of blocks [0, n) of chain `seed` and their tokens (n * T_TOKENS, may be NULL). */
+void t_chain(uint32_t seed, size_t n, cairn_tier_key_t *keys, int32_t *tokens);
 
 /* Counts files under dir whose name starts with prefix (recursively). */
 size_t t_count_files(const char *dir, const char *prefix);

@@ -1,6 +1,6 @@
 /*
- * cold_store.c — the cold tier's directory, in-memory index, LRU quota, validated reads,
- * chain queries and restore, maintenance (verify, prune, clear) and telemetry.
+ * fs_store.c — the filesystem store's directory, in-memory index, LRU quota, validated
+ * reads, chain queries, maintenance (verify, prune, clear) and counters.
  *
  * Model: <root>/<fingerprint hex>/<hh>/<hash hex>.kv, one immutable object per full block
  * (format: docs/FORMAT.md, "Cold tier objects"). The index maps block hash -> entry and
@@ -27,25 +27,15 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-#include <cjson/cJSON.h>
 
-#include "cold/cold_store_impl.h"
-
-#define RESTORE_PREFETCH 16
-
-double cold__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "tier/fs/fs_store_impl.h"
 
 /* ---- paths ---- */
 
-char *cold__shard_path(const cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+char *fs__shard_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
     char hex[65];
-    cairn_cold_hash_hex(h, hex);
+    cairn_tier_hash_hex(h, hex);
     size_t n = strlen(s->dir) + 4;
     char *p = cairn_malloc(n);
     if (p)
@@ -53,10 +43,10 @@ char *cold__shard_path(const cairn_cold_store_t *s, const cairn_cold_hash_t *h)
     return p;
 }
 
-char *cold__object_path(const cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
     char hex[65];
-    cairn_cold_hash_hex(h, hex);
+    cairn_tier_hash_hex(h, hex);
     size_t n = strlen(s->dir) + 4 + 64 + 4 + 1;
     char *p = cairn_malloc(n);
     if (p)
@@ -110,22 +100,22 @@ static int make_dirs(const char *path)
 
 /* ---- index ---- */
 
-static size_t bucket_of(const cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+static size_t bucket_of(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
     uint64_t v;
     memcpy(&v, h->bytes, 8);
     return (size_t)(v & (s->n_buckets - 1));
 }
 
-cold_entry_t *cold__find_locked(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
-    for (cold_entry_t *e = s->buckets[bucket_of(s, h)]; e; e = e->next)
+    for (fs_entry_t *e = s->buckets[bucket_of(s, h)]; e; e = e->next)
         if (!memcmp(e->hash.bytes, h->bytes, 32))
             return e;
     return NULL;
 }
 
-static void lru_unlink(cairn_cold_store_t *s, cold_entry_t *e)
+static void lru_unlink(cairn_cold_store_t *s, fs_entry_t *e)
 {
     if (e->prev_lru)
         e->prev_lru->next_lru = e->next_lru;
@@ -138,7 +128,7 @@ static void lru_unlink(cairn_cold_store_t *s, cold_entry_t *e)
     e->prev_lru = e->next_lru = NULL;
 }
 
-static void lru_push_tail(cairn_cold_store_t *s, cold_entry_t *e)
+static void lru_push_tail(cairn_cold_store_t *s, fs_entry_t *e)
 {
     e->prev_lru = s->lru_tail;
     e->next_lru = NULL;
@@ -152,15 +142,15 @@ static void lru_push_tail(cairn_cold_store_t *s, cold_entry_t *e)
 static int grow_buckets(cairn_cold_store_t *s)
 {
     size_t nb = s->n_buckets * 2;
-    cold_entry_t **b = cairn_calloc(nb, sizeof *b);
+    fs_entry_t **b = cairn_calloc(nb, sizeof *b);
     if (!b)
         return CAIRN_ENOMEM;
-    cold_entry_t **old = s->buckets;
+    fs_entry_t **old = s->buckets;
     size_t on = s->n_buckets;
     s->buckets = b;
     s->n_buckets = nb;
     for (size_t i = 0; i < on; i++) {
-        for (cold_entry_t *e = old[i], *nx; e; e = nx) {
+        for (fs_entry_t *e = old[i], *nx; e; e = nx) {
             nx = e->next;
             size_t k = bucket_of(s, &e->hash);
             e->next = b[k];
@@ -171,10 +161,10 @@ static int grow_buckets(cairn_cold_store_t *s)
     return CAIRN_OK;
 }
 
-int cold__insert_locked(cairn_cold_store_t *s, const cairn_cold_hash_t *h, const cairn_cold_hash_t *parent,
-                        uint64_t file_bytes, uint32_t n_tokens)
+int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
+                      uint64_t file_bytes, uint32_t n_tokens)
 {
-    cold_entry_t *e = cold__find_locked(s, h);
+    fs_entry_t *e = fs__find_locked(s, h);
     if (e) {
         lru_unlink(s, e);
         lru_push_tail(s, e);
@@ -199,11 +189,11 @@ int cold__insert_locked(cairn_cold_store_t *s, const cairn_cold_hash_t *h, const
 }
 
 /* Takes e out of the index; frees it unless pinned (the last unpin frees it then). */
-static void remove_locked(cairn_cold_store_t *s, cold_entry_t *e)
+static void remove_locked(cairn_cold_store_t *s, fs_entry_t *e)
 {
     if (e->removed)
         return;
-    cold_entry_t **pp = &s->buckets[bucket_of(s, &e->hash)];
+    fs_entry_t **pp = &s->buckets[bucket_of(s, &e->hash)];
     while (*pp != e)
         pp = &(*pp)->next;
     *pp = e->next;
@@ -215,28 +205,28 @@ static void remove_locked(cairn_cold_store_t *s, cold_entry_t *e)
         cairn_free(e);
 }
 
-static void unpin_locked(cairn_cold_store_t *s, cold_entry_t *e)
+static void unpin_locked(cairn_cold_store_t *s, fs_entry_t *e)
 {
     (void)s;
     if (--e->pins == 0 && e->removed)
         cairn_free(e);
 }
 
-static void unlink_object(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+static void unlink_object(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
-    char *p = cold__object_path(s, h);
+    char *p = fs__object_path(s, h);
     if (p) {
         unlink(p);
         cairn_free(p);
     }
 }
 
-size_t cold__evict_locked(cairn_cold_store_t *s, uint64_t quota, const cold_entry_t *keep)
+size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep)
 {
     size_t n = 0;
-    cold_entry_t *e = s->lru_head;
+    fs_entry_t *e = s->lru_head;
     while (s->used > quota && e) {
-        cold_entry_t *nx = e->next_lru;
+        fs_entry_t *nx = e->next_lru;
         if (!e->pins && e != keep) {
             unlink_object(s, &e->hash);
             remove_locked(s, e);
@@ -251,7 +241,7 @@ size_t cold__evict_locked(cairn_cold_store_t *s, uint64_t quota, const cold_entr
 /* ---- open: scan ---- */
 
 typedef struct {
-    cairn_cold_hash_t hash, parent;
+    cairn_tier_hash_t hash, parent;
     uint64_t bytes;
     uint32_t n_tokens;
     struct timespec mtime;
@@ -266,7 +256,7 @@ static bool is_hex_name(const char *s, size_t n)
 }
 
 /* Checks a header against the store's identity and layout. */
-static bool header_matches(const cairn_cold_store_t *s, const cold_header_t *h, const cairn_cold_hash_t *hash)
+static bool header_matches(const cairn_cold_store_t *s, const tier_object_header_t *h, const cairn_tier_hash_t *hash)
 {
     if (memcmp(h->fingerprint.bytes, s->fp.bytes, 32) || memcmp(h->hash.bytes, hash->bytes, 32))
         return false;
@@ -275,13 +265,13 @@ static bool header_matches(const cairn_cold_store_t *s, const cold_header_t *h, 
     if (h->dtype != (uint32_t)s->dtype || h->n_tokens != s->block_tokens || h->n_layers != s->n_layers)
         return false;
     for (uint32_t l = 0; l < s->n_layers; l++)
-        if (cold_header_layer_bytes(h, l) != s->layer_bytes[l])
+        if (tier_object_layer_bytes(h, l) != s->layer_bytes[l])
             return false;
     return true;
 }
 
 /* Reads and checks one object's header. 0 when it belongs in the index. */
-static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const cairn_cold_hash_t *hash,
+static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const cairn_tier_hash_t *hash,
                        scan_item_t *it)
 {
     int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
@@ -297,8 +287,8 @@ static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const c
     ssize_t got = pread(fd, buf, want, 0);
     if (got < 0 || (size_t)got != want)
         goto out;
-    cold_header_t h;
-    int prc = cold_object_parse_header(buf, want, &h);
+    tier_object_header_t h;
+    int prc = tier_object_parse_header(buf, want, &h);
     if (prc == CAIRN_ERANGE && h.header_bytes > want && (off_t)h.header_bytes <= st.st_size) {
         buf = cairn_malloc(h.header_bytes);
         if (!buf) {
@@ -309,7 +299,7 @@ static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const c
         got = pread(fd, buf, want, 0);
         if (got < 0 || (size_t)got != want)
             goto out;
-        prc = cold_object_parse_header(buf, want, &h);
+        prc = tier_object_parse_header(buf, want, &h);
     }
     if (prc || !header_matches(s, &h, hash) || (uint64_t)st.st_size != h.header_bytes + h.payload_bytes)
         goto out;
@@ -369,14 +359,14 @@ static int scan_shard(cairn_cold_store_t *s, const char *shard, scan_item_t **it
         struct stat st;
         if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
             continue;
-        cairn_cold_hash_t h;
+        cairn_tier_hash_t h;
         char hex[65];
         bool named = strlen(nm) == 67 && is_hex_name(nm, 64) && !strcmp(nm + 64, ".kv") &&
                      !memcmp(nm, shard, 2);
         if (named) {
             memcpy(hex, nm, 64);
             hex[64] = '\0';
-            named = cairn_cold_hash_parse(hex, &h) == CAIRN_OK;
+            named = cairn_tier_hash_parse(hex, &h) == CAIRN_OK;
         }
         int orc = CAIRN_ECORRUPT;
         if (named && S_ISREG(st.st_mode)) {
@@ -450,7 +440,7 @@ static int scan_dir(cairn_cold_store_t *s)
         if (n)
             qsort(items, n, sizeof *items, cmp_mtime);
         for (size_t i = 0; i < n && !rc; i++)
-            rc = cold__insert_locked(s, &items[i].hash, &items[i].parent, items[i].bytes, items[i].n_tokens);
+            rc = fs__insert_locked(s, &items[i].hash, &items[i].parent, items[i].bytes, items[i].n_tokens);
     }
     cairn_free(items);
     return rc;
@@ -461,8 +451,8 @@ static int scan_dir(cairn_cold_store_t *s)
 int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t **out)
 {
     if (!cfg || !out || (cfg->n_layers && (!cfg->layer_bytes || !cfg->block_tokens ||
-                                           cfg->n_layers > CAIRN_COLD_MAX_LAYERS ||
-                                           cfg->block_tokens > CAIRN_COLD_MAX_BLOCK_TOKENS ||
+                                           cfg->n_layers > TIER_OBJECT_MAX_LAYERS ||
+                                           cfg->block_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS ||
                                            cfg->dtype > CAIRN_DTYPE_BF16)))
         return CAIRN_EINVAL;
     *out = NULL;
@@ -470,9 +460,10 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     if (!s)
         return CAIRN_ENOMEM;
     int rc = CAIRN_ENOMEM;
+    s->base.ops = &fs__ops;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->qmu, NULL);
-    pthread_mutex_init(&s->trace_mu, NULL);
+    pthread_mutex_init(&s->amu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -493,7 +484,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
             s->layer_bytes[l] = cfg->layer_bytes[l];
             s->payload_bytes += cfg->layer_bytes[l];
         }
-        if (!s->payload_bytes || s->payload_bytes > CAIRN_COLD_MAX_PAYLOAD) {
+        if (!s->payload_bytes || s->payload_bytes > TIER_OBJECT_MAX_PAYLOAD) {
             rc = CAIRN_EINVAL;
             goto fail;
         }
@@ -504,9 +495,6 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
                          : cfg->has_quota ? cfg->quota_bytes : (uint64_t)CAIRN_COLD_DEFAULT_QUOTA_MIB << 20;
     s->depth = (uint32_t)cairn_knob_int("CAIRN_COLD_QUEUE_DEPTH", cfg->queue_depth != 0, cfg->queue_depth,
                                         CAIRN_COLD_DEFAULT_QUEUE_DEPTH, 1, 4096);
-    const char *tp = cairn_knob_str("CAIRN_COLD_TRACE", cfg->trace_path, NULL);
-    if (tp && !(s->trace_path = cairn_strdup(tp)))
-        goto fail;
     s->n_buckets = 1024;
     s->buckets = cairn_calloc(s->n_buckets, sizeof *s->buckets);
     s->batch_max = (uint32_t)cairn_knob_int("CAIRN_COLD_WRITE_BATCH", cfg->write_batch != 0, cfg->write_batch,
@@ -519,7 +507,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
         goto fail;
     }
     char hex[65];
-    cairn_cold_hash_hex(&s->fp, hex);
+    cairn_tier_hash_hex(&s->fp, hex);
     size_t n = strlen(root) + 66;
     s->dir = cairn_malloc(n);
     if (s->dir)
@@ -534,8 +522,8 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     chmod(s->dir, 0700);
     if ((rc = scan_dir(s)))
         goto fail;
-    cold__evict_locked(s, s->quota, NULL);
-    if (!cfg->no_writer && (rc = cold__writer_start(s)))
+    fs__evict_locked(s, s->quota, NULL);
+    if (!cfg->no_writer && (rc = fs__writer_start(s)))
         goto fail;
     cairn_log(CAIRN_LOG_INFO, "cold tier: %s: %zu objects, %llu bytes", s->dir, s->count,
               (unsigned long long)s->used);
@@ -550,10 +538,11 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
 {
     if (!s)
         return;
-    cold__writer_stop(s);
+    fs__writer_stop(s);
+    fs__drop_ahead(s);
     if (s->buckets)
         for (size_t i = 0; i < s->n_buckets; i++)
-            for (cold_entry_t *e = s->buckets[i], *nx; e; e = nx) {
+            for (fs_entry_t *e = s->buckets[i], *nx; e; e = nx) {
                 nx = e->next;
                 cairn_free(e);
             }
@@ -562,10 +551,9 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
     cairn_free(s->batch);
     cairn_free(s->layer_bytes);
     cairn_free(s->dir);
-    cairn_free(s->trace_path);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->qmu);
-    pthread_mutex_destroy(&s->trace_mu);
+    pthread_mutex_destroy(&s->amu);
     pthread_cond_destroy(&s->q_not_full);
     pthread_cond_destroy(&s->q_not_empty);
     pthread_cond_destroy(&s->q_idle);
@@ -574,19 +562,19 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s)
 
 const char *cairn_cold_store_dir(const cairn_cold_store_t *s) { return s->dir; }
 
-bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_cold_hash_t *hash)
+bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_tier_hash_t *hash)
 {
     pthread_mutex_lock(&s->mu);
-    bool r = cold__find_locked(s, hash) != NULL;
+    bool r = fs__find_locked(s, hash) != NULL;
     pthread_mutex_unlock(&s->mu);
     return r;
 }
 
-size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_cold_hash_t *hashes, size_t n)
+size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_tier_hash_t *hashes, size_t n)
 {
     size_t i = 0;
     pthread_mutex_lock(&s->mu);
-    while (i < n && cold__find_locked(s, &hashes[i]))
+    while (i < n && fs__find_locked(s, &hashes[i]))
         i++;
     pthread_mutex_unlock(&s->mu);
     return i;
@@ -621,8 +609,8 @@ static int read_full(int fd, struct iovec *iov, int cnt, size_t total)
 }
 
 /* Validates an object from fd whose header goes to hbuf and payload to dst. */
-static int read_object(cairn_cold_store_t *s, int fd, const cairn_cold_hash_t *hash,
-                       const cairn_cold_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
+static int read_object(cairn_cold_store_t *s, int fd, const cairn_tier_hash_t *hash,
+                       const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
                        void *dst, size_t dst_size, uint64_t *payload_out, uint64_t *file_out)
 {
     struct stat st;
@@ -633,13 +621,13 @@ static int read_object(cairn_cold_store_t *s, int fd, const cairn_cold_hash_t *h
     size_t hb;
     int rc;
     if (s->n_layers) {
-        hb = cold_object_header_size(s->block_tokens, s->n_layers);
+        hb = tier_object_header_size(s->block_tokens, s->n_layers);
     } else {
         uint8_t pre[16];
         if (pread(fd, pre, 16, 0) != 16)
             return CAIRN_ECORRUPT;
-        cold_header_t tmp;
-        if (cold_object_parse_header(pre, 16, &tmp) != CAIRN_ERANGE)
+        tier_object_header_t tmp;
+        if (tier_object_parse_header(pre, 16, &tmp) != CAIRN_ERANGE)
             return CAIRN_ECORRUPT;
         hb = tmp.header_bytes;
     }
@@ -649,16 +637,16 @@ static int read_object(cairn_cold_store_t *s, int fd, const cairn_cold_hash_t *h
     if (s->n_layers && payload != s->payload_bytes)
         return CAIRN_ECORRUPT;
     if (payload > dst_size)
-        return payload > CAIRN_COLD_MAX_PAYLOAD ? CAIRN_ECORRUPT : CAIRN_ERANGE;
+        return payload > TIER_OBJECT_MAX_PAYLOAD ? CAIRN_ECORRUPT : CAIRN_ERANGE;
     if (hb > sizeof stackbuf && !(hbuf = cairn_malloc(hb)))
         return CAIRN_ENOMEM;
     struct iovec iov[2] = {{hbuf, hb}, {dst, (size_t)payload}};
     rc = read_full(fd, iov, payload ? 2 : 1, hb + (size_t)payload);
     if (rc)
         goto out;
-    cold_header_t h;
+    tier_object_header_t h;
     rc = CAIRN_ECORRUPT;
-    if (cold_object_parse_header(hbuf, hb, &h) || h.payload_bytes != payload || !header_matches(s, &h, hash))
+    if (tier_object_parse_header(hbuf, hb, &h) || h.payload_bytes != payload || !header_matches(s, &h, hash))
         goto out;
     if (memcmp(h.parent.bytes, parent->bytes, 32) || h.n_tokens != n_tokens)
         goto out;
@@ -668,9 +656,9 @@ static int read_object(cairn_cold_store_t *s, int fd, const cairn_cold_hash_t *h
         if (v != (uint32_t)tokens[i])
             goto out;
     }
-    uint8_t sum[COLD_SUM_BYTES];
-    cold_object_checksum(dst, (size_t)payload, sum);
-    if (memcmp(sum, h.payload_sum, COLD_SUM_BYTES))
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(dst, (size_t)payload, sum);
+    if (memcmp(sum, h.payload_sum, TIER_OBJECT_SUM_BYTES))
         goto out;
     *payload_out = payload;
     *file_out = (uint64_t)st.st_size;
@@ -681,24 +669,20 @@ out:
     return rc;
 }
 
-/*
- * The read path shared by cairn_cold_store_read and the chain restore. prefd >= 0 is an
- * already opened descriptor of the object (consumed). With `dest` set, the destination is
- * asked for after the entry is pinned (so nothing the callback does can evict it);
- * a NULL destination returns CAIRN_ECANCELED.
- */
-static int store_read(cairn_cold_store_t *s, const cairn_cold_hash_t *hash, const cairn_cold_hash_t *parent,
-                      const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, int prefd,
-                      cairn_cold_dest_fn dest, void *user, size_t idx)
+/* The read path of cairn_cold_store_read and the interface's get (fs_store_impl.h). */
+int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent,
+             const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
+             void *user)
 {
-    char *path = cold__object_path(s, hash);
+    int prefd = fs__take_ahead(s, hash); /* opened by a prefetch, if any */
+    char *path = fs__object_path(s, hash);
     if (!path) {
         if (prefd >= 0)
             close(prefd);
         return CAIRN_ENOMEM;
     }
     pthread_mutex_lock(&s->mu);
-    cold_entry_t *e = cold__find_locked(s, hash);
+    fs_entry_t *e = fs__find_locked(s, hash);
     if (e)
         e->pins++;
     pthread_mutex_unlock(&s->mu);
@@ -716,7 +700,7 @@ static int store_read(cairn_cold_store_t *s, const cairn_cold_hash_t *hash, cons
     } else {
         if (dest) {
             dst_size = (size_t)s->payload_bytes;
-            dst = dest(user, idx, dst_size);
+            dst = dest(user, dst_size);
         }
         rc = dst || !dest ? read_object(s, fd, hash, parent, tokens, n_tokens, dst, dst_size, &payload, &file_bytes)
                           : CAIRN_ECANCELED;
@@ -734,8 +718,8 @@ static int store_read(cairn_cold_store_t *s, const cairn_cold_hash_t *hash, cons
             lru_push_tail(s, e);
         } else if (!e && access(path, F_OK) == 0) {
             /* Written by another process since open: adopt it (if it is still there). */
-            cold__insert_locked(s, hash, parent, file_bytes, n_tokens);
-            cold__evict_locked(s, s->quota, cold__find_locked(s, hash));
+            fs__insert_locked(s, hash, parent, file_bytes, n_tokens);
+            fs__evict_locked(s, s->quota, fs__find_locked(s, hash));
         }
     } else if (rc == CAIRN_ECANCELED) {
         s->c.restore_declines++;
@@ -757,66 +741,14 @@ static int store_read(cairn_cold_store_t *s, const cairn_cold_hash_t *hash, cons
     return rc;
 }
 
-int cairn_cold_store_read(cairn_cold_store_t *s, const cairn_cold_hash_t *hash,
-                          const cairn_cold_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
+int cairn_cold_store_read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash,
+                          const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
                           void *dst, size_t dst_size)
 {
-    static const cairn_cold_hash_t zero;
+    static const cairn_tier_hash_t zero;
     if (!s || !hash || (!tokens && n_tokens) || (!dst && dst_size))
         return CAIRN_EINVAL;
-    return store_read(s, hash, parent ? parent : &zero, tokens, n_tokens, dst, dst_size, -1, NULL, NULL, 0);
-}
-
-static int open_ahead(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
-{
-    char *path = cold__object_path(s, h);
-    if (!path)
-        return -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    cairn_free(path);
-    if (fd >= 0)
-        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-    return fd;
-}
-
-int cairn_cold_restore_chain(cairn_cold_store_t *s, const cairn_cold_hash_t *hashes, size_t n,
-                             const int32_t *tokens, size_t start, cairn_cold_dest_fn dest, void *user,
-                             size_t *restored)
-{
-    if (restored)
-        *restored = 0;
-    if (!s || !s->n_layers || (!hashes && n) || (!tokens && n) || !dest)
-        return CAIRN_EINVAL;
-    static const cairn_cold_hash_t zero;
-    /* Objects are small and separate files: hint the next ones to the kernel so the
-     * device works on several reads at once while this thread validates. */
-    int ring[RESTORE_PREFETCH];
-    size_t ahead = start; /* next index to open */
-    size_t done = 0;
-    int rc = CAIRN_OK;
-    size_t i;
-    for (i = start; i < n; i++) {
-        while (ahead < n && ahead < i + RESTORE_PREFETCH) {
-            ring[ahead % RESTORE_PREFETCH] = open_ahead(s, &hashes[ahead]);
-            ahead++;
-        }
-        int fd = ring[i % RESTORE_PREFETCH];
-        ring[i % RESTORE_PREFETCH] = -1;
-        int r = store_read(s, &hashes[i], i ? &hashes[i - 1] : &zero, tokens + i * s->block_tokens,
-                           s->block_tokens, NULL, 0, fd, dest, user, i);
-        if (r) {
-            if (r == CAIRN_ENOMEM)
-                rc = r;
-            break;
-        }
-        done++;
-    }
-    for (size_t j = i + 1; j < ahead; j++)
-        if (ring[j % RESTORE_PREFETCH] >= 0)
-            close(ring[j % RESTORE_PREFETCH]);
-    if (restored)
-        *restored = done;
-    return rc;
+    return fs__read(s, hash, parent ? parent : &zero, tokens, n_tokens, dst, dst_size, NULL, NULL);
 }
 
 void cairn_cold_store_note_decline(cairn_cold_store_t *s)
@@ -828,21 +760,25 @@ void cairn_cold_store_note_decline(cairn_cold_store_t *s)
 
 /* ---- maintenance ---- */
 
-void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const cairn_cold_entry_info_t *e),
+void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
                               void *user)
 {
     pthread_mutex_lock(&s->mu);
-    for (cold_entry_t *e = s->lru_head; e; e = e->next_lru) {
-        cairn_cold_entry_info_t info = {e->hash, e->parent, e->file_bytes, e->n_tokens, e->pins > 0};
+    for (fs_entry_t *e = s->lru_head; e; e = e->next_lru) {
+        cairn_tier_entry_t info = {.key = {.kind = CAIRN_TIER_BLOCK, .hash = e->hash},
+                                   .parent = e->parent,
+                                   .bytes = e->file_bytes,
+                                   .n_tokens = e->n_tokens,
+                                   .pinned = e->pins > 0};
         if (fn(user, &info))
             break;
     }
     pthread_mutex_unlock(&s->mu);
 }
 
-static int verify_one(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+static int verify_one(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
-    char *path = cold__object_path(s, h);
+    char *path = fs__object_path(s, h);
     if (!path)
         return CAIRN_ENOMEM;
     int rc = CAIRN_ECORRUPT;
@@ -853,7 +789,7 @@ static int verify_one(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
         rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_ECORRUPT;
         goto out;
     }
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > CAIRN_COLD_MAX_PAYLOAD + 65536)
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > TIER_OBJECT_MAX_PAYLOAD + 65536)
         goto out;
     buf = cairn_malloc((size_t)st.st_size);
     if (!buf) {
@@ -863,14 +799,14 @@ static int verify_one(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
     struct iovec iov = {buf, (size_t)st.st_size};
     if (read_full(fd, &iov, 1, (size_t)st.st_size))
         goto out;
-    cold_header_t hd;
-    if (cold_object_validate(buf, (size_t)st.st_size, &s->fp, h, &hd) == CAIRN_OK && header_matches(s, &hd, h))
+    tier_object_header_t hd;
+    if (tier_object_validate(buf, (size_t)st.st_size, &s->fp, h, &hd) == CAIRN_OK && header_matches(s, &hd, h))
         rc = CAIRN_OK;
 out:
     if (fd >= 0)
         close(fd);
     pthread_mutex_lock(&s->mu);
-    cold_entry_t *e = cold__find_locked(s, h);
+    fs_entry_t *e = fs__find_locked(s, h);
     if (rc == CAIRN_ECORRUPT) {
         cairn_log(CAIRN_LOG_WARN, "cold tier: verify removed invalid object %s", path);
         unlink(path);
@@ -888,9 +824,9 @@ int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad)
 {
     pthread_mutex_lock(&s->mu);
     size_t n = s->count, k = 0;
-    cairn_cold_hash_t *hs = cairn_malloc((n ? n : 1) * sizeof *hs);
+    cairn_tier_hash_t *hs = cairn_malloc((n ? n : 1) * sizeof *hs);
     if (hs)
-        for (cold_entry_t *e = s->lru_head; e; e = e->next_lru)
+        for (fs_entry_t *e = s->lru_head; e; e = e->next_lru)
             hs[k++] = e->hash;
     pthread_mutex_unlock(&s->mu);
     if (!hs)
@@ -917,7 +853,7 @@ int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad)
 void cairn_cold_store_prune(cairn_cold_store_t *s, uint64_t quota_bytes, size_t *evicted)
 {
     pthread_mutex_lock(&s->mu);
-    size_t n = cold__evict_locked(s, quota_bytes, NULL);
+    size_t n = fs__evict_locked(s, quota_bytes, NULL);
     pthread_mutex_unlock(&s->mu);
     if (evicted)
         *evicted = n;
@@ -927,7 +863,7 @@ void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed)
 {
     size_t n = 0;
     pthread_mutex_lock(&s->mu);
-    for (cold_entry_t *e = s->lru_head, *nx; e; e = nx) {
+    for (fs_entry_t *e = s->lru_head, *nx; e; e = nx) {
         nx = e->next_lru;
         if (e->pins)
             continue;
@@ -951,16 +887,16 @@ void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed)
         *removed = n;
 }
 
-int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_cold_hash_t *fp), void *user)
+int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_tier_hash_t *fp), void *user)
 {
     DIR *d = opendir(root);
     if (!d)
         return CAIRN_ENOENT;
     struct dirent *de;
     while ((de = readdir(d))) {
-        cairn_cold_hash_t h;
+        cairn_tier_hash_t h;
         if (strlen(de->d_name) == 64 && is_hex_name(de->d_name, 64) &&
-            cairn_cold_hash_parse(de->d_name, &h) == CAIRN_OK && fn(user, &h))
+            cairn_tier_hash_parse(de->d_name, &h) == CAIRN_OK && fn(user, &h))
             break;
     }
     closedir(d);
@@ -969,7 +905,7 @@ int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_c
 
 /* ---- telemetry ---- */
 
-void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_cold_stats_t *out)
+void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out)
 {
     memset(out, 0, sizeof *out);
     if (!s)
@@ -985,77 +921,4 @@ void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_cold_stats_t *out)
     out->enabled = true;
     out->root = s->dir;
     out->quota_bytes = s->quota;
-}
-
-char *cairn_cold_stats_json(const cairn_cold_stats_t *cur, const cairn_cold_stats_t *d)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-#define CTR(f) cJSON_AddNumberToObject(o, #f, (double)(cur->f - (d ? d->f : 0)))
-    CTR(hits);
-    CTR(misses);
-    CTR(enqueued);
-    CTR(queue_drops);
-    CTR(bytes_written);
-    CTR(reads);
-    CTR(bytes_restored);
-    CTR(evictions);
-    CTR(corruptions);
-    CTR(write_errors);
-    CTR(restore_declines);
-#undef CTR
-    cJSON_AddBoolToObject(o, "enabled", cur->enabled);
-    if (cur->root)
-        cJSON_AddStringToObject(o, "root", cur->root);
-    else
-        cJSON_AddNullToObject(o, "root");
-    cJSON_AddNumberToObject(o, "quota_bytes", (double)cur->quota_bytes);
-    if (!d) {
-        cJSON_AddNumberToObject(o, "used_bytes", (double)cur->used_bytes);
-        cJSON_AddNumberToObject(o, "objects", (double)cur->objects);
-        cJSON_AddNumberToObject(o, "queue_len", cur->queue_len);
-    }
-    char *txt = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!txt)
-        return NULL;
-    char *r = cairn_strdup(txt);
-    cJSON_free(txt);
-    return r;
-}
-
-int cairn_cold_store_trace_turn(cairn_cold_store_t *s, const char *label)
-{
-    cairn_cold_stats_t cur;
-    cairn_cold_store_stats(s, &cur);
-    pthread_mutex_lock(&s->trace_mu);
-    cairn_cold_stats_t base = s->trace_base;
-    s->trace_base = cur;
-    if (s->trace_path) {
-        char *js = cairn_cold_stats_json(&cur, &base);
-        cJSON *lab = cJSON_CreateString(label ? label : "");
-        char *labtxt = lab ? cJSON_PrintUnformatted(lab) : NULL;
-        cJSON_Delete(lab);
-        if (js && labtxt) {
-            size_t n = strlen(js) + strlen(labtxt) + 32;
-            char *line = cairn_malloc(n);
-            if (line) {
-                int len = snprintf(line, n, "{\"turn\":%s,\"cold\":%s}\n", labtxt, js);
-                int fd = -1;
-                if (cairn_io_check("open", s->trace_path) == 0)
-                    fd = open(s->trace_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-                if (fd < 0 || cairn_io_check("write", s->trace_path) < 0 ||
-                    write(fd, line, (size_t)len) != len)
-                    cairn_log(CAIRN_LOG_WARN, "cold tier: cannot append to trace %s", s->trace_path);
-                if (fd >= 0)
-                    close(fd);
-                cairn_free(line);
-            }
-        }
-        cairn_free(js);
-        cJSON_free(labtxt);
-    }
-    pthread_mutex_unlock(&s->trace_mu);
-    return CAIRN_OK;
 }

@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 #define N_BLOCKS 96
 #define MAX_KILLS 120
@@ -65,7 +65,7 @@ static void test_kill9_loop(void **state)
     char *root = t_mkroot();
     assert_non_null(root);
     /* Expected content of every block, computed once. */
-    static cairn_cold_hash_t hs[N_BLOCKS], ps[N_BLOCKS];
+    static cairn_tier_hash_t hs[N_BLOCKS], ps[N_BLOCKS];
     static int32_t toks[N_BLOCKS][T_TOKENS];
     static uint8_t pays[N_BLOCKS][T_PAYLOAD];
     for (size_t i = 0; i < N_BLOCKS; i++)
@@ -92,7 +92,7 @@ static void test_kill9_loop(void **state)
         cairn_cold_store_t *s = NULL;
         assert_int_equal(cairn_cold_store_create(&c, &s), CAIRN_OK);
         assert_int_equal(t_count_files(cairn_cold_store_dir(s), ".tmp."), 0);
-        cairn_cold_stats_t st;
+        cairn_tier_stats_t st;
         cairn_cold_store_stats(s, &st);
         assert_int_equal(st.corruptions, 0);
         size_t served = 0;

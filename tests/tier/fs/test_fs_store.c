@@ -1,7 +1,8 @@
 /*
- * Tests for the cold tier store: round trip across restarts, chain queries, corruption of
- * every kind, injected disk-full and I/O errors, quota LRU with pinning, capture budgets,
- * two processes sharing a directory, and telemetry.
+ * Tests for the filesystem store: round trip across restarts, chain queries, corruption of
+ * every kind, injected disk-full and I/O errors, quota LRU with pinning, the tier's capture
+ * budgets and restore walk over this store, two processes sharing a directory, and
+ * telemetry.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 typedef struct {
     char *root;
@@ -77,7 +78,7 @@ static void write_chain(cairn_cold_store_t *s, uint32_t seed, size_t n)
     cairn_cold_store_flush(s);
 }
 
-static void chain_hashes(uint32_t seed, size_t n, cairn_cold_hash_t *hs, int32_t *tokens)
+static void chain_hashes(uint32_t seed, size_t n, cairn_tier_hash_t *hs, int32_t *tokens)
 {
     for (size_t i = 0; i < n; i++)
         t_block(seed, i, &hs[i], NULL, tokens ? tokens + i * T_TOKENS : NULL, NULL);
@@ -86,7 +87,7 @@ static void chain_hashes(uint32_t seed, size_t n, cairn_cold_hash_t *hs, int32_t
 /* Reads block i of chain seed; returns the status and checks the bytes on success. */
 static int read_block(cairn_cold_store_t *s, uint32_t seed, size_t i)
 {
-    cairn_cold_hash_t h, p;
+    cairn_tier_hash_t h, p;
     int32_t tk[T_TOKENS];
     uint8_t want[T_PAYLOAD], got[T_PAYLOAD];
     t_block(seed, i, &h, &p, tk, want);
@@ -98,10 +99,10 @@ static int read_block(cairn_cold_store_t *s, uint32_t seed, size_t i)
 
 static char *obj_path(cairn_cold_store_t *s, uint32_t seed, size_t i)
 {
-    cairn_cold_hash_t h;
+    cairn_tier_hash_t h;
     t_block(seed, i, &h, NULL, NULL, NULL);
     char hex[65];
-    cairn_cold_hash_hex(&h, hex);
+    cairn_tier_hash_hex(&h, hex);
     char *p = malloc(4096);
     snprintf(p, 4096, "%s/%.2s/%s.kv", cairn_cold_store_dir(s), hex, hex);
     return p;
@@ -112,7 +113,7 @@ static void test_round_trip_restart(void **state)
     fixture_t *f = *state;
     cairn_cold_store_t *s = open_store(f->root, 0, 0);
     write_chain(s, 1, 12);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.enqueued, 12);
     assert_int_equal(st.objects, 12);
@@ -136,19 +137,19 @@ static void test_round_trip_restart(void **state)
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.objects, 12);
     assert_int_equal(st.reads, 0); /* the index came from headers, no payload read */
-    cairn_cold_hash_t hs[20];
+    cairn_tier_hash_t hs[20];
     int32_t toks[20 * T_TOKENS];
     chain_hashes(1, 20, hs, toks);
     assert_int_equal(cairn_cold_store_chain_length(s, hs, 20), 12);
     assert_int_equal(cairn_cold_store_chain_length(s, hs, 5), 5);
-    cairn_cold_hash_t other[3];
+    cairn_tier_hash_t other[3];
     chain_hashes(2, 3, other, NULL);
     assert_int_equal(cairn_cold_store_chain_length(s, other, 3), 0);
     for (size_t i = 0; i < 12; i++)
         assert_int_equal(read_block(s, 1, i), CAIRN_OK);
     assert_int_equal(read_block(s, 1, 12), CAIRN_ENOENT);
     /* Wrong tokens or parent: the hash names the object but the request disagrees. */
-    cairn_cold_hash_t h, p;
+    cairn_tier_hash_t h, p;
     int32_t tk[T_TOKENS];
     uint8_t buf[T_PAYLOAD];
     t_block(1, 3, &h, &p, tk, NULL);
@@ -180,7 +181,7 @@ typedef struct {
     bool saw_pinned;
 } dest_ctx_t;
 
-static int find_pinned(void *user, const cairn_cold_entry_info_t *e)
+static int find_pinned(void *user, const cairn_tier_entry_t *e)
 {
     if (e->pinned)
         *(bool *)user = true;
@@ -203,18 +204,34 @@ static void *dest_cb(void *user, size_t i, size_t size)
     return d->bufs[i];
 }
 
+/* The tier's restore walk (cairn/tier.h) over blocks [start, n) of the chain hs. */
+static int restore(cairn_cold_store_t *s, const cairn_tier_hash_t *hs, size_t n, const int32_t *toks, size_t start,
+                   void *(*dest)(void *user, size_t i, size_t size), void *user, size_t *got)
+{
+    cairn_tier_key_t keys[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (cairn_tier_key_t){.kind = CAIRN_TIER_BLOCK, .hash = hs[i]};
+    cairn_tier_chain_t c = {keys, toks, T_TOKENS, n};
+    cairn_tier_restore_sink_t sink = {NULL, dest, user};
+    cairn_tier_restore_result_t res;
+    int rc = cairn_tier_restore_chain(cairn_cold_store_tier(s), &c, start, &sink, &res);
+    *got = res.loaded;
+    return rc;
+}
+
 static void test_restore_chain(void **state)
 {
     fixture_t *f = *state;
     cairn_cold_store_t *s = open_store(f->root, 0, 0);
     write_chain(s, 3, 40);
-    cairn_cold_hash_t hs[48];
+    cairn_tier_hash_t hs[48];
     int32_t toks[48 * T_TOKENS];
     chain_hashes(3, 48, hs, toks);
     static uint8_t bufs[48][T_PAYLOAD];
     dest_ctx_t d = {bufs, SIZE_MAX, NULL, 0, false};
     size_t got = 0;
-    assert_int_equal(cairn_cold_restore_chain(s, hs, 48, toks, 0, dest_cb, &d, &got), CAIRN_OK);
+    assert_int_equal(restore(s, hs, 48, toks, 0, dest_cb, &d, &got), CAIRN_OK);
     assert_int_equal(got, 40);
     for (size_t i = 0; i < 40; i++) {
         uint8_t want[T_PAYLOAD];
@@ -225,13 +242,13 @@ static void test_restore_chain(void **state)
     char *p = obj_path(s, 3, 20);
     unlink(p);
     free(p);
-    assert_int_equal(cairn_cold_restore_chain(s, hs, 48, toks, 10, dest_cb, &d, &got), CAIRN_OK);
+    assert_int_equal(restore(s, hs, 48, toks, 10, dest_cb, &d, &got), CAIRN_OK);
     assert_int_equal(got, 10);
     /* A declined destination stops the walk and counts. */
     d.decline_at = 5;
-    assert_int_equal(cairn_cold_restore_chain(s, hs, 48, toks, 0, dest_cb, &d, &got), CAIRN_OK);
+    assert_int_equal(restore(s, hs, 48, toks, 0, dest_cb, &d, &got), CAIRN_OK);
     assert_int_equal(got, 5);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.restore_declines, 1);
     assert_int_equal(st.hits, 40 + 10 + 5);
@@ -240,7 +257,7 @@ static void test_restore_chain(void **state)
     d.decline_at = SIZE_MAX;
     d.prune_store = s;
     d.prune_at = 7;
-    assert_int_equal(cairn_cold_restore_chain(s, hs, 48, toks, 7, dest_cb, &d, &got), CAIRN_OK);
+    assert_int_equal(restore(s, hs, 48, toks, 7, dest_cb, &d, &got), CAIRN_OK);
     assert_int_equal(got, 1);
     assert_true(d.saw_pinned);
     cairn_cold_store_stats(s, &st);
@@ -317,7 +334,7 @@ static void test_corruption_at_open(void **state)
     write_file(garbage[2], "x", 1);
 
     s = open_store(f->root, 0, 0);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.objects, 4);     /* blocks 5, 7, 8, 9 */
     assert_int_equal(st.corruptions, 6 + 3); /* 6 bad objects + 3 garbage files */
@@ -389,7 +406,7 @@ static void test_io_errors(void **state)
         write_chain(s, seed, 4); /* enqueue never fails because of I/O */
         cairn_io_set_hook(NULL, NULL);
         assert_true(h.calls > 0);
-        cairn_cold_stats_t st;
+        cairn_tier_stats_t st;
         cairn_cold_store_stats(s, &st);
         assert_int_equal(st.enqueued, 4);
         assert_int_equal(st.write_errors, 4);
@@ -413,7 +430,7 @@ static void test_io_errors(void **state)
     cairn_io_set_hook(fail_hook, &h);
     write_chain(s, 200, 2);
     cairn_io_set_hook(NULL, NULL);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.write_errors, 1);
     assert_int_equal(st.objects, 1);
@@ -489,9 +506,9 @@ static void enqueue_block(cairn_cold_store_t *s, uint32_t seed, size_t i)
 static void run_batch(cairn_cold_store_t *s, batch_hook_t *h, uint32_t seed)
 {
     for (int i = 0; i < 8; i++) {
-        cairn_cold_hash_t hs;
+        cairn_tier_hash_t hs;
         t_block(seed, (size_t)i, &hs, NULL, NULL, NULL);
-        cairn_cold_hash_hex(&hs, h->hex[i]);
+        cairn_tier_hash_hex(&hs, h->hex[i]);
     }
     atomic_store(&h->hold, 1);
     cairn_io_set_hook(batch_hook, h);
@@ -512,11 +529,11 @@ static void test_batch_commit(void **state)
     static batch_hook_t h;
     memset(&h, 0, sizeof h);
     /* A write failure in the middle (block 3) and a payload fsync failure (block 5). */
-    cairn_cold_hash_t h3, h5;
+    cairn_tier_hash_t h3, h5;
     t_block(300, 3, &h3, NULL, NULL, NULL);
     t_block(300, 5, &h5, NULL, NULL, NULL);
-    cairn_cold_hash_hex(&h3, h.fail_write);
-    cairn_cold_hash_hex(&h5, h.fail_fsync);
+    cairn_tier_hash_hex(&h3, h.fail_write);
+    cairn_tier_hash_hex(&h5, h.fail_fsync);
     run_batch(s, &h, 300);
     /* Group commit: every payload of the batch is written, then synced, before any rename;
      * block 0 (alone in the first batch) was renamed before the batch was written. */
@@ -532,7 +549,7 @@ static void test_batch_commit(void **state)
     }
     assert_int_equal(log_index(&h, "r3"), -1);
     assert_int_equal(log_index(&h, "r5"), -1);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.enqueued, 8);
     assert_int_equal(st.write_errors, 2);
@@ -560,18 +577,18 @@ static void test_batch_commit(void **state)
     /* A failed directory fsync withdraws exactly the objects renamed into that directory. */
     s = open_store(f->root, 0, 0);
     memset(&h, 0, sizeof h);
-    cairn_cold_hash_t h6;
+    cairn_tier_hash_t h6;
     t_block(301, 6, &h6, NULL, NULL, NULL);
     char hex6[65];
-    cairn_cold_hash_hex(&h6, hex6);
+    cairn_tier_hash_hex(&h6, hex6);
     snprintf(h.fail_dir, sizeof h.fail_dir, "%s/%.2s", cairn_cold_store_dir(s), hex6);
     run_batch(s, &h, 301);
     size_t lost = 0;
     for (size_t i = 0; i < 8; i++) {
-        cairn_cold_hash_t hi;
+        cairn_tier_hash_t hi;
         t_block(301, i, &hi, NULL, NULL, NULL);
         char hx[65];
-        cairn_cold_hash_hex(&hi, hx);
+        cairn_tier_hash_hex(&hi, hx);
         bool same_dir = i > 0 && !strncmp(hx, hex6, 2); /* block 0 committed alone, earlier */
         lost += same_dir;
         assert_int_equal(read_block(s, 301, i), same_dir ? CAIRN_ENOENT : CAIRN_OK);
@@ -635,7 +652,7 @@ static void test_quota_lru(void **state)
     assert_int_equal(read_block(s, 7, 0), CAIRN_OK);
     assert_int_equal(read_block(s, 7, 1), CAIRN_OK);
     write_chain(s, 8, 3); /* 3 new objects evict 2, 3, 4 in that order */
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.evictions, 3);
     assert_int_equal(st.objects, 5);
@@ -666,11 +683,12 @@ typedef struct {
     uint8_t pay[T_PAYLOAD];
 } cap_ctx_t;
 
-static int cap_cb(void *user, size_t i, cairn_cold_block_t *b)
+static int cap_cb(void *user, size_t i, cairn_tier_object_t *b)
 {
     cap_ctx_t *c = user;
     c->calls++;
-    t_block(c->seed, i, &b->hash, &b->parent, c->tk, c->pay);
+    b->key.kind = CAIRN_TIER_BLOCK;
+    t_block(c->seed, i, &b->key.hash, &b->parent, c->tk, c->pay);
     b->tokens = c->tk;
     b->n_tokens = T_TOKENS;
     b->payload = c->pay;
@@ -683,34 +701,34 @@ static void test_capture_budget(void **state)
     fixture_t *f = *state;
     cairn_cold_store_t *s = open_store(f->root, 0, 0);
     cap_ctx_t c = {.seed = 9};
-    cairn_cold_capture_budget_t bud = {10, 10000};
-    cairn_cold_capture_result_t r;
+    cairn_tier_capture_budget_t bud = {10, 10000};
+    cairn_tier_capture_result_t r;
     /* 30 blocks with a budget of 10 per turn: the chain ratchets 10, 20, 30. */
-    assert_int_equal(cairn_cold_capture_chain(s, 30, cap_cb, &c, &bud, &r), CAIRN_OK);
-    assert_int_equal(r.stop, CAIRN_COLD_STOP_BUDGET);
+    assert_int_equal(cairn_tier_capture_chain(cairn_cold_store_tier(s), 30, cap_cb, &c, &bud, &r), CAIRN_OK);
+    assert_int_equal(r.stop, CAIRN_TIER_STOP_BUDGET);
     assert_int_equal(r.enqueued, 10);
     assert_int_equal(r.reached, 10);
     cairn_cold_store_flush(s);
-    assert_int_equal(cairn_cold_capture_chain(s, 30, cap_cb, &c, &bud, &r), CAIRN_OK);
+    assert_int_equal(cairn_tier_capture_chain(cairn_cold_store_tier(s), 30, cap_cb, &c, &bud, &r), CAIRN_OK);
     assert_int_equal(r.already, 10); /* persisted blocks spend no budget */
     assert_int_equal(r.enqueued, 10);
     assert_int_equal(r.reached, 20);
     cairn_cold_store_flush(s);
     /* The environment overrides the caller's budget. */
     setenv("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN", "4", 1);
-    assert_int_equal(cairn_cold_capture_chain(s, 30, cap_cb, &c, &bud, &r), CAIRN_OK);
+    assert_int_equal(cairn_tier_capture_chain(cairn_cold_store_tier(s), 30, cap_cb, &c, &bud, &r), CAIRN_OK);
     assert_int_equal(r.enqueued, 4);
     unsetenv("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN");
     cairn_cold_store_flush(s);
-    assert_int_equal(cairn_cold_capture_chain(s, 30, cap_cb, &c, NULL, &r), CAIRN_OK);
-    assert_int_equal(r.stop, CAIRN_COLD_STOP_END);
+    assert_int_equal(cairn_tier_capture_chain(cairn_cold_store_tier(s), 30, cap_cb, &c, NULL, &r), CAIRN_OK);
+    assert_int_equal(r.stop, CAIRN_TIER_STOP_END);
     assert_int_equal(r.reached, 30);
     assert_int_equal(r.enqueued, 6);
     cairn_cold_store_flush(s);
-    cairn_cold_hash_t hs[30];
+    cairn_tier_hash_t hs[30];
     chain_hashes(9, 30, hs, NULL);
     assert_int_equal(cairn_cold_store_chain_length(s, hs, 30), 30);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.queue_drops, 0); /* a momentarily full queue was waited for */
     cairn_cold_store_destroy(s);
@@ -726,15 +744,15 @@ static void test_capture_deadline(void **state)
     cairn_cold_store_t *s = NULL;
     assert_int_equal(cairn_cold_store_create(&cfg, &s), CAIRN_OK);
     cap_ctx_t c = {.seed = 11};
-    cairn_cold_capture_budget_t bud = {1000, 1};
-    cairn_cold_capture_result_t r;
-    assert_int_equal(cairn_cold_capture_chain(s, 400, cap_cb, &c, &bud, &r), CAIRN_OK);
-    assert_true(r.stop == CAIRN_COLD_STOP_DEADLINE || r.stop == CAIRN_COLD_STOP_END);
+    cairn_tier_capture_budget_t bud = {1000, 1};
+    cairn_tier_capture_result_t r;
+    assert_int_equal(cairn_tier_capture_chain(cairn_cold_store_tier(s), 400, cap_cb, &c, &bud, &r), CAIRN_OK);
+    assert_true(r.stop == CAIRN_TIER_STOP_DEADLINE || r.stop == CAIRN_TIER_STOP_END);
     assert_true(r.elapsed_ms < 1000);
     assert_int_equal(r.reached, r.enqueued);
     cairn_cold_store_flush(s);
     /* Whatever was reached is a gap-free prefix. */
-    cairn_cold_hash_t hs[400];
+    cairn_tier_hash_t hs[400];
     chain_hashes(11, 400, hs, NULL);
     assert_int_equal(cairn_cold_store_chain_length(s, hs, 400), r.reached);
     cairn_cold_store_destroy(s);
@@ -770,7 +788,7 @@ static void test_two_processes(void **state)
                 cairn_cold_store_flush(s);
                 uint8_t buf[T_PAYLOAD];
                 for (size_t i = 1; i < 24; i += 2) {
-                    cairn_cold_hash_t h, p;
+                    cairn_tier_hash_t h, p;
                     int32_t tk[T_TOKENS];
                     t_block(12, i, &h, &p, tk, NULL);
                     int rc = cairn_cold_store_read(s, &h, &p, tk, T_TOKENS, buf, sizeof buf);
@@ -778,7 +796,7 @@ static void test_two_processes(void **state)
                         _exit(5);
                 }
             }
-            cairn_cold_stats_t st;
+            cairn_tier_stats_t st;
             cairn_cold_store_stats(s, &st);
             cairn_cold_store_destroy(s);
             _exit(st.corruptions || st.write_errors ? 6 : 0);
@@ -791,7 +809,7 @@ static void test_two_processes(void **state)
         assert_int_equal(WEXITSTATUS(status), 0);
     }
     cairn_cold_store_t *s = open_store(f->root, 0, 0);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.corruptions, 0);
     for (size_t i = 0; i < 24; i++) {
@@ -817,15 +835,19 @@ static void test_telemetry_trace(void **state)
     snprintf(trace, sizeof trace, "%s/trace.jsonl", f->root);
     setenv("CAIRN_COLD_TRACE", trace, 1);
     cairn_cold_store_t *s = open_store(f->root, 0, 0);
+    cairn_tier_trace_t *tr = NULL;
+    assert_int_equal(cairn_tier_trace_create(NULL, &tr), CAIRN_OK);
+    assert_non_null(tr);
     unsetenv("CAIRN_COLD_TRACE");
     write_chain(s, 30, 3);
-    cairn_cold_store_trace_turn(s, "turn-1");
+    cairn_tier_trace_turn(tr, cairn_cold_store_tier(s), "turn-1");
     assert_int_equal(read_block(s, 30, 0), CAIRN_OK);
     assert_int_equal(read_block(s, 30, 9), CAIRN_ENOENT);
-    cairn_cold_store_trace_turn(s, "turn-2");
-    cairn_cold_stats_t st;
+    cairn_tier_trace_turn(tr, cairn_cold_store_tier(s), "turn-2");
+    cairn_tier_trace_destroy(tr);
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
-    char *js = cairn_cold_stats_json(&st, NULL);
+    char *js = cairn_tier_stats_json(&st, NULL);
     cJSON *o = cJSON_Parse(js);
     assert_non_null(o);
     static const char *fields[] = {"hits", "misses", "enqueued", "queue_drops", "bytes_written", "reads",
@@ -886,7 +908,7 @@ static void test_default_root_and_knobs(void **state)
 
     setenv("CAIRN_COLD_QUOTA_MIB", "3", 1);
     cairn_cold_store_t *s = open_store(f->root, 0, 12345);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.quota_bytes, 3u << 20);
     cairn_cold_store_destroy(s);
@@ -914,7 +936,7 @@ static void test_alloc_failures(void **state)
         int rc = cairn_cold_store_create(&c, &s);
         cairn_alloc_fail_after(-1, false);
         if (rc == CAIRN_OK) {
-            cairn_cold_stats_t st;
+            cairn_tier_stats_t st;
             cairn_cold_store_stats(s, &st);
             assert_true(st.objects <= 3);
             cairn_cold_store_destroy(s);
@@ -923,7 +945,7 @@ static void test_alloc_failures(void **state)
         }
     }
     s = open_store(f->root, 0, 0);
-    cairn_cold_stats_t st;
+    cairn_tier_stats_t st;
     cairn_cold_store_stats(s, &st);
     assert_int_equal(st.objects, 3);
     assert_int_equal(st.corruptions, 0);

@@ -1,4 +1,4 @@
-/* Shared helpers for the cold tier tests (see cold_test_util.h). */
+/* Shared helpers for the cache tier tests (see tier_test_util.h). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 
-#include "cold/cold_test_util.h"
+#include "tier/tier_test_util.h"
 
 const uint64_t t_layer_bytes[T_LAYERS] = {T_LAYER_BYTES, T_LAYER_BYTES, T_LAYER_BYTES, T_LAYER_BYTES};
 
@@ -39,14 +39,14 @@ void t_rmrf(const char *path)
     rmdir(path);
 }
 
-cairn_cold_hash_t t_fingerprint(int variant)
+cairn_tier_hash_t t_fingerprint(int variant)
 {
-    cairn_cold_model_desc_t d = {
+    cairn_tier_model_desc_t d = {
         .architecture = "llama", .n_layers = T_LAYERS, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
         .block_tokens = T_TOKENS, .kv_dtype = CAIRN_DTYPE_BF16, .rope_theta = 10000.0 + variant,
     };
-    cairn_cold_hash_t fp;
-    if (cairn_cold_fingerprint(&d, &fp))
+    cairn_tier_hash_t fp;
+    if (cairn_tier_fingerprint(&d, &fp))
         abort();
     return fp;
 }
@@ -61,16 +61,16 @@ cairn_cold_config_t t_config(const char *root, int variant, uint64_t quota)
     return c;
 }
 
-void t_block(uint32_t seed, size_t i, cairn_cold_hash_t *hash, cairn_cold_hash_t *parent, int32_t *tokens,
+void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t *parent, int32_t *tokens,
              uint8_t *payload)
 {
-    cairn_cold_hash_t prev;
+    cairn_tier_hash_t prev;
     memset(&prev, 0, sizeof prev);
     int32_t tk[T_TOKENS];
     for (size_t b = 0; b <= i; b++) {
         for (int t = 0; t < T_TOKENS; t++)
             tk[t] = (int32_t)(seed * 7919u + b * 31u + (uint32_t)t);
-        cairn_cold_hash_t h;
+        cairn_tier_hash_t h;
         EVP_MD_CTX *c = EVP_MD_CTX_new();
         unsigned int n;
         EVP_DigestInit_ex(c, EVP_sha256(), NULL);
@@ -95,6 +95,26 @@ void t_block(uint32_t seed, size_t i, cairn_cold_hash_t *hash, cairn_cold_hash_t
             x ^= x << 5;
             payload[k] = (uint8_t)x;
         }
+    }
+}
+
+void t_object(uint32_t seed, size_t i, cairn_tier_object_t *obj, int32_t *tokens, uint8_t *payload)
+{
+    memset(obj, 0, sizeof *obj);
+    obj->key.kind = CAIRN_TIER_BLOCK;
+    t_block(seed, i, &obj->key.hash, &obj->parent, tokens, payload);
+    obj->tokens = tokens;
+    obj->n_tokens = T_TOKENS;
+    obj->payload = payload;
+    obj->payload_size = T_PAYLOAD;
+}
+
+void t_chain(uint32_t seed, size_t n, cairn_tier_key_t *keys, int32_t *tokens)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset(&keys[i], 0, sizeof keys[i]);
+        keys[i].kind = CAIRN_TIER_BLOCK;
+        t_block(seed, i, &keys[i].hash, NULL, tokens ? tokens + i * T_TOKENS : NULL, NULL);
     }
 }
 

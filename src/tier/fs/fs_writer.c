@@ -1,6 +1,5 @@
 /*
- * cold_writer.c — the cold tier's bounded write queue, its single writer thread and the
- * per-turn capture walk.
+ * fs_writer.c — the filesystem store's bounded write queue and its single writer thread.
  *
  * Model: producers (the engine, at the end of a turn) copy a block's tokens and payload
  * into a queue entry, so the pool block may be evicted or recycled the moment enqueue
@@ -15,8 +14,8 @@
  * size); a block is never queued twice; an object already present is never
  * rewritten; an I/O failure is counted (write_errors) and logged, never reported to the
  * producer, and leaves no object behind.
- * Thread-safety: enqueue/capture/flush may be called from any thread; the queue is
- * guarded by qmu, the index and counters by mu (never both at once).
+ * Thread-safety: enqueue/flush may be called from any thread; the queue is guarded by
+ * qmu, the index and counters by mu (never both at once).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,9 +28,9 @@
 #include <liburing.h>
 #endif
 
-#include "cold/cold_store_impl.h"
+#include "tier/fs/fs_store_impl.h"
 
-static void job_free(cold_job_t *j)
+static void job_free(fs_job_t *j)
 {
     if (!j)
         return;
@@ -161,7 +160,7 @@ static void count_error(cairn_cold_store_t *s, const char *what, const char *pat
 typedef enum { OBJ_SKIP, OBJ_WRITTEN, OBJ_SYNCED, OBJ_RENAMED, OBJ_DONE } obj_state_t;
 
 typedef struct {
-    cold_job_t *job;
+    fs_job_t *job;
     char *final, *shard, *tmp;
     int fd;
     size_t total;
@@ -191,10 +190,10 @@ static void obj_fail(cairn_cold_store_t *s, obj_t *o, const char *what, int err)
  * and its writeback has started. An object already on disk is indexed and skipped. */
 static void obj_write(cairn_cold_store_t *s, obj_t *o)
 {
-    cold_job_t *j = o->job;
+    fs_job_t *j = o->job;
     o->st = OBJ_SKIP;
-    o->final = cold__object_path(s, &j->blk.hash);
-    o->shard = cold__shard_path(s, &j->blk.hash);
+    o->final = fs__object_path(s, &j->obj.key.hash);
+    o->shard = fs__shard_path(s, &j->obj.key.hash);
     if (!o->final || !o->shard) {
         obj_fail(s, o, "allocation for", ENOMEM);
         return;
@@ -204,12 +203,12 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         /* Already present (another process, or a duplicate that raced the index check):
          * objects are immutable, so it is not rewritten. */
         pthread_mutex_lock(&s->mu);
-        cold__insert_locked(s, &j->blk.hash, &j->blk.parent, (uint64_t)st.st_size, j->blk.n_tokens);
+        fs__insert_locked(s, &j->obj.key.hash, &j->obj.parent, (uint64_t)st.st_size, j->obj.n_tokens);
         pthread_mutex_unlock(&s->mu);
         return;
     }
     size_t hb = 0;
-    if (cold_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes, &j->blk,
+    if (tier_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes, &j->obj,
                                   &hb) || hb != j->header_cap) {
         obj_fail(s, o, "encoding", EINVAL);
         return;
@@ -227,7 +226,7 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         return;
     }
     char hex[65];
-    cairn_cold_hash_hex(&j->blk.hash, hex);
+    cairn_tier_hash_hex(&j->obj.key.hash, hex);
     size_t tn = strlen(o->shard) + 64 + 64;
     if (!(o->tmp = cairn_malloc(tn))) {
         obj_fail(s, o, "allocation for", ENOMEM);
@@ -241,7 +240,7 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         obj_fail(s, o, "creating", err);
         return;
     }
-    o->total = hb + j->blk.payload_size;
+    o->total = hb + j->obj.payload_size;
     if (io_fail("write", o->tmp) < 0 || write_all(o->fd, j->buf, o->total) < 0) {
         obj_fail(s, o, "writing", errno);
         return;
@@ -277,7 +276,7 @@ static void obj_rename(cairn_cold_store_t *s, obj_t *o)
  * point leaves complete objects or temp files; an object whose directory fsync failed is
  * withdrawn (its rename may not survive). Failures are per object: the others commit.
  */
-static void commit_batch(cairn_cold_store_t *s, cold_job_t **jobs, uint32_t n, obj_t *objs, syncer_t *y,
+static void commit_batch(cairn_cold_store_t *s, fs_job_t **jobs, uint32_t n, obj_t *objs, syncer_t *y,
                          int *fds, int *errs)
 {
     for (uint32_t i = 0; i < n; i++) {
@@ -374,11 +373,11 @@ static void commit_batch(cairn_cold_store_t *s, cold_job_t **jobs, uint32_t n, o
     for (uint32_t i = 0; i < n; i++) {
         obj_t *o = &objs[i];
         if (o->st == OBJ_DONE) {
-            const cairn_cold_block_t *b = &o->job->blk;
+            const cairn_tier_object_t *b = &o->job->obj;
             pthread_mutex_lock(&s->mu);
             s->c.bytes_written += o->total;
-            if (cold__insert_locked(s, &b->hash, &b->parent, o->total, b->n_tokens) == CAIRN_OK)
-                cold__evict_locked(s, s->quota, cold__find_locked(s, &b->hash));
+            if (fs__insert_locked(s, &b->key.hash, &b->parent, o->total, b->n_tokens) == CAIRN_OK)
+                fs__evict_locked(s, s->quota, fs__find_locked(s, &b->key.hash));
             pthread_mutex_unlock(&s->mu);
         }
         cairn_free(o->tmp);
@@ -445,7 +444,7 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-int cold__writer_start(cairn_cold_store_t *s)
+int fs__writer_start(cairn_cold_store_t *s)
 {
     if (pthread_create(&s->thread, NULL, writer_main, s))
         return CAIRN_ENOMEM;
@@ -453,7 +452,7 @@ int cold__writer_start(cairn_cold_store_t *s)
     return CAIRN_OK;
 }
 
-void cold__writer_stop(cairn_cold_store_t *s)
+void fs__writer_stop(cairn_cold_store_t *s)
 {
     if (!s->has_thread)
         return;
@@ -473,33 +472,33 @@ void cairn_cold_store_flush(cairn_cold_store_t *s)
     pthread_mutex_unlock(&s->qmu);
 }
 
-bool cold__writer_pending(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
     for (uint32_t i = 0; i < s->batch_len; i++)
-        if (!memcmp(s->batch[i]->blk.hash.bytes, h->bytes, 32))
+        if (!memcmp(s->batch[i]->obj.key.hash.bytes, h->bytes, 32))
             return true;
     for (uint32_t i = 0; i < s->qlen; i++) {
-        cold_job_t *j = s->queue[(s->qhead + i) % s->depth];
-        if (!memcmp(j->blk.hash.bytes, h->bytes, 32))
+        fs_job_t *j = s->queue[(s->qhead + i) % s->depth];
+        if (!memcmp(j->obj.key.hash.bytes, h->bytes, 32))
             return true;
     }
     return false;
 }
 
-static bool pending(cairn_cold_store_t *s, const cairn_cold_hash_t *h)
+bool fs__pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
 {
     pthread_mutex_lock(&s->qmu);
-    bool r = cold__writer_pending(s, h);
+    bool r = fs__writer_pending(s, h);
     pthread_mutex_unlock(&s->qmu);
     return r;
 }
 
-static cold_job_t *job_copy(const cairn_cold_store_t *s, const cairn_cold_block_t *b)
+static fs_job_t *job_copy(const cairn_cold_store_t *s, const cairn_tier_object_t *b)
 {
-    cold_job_t *j = cairn_calloc(1, sizeof *j);
+    fs_job_t *j = cairn_calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    j->header_cap = cold_object_header_size(b->n_tokens, s->n_layers);
+    j->header_cap = tier_object_header_size(b->n_tokens, s->n_layers);
     j->tokens = cairn_malloc(b->n_tokens * sizeof *j->tokens);
     j->buf = cairn_malloc(j->header_cap + b->payload_size);
     if (!j->tokens || !j->buf) {
@@ -508,9 +507,9 @@ static cold_job_t *job_copy(const cairn_cold_store_t *s, const cairn_cold_block_
     }
     memcpy(j->tokens, b->tokens, b->n_tokens * sizeof *j->tokens);
     memcpy(j->buf + j->header_cap, b->payload, b->payload_size);
-    j->blk = *b;
-    j->blk.tokens = j->tokens;
-    j->blk.payload = j->buf + j->header_cap;
+    j->obj = *b;
+    j->obj.tokens = j->tokens;
+    j->obj.payload = j->buf + j->header_cap;
     return j;
 }
 
@@ -518,12 +517,29 @@ int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *b,
 {
     if (queued)
         *queued = false;
-    if (!s || !b || !s->has_thread || !s->n_layers || b->n_tokens != s->block_tokens || !b->tokens ||
-        !b->payload || b->payload_size != s->payload_bytes)
+    if (!s || !b)
         return CAIRN_EINVAL;
-    if (cairn_cold_store_contains(s, &b->hash) || pending(s, &b->hash))
+    cairn_tier_object_t obj = {
+        .key = {.kind = CAIRN_TIER_BLOCK, .hash = b->hash},
+        .parent = b->parent,
+        .tokens = b->tokens,
+        .n_tokens = b->n_tokens,
+        .payload = b->payload,
+        .payload_size = b->payload_size,
+    };
+    return fs__enqueue(s, &obj, wait_ms, queued);
+}
+
+int fs__enqueue(cairn_cold_store_t *s, const cairn_tier_object_t *b, uint32_t wait_ms, bool *queued)
+{
+    if (queued)
+        *queued = false;
+    if (!s->has_thread || !s->n_layers || b->key.kind != CAIRN_TIER_BLOCK || b->n_tokens != s->block_tokens ||
+        !b->tokens || !b->payload || b->payload_size != s->payload_bytes)
+        return CAIRN_EINVAL;
+    if (cairn_cold_store_contains(s, &b->key.hash) || fs__pending(s, &b->key.hash))
         return CAIRN_OK;
-    cold_job_t *j = job_copy(s, b);
+    fs_job_t *j = job_copy(s, b);
     if (!j)
         return CAIRN_ENOMEM;
     struct timespec dl;
@@ -537,7 +553,7 @@ int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *b,
     pthread_mutex_lock(&s->qmu);
     int rc = CAIRN_OK;
     for (;;) {
-        if (cold__writer_pending(s, &b->hash)) {
+        if (fs__writer_pending(s, &b->key.hash)) {
             pthread_mutex_unlock(&s->qmu);
             job_free(j);
             return CAIRN_OK;
@@ -569,61 +585,5 @@ int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *b,
     }
     if (queued)
         *queued = true;
-    return CAIRN_OK;
-}
-
-int cairn_cold_capture_chain(cairn_cold_store_t *s, size_t n, cairn_cold_block_fn fn, void *user,
-                             const cairn_cold_capture_budget_t *budget, cairn_cold_capture_result_t *res)
-{
-    if (!s || !fn || !res)
-        return CAIRN_EINVAL;
-    memset(res, 0, sizeof *res);
-    bool hb = budget && budget->blocks_per_turn, hm = budget && budget->budget_ms;
-    uint64_t max_blocks = (uint64_t)cairn_knob_int("CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN", hb,
-                                                   hb ? budget->blocks_per_turn : 0,
-                                                   CAIRN_COLD_DEFAULT_CAPTURE_BLOCKS, 0, 1 << 24);
-    double budget_ms = (double)cairn_knob_int("CAIRN_COLD_CAPTURE_BUDGET_MS", hm, hm ? budget->budget_ms : 0,
-                                              CAIRN_COLD_DEFAULT_CAPTURE_BUDGET_MS, 0, 3600 * 1000);
-    double t0 = cold__now_ms(), deadline = t0 + budget_ms;
-    res->stop = CAIRN_COLD_STOP_END;
-    for (size_t i = 0; i < n; i++) {
-        cairn_cold_block_t b;
-        memset(&b, 0, sizeof b);
-        if (fn(user, i, &b) < 0) {
-            res->stop = CAIRN_COLD_STOP_CALLBACK;
-            break;
-        }
-        /* A block already on disk or queued costs an index probe and spends no budget. */
-        if (cairn_cold_store_contains(s, &b.hash) || pending(s, &b.hash)) {
-            res->already++;
-            res->reached++;
-            continue;
-        }
-        if (res->enqueued >= max_blocks) {
-            res->stop = CAIRN_COLD_STOP_BUDGET;
-            break;
-        }
-        double now = cold__now_ms();
-        if (now >= deadline) {
-            res->stop = CAIRN_COLD_STOP_DEADLINE;
-            break;
-        }
-        bool queued = false;
-        int rc = cairn_cold_store_enqueue(s, &b, (uint32_t)(deadline - now) + 1, &queued);
-        if (rc) {
-            res->stop = rc == CAIRN_EEXHAUSTED && cold__now_ms() >= deadline ? CAIRN_COLD_STOP_DEADLINE
-                                                                              : CAIRN_COLD_STOP_REFUSED;
-            break;
-        }
-        if (queued)
-            res->enqueued++;
-        else
-            res->already++;
-        res->reached++;
-    }
-    res->elapsed_ms = cold__now_ms() - t0;
-    if (res->stop == CAIRN_COLD_STOP_DEADLINE)
-        cairn_log(CAIRN_LOG_WARN, "cold tier: capture stopped at its %.0f ms deadline after %zu new blocks",
-                  budget_ms, res->enqueued);
     return CAIRN_OK;
 }

@@ -1,18 +1,20 @@
 /*
- * cold_fingerprint.c — the model fingerprint that names a cold tier directory, and the
- * weights digest it includes.
+ * tier_fingerprint.c — the model fingerprint that names a store (a cold tier directory, a
+ * key prefix), and the weights digest it includes.
  *
  * Model: both are SHA-256 over a canonical, explicitly little-endian serialization
- * (docs/FORMAT.md, "Cold tier objects", fingerprint) of plain inputs the engine fills from
- * its config, so the same model always maps to the same directory on any host and any
- * field that changes the meaning of K/V bytes gives another one. The cold object format
- * version is part of the serialization, so a format change never reads old objects.
+ * (docs/FORMAT.md 1.4 and 1.5) of plain inputs the engine fills from its config, so the
+ * same model always maps to the same store on any host and any field that changes the
+ * meaning of K/V bytes gives another one. The object format version is part of the
+ * serialization, so a format change never reads old objects. Fields added later (the
+ * numerics id) serialize nothing at their "as before" value, so every fingerprint computed
+ * before them is unchanged.
  * Thread-safety: pure functions.
  */
 #include <string.h>
 #include <openssl/evp.h>
 
-#include "cold/cold_object.h"
+#include "tier/tier_object.h"
 
 static int sha_update(EVP_MD_CTX *c, const void *p, size_t n) { return EVP_DigestUpdate(c, p, n) == 1 ? 0 : -1; }
 
@@ -48,7 +50,7 @@ static int sha_final(EVP_MD_CTX *c, uint8_t out[32])
     return EVP_DigestFinal_ex(c, out, &n) == 1 && n == 32 ? 0 : -1;
 }
 
-int cairn_cold_weights_digest(const cairn_cold_weights_file_t *files, size_t n, uint8_t out[32])
+int cairn_tier_weights_digest(const cairn_tier_weights_file_t *files, size_t n, uint8_t out[32])
 {
     if ((!files && n) || !out)
         return CAIRN_EINVAL;
@@ -74,7 +76,7 @@ int cairn_cold_weights_digest(const cairn_cold_weights_file_t *files, size_t n, 
     return bad ? CAIRN_ENOMEM : CAIRN_OK;
 }
 
-int cairn_cold_fingerprint(const cairn_cold_model_desc_t *d, cairn_cold_hash_t *out)
+int cairn_tier_fingerprint(const cairn_tier_model_desc_t *d, cairn_tier_hash_t *out)
 {
     if (!d || !out || !d->architecture || d->kv_dtype > CAIRN_DTYPE_BF16)
         return CAIRN_EINVAL;
@@ -83,7 +85,7 @@ int cairn_cold_fingerprint(const cairn_cold_model_desc_t *d, cairn_cold_hash_t *
         return CAIRN_ENOMEM;
     int bad = EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1;
     bad |= sha_update(c, "cairn.cold.fingerprint.v1", 25);
-    bad |= sha_u32(c, COLD_VERSION);
+    bad |= sha_u32(c, TIER_OBJECT_VERSION);
     bad |= sha_str(c, d->architecture);
     bad |= sha_u32(c, d->n_layers);
     bad |= sha_u32(c, d->n_heads);
@@ -98,41 +100,11 @@ int cairn_cold_fingerprint(const cairn_cold_model_desc_t *d, cairn_cold_hash_t *
     bad |= sha_u32(c, d->rope_original_ctx);
     bad |= sha_str(c, d->extra);
     bad |= sha_update(c, d->weights_digest, 32);
+    /* Appended only when set: the CPU numerics keep the fingerprint they always had. The
+     * length prefix keeps the serialization unambiguous. */
+    if (d->numerics && d->numerics[0])
+        bad |= sha_str(c, d->numerics);
     bad |= sha_final(c, out->bytes);
     EVP_MD_CTX_free(c);
     return bad ? CAIRN_ENOMEM : CAIRN_OK;
-}
-
-void cairn_cold_hash_hex(const cairn_cold_hash_t *h, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[h->bytes[i] >> 4];
-        out[2 * i + 1] = hex[h->bytes[i] & 15];
-    }
-    out[64] = '\0';
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int cairn_cold_hash_parse(const char *s, cairn_cold_hash_t *out)
-{
-    if (!s || !out)
-        return CAIRN_EINVAL;
-    for (int i = 0; i < 32; i++) {
-        int hi = hexval(s[2 * i]), lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return CAIRN_EINVAL;
-        out->bytes[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return s[64] == '\0' ? CAIRN_OK : CAIRN_EINVAL;
 }
