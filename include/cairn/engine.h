@@ -126,7 +126,10 @@ CAIRN_API int cairn_seq_n_pending(const cairn_seq_t *s);
 CAIRN_API const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
 /* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length.
  * CAIRN_EUNSUPPORTED for a model with recurrent layers when n < n_past (the state would
- * have to be rewound; nothing changes). */
+ * have to be rewound; nothing changes). On the paged path, when a sliding window already
+ * released blocks the shorter sequence needs, the sequence begins again over its first n
+ * tokens (what the prefix cache still holds is attached, the rest becomes pending and is
+ * recomputed with the same bits); CAIRN_EEXHAUSTED if the pool cannot hold that. */
 CAIRN_API int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a

@@ -28,8 +28,8 @@ static void usage(FILE *out)
             "OUT_DIR is created if missing; files in it are replaced atomically.\n"
             "\n"
             "options (defaults are the 'tiny' preset):\n"
-            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b (applied first)\n"
-            "  --arch A           llama | qwen3 (default llama)\n"
+            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b | gemma3-1b (applied first)\n"
+            "  --arch A           llama | qwen3 | gemma3 (default llama)\n"
             "  --layers N         hidden layers (default %d)\n"
             "  --hidden N         hidden size (default %d)\n"
             "  --heads N          attention heads (default %d)\n"
@@ -45,12 +45,16 @@ static void usage(FILE *out)
             "  --rms-eps X        RMSNorm epsilon (default %g)\n"
             "  --max-pos N        max_position_embeddings (default %d)\n"
             "  --shards N         weight files; above 1 writes an index (default 1)\n"
+            "  --window N         gemma3: the sliding layers' window (default 512)\n"
+            "  --pattern N        gemma3: every N-th layer is full attention (default 6)\n"
             "\n"
             "presets: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536,\n"
             "vocab 32000, untied); qwen3-8l (qwen3, 8 layers, hidden 1024, 16/8 heads,\n"
             "head_dim 128, ffn 3072, vocab 32000, tied); qwen3-0.6b (the Qwen3-0.6B shape:\n"
             "28 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072, vocab 151936, tied,\n"
-            "rope_theta 1e6; about 1.2 GB in bf16).\n",
+            "rope_theta 1e6; about 1.2 GB in bf16); gemma3-1b (the gemma-3-1b-it text shape:\n"
+            "26 layers, every 6th full attention, the others sliding over 512 tokens, hidden\n"
+            "1152, 4/1 heads, head_dim 256, ffn 6912, vocab 262144, tied; about 2 GB in bf16).\n",
             d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.ffn, d.vocab,
             d.rope_theta, d.rms_eps, d.max_pos);
 }
@@ -135,8 +139,10 @@ static int cmd_synth(int argc, char **argv)
                 o.arch = CAIRN_SYNTH_LLAMA;
             } else if (!strcmp(v, "qwen3")) {
                 o.arch = CAIRN_SYNTH_QWEN3;
+            } else if (!strcmp(v, "gemma3")) {
+                o.arch = CAIRN_SYNTH_GEMMA3;
             } else {
-                fprintf(stderr, "cairn synth: --arch must be llama or qwen3, got '%s'\n", v);
+                fprintf(stderr, "cairn synth: --arch must be llama, qwen3 or gemma3, got '%s'\n", v);
                 rc = -1;
             }
         } else if (!strcmp(a, "--dtype")) {
@@ -171,6 +177,8 @@ static int cmd_synth(int argc, char **argv)
                 {"--vocab", offsetof(cairn_synth_options_t, vocab)},
                 {"--max-pos", offsetof(cairn_synth_options_t, max_pos)},
                 {"--shards", offsetof(cairn_synth_options_t, n_shards)},
+                {"--window", offsetof(cairn_synth_options_t, sliding_window)},
+                {"--pattern", offsetof(cairn_synth_options_t, sliding_pattern)},
             };
             size_t k = 0;
             while (k < CAIRN_ARRAY_LEN(ints) && strcmp(a, ints[k].opt) != 0)

@@ -3,7 +3,8 @@
  *
  * Values: projection and embedding weights are approximately normal(0, 0.02) (an
  * Irwin–Hall sum of four uniforms, scaled to that deviation), norm weights are
- * 1 + normal(0, 0.02)·1, so a forward pass of any depth stays finite. Each tensor has its
+ * 1 + normal(0, 0.02)·1 (gemma3, whose norms scale by 1 + w: normal(0, 0.02)), so a
+ * forward pass of any depth stays finite. Each tensor has its
  * own xoshiro256** stream seeded from splitmix64(seed ^ fnv1a(name)); only integer and
  * exactly-rounded float arithmetic is used, so the bytes are the same on every platform.
  *
@@ -30,7 +31,7 @@
 #include <unistd.h>
 
 const char *const cairn_synth_preset_names[] = {"tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b",
-                                                NULL};
+                                                "gemma3-1b", NULL};
 
 void cairn_synth_options_default(cairn_synth_options_t *o)
 {
@@ -57,6 +58,9 @@ int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o)
          1e-6},
         {"qwen3-0.6b", CAIRN_SYNTH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, 1e6,
          1e-6},
+        /* google/gemma-3-1b-it (window 512, pattern 6: the gemma3 defaults below) */
+        {"gemma3-1b", CAIRN_SYNTH_GEMMA3, 26, 1152, 4, 1, 256, 6912, 262144, 32768, true, 1e6,
+         1e-6},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(presets); i++) {
         if (strcmp(presets[i].name, name) != 0)
@@ -73,6 +77,7 @@ int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o)
         o->tied = presets[i].tied;
         o->rope_theta = presets[i].theta;
         o->rms_eps = presets[i].eps;
+        o->sliding_window = o->sliding_pattern = 0;
         return 0;
     }
     return CAIRN_EINVAL;
@@ -349,9 +354,55 @@ static void add_tensor(syn_tensor_t *t, int *k, const char *name, int ndim, int6
     x->is_norm = is_norm;
 }
 
+static int gemma3_window(const cairn_synth_options_t *o) { return o->sliding_window ? o->sliding_window : 512; }
+static int gemma3_pattern(const cairn_synth_options_t *o) { return o->sliding_pattern ? o->sliding_pattern : 6; }
+
+/* gemma3 tensors in model order. Its norms multiply by (1 + w), so their w is the noise
+ * alone (is_norm false): an identity norm, like the other layouts' 1 + noise. */
+static int list_tensors_gemma3(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
+{
+    int n = 2 + (o->tied ? 0 : 1) + 13 * o->n_layers;
+    syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return CAIRN_ENOMEM;
+    int k = 0;
+    int64_t h = o->hidden, q = (int64_t)o->n_heads * o->head_dim;
+    int64_t kv = (int64_t)o->n_kv_heads * o->head_dim;
+    add_tensor(t, &k, "model.embed_tokens.weight", 2, o->vocab, h, false);
+    for (int l = 0; l < o->n_layers; l++) {
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1;
+        } per_layer[] = {
+            {"input_layernorm", 1, h, 0},           {"self_attn.q_proj", 2, q, h},
+            {"self_attn.k_proj", 2, kv, h},         {"self_attn.v_proj", 2, kv, h},
+            {"self_attn.o_proj", 2, h, q},          {"self_attn.q_norm", 1, o->head_dim, 0},
+            {"self_attn.k_norm", 1, o->head_dim, 0}, {"post_attention_layernorm", 1, h, 0},
+            {"pre_feedforward_layernorm", 1, h, 0}, {"post_feedforward_layernorm", 1, h, 0},
+            {"mlp.gate_proj", 2, o->ffn, h},        {"mlp.up_proj", 2, o->ffn, h},
+            {"mlp.down_proj", 2, h, o->ffn},
+        };
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(per_layer); i++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, per_layer[i].suffix);
+            add_tensor(t, &k, name, per_layer[i].ndim, per_layer[i].d0, per_layer[i].d1, false);
+        }
+    }
+    add_tensor(t, &k, "model.norm.weight", 1, h, 0, false);
+    if (!o->tied)
+        add_tensor(t, &k, "lm_head.weight", 2, o->vocab, h, false);
+    CAIRN_ASSERT(k == n);
+    *out = t;
+    *n_out = n;
+    return 0;
+}
+
 /* Lists the tensors in model order (embed, layers, norm, lm_head). */
 static int list_tensors(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
 {
+    if (o->arch == CAIRN_SYNTH_GEMMA3)
+        return list_tensors_gemma3(o, out, n_out);
     bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     int n = 2 + (o->tied ? 0 : 1) + (qwen ? 11 : 9) * o->n_layers;
     syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
@@ -538,8 +589,63 @@ static cJSON *append(cJSON *arr, cJSON *item)
     return item;
 }
 
+/* gemma3_text's config.json in the transformers 5 spelling (Gemma3TextConfig):
+ * layer_types, and rope_parameters keyed by layer kind. */
+static cJSON *config_doc_gemma3(const cairn_synth_options_t *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
+    if (!append(arch, cJSON_CreateString("Gemma3ForCausalLM")))
+        goto fail;
+    bool ok = cJSON_AddFalseToObject(c, "attention_bias") &&
+              cJSON_AddNumberToObject(c, "attention_dropout", 0) &&
+              cJSON_AddNullToObject(c, "attn_logit_softcapping") &&
+              cJSON_AddNullToObject(c, "bos_token_id") &&
+              cJSON_AddStringToObject(c, "dtype", dtype_torch_name(o->dtype)) &&
+              cJSON_AddNumberToObject(c, "eos_token_id", o->vocab - 1) &&
+              cJSON_AddNullToObject(c, "final_logit_softcapping") &&
+              cJSON_AddNumberToObject(c, "head_dim", o->head_dim) &&
+              cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh") &&
+              cJSON_AddNumberToObject(c, "hidden_size", o->hidden) &&
+              cJSON_AddNumberToObject(c, "initializer_range", 0.02) &&
+              cJSON_AddNumberToObject(c, "intermediate_size", o->ffn);
+    cJSON *lt = ok ? cJSON_AddArrayToObject(c, "layer_types") : NULL;
+    ok = lt != NULL;
+    for (int l = 0; ok && l < o->n_layers; l++)
+        ok = append(lt, cJSON_CreateString((l + 1) % gemma3_pattern(o) ? "sliding_attention"
+                                                                        : "full_attention")) != NULL;
+    ok = ok && cJSON_AddNumberToObject(c, "max_position_embeddings", o->max_pos) &&
+         cJSON_AddStringToObject(c, "model_type", "gemma3_text") &&
+         cJSON_AddNumberToObject(c, "num_attention_heads", o->n_heads) &&
+         cJSON_AddNumberToObject(c, "num_hidden_layers", o->n_layers) &&
+         cJSON_AddNumberToObject(c, "num_key_value_heads", o->n_kv_heads) &&
+         cJSON_AddNumberToObject(c, "pad_token_id", o->vocab - 3) &&
+         cJSON_AddNumberToObject(c, "query_pre_attn_scalar", o->head_dim) &&
+         cJSON_AddNumberToObject(c, "rms_norm_eps", o->rms_eps);
+    cJSON *rp = ok ? cJSON_AddObjectToObject(c, "rope_parameters") : NULL;
+    cJSON *full = rp ? cJSON_AddObjectToObject(rp, "full_attention") : NULL;
+    cJSON *slid = full ? cJSON_AddObjectToObject(rp, "sliding_attention") : NULL;
+    ok = slid && cJSON_AddNumberToObject(full, "rope_theta", o->rope_theta) &&
+         cJSON_AddStringToObject(full, "rope_type", "default") &&
+         cJSON_AddNumberToObject(slid, "rope_theta", 10000.0) &&
+         cJSON_AddStringToObject(slid, "rope_type", "default") &&
+         cJSON_AddNumberToObject(c, "sliding_window", gemma3_window(o)) &&
+         cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tied) &&
+         cJSON_AddFalseToObject(c, "use_bidirectional_attention") &&
+         cJSON_AddTrueToObject(c, "use_cache") &&
+         cJSON_AddNumberToObject(c, "vocab_size", o->vocab);
+    if (!ok)
+        goto fail;
+    return c;
+fail:
+    cJSON_Delete(c);
+    return NULL;
+}
+
 static cJSON *config_doc(const cairn_synth_options_t *o)
 {
+    if (o->arch == CAIRN_SYNTH_GEMMA3)
+        return config_doc_gemma3(o);
     bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
@@ -801,8 +907,13 @@ static int check_options(const cairn_synth_options_t *o, char *err, size_t err_l
             return CAIRN_EINVAL;
         }
     }
-    if (o->arch != CAIRN_SYNTH_LLAMA && o->arch != CAIRN_SYNTH_QWEN3) {
+    if (o->arch != CAIRN_SYNTH_LLAMA && o->arch != CAIRN_SYNTH_QWEN3 &&
+        o->arch != CAIRN_SYNTH_GEMMA3) {
         st_errf(err, err_len, "synth: unknown architecture");
+        return CAIRN_EINVAL;
+    }
+    if (o->sliding_window < 0 || o->sliding_pattern < 0 || o->sliding_pattern > 4096) {
+        st_errf(err, err_len, "synth: the sliding window and pattern must be positive (0: default)");
         return CAIRN_EINVAL;
     }
     if (o->dtype != CAIRN_DTYPE_F32 && o->dtype != CAIRN_DTYPE_F16 &&

@@ -19,10 +19,12 @@
 
 #include "cairn/checkpoint.h"
 
-/* Which checkpoint layout to write (the llama family's model_types). */
+/* Which checkpoint layout to write. */
 typedef enum {
     CAIRN_SYNTH_LLAMA = 0, /* model_type "llama" */
     CAIRN_SYNTH_QWEN3 = 1, /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_GEMMA3 = 3, /* model_type "gemma3_text": sliding and full attention layers,
+                               (1 + w) norms around attention and MLP, q/k norms */
 } cairn_synth_arch_t;
 
 typedef struct {
@@ -41,15 +43,21 @@ typedef struct {
     double rope_theta;
     double rms_eps;
     int n_shards;        /* 1: model.safetensors; more: sharded with an index */
+    /* gemma3 only: the sliding layers' window (0: 512) and the pattern P, layer l full
+     * when (l + 1) % P == 0 (0: 6). The sliding layers' RoPE base is 10000. */
+    int sliding_window, sliding_pattern;
 } cairn_synth_options_t;
 
 /* Fills *o with the "tiny" preset (a 2-layer llama, hidden 64, vocab 512, bf16, seed 0). */
 void cairn_synth_options_default(cairn_synth_options_t *o);
 
 /*
- * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos) with
- * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b". dtype, seed and n_shards
- * are left alone. CAIRN_EINVAL for an unknown name.
+ * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos,
+ * sliding_window, sliding_pattern) with a named preset: "tiny", "llama-8l", "qwen3-8l",
+ * "qwen3-0.6b", "gemma3-1b" (the google/gemma-3-1b-it text shape: 26 layers, every 6th
+ * full attention, the others sliding over 512 tokens, hidden 1152, 4/1 heads of 256, ffn
+ * 6912, vocab 262144, tied, rope_theta 1e6 / 1e4; about 2 GB in bf16). dtype, seed and
+ * n_shards are left alone. CAIRN_EINVAL for an unknown name.
  */
 int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o);
 
