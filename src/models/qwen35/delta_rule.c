@@ -1,0 +1,71 @@
+/*
+ * delta_rule.c — the scalar Gated DeltaNet kernels (the reference every faster version is
+ * held to) and their dispatch. The order of operations is the contract of delta_rule.h;
+ * fmaf() spells out each fused multiply-add so a vector version can reproduce it exactly.
+ *
+ * Thread-safety: pure functions.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/kernels.h"
+#include "models/qwen35/delta_rule.h"
+
+void dr_conv_step(float *out, float *state, const float *x, const float *w, int C, int K)
+{
+    for (int c = 0; c < C; c++) {
+        float acc = 0.0f;
+        for (int j = 0; j < K - 1; j++)
+            acc = fmaf(w[(size_t)j * C + c], state[(size_t)j * C + c], acc);
+        out[c] = fmaf(w[(size_t)(K - 1) * C + c], x[c], acc);
+    }
+    if (K > 1) {
+        memmove(state, state + C, (size_t)(K - 2) * C * sizeof(float));
+        memcpy(state + (size_t)(K - 2) * C, x, (size_t)C * sizeof(float));
+    }
+}
+
+void dr_l2norm(float *x, int n, float eps)
+{
+    float ss = kern_dot(x, x, CAIRN_DTYPE_F32, n);
+    float inv = 1.0f / sqrtf(ss + eps); /* torch.rsqrt on CPU is 1 / sqrt */
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] * inv;
+}
+
+void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
+                       float beta, int dk, int dv, float *o)
+{
+    /* o doubles as the kv accumulator, then as the output. */
+    float *kv = o;
+    for (int j = 0; j < dv; j++)
+        kv[j] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            row[j] = row[j] * decay;
+            kv[j] = fmaf(row[j], k[i], kv[j]);
+        }
+    }
+    /* d needs its own storage: o restarts from zero and accumulates S^T q row by row,
+     * right after each row's update. */
+    float d[DR_MAX_DV];
+    CAIRN_ASSERT(dv <= DR_MAX_DV);
+    for (int j = 0; j < dv; j++)
+        d[j] = (v[j] - kv[j]) * beta;
+    for (int j = 0; j < dv; j++)
+        o[j] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            row[j] = fmaf(k[i], d[j], row[j]);
+            o[j] = fmaf(row[j], q[i], o[j]);
+        }
+    }
+}
+
+void dr_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
+                   float beta, int dk, int dv, float *o)
+{
+    dr_ref_delta_step(S, q, k, v, decay, beta, dk, dv, o);
+}

@@ -1,0 +1,219 @@
+/*
+ * models/qwen35/qwen35.h — the Qwen3.5 family (HF model_type "qwen3_5_text", and "qwen3_5"
+ * whose "text_config" holds the text model): a hybrid decoder whose layers are either
+ * Gated DeltaNet linear attention (a recurrent state per sequence) or gated full
+ * attention (K/V rows per position), per config "layer_types".
+ *
+ * Model (HF Qwen3_5ForCausalLM, transformers 5.17, float32 compute):
+ *
+ *   x = embed[token]
+ *   for each layer:
+ *       h = rmsnorm(x) * (1 + attn_norm)                    all norms but one are (1 + w)
+ *       linear_attention (Gated DeltaNet):
+ *           qkv = h Wqkv^T   [q: Hk*dk | k: Hk*dk | v: Hv*dv]  (in_proj_qkv)
+ *           z = h Wz^T [Hv*dv],  b = h Wb^T [Hv],  a = h Wa^T [Hv]
+ *           qkv = silu(causal depthwise conv1d over time, K taps, no bias)(qkv)
+ *           q, k = l2norm(q), l2norm(k) per key head (eps 1e-6);  q = q / sqrt(dk)
+ *           beta = sigmoid(b);  g = -exp(A_log) * softplus(a + dt_bias)
+ *           per value head vh (key head vh / (Hv / Hk)), state S [dk][dv]:
+ *               S = exp(g) S;  d = beta (v - S^T k);  S = S + k d^T;  o = S^T q
+ *           o = rmsnorm(o) * norm_w * silu(z)   per value head (plain w, not 1 + w)
+ *           y = o Wout^T
+ *       full_attention (gated):
+ *           [q | gate] per head = h Wq^T  (2 * head_dim per head, q first)
+ *           k, v = h Wk^T, h Wv^T
+ *           q, k = rmsnorm per head * (1 + q_norm), (1 + k_norm)
+ *           q, k = rope on the first rope_dim dims of each head (partial rotary)
+ *           y = (softmax(q k^T / sqrt(head_dim)) v * sigmoid(gate)) Wo^T
+ *       x = x + y
+ *       x = x + silu(rmsnorm(x) (1 + ffn_norm) Wgate^T) * (... Wup^T)) Wdown^T
+ *   logits = (rmsnorm(x) * (1 + norm)) Wlm^T
+ *
+ * Exactness: the delta rule is run as the sequential per-token recurrence (one state
+ * update per token, in a fixed order), so a token's bits do not depend on how its
+ * predecessors were chunked into calls, on the other sequences in a call, or on the thread
+ * count. HF's prefill uses a chunked (64-token) form of the same recurrence, which is equal
+ * in exact arithmetic but rounds differently: the reference fixtures are reproduced to
+ * float32 rounding, not bit for bit.
+ *
+ * Thread-safety: config and weights are immutable after load; a q35_fwd_t and each
+ * q35_state_t are used by one call at a time.
+ */
+#ifndef CAIRN_MODELS_QWEN35_H
+#define CAIRN_MODELS_QWEN35_H
+
+#include "cairn/checkpoint.h"
+#include "engine/attention.h"
+#include "engine/kernels.h"
+
+#define Q35_MAX_LAYERS 512
+
+typedef enum { Q35_LAYER_LINEAR = 0, Q35_LAYER_FULL = 1 } q35_layer_kind_t;
+
+typedef struct {
+    /* Shared fields (n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab, max_pos,
+     * rms_eps, tie_embeddings, rope_theta, bos/eos). base.arch is unused by this family. */
+    cairn_model_config_t base;
+    int rope_dim;             /* int(head_dim * partial_rotary_factor), even, >= 2 */
+    /* Gated DeltaNet. */
+    int lin_k_heads;          /* linear_num_key_heads (Hk) */
+    int lin_v_heads;          /* linear_num_value_heads (Hv, a multiple of Hk) */
+    int lin_k_dim;            /* linear_key_head_dim (dk) */
+    int lin_v_dim;            /* linear_value_head_dim (dv) */
+    int conv_kernel;          /* linear_conv_kernel_dim (K >= 1) */
+    int n_linear, n_full;     /* layer counts by kind */
+    uint8_t kind[Q35_MAX_LAYERS];   /* q35_layer_kind_t per layer */
+    int16_t slot[Q35_MAX_LAYERS];   /* ordinal of the layer among layers of its kind */
+    /* Tensor name prefix of the text model: "model." or "model.language_model.". */
+    char prefix[32];
+} q35_config_t;
+
+/* Derived sizes. */
+static inline int q35_key_dim(const q35_config_t *c) { return c->lin_k_heads * c->lin_k_dim; }
+static inline int q35_value_dim(const q35_config_t *c) { return c->lin_v_heads * c->lin_v_dim; }
+/* Channels of the causal conv: q, k and v. */
+static inline int q35_conv_dim(const q35_config_t *c) { return 2 * q35_key_dim(c) + q35_value_dim(c); }
+
+/*
+ * Parses a config.json text (len bytes) of model_type "qwen3_5_text", or "qwen3_5" with
+ * the text model in "text_config". Defaults follow Qwen3_5TextConfig (layer_types from
+ * full_attention_interval 4, partial_rotary_factor 0.25, rms_norm_eps 1e-6, conv kernel 4,
+ * head_dim 256, rope_theta 10000). Fields that would change the math and are not
+ * implemented (attention_bias, hidden_act other than silu, a rope type other than default,
+ * quantization_config, unknown layer types, MoE fields) are CAIRN_EUNSUPPORTED naming the
+ * field; missing or inconsistent sizes CAIRN_EFORMAT. Pure; allocates nothing that
+ * outlives the call.
+ */
+int q35_config_parse(const char *json, size_t len, q35_config_t *out, char *err, size_t err_len);
+
+/* ---- weights ---- */
+
+typedef struct {
+    q35_layer_kind_t kind;
+    cairn_tensor_t attn_norm;   /* [hidden]        input_layernorm (1 + w) */
+    cairn_tensor_t ffn_norm;    /* [hidden]        post_attention_layernorm (1 + w) */
+    cairn_tensor_t w_gate;      /* [ffn, hidden]   mlp.gate_proj */
+    cairn_tensor_t w_up;        /* [ffn, hidden]   mlp.up_proj */
+    cairn_tensor_t w_down;      /* [hidden, ffn]   mlp.down_proj */
+    float *attn_norm1;          /* [hidden]  1 + attn_norm, float32 */
+    float *ffn_norm1;           /* [hidden]  1 + ffn_norm, float32 */
+    /* linear_attention */
+    cairn_tensor_t in_qkv;      /* [conv_dim, hidden]  linear_attn.in_proj_qkv */
+    cairn_tensor_t in_z;        /* [Hv*dv, hidden]     linear_attn.in_proj_z */
+    cairn_tensor_t in_b;        /* [Hv, hidden]        linear_attn.in_proj_b */
+    cairn_tensor_t in_a;        /* [Hv, hidden]        linear_attn.in_proj_a */
+    cairn_tensor_t out_proj;    /* [hidden, Hv*dv]     linear_attn.out_proj */
+    float *conv_w;              /* [K][conv_dim]  conv1d.weight [conv_dim, 1, K] transposed */
+    float *neg_a;               /* [Hv]  -exp(A_log) */
+    float *dt_bias;             /* [Hv]  dt_bias */
+    float *gnorm;               /* [dv]  linear_attn.norm.weight (plain w) */
+    /* full_attention */
+    cairn_tensor_t wq;          /* [n_heads*2*head_dim, hidden]  self_attn.q_proj (q|gate per head) */
+    cairn_tensor_t wk;          /* [n_kv_heads*head_dim, hidden] self_attn.k_proj */
+    cairn_tensor_t wv;          /* [n_kv_heads*head_dim, hidden] self_attn.v_proj */
+    cairn_tensor_t wo;          /* [hidden, n_heads*head_dim]    self_attn.o_proj */
+    float *q_norm1;             /* [head_dim]  1 + q_norm */
+    float *k_norm1;             /* [head_dim]  1 + k_norm */
+} q35_layer_t;
+
+typedef struct {
+    cairn_tensor_t embed;       /* [vocab, hidden] */
+    cairn_tensor_t lm_head;     /* [vocab, hidden] (== embed when tied) */
+    cairn_tensor_t norm;        /* [hidden] */
+    float *norm1;               /* [hidden]  1 + norm */
+    q35_layer_t *layers;        /* [n_layers] */
+} q35_weights_t;
+
+typedef struct q35_model q35_model_t;
+
+/*
+ * Opens a checkpoint folder (config.json, optional generation_config.json,
+ * model.safetensors), maps the weights read-only and binds every tensor the config
+ * implies, checking shapes. Tensors of the vision tower ("model.visual.*") and the MTP
+ * head ("mtp.*") are ignored as transformers ignores them for text; any other tensor the
+ * config gives no use to is CAIRN_EUNSUPPORTED. Errors name the file and tensor.
+ */
+int q35_model_open(const char *dir, q35_model_t **out, char *err, size_t err_len);
+void q35_model_close(q35_model_t *m);
+const q35_config_t *q35_model_config(const q35_model_t *m);
+const q35_weights_t *q35_model_weights(const q35_model_t *m);
+
+/* ---- per-sequence recurrent state ---- */
+
+/*
+ * The state a sequence carries through its linear-attention layers, float32:
+ *   conv [n_linear][K-1][conv_dim]   the last K-1 pre-conv qkv rows (oldest first)
+ *   rec  [n_linear][Hv][dk][dv]      the delta-rule state S of each value head
+ * and n_tokens, the positions it has absorbed. A fresh state is all zeros (HF's initial
+ * state). Bytes: q35_state_bytes().
+ */
+typedef struct {
+    int n_tokens;
+    float *conv;
+    float *rec;
+    size_t conv_floats, rec_floats;
+} q35_state_t;
+
+size_t q35_state_bytes(const q35_config_t *c);
+int q35_state_init(q35_state_t *s, const q35_config_t *c);  /* zeroed; CAIRN_ENOMEM */
+void q35_state_fini(q35_state_t *s);
+void q35_state_reset(q35_state_t *s);                        /* back to position 0 */
+void q35_state_copy(q35_state_t *dst, const q35_state_t *src); /* same config */
+
+/* ---- forward ---- */
+
+typedef struct {
+    int seq;        /* index into the states / views passed to q35_fwd_run */
+    int pos;        /* absolute position */
+    int32_t token;
+    int out_row;    /* logits row to write, or -1 */
+} q35_row_t;
+
+typedef struct {
+    const q35_config_t *cfg;
+    const q35_weights_t *w;
+    cairn_thread_pool_t *tp;
+    cairn_math_t math;
+    cairn_dtype_t kv_dtype;
+    int max_rows, max_positions;
+    float q_scale;        /* dk^-0.5 as float32 */
+    float *inv_freq;      /* [rope_dim/2] */
+    float *ones;          /* [conv_dim] 1.0f, the `up` of a plain silu */
+    int *seqs;            /* [max_rows] distinct sequences of a call */
+    /* Scratch of one call, row-major. */
+    float *x;             /* [max_rows][hidden]  residual stream */
+    float *xb;            /* [max_rows][hidden]  normed input of a sub-layer */
+    float *xb2;           /* [max_rows][hidden]  sub-layer output */
+    float *qkv;           /* [max_rows][conv_dim]  in_proj_qkv, then conv output */
+    float *z;             /* [max_rows][Hv*dv] */
+    float *ba;            /* [max_rows][2*Hv]  b then a */
+    float *core;          /* [max_rows][max(Hv*dv, n_heads*head_dim)]  mixer output */
+    float *q;             /* [max_rows][n_heads*2*head_dim]  q | gate per head */
+    float *qh;            /* [max_rows][n_heads*head_dim]  normed, rotated queries */
+    float *k;             /* [max_rows][n_kv_heads*head_dim] */
+    float *v;             /* [max_rows][n_kv_heads*head_dim] */
+    float *hb;            /* [max_rows][ffn] */
+    float *hb2;           /* [max_rows][ffn] */
+    float *rope_cs;       /* [max_rows][rope_dim]  cos/sin pairs */
+    attn_query_t *queries;/* [max_rows] */
+    attn_cfg_t attn;
+} q35_fwd_t;
+
+int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
+                 cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
+                 int max_rows, int max_positions);
+void q35_fwd_fini(q35_fwd_t *f);
+
+/*
+ * Runs rows [n] (n <= max_rows) through every layer and writes logits [vocab] for rows
+ * with out_row >= 0 at logits + out_row * vocab (increasing, consecutive out_row).
+ * states[row.seq] is the sequence's recurrent state: its rows must appear in the list in
+ * increasing position order starting at states[seq]->n_tokens with no gaps (the
+ * recurrence absorbs them in list order); on return n_tokens has advanced past them.
+ * views[row.seq] stores and reads the K/V of the full-attention layers, indexed by the
+ * layer's slot among full-attention layers (cfg->slot).
+ */
+void q35_fwd_run(q35_fwd_t *f, const q35_row_t *rows, int n, q35_state_t *const *states,
+                 const attn_kv_t *views, float *logits);
+
+#endif
