@@ -76,7 +76,7 @@
 #include "cairn/cold_tier.h"
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
-#include "engine/attention.h"
+#include "compute/cpu/attention.h"
 #include "formats/hf_config.h"
 #include "formats/weights_folder.h"
 #include "util/thread_pool.h"

@@ -43,8 +43,8 @@
 #define CAIRN_MODELS_QWEN35_H
 
 #include "cairn/checkpoint.h"
-#include "engine/attention.h"
-#include "engine/kernels.h"
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels.h"
 
 #define Q35_MAX_LAYERS 512
 

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "engine/rope.h"
-#include "models/qwen35/delta_rule.h"
+#include "compute/cpu/delta_rule.h"
 #include "models/qwen35/qwen35.h"
 
 /* L2-norm epsilon of the GDN kernels (HF l2norm, FLA), fixed: not rms_norm_eps. */

@@ -20,7 +20,6 @@
 #include <cjson/cJSON.h>
 
 #include "engine/kv_flat.h"
-#include "models/qwen35/delta_rule.h"
 #include "models/qwen35/qwen35.h"
 #include "util/thread_pool.h"
 
@@ -329,6 +328,26 @@ static void test_threads_bit_identical(void **state)
     cairn_thread_pool_destroy(tp2);
 }
 
+/* Every kernel implementation the CPU runs (scalar, AVX2, AVX-512) gives the same bits. */
+static void test_implementations_bit_identical(void **state)
+{
+    (void)state;
+    const ref_case_t *rc = find_case("chat_short");
+    const char *native = kern_impl_name();
+    float *ref = run_prompt(NULL, rc->prompt, rc->n_prompt, 7);
+    static const char *const impls[] = {"scalar", "avx2", "avx512-emubf16", "avx512"};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(impls); i++) {
+        if (!kern_impl_available(impls[i]))
+            continue;
+        assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK);
+        float *got = run_prompt(NULL, rc->prompt, rc->n_prompt, 7);
+        assert_memory_equal(got, ref, (size_t)rc->n_prompt * V * sizeof(float));
+        free(got);
+    }
+    assert_int_equal(kern_set_impl(native), CAIRN_OK);
+    free(ref);
+}
+
 /* Two sequences whose rows alternate in the same calls vs each alone. */
 static void test_batched_bit_identical(void **state)
 {
@@ -384,79 +403,6 @@ static void test_batched_bit_identical(void **state)
     seq_fini(&s[1]);
     q35_fwd_fini(&f);
     cairn_thread_pool_destroy(tp2);
-}
-
-/* The delta-rule step against a double-precision evaluation of its definition, over a
- * long run of random tokens, and the dispatched kernel against the scalar one (memcmp). */
-static void test_delta_kernel(void **state)
-{
-    (void)state;
-    enum { DK = 32, DV = 48, T = 200 };
-    static float S[DK * DV], Sref[DK * DV];
-    static double Sd[DK * DV];
-    memset(S, 0, sizeof(S));
-    memset(Sref, 0, sizeof(Sref));
-    memset(Sd, 0, sizeof(Sd));
-    uint64_t rng = 12345;
-#define RND() ((float)((rng = rng * 6364136223846793005ULL + 1442695040888963407ULL) >> 40) / (float)(1 << 24) - 0.5f)
-    double max_err = 0;
-    for (int t = 0; t < T; t++) {
-        float q[DK], k[DK], v[DV], o[DV], oref[DV];
-        for (int i = 0; i < DK; i++)
-            q[i] = RND(), k[i] = RND();
-        for (int j = 0; j < DV; j++)
-            v[j] = 4 * RND();
-        dr_l2norm(q, DK, 1e-6f);
-        dr_l2norm(k, DK, 1e-6f);
-        float decay = 0.5f + RND() * 0.9f, beta = 0.5f + RND();
-        dr_delta_step(S, q, k, v, decay, beta, DK, DV, o);
-        dr_ref_delta_step(Sref, q, k, v, decay, beta, DK, DV, oref);
-        assert_memory_equal(o, oref, sizeof(o));
-        assert_memory_equal(S, Sref, sizeof(S));
-        /* The definition in double: S = decay S; d = beta (v - S^T k); S += k d^T; o = S^T q. */
-        double d[DV];
-        for (int j = 0; j < DV; j++) {
-            double kv = 0;
-            for (int i = 0; i < DK; i++)
-                kv += (Sd[i * DV + j] *= decay) * k[i];
-            d[j] = beta * (v[j] - kv);
-        }
-        for (int j = 0; j < DV; j++) {
-            double oj = 0;
-            for (int i = 0; i < DK; i++) {
-                Sd[i * DV + j] += (double)k[i] * d[j];
-                oj += Sd[i * DV + j] * q[i];
-            }
-            max_err = fmax(max_err, fabs(oj - o[j]) / (1 + fabs(oj)));
-        }
-    }
-#undef RND
-    assert_true(max_err < 1e-4);
-}
-
-/* The conv step: causal, K taps, the state shifting by one row per token. */
-static void test_conv_step(void **state)
-{
-    (void)state;
-    enum { C = 5, K = 4, T = 9 };
-    float w[K * C], st[(K - 1) * C] = {0}, out[C], x[T][C];
-    for (int i = 0; i < K * C; i++)
-        w[i] = (float)(i % 7) - 3.0f;
-    for (int t = 0; t < T; t++)
-        for (int c = 0; c < C; c++)
-            x[t][c] = (float)(t * 10 + c);
-    for (int t = 0; t < T; t++) {
-        dr_conv_step(out, st, x[t], w, C, K);
-        for (int c = 0; c < C; c++) {
-            double want = 0;
-            for (int j = 0; j < K; j++) {
-                int src = t - (K - 1) + j;
-                if (src >= 0)
-                    want += (double)w[j * C + c] * x[src][c];
-            }
-            assert_true(fabs(want - out[c]) < 1e-3);
-        }
-    }
 }
 
 static int parse(const char *json, q35_config_t *c, char *err)
@@ -523,13 +469,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_of_fixture),
         cmocka_unit_test(test_config_parse),
-        cmocka_unit_test(test_conv_step),
-        cmocka_unit_test(test_delta_kernel),
         cmocka_unit_test(test_reference_prefill),
         cmocka_unit_test(test_reference_decode),
         cmocka_unit_test(test_chunking_bit_identical),
         cmocka_unit_test(test_threads_bit_identical),
         cmocka_unit_test(test_batched_bit_identical),
+        cmocka_unit_test(test_implementations_bit_identical),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

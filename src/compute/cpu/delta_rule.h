@@ -1,7 +1,7 @@
 /*
  * delta_rule.h — CPU kernels of Gated DeltaNet: the causal depthwise conv step, L2
- * normalisation and one token of the gated delta rule. Backend ops: they move to
- * src/compute/cpu/ when the compute seam exists.
+ * normalisation and one token of the gated delta rule (the CPU backend's ops for Qwen3.5's
+ * linear-attention layers).
  *
  * Order of operations (the determinism contract). Every kernel works on one token of one
  * sequence, and each output element is computed by a fixed sequence of float32 operations
@@ -17,8 +17,8 @@
  *
  * Thread-safety: pure functions of their arguments (the state is the caller's).
  */
-#ifndef CAIRN_MODELS_QWEN35_DELTA_RULE_H
-#define CAIRN_MODELS_QWEN35_DELTA_RULE_H
+#ifndef CAIRN_COMPUTE_CPU_DELTA_RULE_H
+#define CAIRN_COMPUTE_CPU_DELTA_RULE_H
 
 #include "cairn/common.h"
 
