@@ -45,6 +45,7 @@
 #include "cairn/checkpoint.h"
 #include "compute/cpu/attention.h"
 #include "compute/cpu/kernels.h"
+#include "models/family.h"
 
 #define Q35_MAX_LAYERS 512
 
@@ -141,33 +142,23 @@ const q35_weights_t *q35_model_weights(const q35_model_t *m);
 /* ---- per-sequence recurrent state ---- */
 
 /*
- * The state a sequence carries through its linear-attention layers, float32:
- *   conv [n_linear][K-1][conv_dim]   the last K-1 pre-conv qkv rows (oldest first)
- *   rec  [n_linear][Hv][dk][dv]      the delta-rule state S of each value head
- * and n_tokens, the positions it has absorbed. A fresh state is all zeros (HF's initial
- * state). Bytes: q35_state_bytes().
+ * Each linear-attention layer keeps, per sequence, float32:
+ *   conv [K-1][conv_dim]   the last K-1 pre-conv qkv rows (oldest first)
+ *   rec  [Hv][dk][dv]      the delta-rule state S of each value head
+ * in that order, q35_layer_state_bytes() bytes. It lives in the sequence's state handle
+ * (models/family.h): layer l at state + the offset the engine reports for it. A zeroed
+ * part is HF's initial state.
  */
-typedef struct {
-    int n_tokens;
-    float *conv;
-    float *rec;
-    size_t conv_floats, rec_floats;
-} q35_state_t;
+size_t q35_layer_state_bytes(const q35_config_t *c);
 
-size_t q35_state_bytes(const q35_config_t *c);
-int q35_state_init(q35_state_t *s, const q35_config_t *c);  /* zeroed; CAIRN_ENOMEM */
-void q35_state_fini(q35_state_t *s);
-void q35_state_reset(q35_state_t *s);                        /* back to position 0 */
-void q35_state_copy(q35_state_t *dst, const q35_state_t *src); /* same config */
+/*
+ * Offsets of every layer's part in a state handle, as cairn_model_state_offset() lays
+ * them out: parts in layer order, each 64-byte aligned, 0 for a full-attention layer.
+ * off [n_layers]; returns the handle's total bytes.
+ */
+size_t q35_state_layout(const q35_config_t *c, size_t *off);
 
 /* ---- forward ---- */
-
-typedef struct {
-    int seq;        /* index into the states / views passed to q35_fwd_run */
-    int pos;        /* absolute position */
-    int32_t token;
-    int out_row;    /* logits row to write, or -1 */
-} q35_row_t;
 
 typedef struct {
     const q35_config_t *cfg;
@@ -179,7 +170,8 @@ typedef struct {
     float q_scale;        /* dk^-0.5 as float32 */
     float *inv_freq;      /* [rope_dim/2] */
     float *ones;          /* [conv_dim] 1.0f, the `up` of a plain silu */
-    int *seqs;            /* [max_rows] distinct sequences of a call */
+    size_t *state_off;    /* [n_layers] each layer's part of a state handle */
+    int *next_pos;        /* [max_rows] per sequence of a step: its next row position */
     /* Scratch of one call, row-major. */
     float *x;             /* [max_rows][hidden]  residual stream */
     float *xb;            /* [max_rows][hidden]  normed input of a sub-layer */
@@ -205,15 +197,12 @@ int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
 void q35_fwd_fini(q35_fwd_t *f);
 
 /*
- * Runs rows [n] (n <= max_rows) through every layer and writes logits [vocab] for rows
- * with out_row >= 0 at logits + out_row * vocab (increasing, consecutive out_row).
- * states[row.seq] is the sequence's recurrent state: its rows must appear in the list in
- * increasing position order starting at states[seq]->n_tokens with no gaps (the
- * recurrence absorbs them in list order); on return n_tokens has advanced past them.
- * views[row.seq] stores and reads the K/V of the full-attention layers, indexed by the
- * layer's slot among full-attention layers (cfg->slot).
+ * One batched step under the contract of models/family.h (fwd_step): rows of a sequence
+ * in increasing position order from its n_past, interleaved with other sequences' rows
+ * in any way; each sequence's state handle holds its state after n_past - 1 and, on
+ * return, after its last row; K/V of the full-attention layers go through seqs[].kv,
+ * indexed by the layer's absolute index. Logits for rows with out_row >= 0.
  */
-void q35_fwd_run(q35_fwd_t *f, const q35_row_t *rows, int n, q35_state_t *const *states,
-                 const attn_kv_t *views, float *logits);
+void q35_fwd_step(q35_fwd_t *f, const cairn_fwd_batch_t *batch);
 
 #endif

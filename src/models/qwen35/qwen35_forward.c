@@ -31,47 +31,36 @@
 
 /* ---- per-sequence state ---- */
 
-size_t q35_state_bytes(const q35_config_t *c)
+size_t q35_layer_state_bytes(const q35_config_t *c)
 {
     size_t conv = (size_t)(c->conv_kernel - 1) * q35_conv_dim(c);
     size_t rec = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    return (conv + rec) * c->n_linear * sizeof(float);
+    return (conv + rec) * sizeof(float);
 }
 
-int q35_state_init(q35_state_t *s, const q35_config_t *c)
+size_t q35_state_layout(const q35_config_t *c, size_t *off)
 {
-    memset(s, 0, sizeof(*s));
-    s->conv_floats = (size_t)(c->conv_kernel - 1) * q35_conv_dim(c) * c->n_linear;
-    s->rec_floats = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * c->n_linear;
-    s->conv = cairn_calloc(s->conv_floats ? s->conv_floats : 1, sizeof(float));
-    s->rec = cairn_calloc(s->rec_floats ? s->rec_floats : 1, sizeof(float));
-    if (!s->conv || !s->rec) {
-        q35_state_fini(s);
-        return CAIRN_ENOMEM;
+    size_t total = 0;
+    for (int l = 0; l < c->base.n_layers; l++) {
+        off[l] = 0;
+        if (c->kind[l] != Q35_LAYER_LINEAR)
+            continue;
+        total = (total + 63) & ~(size_t)63;
+        off[l] = total;
+        total += q35_layer_state_bytes(c);
     }
-    return CAIRN_OK;
+    return total;
 }
 
-void q35_state_fini(q35_state_t *s)
+/* Layer l's conv taps [K-1][C] and delta-rule states [Hv][dk][dv] in a state handle. */
+static float *layer_conv(const q35_fwd_t *f, void *state, int l)
 {
-    cairn_free(s->conv);
-    cairn_free(s->rec);
-    memset(s, 0, sizeof(*s));
+    return (float *)((unsigned char *)state + f->state_off[l]);
 }
 
-void q35_state_reset(q35_state_t *s)
+static float *layer_rec(const q35_fwd_t *f, void *state, int l)
 {
-    memset(s->conv, 0, s->conv_floats * sizeof(float));
-    memset(s->rec, 0, s->rec_floats * sizeof(float));
-    s->n_tokens = 0;
-}
-
-void q35_state_copy(q35_state_t *dst, const q35_state_t *src)
-{
-    CAIRN_ASSERT(dst->conv_floats == src->conv_floats && dst->rec_floats == src->rec_floats);
-    memcpy(dst->conv, src->conv, src->conv_floats * sizeof(float));
-    memcpy(dst->rec, src->rec, src->rec_floats * sizeof(float));
-    dst->n_tokens = src->n_tokens;
+    return layer_conv(f, state, l) + (size_t)(f->cfg->conv_kernel - 1) * q35_conv_dim(f->cfg);
 }
 
 /* ---- helpers ---- */
@@ -122,12 +111,8 @@ static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 /* The delta-rule work of one call: one task per (sequence, value head). */
 typedef struct {
     q35_fwd_t *f;
-    const q35_row_t *rows;
-    int n_rows;
-    q35_state_t *const *states;
-    const int *seqs;    /* [n_seqs] distinct sequence indices, first appearance order */
-    int n_seqs;
-    int slot;           /* the layer's linear slot */
+    const cairn_fwd_batch_t *b;
+    int layer;
     const float *decay; /* [n_rows][Hv] */
     const float *beta;  /* [n_rows][Hv] */
 } delta_job_t;
@@ -139,10 +124,10 @@ static void delta_task(void *ctx, int task, int n_tasks)
     const q35_config_t *c = j->f->cfg;
     const int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
     const int group = Hv / c->lin_k_heads, C = q35_conv_dim(c), KD = q35_key_dim(c);
-    const int seq = j->seqs[task / Hv], h = task % Hv, kh = h / group;
-    float *S = j->states[seq]->rec + ((size_t)j->slot * Hv + h) * dk * dv;
-    for (int r = 0; r < j->n_rows; r++) {
-        if (j->rows[r].seq != seq)
+    const int seq = task / Hv, h = task % Hv, kh = h / group;
+    float *S = layer_rec(j->f, j->b->seqs[seq].state, j->layer) + (size_t)h * dk * dv;
+    for (int r = 0; r < j->b->n_rows; r++) {
+        if (j->b->rows[r].seq != seq)
             continue;
         const float *mixed = j->f->qkv + (size_t)r * C;
         const float *q = mixed + (size_t)kh * dk;
@@ -153,9 +138,10 @@ static void delta_task(void *ctx, int task, int n_tasks)
     }
 }
 
-static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35_row_t *rows,
-                         int n, q35_state_t *const *states, const int *seqs, int n_seqs)
+static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_fwd_batch_t *b)
 {
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
     const q35_config_t *c = f->cfg;
     const int dim = c->base.hidden, C = q35_conv_dim(c), K = c->conv_kernel;
     const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
@@ -163,7 +149,7 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35
 
     /* In-projections of the normed input: qkv [n][C], z [n][VD], b and a [n][Hv]. */
     norm_rows(f->xb, f->x, L->attn_norm1, n, dim, c->base.rms_eps);
-    float *beta = f->ba, *decay = f->ba + (size_t)n * Hv;
+    float *beta = f->ba, *decay = f->ba + (size_t)n * Hv; /* b and a, then beta and decay */
     float *ys[4] = {f->qkv, f->z, beta, decay};
     const cairn_tensor_t *ws[4] = {&L->in_qkv, &L->in_z, &L->in_b, &L->in_a};
     matmul_multi(f, f->xb, n, 4, ys, ws);
@@ -171,7 +157,7 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35
     /* Causal conv + silu, then the per-token gates; rows in list order, so each sequence's
      * conv state absorbs its rows oldest first. The conv output replaces qkv. */
     for (int r = 0; r < n; r++) {
-        float *state = states[rows[r].seq]->conv + (size_t)slot * (K - 1) * C;
+        float *state = layer_conv(f, b->seqs[rows[r].seq].state, l);
         float *mixed = f->qkv + (size_t)r * C;
         dr_conv_step(f->core, state, mixed, L->conv_w, C, K);
         kern_silu_mul(mixed, f->core, f->ones, C); /* silu(x) * 1: exactly silu(x) */
@@ -183,16 +169,16 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35
                 q[i] = q[i] * f->q_scale;
         }
         for (int h = 0; h < Hv; h++) {
-            float *b = beta + (size_t)r * Hv + h, *a = decay + (size_t)r * Hv + h;
-            *b = sigmoidf(*b);
+            float *bt = beta + (size_t)r * Hv + h, *at = decay + (size_t)r * Hv + h;
+            *bt = sigmoidf(*bt);
             /* g = -exp(A_log) * softplus(a + dt_bias); the state decays by exp(g). */
-            *a = expf(L->neg_a[h] * softplusf(*a + L->dt_bias[h]));
+            *at = expf(L->neg_a[h] * softplusf(*at + L->dt_bias[h]));
         }
     }
 
     /* The delta rule, one task per (sequence, value head); core [n][VD]. */
-    delta_job_t job = {f, rows, n, states, seqs, n_seqs, slot, decay, beta};
-    cairn_thread_pool_run(f->tp, delta_task, &job, n_seqs * Hv);
+    delta_job_t job = {f, b, l, decay, beta};
+    cairn_thread_pool_run(f->tp, delta_task, &job, b->n_seqs * Hv);
 
     /* Gated RMSNorm per value head: rmsnorm(o) * w, then * silu(z). */
     for (int r = 0; r < n; r++) {
@@ -208,9 +194,10 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35
 
 /* ---- gated full-attention layer ---- */
 
-static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35_row_t *rows,
-                       int n, const attn_kv_t *views)
+static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_fwd_batch_t *b)
 {
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
     const q35_config_t *c = f->cfg;
     const int dim = c->base.hidden, hd = c->base.head_dim, nh = c->base.n_heads;
     const int q_dim = nh * hd, kv_dim = c->base.n_kv_heads * hd;
@@ -235,15 +222,15 @@ static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35_r
             kern_rmsnorm(kh, kh, L->k_norm1, CAIRN_DTYPE_F32, hd, c->base.rms_eps);
             kern_rope(kh, 1, c->rope_dim, cs);
         }
-        const attn_kv_t *kv = &views[rows[r].seq];
+        const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
         void *kst, *vst;
-        int ok = kv->rows(kv->ctx, slot, rows[r].pos, &kst, &vst);
+        int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
         CAIRN_ASSERT(ok > 0);
         kern_row_from_f32(kst, f->kv_dtype, k, kv_dim);
         kern_row_from_f32(vst, f->kv_dtype, f->v + (size_t)r * kv_dim, kv_dim);
         f->queries[r] = (attn_query_t){q, f->core + (size_t)r * q_dim, kv, rows[r].pos};
     }
-    attn_forward(f->tp, &f->attn, slot, f->queries, n);
+    attn_forward(f->tp, &f->attn, l, f->queries, n);
 
     /* Output gate: attn * sigmoid(gate), gate the second half of each head's q_proj. */
     for (int r = 0; r < n; r++) {
@@ -259,27 +246,22 @@ static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int slot, const q35_r
 
 /* ---- the pass ---- */
 
-void q35_fwd_run(q35_fwd_t *f, const q35_row_t *rows, int n, q35_state_t *const *states,
-                 const attn_kv_t *views, float *logits)
+void q35_fwd_step(q35_fwd_t *f, const cairn_fwd_batch_t *b)
 {
     const q35_config_t *c = f->cfg;
     const q35_weights_t *w = f->w;
-    const int dim = c->base.hidden;
+    const cairn_fwd_row_t *rows = b->rows;
+    const int dim = c->base.hidden, n = b->n_rows;
     CAIRN_ASSERT(n > 0 && n <= f->max_rows);
-
-    /* Distinct sequences in first-appearance order, and the recurrence's precondition:
-     * each sequence's rows continue its state, in order. */
-    int n_seqs = 0;
-    for (int r = 0; r < n; r++) {
-        q35_state_t *s = states[rows[r].seq];
-        bool seen = false;
-        for (int i = 0; i < n_seqs && !seen; i++)
-            seen = f->seqs[i] == rows[r].seq;
-        if (!seen)
-            f->seqs[n_seqs++] = rows[r].seq;
-        CAIRN_ASSERT(rows[r].pos == s->n_tokens);
-        s->n_tokens++;
+    /* The recurrence absorbs rows in list order: each sequence's rows must continue its
+     * state, position by position. */
+    CAIRN_ASSERT(b->n_seqs >= 1 && b->n_seqs <= f->max_rows);
+    for (int s = 0; s < b->n_seqs; s++) {
+        f->next_pos[s] = b->seqs[s].n_past;
+        CAIRN_ASSERT(c->n_linear == 0 || b->seqs[s].state != NULL);
     }
+    for (int r = 0; r < n; r++)
+        CAIRN_ASSERT(rows[r].pos == f->next_pos[rows[r].seq]++);
 
     for (int r = 0; r < n; r++) {
         kern_row_to_f32(f->x + (size_t)r * dim, tensor_row(&w->embed, rows[r].token), w->embed.dtype, dim);
@@ -289,9 +271,9 @@ void q35_fwd_run(q35_fwd_t *f, const q35_row_t *rows, int n, q35_state_t *const 
     for (int l = 0; l < c->base.n_layers; l++) {
         const q35_layer_t *L = &w->layers[l];
         if (L->kind == Q35_LAYER_LINEAR)
-            linear_layer(f, L, c->slot[l], rows, n, states, f->seqs, n_seqs);
+            linear_layer(f, L, l, b);
         else
-            full_layer(f, L, c->slot[l], rows, n, views);
+            full_layer(f, L, l, b);
 
         /* MLP: pre-norm, SwiGLU, residual. */
         norm_rows(f->xb, f->x, L->ffn_norm1, n, dim, c->base.rms_eps);
@@ -316,7 +298,7 @@ void q35_fwd_run(q35_fwd_t *f, const q35_row_t *rows, int n, q35_state_t *const 
         n_out++;
     }
     if (n_out > 0)
-        matmul(f, logits + (size_t)first_out * c->base.vocab, f->xb, n_out, &w->lm_head);
+        matmul(f, b->logits + (size_t)first_out * c->base.vocab, f->xb, n_out, &w->lm_head);
 }
 
 int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
@@ -341,7 +323,8 @@ int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
 
     f->inv_freq = cairn_malloc((size_t)cfg->rope_dim / 2 * sizeof(float));
     f->ones = cairn_malloc(C * sizeof(float));
-    f->seqs = cairn_malloc(R * sizeof(int));
+    f->state_off = cairn_malloc((size_t)b->n_layers * sizeof(size_t));
+    f->next_pos = cairn_malloc(R * sizeof(int));
     f->x = cairn_malloc(R * b->hidden * sizeof(float));
     f->xb = cairn_malloc(R * b->hidden * sizeof(float));
     f->xb2 = cairn_malloc(R * b->hidden * sizeof(float));
@@ -363,7 +346,7 @@ int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
                                         attn_scratch_floats(b->n_heads, b->n_kv_heads,
                                                             b->head_dim, max_positions)),
                            n_slots, max_positions};
-    if (!f->inv_freq || !f->ones || !f->seqs || !f->x || !f->xb || !f->xb2 || !f->qkv || !f->z ||
+    if (!f->inv_freq || !f->ones || !f->state_off || !f->next_pos || !f->x || !f->xb || !f->xb2 || !f->qkv || !f->z ||
         !f->ba || !f->core || !f->q || !f->qh || !f->k || !f->v || !f->hb || !f->hb2 ||
         !f->rope_cs || !f->queries || !f->attn.scratch) {
         q35_fwd_fini(f);
@@ -371,6 +354,7 @@ int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
     }
     for (size_t i = 0; i < C; i++)
         f->ones[i] = 1.0f;
+    q35_state_layout(cfg, f->state_off);
     /* HF: inv_freq over dim = rope_dim (partial rotary), default rope type. */
     cairn_model_config_t rc = *b;
     rc.head_dim = cfg->rope_dim;
@@ -387,7 +371,8 @@ void q35_fwd_fini(q35_fwd_t *f)
 {
     cairn_free(f->inv_freq);
     cairn_free(f->ones);
-    cairn_free(f->seqs);
+    cairn_free(f->state_off);
+    cairn_free(f->next_pos);
     cairn_free(f->x);
     cairn_free(f->xb);
     cairn_free(f->xb2);

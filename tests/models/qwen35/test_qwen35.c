@@ -115,26 +115,36 @@ static void load_reference(void)
     cJSON_Delete(root);
 }
 
-/* One sequence being run: its recurrent state and flat K/V. */
+/* One sequence being run: its state handle, flat K/V (every layer index addressable) and
+ * the number of positions it holds. */
 typedef struct {
-    q35_state_t st;
+    void *state;
+    size_t state_bytes;
     kv_flat_t kv;
-    attn_kv_t view;
+    int n_past;
 } seq_t;
 
 static void seq_init(seq_t *s, int cap)
 {
-    assert_int_equal(q35_state_init(&s->st, cfg), 0);
-    assert_int_equal(kv_flat_init(&s->kv, cfg->n_full, cfg->base.n_kv_heads * cfg->base.head_dim,
-                                  CAIRN_DTYPE_F32), 0);
+    size_t off[Q35_MAX_LAYERS];
+    s->state_bytes = q35_state_layout(cfg, off);
+    s->state = aligned_alloc(64, (s->state_bytes + 63) & ~(size_t)63);
+    memset(s->state, 0, s->state_bytes);
+    assert_int_equal(kv_flat_init(&s->kv, cfg->base.n_layers,
+                                  cfg->base.n_kv_heads * cfg->base.head_dim, CAIRN_DTYPE_F32), 0);
     assert_int_equal(kv_flat_reserve(&s->kv, cap), 0);
-    s->view = (attn_kv_t){kv_flat_rows, &s->kv};
+    s->n_past = 0;
 }
 
 static void seq_fini(seq_t *s)
 {
-    q35_state_fini(&s->st);
+    free(s->state);
     kv_flat_fini(&s->kv);
+}
+
+static cairn_fwd_seq_t seq_view(seq_t *s)
+{
+    return (cairn_fwd_seq_t){{kv_flat_rows, &s->kv}, NULL, s->state, s->n_past};
 }
 
 static int argmax(const float *x)
@@ -150,15 +160,17 @@ static int argmax(const float *x)
  * out [n][V]. */
 static void feed(q35_fwd_t *f, seq_t *s, const int32_t *ids, int n, int chunk, float *out)
 {
-    q35_row_t rows[MAX_ROWS];
-    q35_state_t *states[1] = {&s->st};
+    static cairn_fwd_row_t rows[MAX_ROWS];
     for (int done = 0; done < n;) {
         int len = chunk ? chunk : n;
         if (len > n - done)
             len = n - done;
         for (int i = 0; i < len; i++)
-            rows[i] = (q35_row_t){0, s->st.n_tokens + i, ids[done + i], i};
-        q35_fwd_run(f, rows, len, states, &s->view, out + (size_t)done * V);
+            rows[i] = (cairn_fwd_row_t){0, s->n_past + i, ids[done + i], i};
+        cairn_fwd_seq_t view = seq_view(s);
+        cairn_fwd_batch_t b = {rows, len, &view, 1, out + (size_t)done * V};
+        q35_fwd_step(f, &b);
+        s->n_past += len;
         done += len;
     }
 }
@@ -364,27 +376,29 @@ static void test_batched_bit_identical(void **state)
     seq_t s[2];
     seq_init(&s[0], 1024);
     seq_init(&s[1], 1024);
-    q35_state_t *states[2] = {&s[0].st, &s[1].st};
-    attn_kv_t views[2] = {s[0].view, s[1].view};
     float *got_a = malloc((size_t)a->n_prompt * V * sizeof(float));
     float *got_b = malloc((size_t)b->n_prompt * V * sizeof(float));
     float *lg = malloc((size_t)MAX_ROWS * V * sizeof(float));
-    q35_row_t rows[MAX_ROWS];
+    static cairn_fwd_row_t rows[MAX_ROWS];
     /* Steps of 37 tokens of a interleaved with 23 of b, then the rest. */
     int da = 0, db = 0;
     while (da < a->n_prompt || db < b->n_prompt) {
         int n = 0, ia = 0, ib = 0;
         while ((ia < 37 && da + ia < a->n_prompt) || (ib < 23 && db + ib < b->n_prompt)) {
             if (ia < 37 && da + ia < a->n_prompt) {
-                rows[n] = (q35_row_t){0, da + ia, a->prompt[da + ia], n};
+                rows[n] = (cairn_fwd_row_t){0, da + ia, a->prompt[da + ia], n};
                 n++, ia++;
             }
             if (ib < 23 && db + ib < b->n_prompt) {
-                rows[n] = (q35_row_t){1, db + ib, b->prompt[db + ib], n};
+                rows[n] = (cairn_fwd_row_t){1, db + ib, b->prompt[db + ib], n};
                 n++, ib++;
             }
         }
-        q35_fwd_run(&f, rows, n, states, views, lg);
+        cairn_fwd_seq_t views[2] = {seq_view(&s[0]), seq_view(&s[1])};
+        cairn_fwd_batch_t batch = {rows, n, views, 2, lg};
+        q35_fwd_step(&f, &batch);
+        s[0].n_past += ia;
+        s[1].n_past += ib;
         for (int r = 0; r < n; r++) {
             float *dst = rows[r].seq == 0 ? got_a : got_b;
             memcpy(dst + (size_t)rows[r].pos * V, lg + (size_t)r * V, (size_t)V * sizeof(float));
