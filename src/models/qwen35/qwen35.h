@@ -36,13 +36,15 @@
  * in exact arithmetic but rounds differently: the reference fixtures are reproduced to
  * float32 rounding, not bit for bit.
  *
- * Thread-safety: config and weights are immutable after load; a q35_fwd_t and each
- * q35_state_t are used by one call at a time.
+ * Internal to src/models/qwen35/ (and its tests); the engine sees only the vtable
+ * cairn_family_qwen35 (qwen35_family.c).
+ *
+ * Thread-safety: config and weights are immutable after bind; a q35_fwd_t and each
+ * sequence's state handle are used by one step at a time.
  */
 #ifndef CAIRN_MODELS_QWEN35_H
 #define CAIRN_MODELS_QWEN35_H
 
-#include "cairn/checkpoint.h"
 #include "compute/cpu/attention.h"
 #include "compute/cpu/kernels.h"
 #include "models/family.h"
@@ -52,8 +54,9 @@
 typedef enum { Q35_LAYER_LINEAR = 0, Q35_LAYER_FULL = 1 } q35_layer_kind_t;
 
 typedef struct {
-    /* Shared fields (n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab, max_pos,
-     * rms_eps, tie_embeddings, rope_theta, bos/eos). base.arch is unused by this family. */
+    /* A copy of the common config the family reports (cairn_model_t.cfg: n_layers,
+     * hidden, n_heads, n_kv_heads, head_dim, ffn, vocab, rms_eps, tie_embeddings,
+     * rope_theta ...), for the forward pass; eos ids are merged into cairn_model_t.cfg only. */
     cairn_model_config_t base;
     int rope_dim;             /* int(head_dim * partial_rotary_factor), even, >= 2 */
     /* Gated DeltaNet. */
@@ -74,18 +77,6 @@ static inline int q35_key_dim(const q35_config_t *c) { return c->lin_k_heads * c
 static inline int q35_value_dim(const q35_config_t *c) { return c->lin_v_heads * c->lin_v_dim; }
 /* Channels of the causal conv: q, k and v. */
 static inline int q35_conv_dim(const q35_config_t *c) { return 2 * q35_key_dim(c) + q35_value_dim(c); }
-
-/*
- * Parses a config.json text (len bytes) of model_type "qwen3_5_text", or "qwen3_5" with
- * the text model in "text_config". Defaults follow Qwen3_5TextConfig (layer_types from
- * full_attention_interval 4, partial_rotary_factor 0.25, rms_norm_eps 1e-6, conv kernel 4,
- * head_dim 256, rope_theta 10000). Fields that would change the math and are not
- * implemented (attention_bias, hidden_act other than silu, a rope type other than default,
- * quantization_config, unknown layer types, MoE fields) are CAIRN_EUNSUPPORTED naming the
- * field; missing or inconsistent sizes CAIRN_EFORMAT. Pure; allocates nothing that
- * outlives the call.
- */
-int q35_config_parse(const char *json, size_t len, q35_config_t *out, char *err, size_t err_len);
 
 /* ---- weights ---- */
 
@@ -125,19 +116,41 @@ typedef struct {
     q35_layer_t *layers;        /* [n_layers] */
 } q35_weights_t;
 
-typedef struct q35_model q35_model_t;
+/* The family's state of one model (cairn_model_t.priv). */
+typedef struct {
+    q35_config_t cfg;
+    q35_weights_t w;
+    float *arena;               /* the derived float32 tables of w */
+    size_t arena_used, arena_len;
+} q35_t;
+
+extern const cairn_family_t cairn_family_qwen35;
+
+/* The family's config of a qwen35 model; NULL for a model of another family. */
+const q35_config_t *q35_model_config(const cairn_model_t *m);
+const q35_weights_t *q35_model_weights(const cairn_model_t *m);
 
 /*
- * Opens a checkpoint folder (config.json, optional generation_config.json,
- * model.safetensors), maps the weights read-only and binds every tensor the config
- * implies, checking shapes. Tensors of the vision tower ("model.visual.*") and the MTP
- * head ("mtp.*") are ignored as transformers ignores them for text; any other tensor the
- * config gives no use to is CAIRN_EUNSUPPORTED. Errors name the file and tensor.
+ * config.json -> common config + q35_t (qwen35_config.c). model_type "qwen3_5_text", or
+ * "qwen3_5" with the text model in text_config (hf->text). Defaults follow
+ * Qwen3_5TextConfig (layer_types from full_attention_interval 4, partial_rotary_factor
+ * 0.25, rms_norm_eps 1e-6, conv kernel 4, head_dim 256, rope_theta 10000). Fields that
+ * would change the math and are not implemented (attention_bias, hidden_act other than
+ * silu, a rope type other than default, quantization_config, unknown layer types, MoE
+ * fields) are CAIRN_EUNSUPPORTED naming the field; missing or inconsistent sizes
+ * CAIRN_EFORMAT.
  */
-int q35_model_open(const char *dir, q35_model_t **out, char *err, size_t err_len);
-void q35_model_close(q35_model_t *m);
-const q35_config_t *q35_model_config(const q35_model_t *m);
-const q35_weights_t *q35_model_weights(const q35_model_t *m);
+int q35_parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
+                     size_t err_len);
+/*
+ * Binds every tensor the config implies (qwen35_weights.c), checking shapes, and derives
+ * the float32 tables. The vision tower ("model.visual.*") and the MTP head ("mtp.*") are
+ * left unbound on purpose (q35_ignore_tensor), as transformers does for text.
+ */
+int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, char *err,
+             size_t err_len);
+bool q35_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name);
+void q35_destroy(void *priv);
 
 /* ---- per-sequence recurrent state ---- */
 
@@ -145,18 +158,11 @@ const q35_weights_t *q35_model_weights(const q35_model_t *m);
  * Each linear-attention layer keeps, per sequence, float32:
  *   conv [K-1][conv_dim]   the last K-1 pre-conv qkv rows (oldest first)
  *   rec  [Hv][dk][dv]      the delta-rule state S of each value head
- * in that order, q35_layer_state_bytes() bytes. It lives in the sequence's state handle
- * (models/family.h): layer l at state + the offset the engine reports for it. A zeroed
- * part is HF's initial state.
+ * in that order, q35_layer_state_bytes() bytes: the state_bytes of the layer's RECURRENT
+ * cache entry. It lives in the sequence's state handle (models/family.h), layer l at
+ * state + cairn_model_state_offset(l). A zeroed part is HF's initial state.
  */
 size_t q35_layer_state_bytes(const q35_config_t *c);
-
-/*
- * Offsets of every layer's part in a state handle, as cairn_model_state_offset() lays
- * them out: parts in layer order, each 64-byte aligned, 0 for a full-attention layer.
- * off [n_layers]; returns the handle's total bytes.
- */
-size_t q35_state_layout(const q35_config_t *c, size_t *off);
 
 /* ---- forward ---- */
 
@@ -170,7 +176,8 @@ typedef struct {
     float q_scale;        /* dk^-0.5 as float32 */
     float *inv_freq;      /* [rope_dim/2] */
     float *ones;          /* [conv_dim] 1.0f, the `up` of a plain silu */
-    size_t *state_off;    /* [n_layers] each layer's part of a state handle */
+    size_t *state_off;    /* [n_layers] each layer's part of a state handle
+                             (cairn_model_state_offset) */
     int *next_pos;        /* [max_rows] per sequence of a step: its next row position */
     /* Scratch of one call, row-major. */
     float *x;             /* [max_rows][hidden]  residual stream */
@@ -178,7 +185,7 @@ typedef struct {
     float *xb2;           /* [max_rows][hidden]  sub-layer output */
     float *qkv;           /* [max_rows][conv_dim]  in_proj_qkv, then conv output */
     float *z;             /* [max_rows][Hv*dv] */
-    float *ba;            /* [max_rows][2*Hv]  b then a */
+    float *ba;            /* [2][max_rows][Hv]  b then a, made beta then decay = exp(g) */
     float *core;          /* [max_rows][max(Hv*dv, n_heads*head_dim)]  mixer output */
     float *q;             /* [max_rows][n_heads*2*head_dim]  q | gate per head */
     float *qh;            /* [max_rows][n_heads*head_dim]  normed, rotated queries */
@@ -191,18 +198,9 @@ typedef struct {
     attn_cfg_t attn;
 } q35_fwd_t;
 
-int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
-                 cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
-                 int max_rows, int max_positions);
-void q35_fwd_fini(q35_fwd_t *f);
-
-/*
- * One batched step under the contract of models/family.h (fwd_step): rows of a sequence
- * in increasing position order from its n_past, interleaved with other sequences' rows
- * in any way; each sequence's state handle holds its state after n_past - 1 and, on
- * return, after its last row; K/V of the full-attention layers go through seqs[].kv,
- * indexed by the layer's absolute index. Logits for rows with out_row >= 0.
- */
-void q35_fwd_step(q35_fwd_t *f, const cairn_fwd_batch_t *batch);
+/* The forward context (qwen35_forward.c): fwd_create / fwd_destroy / fwd_step. */
+int q35_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);
+void q35_fwd_destroy(void *fwd);
+int q35_fwd_step(void *fwd, const cairn_fwd_batch_t *batch);
 
 #endif

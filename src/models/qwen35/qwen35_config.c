@@ -20,56 +20,22 @@
  *
  * Pure functions of their input; thread-safe.
  */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/qwen35/qwen35.h"
 
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-static const cJSON *get(const cJSON *o, const char *key)
-{
-    return cJSON_GetObjectItemCaseSensitive(o, key);
-}
-
-static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
-
-/* Integer field in [lo, hi]; absent or null gives dflt, or an error when required. */
-static int get_int(const cJSON *o, const char *key, bool required, int dflt, int lo, int hi,
-                   int *out, char *err, size_t err_len)
-{
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
-        if (required) {
-            st_errf(err, err_len, "config.json: missing %s", key);
-            return CAIRN_EFORMAT;
-        }
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        st_errf(err, err_len, "config.json: %s must be an integer", key);
-        return CAIRN_EFORMAT;
-    }
-    if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        st_errf(err, err_len, "config.json: %s = %g is outside [%d, %d]", key, v->valuedouble,
-                lo, hi);
-        return CAIRN_EFORMAT;
-    }
-    *out = (int)v->valuedouble;
-    return 0;
-}
-
 /* A positive finite number (absent/null: dflt), as a double. */
 static int get_pos(const cJSON *o, const char *key, double dflt, double *out, char *err,
                    size_t err_len)
 {
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
+    const cJSON *v = hf_get(o, key);
+    if (!hf_present(v)) {
         *out = dflt;
         return 0;
     }
@@ -82,68 +48,20 @@ static int get_pos(const cJSON *o, const char *key, double dflt, double *out, ch
     return 0;
 }
 
-static int get_bool(const cJSON *o, const char *key, bool dflt, bool *out, char *err,
-                    size_t err_len)
-{
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsBool(v)) {
-        st_errf(err, err_len, "config.json: %s must be true or false", key);
-        return CAIRN_EFORMAT;
-    }
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
-static int add_eos(cairn_model_config_t *b, const cJSON *v, char *err, size_t err_len)
-{
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble >= b->vocab) {
-        st_errf(err, err_len, "config.json: eos_token_id entries must be token ids below "
-                "vocab_size %d", b->vocab);
-        return CAIRN_EFORMAT;
-    }
-    int id = (int)v->valuedouble;
-    for (int i = 0; i < b->n_eos; i++)
-        if (b->eos_ids[i] == id)
-            return 0;
-    if (b->n_eos >= CAIRN_MAX_EOS) {
-        st_errf(err, err_len, "config.json: more than %d distinct eos_token_id values",
-                CAIRN_MAX_EOS);
-        return CAIRN_ERANGE;
-    }
-    b->eos_ids[b->n_eos++] = id;
-    return 0;
-}
-
 /* eos_token_id / bos_token_id of the text config, else of the wrapper. */
 static int parse_special_ids(const cJSON *tc, const cJSON *root, cairn_model_config_t *b,
                              char *err, size_t err_len)
 {
-    const cJSON *v = present(get(tc, "eos_token_id")) ? get(tc, "eos_token_id")
-                                                       : get(root, "eos_token_id");
-    int rc = 0;
-    if (cJSON_IsArray(v)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, v)
-        {
-            if ((rc = add_eos(b, e, err, err_len)))
-                return rc;
-        }
-    } else if (present(v) && (rc = add_eos(b, v, err, err_len))) {
-        return rc;
-    }
-    const cJSON *src = present(get(tc, "bos_token_id")) ? tc : root;
-    return get_int(src, "bos_token_id", false, -1, 0, b->vocab - 1, &b->bos_id, err, err_len);
+    const cJSON *eos = hf_present(hf_get(tc, "eos_token_id")) ? tc : root;
+    const cJSON *bos = hf_present(hf_get(tc, "bos_token_id")) ? tc : root;
+    int rc = hf_parse_eos(eos, b, "config.json", err, err_len);
+    return rc ? rc : hf_parse_bos(bos, b, err, err_len);
 }
 
 /* A field whose presence (non-null, non-false, non-empty) means math we do not compute. */
 static bool active(const cJSON *v)
 {
-    if (!present(v) || cJSON_IsFalse(v))
+    if (!hf_present(v) || cJSON_IsFalse(v))
         return false;
     if (cJSON_IsArray(v) || cJSON_IsObject(v))
         return v->child != NULL;
@@ -160,20 +78,20 @@ static int parse_rope(const cJSON *tc, q35_config_t *c, char *err, size_t err_le
     if ((rc = get_pos(tc, "rope_theta", theta, &theta, err, err_len)) ||
         (rc = get_pos(tc, "partial_rotary_factor", prf, &prf, err, err_len)))
         return rc;
-    if (active(get(tc, "rope_scaling"))) {
+    if (active(hf_get(tc, "rope_scaling"))) {
         st_errf(err, err_len, "config.json: rope_scaling is not supported for qwen3_5");
         return CAIRN_EUNSUPPORTED;
     }
-    const cJSON *rp = get(tc, "rope_parameters");
-    if (present(rp)) {
+    const cJSON *rp = hf_get(tc, "rope_parameters");
+    if (hf_present(rp)) {
         if (!cJSON_IsObject(rp)) {
             st_errf(err, err_len, "config.json: rope_parameters must be an object");
             return CAIRN_EFORMAT;
         }
-        const cJSON *type = get(rp, "rope_type");
-        if (!present(type))
-            type = get(rp, "type");
-        if (present(type) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "default"))) {
+        const cJSON *type = hf_get(rp, "rope_type");
+        if (!hf_present(type))
+            type = hf_get(rp, "type");
+        if (hf_present(type) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "default"))) {
             st_errf(err, err_len, "config.json: rope_parameters rope_type '%s' is not supported "
                     "(only default)", cJSON_IsString(type) ? type->valuestring : "?");
             return CAIRN_EUNSUPPORTED;
@@ -202,8 +120,8 @@ static int parse_rope(const cJSON *tc, q35_config_t *c, char *err, size_t err_le
 static int parse_layer_types(const cJSON *tc, q35_config_t *c, char *err, size_t err_len)
 {
     const int n = c->base.n_layers;
-    const cJSON *lt = get(tc, "layer_types");
-    if (present(lt)) {
+    const cJSON *lt = hf_get(tc, "layer_types");
+    if (hf_present(lt)) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
             st_errf(err, err_len, "config.json: layer_types must be a list of %d names "
                     "(num_hidden_layers)", n);
@@ -227,7 +145,7 @@ static int parse_layer_types(const cJSON *tc, q35_config_t *c, char *err, size_t
         }
     } else {
         int interval;
-        int rc = get_int(tc, "full_attention_interval", false, 4, 1, 1 << 20, &interval, err,
+        int rc = hf_get_int(tc, "full_attention_interval", false, 4, 1, 1 << 20, &interval, err,
                          err_len);
         if (rc)
             return rc;
@@ -245,26 +163,26 @@ static int parse_text(const cJSON *tc, const cJSON *root, bool wrapped, q35_conf
 {
     cairn_model_config_t *b = &c->base;
     int rc;
-    if ((rc = get_int(tc, "hidden_size", true, 0, 1, MAX_DIM, &b->hidden, err, err_len)) ||
-        (rc = get_int(tc, "num_hidden_layers", true, 0, 1, Q35_MAX_LAYERS, &b->n_layers, err,
+    if ((rc = hf_get_int(tc, "hidden_size", true, 0, 1, MAX_DIM, &b->hidden, err, err_len)) ||
+        (rc = hf_get_int(tc, "num_hidden_layers", true, 0, 1, Q35_MAX_LAYERS, &b->n_layers, err,
                       err_len)) ||
-        (rc = get_int(tc, "num_attention_heads", true, 0, 1, 4096, &b->n_heads, err, err_len)) ||
-        (rc = get_int(tc, "num_key_value_heads", false, 4, 1, 4096, &b->n_kv_heads, err,
+        (rc = hf_get_int(tc, "num_attention_heads", true, 0, 1, 4096, &b->n_heads, err, err_len)) ||
+        (rc = hf_get_int(tc, "num_key_value_heads", false, 4, 1, 4096, &b->n_kv_heads, err,
                       err_len)) ||
-        (rc = get_int(tc, "head_dim", false, 256, 2, 4096, &b->head_dim, err, err_len)) ||
-        (rc = get_int(tc, "intermediate_size", true, 0, 1, MAX_DIM, &b->ffn, err, err_len)) ||
-        (rc = get_int(tc, "vocab_size", true, 0, 1, MAX_VOCAB, &b->vocab, err, err_len)) ||
-        (rc = get_int(tc, "max_position_embeddings", false, 32768, 1, 1 << 30, &b->max_pos, err,
+        (rc = hf_get_int(tc, "head_dim", false, 256, 2, 4096, &b->head_dim, err, err_len)) ||
+        (rc = hf_get_int(tc, "intermediate_size", true, 0, 1, MAX_DIM, &b->ffn, err, err_len)) ||
+        (rc = hf_get_int(tc, "vocab_size", true, 0, 1, MAX_VOCAB, &b->vocab, err, err_len)) ||
+        (rc = hf_get_int(tc, "max_position_embeddings", false, 32768, 1, 1 << 30, &b->max_pos, err,
                       err_len)) ||
-        (rc = get_int(tc, "linear_num_key_heads", false, 16, 1, 4096, &c->lin_k_heads, err,
+        (rc = hf_get_int(tc, "linear_num_key_heads", false, 16, 1, 4096, &c->lin_k_heads, err,
                       err_len)) ||
-        (rc = get_int(tc, "linear_num_value_heads", false, 32, 1, 4096, &c->lin_v_heads, err,
+        (rc = hf_get_int(tc, "linear_num_value_heads", false, 32, 1, 4096, &c->lin_v_heads, err,
                       err_len)) ||
-        (rc = get_int(tc, "linear_key_head_dim", false, 128, 1, 4096, &c->lin_k_dim, err,
+        (rc = hf_get_int(tc, "linear_key_head_dim", false, 128, 1, 4096, &c->lin_k_dim, err,
                       err_len)) ||
-        (rc = get_int(tc, "linear_value_head_dim", false, 128, 1, 1024, &c->lin_v_dim, err,
+        (rc = hf_get_int(tc, "linear_value_head_dim", false, 128, 1, 1024, &c->lin_v_dim, err,
                       err_len)) ||
-        (rc = get_int(tc, "linear_conv_kernel_dim", false, 4, 1, 64, &c->conv_kernel, err,
+        (rc = hf_get_int(tc, "linear_conv_kernel_dim", false, 4, 1, 64, &c->conv_kernel, err,
                       err_len)))
         return rc;
     if (b->n_heads % b->n_kv_heads) {
@@ -284,14 +202,14 @@ static int parse_text(const cJSON *tc, const cJSON *root, bool wrapped, q35_conf
 
     /* Math we do not compute. */
     bool flag;
-    if ((rc = get_bool(tc, "attention_bias", false, &flag, err, err_len)))
+    if ((rc = hf_get_bool(tc, "attention_bias", false, &flag, err, err_len)))
         return rc;
     if (flag) {
         st_errf(err, err_len, "config.json: attention_bias true is not supported");
         return CAIRN_EUNSUPPORTED;
     }
-    const cJSON *act = get(tc, "hidden_act");
-    if (present(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu"))) {
+    const cJSON *act = hf_get(tc, "hidden_act");
+    if (hf_present(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu"))) {
         st_errf(err, err_len, "config.json: hidden_act '%s' is not supported (only silu)",
                 cJSON_IsString(act) ? act->valuestring : "?");
         return CAIRN_EUNSUPPORTED;
@@ -299,7 +217,7 @@ static int parse_text(const cJSON *tc, const cJSON *root, bool wrapped, q35_conf
     static const char *const refused[] = {"quantization_config", "num_experts", "sliding_window",
                                           "use_sliding_window"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(refused); i++) {
-        if (active(get(tc, refused[i])) || active(get(root, refused[i]))) {
+        if (active(hf_get(tc, refused[i])) || active(hf_get(root, refused[i]))) {
             st_errf(err, err_len, "config.json: %s is not supported for qwen3_5", refused[i]);
             return CAIRN_EUNSUPPORTED;
         }
@@ -307,11 +225,11 @@ static int parse_text(const cJSON *tc, const cJSON *root, bool wrapped, q35_conf
 
     /* Tied embeddings: the text config's flag; the wrapper's must not contradict it. */
     bool tie_text, tie_root;
-    if ((rc = get_bool(tc, "tie_word_embeddings", false, &tie_text, err, err_len)) ||
-        (rc = get_bool(root, "tie_word_embeddings", tie_text, &tie_root, err, err_len)))
+    if ((rc = hf_get_bool(tc, "tie_word_embeddings", false, &tie_text, err, err_len)) ||
+        (rc = hf_get_bool(root, "tie_word_embeddings", tie_text, &tie_root, err, err_len)))
         return rc;
-    if (wrapped && present(get(tc, "tie_word_embeddings")) &&
-        present(get(root, "tie_word_embeddings")) && tie_text != tie_root) {
+    if (wrapped && hf_present(hf_get(tc, "tie_word_embeddings")) &&
+        hf_present(hf_get(root, "tie_word_embeddings")) && tie_text != tie_root) {
         st_errf(err, err_len, "config.json: tie_word_embeddings differs between the wrapper "
                 "and text_config");
         return CAIRN_EFORMAT;
@@ -322,47 +240,37 @@ static int parse_text(const cJSON *tc, const cJSON *root, bool wrapped, q35_conf
         return rc;
     return parse_special_ids(tc, root, b, err, err_len);
 }
-
-int q35_config_parse(const char *json, size_t len, q35_config_t *out, char *err, size_t err_len)
+int q35_parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
+                     size_t err_len)
 {
-    memset(out, 0, sizeof(*out));
-    st_json_init();
-    st_json_oom_reset();
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        st_errf(err, err_len, "config.json: %s", st_json_oom() ? "out of memory" : "not valid JSON");
-        return st_json_oom() ? CAIRN_ENOMEM : CAIRN_EFORMAT;
-    }
-    int rc;
-    const cJSON *mt = get(root, "model_type");
-    const char *name = cJSON_IsString(mt) ? mt->valuestring : NULL;
-    const cJSON *tc = root;
-    bool wrapped = false;
-    if (name && !strcmp(name, "qwen3_5")) {
-        tc = get(root, "text_config");
-        wrapped = true;
-        if (!cJSON_IsObject(tc)) {
+    *priv = NULL;
+    const bool wrapped = !strcmp(hf->model_type, "qwen3_5");
+    if (wrapped) {
+        if (hf->text == hf->top) {
             st_errf(err, err_len, "config.json: model_type qwen3_5 needs a text_config object");
-            rc = CAIRN_EFORMAT;
-            goto done;
+            return CAIRN_EFORMAT;
         }
-        const cJSON *tmt = get(tc, "model_type");
-        if (present(tmt) && !(cJSON_IsString(tmt) && !strcmp(tmt->valuestring, "qwen3_5_text"))) {
-            st_errf(err, err_len, "config.json: text_config model_type '%s' is not qwen3_5_text",
-                    cJSON_IsString(tmt) ? tmt->valuestring : "?");
-            rc = CAIRN_EUNSUPPORTED;
-            goto done;
+        const cJSON *tmt = hf_get(hf->text, "model_type");
+        if (hf_present(tmt) && !(cJSON_IsString(tmt) && !strcmp(tmt->valuestring, "qwen3_5_text"))) {
+            st_errf(err, err_len, "config.json: text_config model_type \"%.32s\" is not "
+                    "qwen3_5_text", cJSON_IsString(tmt) ? tmt->valuestring : "?");
+            return CAIRN_EUNSUPPORTED;
         }
-    } else if (!name || strcmp(name, "qwen3_5_text") != 0) {
-        st_errf(err, err_len, "config.json: model_type '%s' is not a Qwen3.5 text model "
-                "(qwen3_5_text or qwen3_5)", name ? name : "?");
-        rc = CAIRN_EUNSUPPORTED;
-        goto done;
     }
-    snprintf(out->base.model_type, sizeof(out->base.model_type), "%s", name);
-    snprintf(out->prefix, sizeof(out->prefix), "%s", wrapped ? "model.language_model." : "model.");
-    rc = parse_text(tc, root, wrapped, out, err, err_len);
-done:
-    cJSON_Delete(root);
-    return rc;
+    q35_t *m = cairn_calloc(1, sizeof(*m));
+    if (!m) {
+        st_errf(err, err_len, "config.json: out of memory");
+        return CAIRN_ENOMEM;
+    }
+    q35_config_t *c = &m->cfg;
+    c->base = *cfg; /* model_type and family, set by the caller */
+    snprintf(c->prefix, sizeof(c->prefix), "%s", wrapped ? "model.language_model." : "model.");
+    int rc = parse_text(hf->text, hf->top, wrapped, c, err, err_len);
+    if (rc) {
+        cairn_free(m);
+        return rc;
+    }
+    *cfg = c->base;
+    *priv = m;
+    return 0;
 }

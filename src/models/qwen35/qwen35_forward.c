@@ -38,20 +38,6 @@ size_t q35_layer_state_bytes(const q35_config_t *c)
     return (conv + rec) * sizeof(float);
 }
 
-size_t q35_state_layout(const q35_config_t *c, size_t *off)
-{
-    size_t total = 0;
-    for (int l = 0; l < c->base.n_layers; l++) {
-        off[l] = 0;
-        if (c->kind[l] != Q35_LAYER_LINEAR)
-            continue;
-        total = (total + 63) & ~(size_t)63;
-        off[l] = total;
-        total += q35_layer_state_bytes(c);
-    }
-    return total;
-}
-
 /* Layer l's conv taps [K-1][C] and delta-rule states [Hv][dk][dv] in a state handle. */
 static float *layer_conv(const q35_fwd_t *f, void *state, int l)
 {
@@ -246,8 +232,9 @@ static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_fw
 
 /* ---- the pass ---- */
 
-void q35_fwd_step(q35_fwd_t *f, const cairn_fwd_batch_t *b)
+int q35_fwd_step(void *fwd, const cairn_fwd_batch_t *b)
 {
+    q35_fwd_t *f = fwd;
     const q35_config_t *c = f->cfg;
     const q35_weights_t *w = f->w;
     const cairn_fwd_row_t *rows = b->rows;
@@ -299,17 +286,25 @@ void q35_fwd_step(q35_fwd_t *f, const cairn_fwd_batch_t *b)
     }
     if (n_out > 0)
         matmul(f, b->logits + (size_t)first_out * c->base.vocab, f->xb, n_out, &w->lm_head);
+    return CAIRN_OK;
 }
 
-int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
-                 cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
-                 int max_rows, int max_positions)
+int q35_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
 {
-    memset(f, 0, sizeof(*f));
+    *out = NULL;
+    q35_fwd_t *f = cairn_calloc(1, sizeof(*f));
+    if (!f)
+        return CAIRN_ENOMEM;
+    const q35_config_t *cfg = q35_model_config(m);
+    const int max_rows = env->max_rows, max_positions = env->max_positions;
+    const cairn_dtype_t kv_dtype = env->kv_dtype;
+    cairn_thread_pool_t *tp = env->tp;
+    cairn_layer_cache_t *layers = NULL;
+    int rc = CAIRN_ENOMEM;
     f->cfg = cfg;
-    f->w = w;
+    f->w = q35_model_weights(m);
     f->tp = tp;
-    f->math = math;
+    f->math = (cairn_math_t)env->math;
     f->kv_dtype = kv_dtype;
     f->max_rows = max_rows;
     f->max_positions = max_positions;
@@ -346,29 +341,38 @@ int q35_fwd_init(q35_fwd_t *f, const q35_config_t *cfg, const q35_weights_t *w,
                                         attn_scratch_floats(b->n_heads, b->n_kv_heads,
                                                             b->head_dim, max_positions)),
                            n_slots, max_positions};
-    if (!f->inv_freq || !f->ones || !f->state_off || !f->next_pos || !f->x || !f->xb || !f->xb2 || !f->qkv || !f->z ||
-        !f->ba || !f->core || !f->q || !f->qh || !f->k || !f->v || !f->hb || !f->hb2 ||
-        !f->rope_cs || !f->queries || !f->attn.scratch) {
-        q35_fwd_fini(f);
-        return CAIRN_ENOMEM;
-    }
+    layers = cairn_malloc((size_t)b->n_layers * sizeof(*layers));
+    if (!f->inv_freq || !f->ones || !f->state_off || !f->next_pos || !f->x || !f->xb ||
+        !f->xb2 || !f->qkv || !f->z || !f->ba || !f->core || !f->q || !f->qh || !f->k || !f->v ||
+        !f->hb || !f->hb2 || !f->rope_cs || !f->queries || !f->attn.scratch || !layers)
+        goto fail;
     for (size_t i = 0; i < C; i++)
         f->ones[i] = 1.0f;
-    q35_state_layout(cfg, f->state_off);
+    /* Each linear layer's part of the state handle, where the engine put it. */
+    if ((rc = cairn_model_cache_layout(m, kv_dtype, layers, NULL)))
+        goto fail;
+    for (int l = 0; l < b->n_layers; l++)
+        f->state_off[l] = cairn_model_state_offset(layers, l);
     /* HF: inv_freq over dim = rope_dim (partial rotary), default rope type. */
-    cairn_model_config_t rc = *b;
-    rc.head_dim = cfg->rope_dim;
-    rc.rope_type = CAIRN_ROPE_DEFAULT;
-    int st = rope_inv_freq(&rc, f->inv_freq);
-    if (st) {
-        q35_fwd_fini(f);
-        return st;
-    }
+    cairn_model_config_t rope = *b;
+    rope.head_dim = cfg->rope_dim;
+    rope.rope_type = CAIRN_ROPE_DEFAULT;
+    if ((rc = rope_inv_freq(&rope, f->inv_freq)))
+        goto fail;
+    cairn_free(layers);
+    *out = f;
     return CAIRN_OK;
+fail:
+    cairn_free(layers);
+    q35_fwd_destroy(f);
+    return rc;
 }
 
-void q35_fwd_fini(q35_fwd_t *f)
+void q35_fwd_destroy(void *fwd)
 {
+    q35_fwd_t *f = fwd;
+    if (!f)
+        return;
     cairn_free(f->inv_freq);
     cairn_free(f->ones);
     cairn_free(f->state_off);
@@ -389,5 +393,5 @@ void q35_fwd_fini(q35_fwd_t *f)
     cairn_free(f->rope_cs);
     cairn_free(f->queries);
     cairn_free(f->attn.scratch);
-    memset(f, 0, sizeof(*f));
+    cairn_free(f);
 }

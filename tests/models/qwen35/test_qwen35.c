@@ -27,8 +27,11 @@
 #define MAX_TOL 2e-3
 #define MAX_ROWS 1400
 
-static q35_model_t *model;
+static cairn_checkpoint_t *ck;
+static const cairn_model_t *model;
 static const q35_config_t *cfg;
+static cairn_layer_cache_t layers[Q35_MAX_LAYERS];
+static size_t state_bytes;
 static int V;
 
 typedef struct {
@@ -126,12 +129,10 @@ typedef struct {
 
 static void seq_init(seq_t *s, int cap)
 {
-    size_t off[Q35_MAX_LAYERS];
-    s->state_bytes = q35_state_layout(cfg, off);
-    s->state = aligned_alloc(64, (s->state_bytes + 63) & ~(size_t)63);
-    memset(s->state, 0, s->state_bytes);
-    assert_int_equal(kv_flat_init(&s->kv, cfg->base.n_layers,
-                                  cfg->base.n_kv_heads * cfg->base.head_dim, CAIRN_DTYPE_F32), 0);
+    s->state_bytes = state_bytes;
+    s->state = aligned_alloc(64, (state_bytes + 63) & ~(size_t)63);
+    memset(s->state, 0, state_bytes);
+    assert_int_equal(kv_flat_init(&s->kv, layers, cfg->base.n_layers, CAIRN_DTYPE_F32), 0);
     assert_int_equal(kv_flat_reserve(&s->kv, cap), 0);
     s->n_past = 0;
 }
@@ -156,9 +157,18 @@ static int argmax(const float *x)
     return best;
 }
 
+/* The family's forward context for max_rows rows, f32 math and K/V. */
+static void *fwd_new(cairn_thread_pool_t *tp)
+{
+    cairn_fwd_env_t env = {tp, CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_F32, MAX_ROWS, 1024};
+    void *f = NULL;
+    assert_int_equal(model->family->fwd_create(model, &env, &f), 0);
+    return f;
+}
+
 /* Feeds ids [n] to seq in chunks of `chunk` (0: one call), logits of every position into
  * out [n][V]. */
-static void feed(q35_fwd_t *f, seq_t *s, const int32_t *ids, int n, int chunk, float *out)
+static void feed(void *f, seq_t *s, const int32_t *ids, int n, int chunk, float *out)
 {
     static cairn_fwd_row_t rows[MAX_ROWS];
     for (int done = 0; done < n;) {
@@ -169,7 +179,7 @@ static void feed(q35_fwd_t *f, seq_t *s, const int32_t *ids, int n, int chunk, f
             rows[i] = (cairn_fwd_row_t){0, s->n_past + i, ids[done + i], i};
         cairn_fwd_seq_t view = seq_view(s);
         cairn_fwd_batch_t b = {rows, len, &view, 1, out + (size_t)done * V};
-        q35_fwd_step(f, &b);
+        assert_int_equal(model->family->fwd_step(f, &b), 0);
         s->n_past += len;
         done += len;
     }
@@ -178,15 +188,13 @@ static void feed(q35_fwd_t *f, seq_t *s, const int32_t *ids, int n, int chunk, f
 /* Logits of every position of ids on a fresh sequence; malloc'd [n][V]. */
 static float *run_prompt(cairn_thread_pool_t *tp, const int32_t *ids, int n, int chunk)
 {
-    q35_fwd_t f;
-    assert_int_equal(q35_fwd_init(&f, cfg, q35_model_weights(model), tp, CAIRN_MATH_F32,
-                                  CAIRN_DTYPE_F32, MAX_ROWS, 1024), 0);
+    void *f = fwd_new(tp);
     seq_t s;
     seq_init(&s, 1024);
     float *out = malloc((size_t)n * V * sizeof(float));
-    feed(&f, &s, ids, n, chunk, out);
+    feed(f, &s, ids, n, chunk, out);
     seq_fini(&s);
-    q35_fwd_fini(&f);
+    model->family->fwd_destroy(f);
     return out;
 }
 
@@ -194,11 +202,14 @@ static int setup(void **state)
 {
     (void)state;
     char err[512] = "";
-    if (q35_model_open(model_dir(), &model, err, sizeof(err)) != 0) {
+    if (cairn_checkpoint_open(model_dir(), &ck, err, sizeof(err)) != 0) {
         fprintf(stderr, "open %s: %s\n", model_dir(), err);
         return -1;
     }
+    model = cairn_checkpoint_model(ck);
     cfg = q35_model_config(model);
+    if (!cfg || cairn_model_cache_layout(model, CAIRN_DTYPE_F32, layers, &state_bytes) != 0)
+        return -1;
     V = cfg->base.vocab;
     kern_init();
     load_reference();
@@ -216,7 +227,7 @@ static int teardown(void **state)
         free(cases[i].gmargin);
         free(cases[i].last);
     }
-    q35_model_close(model);
+    cairn_checkpoint_close(ck);
     return 0;
 }
 
@@ -231,18 +242,25 @@ static void test_config_of_fixture(void **state)
     assert_int_equal(q35_conv_dim(cfg), 2 * 2 * 32 + 4 * 32);
     assert_false(cfg->base.tie_embeddings);
     assert_string_equal(cfg->prefix, "model.");
+    assert_string_equal(model->cfg.family, "qwen35");
+    assert_int_equal(model->cfg.n_eos, 1);
+    assert_int_equal(model->cfg.eos_ids[0], 4095);
+    /* Layers 0-2 recurrent: conv taps [3][256] + 4 heads of [32][32], float32; layer 3 full. */
+    assert_int_equal(layers[0].kv.kind, CAIRN_KV_LAYER_RECURRENT);
+    assert_int_equal(layers[0].state_bytes, (3 * 256 + 4 * 32 * 32) * 4);
+    assert_int_equal(layers[3].kv.kind, CAIRN_KV_LAYER_FULL);
+    assert_int_equal(layers[3].kv.n_kv_heads, 2);
+    assert_int_equal(state_bytes, 3 * (3 * 256 + 4 * 32 * 32) * 4);
 }
 
 /* HF parity: prefill (one call) and decode (token by token) against reference.json. */
 static void check_case(const ref_case_t *rc, int chunk)
 {
-    q35_fwd_t f;
-    assert_int_equal(q35_fwd_init(&f, cfg, q35_model_weights(model), NULL, CAIRN_MATH_F32,
-                                  CAIRN_DTYPE_F32, MAX_ROWS, 1024), 0);
+    void *f = fwd_new(NULL);
     seq_t s;
     seq_init(&s, 1024);
     float *lg = malloc((size_t)rc->n_prompt * V * sizeof(float));
-    feed(&f, &s, rc->prompt, rc->n_prompt, chunk, lg);
+    feed(f, &s, rc->prompt, rc->n_prompt, chunk, lg);
 
     double max_diff = 0;
     const float *last = lg + (size_t)(rc->n_prompt - 1) * V;
@@ -271,7 +289,7 @@ static void check_case(const ref_case_t *rc, int chunk)
         g_ok++;
         if (i + 1 == rc->n_greedy)
             break;
-        feed(&f, &s, &rc->greedy[i], 1, 1, step);
+        feed(f, &s, &rc->greedy[i], 1, 1, step);
         next = argmax(step);
     }
     printf("  %-18s chunk %-3d max|dlogit| %.3g  argmax %d/%d  greedy %d/%d (of %d)\n", rc->name,
@@ -284,7 +302,7 @@ static void check_case(const ref_case_t *rc, int chunk)
     free(step);
     free(lg);
     seq_fini(&s);
-    q35_fwd_fini(&f);
+    model->family->fwd_destroy(f);
 }
 
 static void test_reference_prefill(void **state)
@@ -370,9 +388,7 @@ static void test_batched_bit_identical(void **state)
 
     cairn_thread_pool_t *tp2;
     assert_int_equal(cairn_thread_pool_create(2, &tp2), 0);
-    q35_fwd_t f;
-    assert_int_equal(q35_fwd_init(&f, cfg, q35_model_weights(model), tp2, CAIRN_MATH_F32,
-                                  CAIRN_DTYPE_F32, MAX_ROWS, 1024), 0);
+    void *f = fwd_new(tp2);
     seq_t s[2];
     seq_init(&s[0], 1024);
     seq_init(&s[1], 1024);
@@ -396,7 +412,7 @@ static void test_batched_bit_identical(void **state)
         }
         cairn_fwd_seq_t views[2] = {seq_view(&s[0]), seq_view(&s[1])};
         cairn_fwd_batch_t batch = {rows, n, views, 2, lg};
-        q35_fwd_step(&f, &batch);
+        assert_int_equal(model->family->fwd_step(f, &batch), 0);
         s[0].n_past += ia;
         s[1].n_past += ib;
         for (int r = 0; r < n; r++) {
@@ -415,13 +431,20 @@ static void test_batched_bit_identical(void **state)
     free(alone_b);
     seq_fini(&s[0]);
     seq_fini(&s[1]);
-    q35_fwd_fini(&f);
+    model->family->fwd_destroy(f);
     cairn_thread_pool_destroy(tp2);
 }
 
+/* Parses through the registry (model_type -> family); *c gets the family's config. */
 static int parse(const char *json, q35_config_t *c, char *err)
 {
-    return q35_config_parse(json, strlen(json), c, err, 256);
+    cairn_model_t m;
+    int rc = cairn_model_parse_config(json, strlen(json), &m, err, 256);
+    if (rc == 0) {
+        *c = *q35_model_config(&m);
+        cairn_model_fini(&m);
+    }
+    return rc;
 }
 
 static void test_config_parse(void **state)
