@@ -1,6 +1,7 @@
 /*
- * cairn/engine.h — the inference engine: batched, bit-exact forward passes of dense
- * decoder-only transformers (Llama, Qwen3) over an opened checkpoint.
+ * cairn/engine.h — the inference engine: batched, bit-exact forward passes of a model
+ * family's decoder (whatever family the checkpoint's config.json names; src/models/) over
+ * an opened checkpoint.
  *
  * Model. An engine owns a thread pool, the K/V storage of its sequences and the scratch
  * activations of one step. A sequence is a token list split in two: the first n_past
@@ -75,11 +76,13 @@ typedef struct cairn_engine cairn_engine_t;
 typedef struct cairn_seq cairn_seq_t;
 
 /*
- * Creates an engine over an opened checkpoint (which must outlive the engine). Only
- * CAIRN_ARCH_LLAMA and CAIRN_ARCH_QWEN3 are supported. Errors: CAIRN_EINVAL for bad
- * options, CAIRN_EUNSUPPORTED for another architecture or an unavailable K/V path,
- * CAIRN_ENOMEM; a one-line message goes to err. Cost: allocates the scratch of one
- * sub-batch (max_step_tokens rows) and, for the paged path, maps the K/V pool.
+ * Creates an engine over an opened checkpoint (which must outlive the engine). The K/V
+ * storage follows the cache layout the model's family declares (full, sliding-window,
+ * recurrent and shared layers); the forward pass is the family's. Errors: CAIRN_EINVAL
+ * for bad options, CAIRN_EUNSUPPORTED for what the family cannot run (a rope type, a K/V
+ * dtype), CAIRN_EFORMAT for a cache layout the KV core cannot page, CAIRN_ENOMEM; a
+ * one-line message goes to err. Cost: allocates the scratch of one sub-batch
+ * (max_step_tokens rows) and, for the paged path, maps the K/V pool.
  */
 int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
                         cairn_engine_t **out, char *err, size_t err_len);
@@ -117,7 +120,9 @@ int cairn_seq_n_past(const cairn_seq_t *s);
 int cairn_seq_n_pending(const cairn_seq_t *s);
 /* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
-/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. */
+/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length.
+ * CAIRN_EUNSUPPORTED for a model with recurrent layers when n < n_past (the state would
+ * have to be rewound; nothing changes). */
 int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
