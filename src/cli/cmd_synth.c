@@ -28,7 +28,8 @@ static void usage(FILE *out)
             "OUT_DIR is created if missing; files in it are replaced atomically.\n"
             "\n"
             "options (defaults are the 'tiny' preset):\n"
-            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b (applied first)\n"
+            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b | qwen3.5-0.8b\n"
+            "                     (applied first)\n"
             "  --arch A           llama | qwen3 (default llama)\n"
             "  --layers N         hidden layers (default %d)\n"
             "  --hidden N         hidden size (default %d)\n"
@@ -50,7 +51,10 @@ static void usage(FILE *out)
             "vocab 32000, untied); qwen3-8l (qwen3, 8 layers, hidden 1024, 16/8 heads,\n"
             "head_dim 128, ffn 3072, vocab 32000, tied); qwen3-0.6b (the Qwen3-0.6B shape:\n"
             "28 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072, vocab 151936, tied,\n"
-            "rope_theta 1e6; about 1.2 GB in bf16).\n",
+            "rope_theta 1e6; about 1.2 GB in bf16); qwen3.5-0.8b (the Qwen3.5-0.8B text model:\n"
+            "24 layers, 3 Gated DeltaNet (16/16 heads of 128, conv 4) to 1 gated attention\n"
+            "(8/2 heads, head_dim 256, partial rotary 0.25), hidden 1024, ffn 3584, vocab\n"
+            "248320, tied, rope_theta 1e7; about 1.5 GB in bf16).\n",
             d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.ffn, d.vocab,
             d.rope_theta, d.rms_eps, d.max_pos);
 }

@@ -19,10 +19,12 @@
 
 #include "cairn/checkpoint.h"
 
-/* Which checkpoint layout to write (the llama family's model_types). */
+/* Which checkpoint layout to write. */
 typedef enum {
-    CAIRN_SYNTH_LLAMA = 0, /* model_type "llama" */
-    CAIRN_SYNTH_QWEN3 = 1, /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_LLAMA = 0,  /* model_type "llama" */
+    CAIRN_SYNTH_QWEN3 = 1,  /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_QWEN35 = 2, /* model_type "qwen3_5_text": Gated DeltaNet layers, every
+                               full_interval-th layer gated full attention */
 } cairn_synth_arch_t;
 
 typedef struct {
@@ -41,6 +43,12 @@ typedef struct {
     double rope_theta;
     double rms_eps;
     int n_shards;        /* 1: model.safetensors; more: sharded with an index */
+    /* qwen3_5 only (ignored otherwise): Gated DeltaNet sizes and the layer pattern. */
+    int lin_k_heads, lin_v_heads; /* linear_num_key_heads, _value_heads (a multiple) */
+    int lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
+    int conv_kernel;              /* linear_conv_kernel_dim */
+    int full_interval;            /* layer l is full attention when (l + 1) % this == 0 */
+    double partial_rotary;        /* partial_rotary_factor */
 } cairn_synth_options_t;
 
 /* Fills *o with the "tiny" preset (a 2-layer llama, hidden 64, vocab 512, bf16, seed 0). */
@@ -48,8 +56,9 @@ void cairn_synth_options_default(cairn_synth_options_t *o);
 
 /*
  * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos) with
- * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b". dtype, seed and n_shards
- * are left alone. CAIRN_EINVAL for an unknown name.
+ * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b", "qwen3.5-0.8b" (the text
+ * model of Qwen3.5-0.8B: 24 layers, 3 Gated DeltaNet : 1 gated attention). dtype, seed and
+ * n_shards are left alone. CAIRN_EINVAL for an unknown name.
  */
 int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o);
 

@@ -17,6 +17,8 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_fixtures.h"
+#include "models/qwen35/qwen35.h"
+#include "tools/synth.h"
 
 #define MODEL "qwen3_5"
 #define VOCAB 4096
@@ -159,6 +161,69 @@ static void test_f32_math_bf16_kv(void **state) { (void)state; check_mode(CAIRN_
 static void test_bf16_math_f32_kv(void **state) { (void)state; check_mode(CAIRN_ENGINE_MATH_BF16, CAIRN_DTYPE_F32); }
 static void test_bf16_math_bf16_kv(void **state) { (void)state; check_mode(CAIRN_ENGINE_MATH_BF16, CAIRN_DTYPE_BF16); }
 
+/* The qwen3.5-0.8b synth preset, shrunk (GQA in both mixers: 2 key heads for 4 value
+ * heads, 4 query heads for 2 K/V heads; two full layers), loads as this family and runs
+ * the same bits on the flat and paged paths. */
+static void test_synth_preset(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cairn-q35-synth-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    cairn_synth_options_t o;
+    cairn_synth_options_default(&o);
+    assert_int_equal(cairn_synth_options_preset("qwen3.5-0.8b", &o), 0);
+    o.n_layers = 8, o.hidden = 64, o.n_heads = 4, o.n_kv_heads = 2, o.head_dim = 32;
+    o.ffn = 96, o.vocab = 300, o.lin_k_heads = 2, o.lin_v_heads = 4, o.lin_k_dim = 16;
+    o.lin_v_dim = 24;
+    char err[256] = "";
+    assert_int_equal(cairn_synth_write(dir, &o, err, sizeof(err)), 0);
+    cairn_checkpoint_t *sck = NULL;
+    if (cairn_checkpoint_open(dir, &sck, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    const q35_config_t *c = q35_model_config(cairn_checkpoint_model(sck));
+    assert_non_null(c);
+    assert_int_equal(c->n_full, 2);
+    assert_int_equal(c->kind[3], Q35_LAYER_FULL);
+    assert_int_equal(c->rope_dim, 8);
+    assert_true(cairn_checkpoint_config(sck)->tie_embeddings);
+
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (i * 37) % 300;
+    float *lg[2];
+    for (int p = 0; p < 2; p++) {
+        cairn_engine_options_t eo;
+        cairn_engine_options_default(&eo);
+        eo.kv_path = p ? CAIRN_KV_PAGED : CAIRN_KV_FLAT;
+        eo.pool_mib = 8;
+        eo.cold = -1;
+        cairn_engine_t *e = NULL;
+        assert_int_equal(cairn_engine_create(sck, &eo, &e, err, sizeof(err)), 0);
+        cairn_seq_t *s;
+        assert_int_equal(cairn_seq_begin(e, NULL, ids, 40, &s, NULL), 0);
+        cairn_batch_item_t it = {s, p ? 9 : 40, CAIRN_LOGITS_ALL};
+        const float *out;
+        int rows;
+        lg[p] = malloc(40 * 300 * sizeof(float));
+        for (int done = 0; done < 40; done += rows) {
+            it.n_tokens = 40 - done < it.n_tokens ? 40 - done : it.n_tokens;
+            assert_int_equal(cairn_engine_step(e, &it, 1, &out, &rows), 0);
+            memcpy(lg[p] + (size_t)done * 300, out, (size_t)rows * 300 * sizeof(float));
+        }
+        cairn_seq_release(s);
+        cairn_engine_destroy(e);
+    }
+    assert_memory_equal(lg[0], lg[1], 40 * 300 * sizeof(float));
+    for (int i = 0; i < 40 * 300; i++)
+        assert_true(lg[0][i] == lg[0][i]); /* no NaN */
+    free(lg[0]);
+    free(lg[1]);
+    cairn_checkpoint_close(sck);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -185,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_f32_math_bf16_kv),
         cmocka_unit_test(test_bf16_math_f32_kv),
         cmocka_unit_test(test_bf16_math_bf16_kv),
+        cmocka_unit_test(test_synth_preset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
