@@ -1,0 +1,360 @@
+/*
+ * lfm2_config.c — config.json of LFM2 / LFM2.5 checkpoints (model_type "lfm2").
+ *
+ * Follows transformers' Lfm2Config: original LiquidAI key spellings are accepted where
+ * the config class accepts them (block_ff_dim for intermediate_size, tie_embedding for
+ * tie_word_embeddings, theta for rope_theta), `layer_types` wins over `full_attn_idxs`,
+ * and the feed-forward width is derived exactly as Lfm2MLP does (Python int() of a
+ * float64 product, rounding up to block_multiple_of only when a multiplier is set).
+ * Fields that would change the math in a way not implemented here are
+ * CAIRN_EUNSUPPORTED with the field named; other unknown fields are ignored.
+ *
+ * Pure functions of their input; thread-safe.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/safetensors.h"
+#include "models/lfm2/lfm2.h"
+
+#define MAX_DIM (1 << 20)
+#define MAX_VOCAB (1 << 24)
+
+static const cJSON *get(const cJSON *o, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
+
+/* Integer field in [lo, hi]; absent or null gives dflt, or an error when required. */
+static int get_int(const cJSON *o, const char *key, bool required, int dflt, int lo, int hi,
+                   int *out, char *err, size_t err_len)
+{
+    const cJSON *v = get(o, key);
+    if (!present(v)) {
+        if (required) {
+            st_errf(err, err_len, "config.json: missing %s", key);
+            return CAIRN_EFORMAT;
+        }
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
+        st_errf(err, err_len, "config.json: %s must be an integer", key);
+        return CAIRN_EFORMAT;
+    }
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        st_errf(err, err_len, "config.json: %s = %g is outside [%d, %d]", key, v->valuedouble,
+                lo, hi);
+        return CAIRN_EFORMAT;
+    }
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+/* Positive finite number; absent or null gives dflt. */
+static int get_pos_double(const cJSON *o, const char *key, double dflt, double *out, char *err,
+                          size_t err_len)
+{
+    const cJSON *v = get(o, key);
+    if (!present(v)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0) ||
+        v->valuedouble > 3.0e38) {
+        st_errf(err, err_len, "config.json: %s must be a positive number", key);
+        return CAIRN_EFORMAT;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, bool dflt, bool *out, char *err,
+                    size_t err_len)
+{
+    const cJSON *v = get(o, key);
+    if (!present(v)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsBool(v)) {
+        st_errf(err, err_len, "config.json: %s must be true or false", key);
+        return CAIRN_EFORMAT;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* The first of two spellings that is present (HF reads the LiquidAI name first). */
+static const char *spelling(const cJSON *o, const char *liquid, const char *hf)
+{
+    return present(get(o, liquid)) ? liquid : hf;
+}
+
+/* Layer kinds: layer_types, else full_attn_idxs, else every layer attends. */
+static int parse_layer_kinds(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
+{
+    const int n = cfg->base.n_layers;
+    const cJSON *lt = get(root, "layer_types"), *idx = get(root, "full_attn_idxs"), *e;
+    if (present(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
+            st_errf(err, err_len, "config.json: layer_types must be a list of %d entries", n);
+            return CAIRN_EFORMAT;
+        }
+        int i = 0;
+        cJSON_ArrayForEach(e, lt)
+        {
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "conv")) {
+                cfg->kind[i] = LFM2_LAYER_CONV;
+            } else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) {
+                cfg->kind[i] = LFM2_LAYER_ATTN;
+            } else {
+                st_errf(err, err_len,
+                        "config.json: layer_types[%d] \"%.32s\" is not supported "
+                        "(conv or full_attention)",
+                        i, cJSON_IsString(e) ? e->valuestring : "?");
+                return CAIRN_EUNSUPPORTED;
+            }
+            i++;
+        }
+    } else if (present(idx)) {
+        if (!cJSON_IsArray(idx)) {
+            st_errf(err, err_len, "config.json: full_attn_idxs must be a list");
+            return CAIRN_EFORMAT;
+        }
+        memset(cfg->kind, LFM2_LAYER_CONV, sizeof(cfg->kind));
+        cJSON_ArrayForEach(e, idx)
+        {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+                e->valuedouble < 0 || e->valuedouble >= n) {
+                st_errf(err, err_len,
+                        "config.json: full_attn_idxs entries must be layer indices below %d", n);
+                return CAIRN_EFORMAT;
+            }
+            cfg->kind[(int)e->valuedouble] = LFM2_LAYER_ATTN;
+        }
+    } else {
+        memset(cfg->kind, LFM2_LAYER_ATTN, sizeof(cfg->kind));
+    }
+    cfg->n_attn = cfg->n_conv = 0;
+    for (int i = 0; i < n; i++)
+        cfg->slot[i] = cfg->kind[i] == LFM2_LAYER_ATTN ? cfg->n_attn++ : cfg->n_conv++;
+    return 0;
+}
+
+/* Lfm2MLP's width: int(2 * size / 3), then int(multiplier * w) rounded up to multiple_of. */
+static int parse_ffn(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
+{
+    int size, multiple_of, rc;
+    bool adjust;
+    const char *key = spelling(root, "block_ff_dim", "intermediate_size");
+    if ((rc = get_int(root, key, true, 0, 1, MAX_DIM, &size, err, err_len)) ||
+        (rc = get_bool(root, "block_auto_adjust_ff_dim", true, &adjust, err, err_len)) ||
+        (rc = get_int(root, "block_multiple_of", false, 256, 1, MAX_DIM, &multiple_of, err,
+                      err_len)))
+        return rc;
+    cfg->base.ffn = size;
+    if (adjust) {
+        int64_t w = 2 * (int64_t)size / 3; /* exact for positive ints: int(2 * size / 3) */
+        const cJSON *m = get(root, "block_ffn_dim_multiplier");
+        if (!m || present(m)) { /* absent means the default 1.0; null means none */
+            double mult;
+            if ((rc = get_pos_double(root, "block_ffn_dim_multiplier", 1.0, &mult, err, err_len)))
+                return rc;
+            w = (int64_t)(mult * (double)w);
+            w = multiple_of * ((w + multiple_of - 1) / multiple_of);
+        }
+        if (w < 1 || w > MAX_DIM) {
+            st_errf(err, err_len, "config.json: the adjusted feed-forward width %lld is outside "
+                    "[1, %d]", (long long)w, MAX_DIM);
+            return CAIRN_EFORMAT;
+        }
+        cfg->base.ffn = (int)w;
+    }
+    return 0;
+}
+
+/* RoPE: rope_parameters (transformers >= 5), else rope_theta / theta; default type only. */
+static int parse_rope(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
+{
+    double theta;
+    int rc;
+    const cJSON *rp = get(root, "rope_parameters"), *rs = get(root, "rope_scaling");
+    if ((rc = get_pos_double(root, spelling(root, "theta", "rope_theta"), 1000000.0, &theta, err,
+                             err_len)))
+        return rc;
+    if (present(rs)) {
+        const cJSON *t = cJSON_IsObject(rs) ? get(rs, "rope_type") : NULL;
+        if (!t)
+            t = cJSON_IsObject(rs) ? get(rs, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0) {
+            st_errf(err, err_len, "config.json: rope_scaling is not supported for lfm2");
+            return CAIRN_EUNSUPPORTED;
+        }
+    }
+    if (present(rp)) {
+        if (!cJSON_IsObject(rp)) {
+            st_errf(err, err_len, "config.json: rope_parameters must be an object");
+            return CAIRN_EFORMAT;
+        }
+        const cJSON *t = get(rp, "rope_type");
+        if (present(t) && (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0)) {
+            st_errf(err, err_len, "config.json: rope_type \"%.32s\" is not supported for lfm2 "
+                    "(only default)", cJSON_IsString(t) ? t->valuestring : "?");
+            return CAIRN_EUNSUPPORTED;
+        }
+        const cJSON *prf = get(rp, "partial_rotary_factor");
+        if (present(prf) && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0)) {
+            st_errf(err, err_len, "config.json: partial_rotary_factor is not supported for lfm2");
+            return CAIRN_EUNSUPPORTED;
+        }
+        if ((rc = get_pos_double(rp, "rope_theta", theta, &theta, err, err_len)))
+            return rc;
+    }
+    cfg->base.rope_type = CAIRN_ROPE_DEFAULT;
+    cfg->base.rope_theta = (float)theta;
+    return 0;
+}
+
+/* Token ids: bos may be null; eos an int or a list. */
+static int parse_special(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
+{
+    cairn_model_config_t *b = &cfg->base;
+    const cJSON *bos = get(root, "bos_token_id"), *eos = get(root, "eos_token_id");
+    b->bos_id = -1;
+    if (present(bos)) {
+        if (!cJSON_IsNumber(bos) || bos->valuedouble != floor(bos->valuedouble) ||
+            bos->valuedouble < 0 || bos->valuedouble >= b->vocab) {
+            st_errf(err, err_len, "config.json: bos_token_id must be a token id below %d", b->vocab);
+            return CAIRN_EFORMAT;
+        }
+        b->bos_id = (int)bos->valuedouble;
+    }
+    if (!present(eos))
+        return 0;
+    const cJSON *one = eos, *e;
+    bool list = cJSON_IsArray(eos);
+    for (e = list ? eos->child : one; e; e = list ? e->next : NULL) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= b->vocab) {
+            st_errf(err, err_len, "config.json: eos_token_id entries must be token ids below %d",
+                    b->vocab);
+            return CAIRN_EFORMAT;
+        }
+        int id = (int)e->valuedouble, i;
+        for (i = 0; i < b->n_eos && b->eos_ids[i] != id; i++)
+            ;
+        if (i < b->n_eos)
+            continue;
+        if (b->n_eos >= CAIRN_MAX_EOS) {
+            st_errf(err, err_len, "config.json: more than %d distinct eos_token_id values",
+                    CAIRN_MAX_EOS);
+            return CAIRN_ERANGE;
+        }
+        b->eos_ids[b->n_eos++] = id;
+    }
+    return 0;
+}
+
+int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t err_len)
+{
+    int rc;
+    bool conv_bias;
+    lfm2_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cairn_model_config_t *b = &cfg.base;
+    if (!cJSON_IsObject(root)) {
+        st_errf(err, err_len, "config.json: not a JSON object");
+        return CAIRN_EFORMAT;
+    }
+    const cJSON *mt = get(root, "model_type");
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "lfm2") != 0) {
+        st_errf(err, err_len, "config.json: model_type \"%.40s\" is not lfm2",
+                cJSON_IsString(mt) ? mt->valuestring : "?");
+        return CAIRN_EUNSUPPORTED;
+    }
+    snprintf(b->model_type, sizeof b->model_type, "lfm2");
+    b->arch = CAIRN_ARCH_LLAMA; /* no meaning for this family (lfm2.h) */
+
+    if ((rc = get_int(root, "num_hidden_layers", true, 0, 1, LFM2_MAX_LAYERS, &b->n_layers, err,
+                      err_len)) ||
+        (rc = get_int(root, "hidden_size", true, 0, 1, MAX_DIM, &b->hidden, err, err_len)) ||
+        (rc = get_int(root, "num_attention_heads", true, 0, 1, MAX_DIM, &b->n_heads, err,
+                      err_len)) ||
+        (rc = get_int(root, "num_key_value_heads", false, b->n_heads, 1, MAX_DIM, &b->n_kv_heads,
+                      err, err_len)) ||
+        (rc = get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, &b->vocab, err, err_len)) ||
+        (rc = get_int(root, "max_position_embeddings", false, 128000, 1, 1 << 30, &b->max_pos,
+                      err, err_len)) ||
+        (rc = get_int(root, "conv_L_cache", false, 3, 1, LFM2_MAX_CONV_TAPS, &cfg.conv_taps, err,
+                      err_len)))
+        return rc;
+    if (!present(get(root, "head_dim")) && b->hidden % b->n_heads != 0) {
+        st_errf(err, err_len,
+                "config.json: hidden_size %d is not divisible by num_attention_heads %d",
+                b->hidden, b->n_heads);
+        return CAIRN_EFORMAT;
+    }
+    if ((rc = get_int(root, "head_dim", false, b->hidden / b->n_heads, 1, 65536, &b->head_dim,
+                      err, err_len)))
+        return rc;
+    if (b->n_heads % b->n_kv_heads != 0) {
+        st_errf(err, err_len,
+                "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                b->n_heads, b->n_kv_heads);
+        return CAIRN_EFORMAT;
+    }
+    if (b->head_dim % 2 != 0) {
+        st_errf(err, err_len, "config.json: head_dim %d must be even for rotary embeddings",
+                b->head_dim);
+        return CAIRN_EFORMAT;
+    }
+    if ((int64_t)b->n_heads * b->head_dim > MAX_DIM || (int64_t)3 * b->hidden > MAX_DIM) {
+        st_errf(err, err_len, "config.json: layer widths are too large");
+        return CAIRN_ERANGE;
+    }
+    double eps;
+    if ((rc = get_pos_double(root, "norm_eps", 1e-5, &eps, err, err_len)) ||
+        (rc = get_bool(root, spelling(root, "tie_embedding", "tie_word_embeddings"), true,
+                       &b->tie_embeddings, err, err_len)) ||
+        (rc = get_bool(root, "conv_bias", false, &conv_bias, err, err_len)) ||
+        (rc = parse_layer_kinds(root, &cfg, err, err_len)) ||
+        (rc = parse_ffn(root, &cfg, err, err_len)) ||
+        (rc = parse_rope(root, &cfg, err, err_len)) ||
+        (rc = parse_special(root, &cfg, err, err_len)))
+        return rc;
+    b->rms_eps = (float)eps;
+    if (conv_bias) {
+        st_errf(err, err_len, "config.json: conv_bias = true is not supported");
+        return CAIRN_EUNSUPPORTED;
+    }
+    if (present(get(root, "quantization_config"))) {
+        st_errf(err, err_len, "config.json: quantization_config is not supported");
+        return CAIRN_EUNSUPPORTED;
+    }
+    *out = cfg;
+    return 0;
+}
+
+int lfm2_config_parse_text(const char *json, size_t len, lfm2_config_t *out, char *err,
+                           size_t err_len)
+{
+    if (!json || !out) {
+        st_errf(err, err_len, "config.json: no input");
+        return CAIRN_EINVAL;
+    }
+    st_json_init();
+    st_json_oom_reset();
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) {
+        int rc = st_json_oom() ? CAIRN_ENOMEM : CAIRN_EFORMAT;
+        st_errf(err, err_len, "config.json: %s", rc == CAIRN_ENOMEM ? "out of memory" : "not valid JSON");
+        return rc;
+    }
+    int rc = lfm2_config_parse(root, out, err, err_len);
+    cJSON_Delete(root);
+    return rc;
+}
