@@ -21,7 +21,7 @@
 #include <unistd.h>
 #include <immintrin.h>
 
-#include "engine/kernels.h"
+#include "compute/cpu/kernels.h"
 
 static double now_s(void)
 {

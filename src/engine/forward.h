@@ -11,8 +11,8 @@
 #define CAIRN_ENGINE_FORWARD_H
 
 #include "cairn/checkpoint.h"
-#include "engine/attention.h"
-#include "engine/kernels.h"
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels.h"
 
 typedef struct {
     int seq;        /* index into the views passed to fwd_run */

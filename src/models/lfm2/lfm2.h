@@ -41,9 +41,9 @@
 #include <cjson/cJSON.h>
 
 #include "cairn/checkpoint.h"
-#include "engine/attention.h"
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels.h"
 #include "engine/forward.h"
-#include "engine/kernels.h"
 
 #define LFM2_MAX_LAYERS 512
 #define LFM2_MAX_CONV_TAPS 64

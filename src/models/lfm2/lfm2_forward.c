@@ -14,9 +14,9 @@
  */
 #include <string.h>
 
+#include "compute/cpu/short_conv.h"
 #include "engine/rope.h"
 #include "models/lfm2/lfm2.h"
-#include "models/lfm2/short_conv.h"
 
 /* A tensor's row r as bytes ([rows][cols] of its dtype). */
 static const void *tensor_row(const cairn_tensor_t *t, int64_t r)

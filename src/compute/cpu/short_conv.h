@@ -1,7 +1,6 @@
 /*
- * models/lfm2/short_conv.h — the causal depthwise short convolution of LFM2's conv
- * layers, as a per-token recurrence (a backend op: it moves to src/compute/cpu/ with the
- * other kernels once that folder exists).
+ * compute/cpu/short_conv.h — the causal depthwise short convolution of LFM2's conv
+ * layers, as a per-token recurrence (a backend op of the CPU backend).
  *
  * A conv layer convolves each channel c of its gated input s_t with L taps:
  *
@@ -15,8 +14,8 @@
  *
  * Thread-safety: pure functions of their arguments.
  */
-#ifndef CAIRN_MODELS_LFM2_SHORT_CONV_H
-#define CAIRN_MODELS_LFM2_SHORT_CONV_H
+#ifndef CAIRN_COMPUTE_CPU_SHORT_CONV_H
+#define CAIRN_COMPUTE_CPU_SHORT_CONV_H
 
 #include "cairn/common.h"
 

@@ -9,14 +9,14 @@
  * Only called when the kernels selected "avx2" (AVX2 and FMA present). Pure functions;
  * thread-safe.
  */
-#include "engine/attention_impl.h"
+#include "compute/cpu/attention_impl.h"
 
 #include <immintrin.h>
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
 
 T256 INLINE __m256i tail_mask8(int valid)
 {

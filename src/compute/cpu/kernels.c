@@ -18,7 +18,7 @@
  * Thread-safety: the implementation is chosen once (pthread_once); kern_set_impl is a
  * test hook that must not race with running kernels. All kernels are pure.
  */
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 
 #include <math.h>
 #include <pthread.h>

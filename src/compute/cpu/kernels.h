@@ -18,8 +18,8 @@
  *
  * Thread-safety: kernels are pure functions of their arguments; matmul uses the pool.
  */
-#ifndef CAIRN_KERNELS_H
-#define CAIRN_KERNELS_H
+#ifndef CAIRN_COMPUTE_CPU_KERNELS_H
+#define CAIRN_COMPUTE_CPU_KERNELS_H
 
 #include "cairn/common.h"
 #include "util/thread_pool.h"

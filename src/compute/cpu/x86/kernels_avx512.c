@@ -19,7 +19,7 @@
  * Only called after kern_init found AVX-512F/BW/VL/DQ (and AVX512_BF16 for the native
  * variant). Pure functions; thread-safe.
  */
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
 
 enum { TILE_R = 6, TILE_O = 4 };
 

@@ -9,7 +9,7 @@
  *
  * Only called after kern_init found AVX2, FMA and F16C. Pure functions; thread-safe.
  */
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -17,7 +17,7 @@
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
 
 enum { TILE_R = 2, TILE_O = 3 };
 

@@ -7,10 +7,10 @@
  * the including file) and INLINE; the functions are static inline and carry their target,
  * so they compile into whichever file includes them without extra build flags.
  */
-#ifndef CAIRN_KERNELS_EXP_X86_H
-#define CAIRN_KERNELS_EXP_X86_H
+#ifndef CAIRN_COMPUTE_CPU_X86_KERNELS_EXP_X86_H
+#define CAIRN_COMPUTE_CPU_X86_KERNELS_EXP_X86_H
 
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 
 #include <immintrin.h>
 

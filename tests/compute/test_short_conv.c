@@ -1,5 +1,5 @@
 /*
- * The short convolution of LFM2 (src/models/lfm2/short_conv.h): the per-token recurrence
+ * The short convolution of LFM2 (src/compute/cpu/short_conv.h): the per-token recurrence
  * gives the same bits as the whole-sequence convolution form for every tap count, the
  * state holds exactly the last L-1 inputs, and both agree with a float64 evaluation of
  * the formula (an independent check of indices and tap order, within rounding).
@@ -13,8 +13,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "engine/kernels.h"
-#include "models/lfm2/short_conv.h"
+#include "compute/cpu/kernels.h"
+#include "compute/cpu/short_conv.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void)

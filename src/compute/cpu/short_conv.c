@@ -8,8 +8,8 @@
  */
 #include <string.h>
 
-#include "engine/kernels.h"
-#include "models/lfm2/short_conv.h"
+#include "compute/cpu/kernels.h"
+#include "compute/cpu/short_conv.h"
 
 void short_conv_step(float *out, float *state, const float *in, const float *taps, int C, int L)
 {

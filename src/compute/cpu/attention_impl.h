@@ -16,11 +16,11 @@
  * Every step depends only on p, head_dim and the stored K/V bytes, never on which other
  * rows or keys share a tile, so decode, chunked prefill and batches give the same bits.
  */
-#ifndef CAIRN_ENGINE_ATTENTION_IMPL_H
-#define CAIRN_ENGINE_ATTENTION_IMPL_H
+#ifndef CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
+#define CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
 
-#include "engine/attention.h"
-#include "engine/kernels_impl.h"
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels_impl.h"
 
 typedef struct attn_impl {
     const char *name;

@@ -6,8 +6,8 @@
  * the same reductions in the same order and give the same bits. The order is spelled out
  * in attention_impl.h.
  */
-#ifndef CAIRN_ENGINE_ATTENTION_H
-#define CAIRN_ENGINE_ATTENTION_H
+#ifndef CAIRN_COMPUTE_CPU_ATTENTION_H
+#define CAIRN_COMPUTE_CPU_ATTENTION_H
 
 #include "cairn/common.h"
 #include "util/thread_pool.h"

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "engine/attention_impl.h"
+#include "compute/cpu/attention_impl.h"
 
 static const char *const impls[] = {"scalar", "avx2", "avx512"};
 static const cairn_dtype_t dtypes[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_BF16, CAIRN_DTYPE_F16};

@@ -13,10 +13,10 @@
  *    a[j] = ftz(fma(x[2j+1], w[2j+1], daz(a[j]))); a[j] = ftz(fma(x[2j], w[2j], a[j])),
  *    with bf16 inputs denormals-as-zero. Then the same tree.
  */
-#ifndef CAIRN_KERNELS_IMPL_H
-#define CAIRN_KERNELS_IMPL_H
+#ifndef CAIRN_COMPUTE_CPU_KERNELS_IMPL_H
+#define CAIRN_COMPUTE_CPU_KERNELS_IMPL_H
 
-#include "engine/kernels.h"
+#include "compute/cpu/kernels.h"
 
 typedef struct kern_impl {
     const char *name;

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "engine/kernels_impl.h"
+#include "compute/cpu/kernels_impl.h"
 
 static const char *const impls[] = {"scalar", "avx2", "avx512", "avx512-emubf16"};
 static const cairn_dtype_t dtypes[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_F16, CAIRN_DTYPE_BF16};

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/attention_impl.h"
+#include "compute/cpu/attention_impl.h"
 
 enum {
     TILE_ROWS = 32, /* rows (query x head) per tile: bounds the score rows of one unit */

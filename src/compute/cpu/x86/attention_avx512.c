@@ -12,14 +12,14 @@
  * Only called when the kernels selected an "avx512*" implementation (AVX-512F/BW/VL/DQ
  * present). Pure functions; thread-safe.
  */
-#include "engine/attention_impl.h"
+#include "compute/cpu/attention_impl.h"
 
 #include <immintrin.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-#include "engine/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
+#include "compute/cpu/x86/kernels_exp_x86.h" /* exp8 / exp16, after T256/T512 */
 
 T512 INLINE __mmask16 tail_mask(int valid)
 {
