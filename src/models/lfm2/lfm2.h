@@ -60,6 +60,10 @@ typedef struct {
     int n_attn, n_conv;                    /* layers of each kind */
     uint8_t kind[LFM2_MAX_LAYERS];         /* lfm2_layer_kind_t per layer */
     int slot[LFM2_MAX_LAYERS];             /* index of the layer among those of its kind */
+    /* Per-sequence conv state (see "per-sequence recurrent state" below). */
+    size_t state_layer_bytes;              /* (L-1) * hidden * 4: one conv layer's part */
+    size_t state_off[LFM2_MAX_LAYERS];     /* byte offset of conv layer l's part */
+    size_t state_bytes;                    /* the whole state of one sequence */
 } lfm2_config_t;
 
 /*
@@ -111,31 +115,38 @@ typedef struct {
     lfm2_layer_weights_t *layers; /* [n_layers], owned (lfm2_weights_fini) */
 } lfm2_weights_t;
 
-/* Finds a tensor by its checkpoint name; NULL when absent. */
-typedef const cairn_tensor_t *(*lfm2_tensor_find_fn)(void *ctx, const char *name);
+/* Binds tensor `name` of shape dims[0..ndim) into *out (the contract of
+ * fmt_tensors_bind: CAIRN_ENOENT when missing, CAIRN_EFORMAT for another shape, the
+ * message in err naming the tensor). */
+typedef int (*lfm2_bind_fn)(void *ctx, const char *name, int ndim, const int64_t *dims,
+                            cairn_tensor_t *out, char *err, size_t err_len);
 
 /*
- * Binds every tensor the config needs through find(ctx, name) and checks its shape.
- * Names are the HF ones ("model.layers.3.conv.in_proj.weight", ...). Errors (err names
- * the tensor): CAIRN_ENOENT (missing), CAIRN_EFORMAT (shape disagrees with config.json),
- * CAIRN_ENOMEM. A tied checkpoint may also carry lm_head.weight (ignored, as HF does).
+ * Binds every tensor the config needs through bind(ctx, ...), each with the shape
+ * config.json implies. Names are the HF ones ("model.layers.3.conv.in_proj.weight", ...).
+ * Errors: bind's, CAIRN_ENOMEM. A tied checkpoint may also carry lm_head.weight, which
+ * is left unbound (lfm2_weights_ignored says so), as HF ignores it.
  */
-int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_tensor_find_fn find, void *ctx,
+int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
                       lfm2_weights_t *out, char *err, size_t err_len);
 void lfm2_weights_fini(lfm2_weights_t *w);
 /* Whether `name` is a tensor the config uses (the loader rejects tensors nobody uses). */
 bool lfm2_weights_uses(const lfm2_config_t *cfg, const char *name);
+/* Whether an unbound tensor is expected anyway: lm_head.weight of a tied checkpoint. */
+bool lfm2_weights_ignored(const lfm2_config_t *cfg, const char *name);
 
 /* ---- per-sequence recurrent state ------------------------------------------------- */
 
-/* Floats of one sequence's conv state: n_conv x (L-1) x hidden, layout
- * [conv layer slot][tap t-L+2 .. t (oldest first)][hidden]. A fresh sequence is all
- * zeros (HF pads the convolution's input with zeros). */
-size_t lfm2_state_floats(const lfm2_config_t *cfg);
-/* The (L-1) x hidden state block of conv layer `layer` (a conv layer index). */
-static inline float *lfm2_state_layer(const lfm2_config_t *cfg, float *state, int layer)
+/*
+ * One sequence's state is cfg->state_bytes: for every conv layer, in layer order, a part
+ * of state_layer_bytes = [L-1][hidden] float32, the gated inputs s_{t-L+2..t} oldest
+ * first, at byte offset state_off[l] (each part 64-byte aligned: the rule of
+ * models/family.h's state handle). A fresh sequence is all zeros (HF pads the
+ * convolution's input with zeros).
+ */
+static inline float *lfm2_state_layer(const lfm2_config_t *cfg, void *state, int layer)
 {
-    return state + (size_t)cfg->slot[layer] * (size_t)(cfg->conv_taps - 1) * (size_t)cfg->base.hidden;
+    return (float *)((unsigned char *)state + cfg->state_off[layer]);
 }
 
 /* ---- forward ---------------------------------------------------------------------- */
@@ -177,13 +188,13 @@ void lfm2_fwd_fini(lfm2_fwd_t *f);
 /*
  * Runs rows [n] (n <= max_rows; fwd_row_t of engine/forward.h) through every layer.
  * views[row.seq] stores and reads the attention layers' K/V (called with the model layer
- * index); states[row.seq] is that sequence's conv state (lfm2_state_floats floats),
- * advanced in place by every row. A sequence's rows must be in increasing, consecutive
+ * index); states[row.seq] is that sequence's conv state (cfg->state_bytes, 64-byte
+ * aligned), advanced in place by every row. A sequence's rows must be in increasing, consecutive
  * positions continuing what its K/V and state already hold. Logits [vocab] are written
  * for each row with out_row >= 0 at logits + out_row * vocab (increasing, consecutive
  * out_row).
  */
 void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views,
-                  float *const *states, float *logits);
+                  void *const *states, float *logits);
 
 #endif

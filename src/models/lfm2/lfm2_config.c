@@ -145,6 +145,22 @@ static int parse_layer_kinds(const cJSON *root, lfm2_config_t *cfg, char *err, s
     return 0;
 }
 
+/* The state handle's layout: conv layers' parts in layer order, each 64-byte aligned. */
+static void layout_state(lfm2_config_t *cfg)
+{
+    cfg->state_layer_bytes = (size_t)(cfg->conv_taps - 1) * (size_t)cfg->base.hidden * sizeof(float);
+    size_t off = 0;
+    for (int l = 0; l < cfg->base.n_layers; l++) {
+        cfg->state_off[l] = 0;
+        if (cfg->kind[l] != LFM2_LAYER_CONV || cfg->state_layer_bytes == 0)
+            continue;
+        off = (off + 63) / 64 * 64;
+        cfg->state_off[l] = off;
+        off += cfg->state_layer_bytes;
+    }
+    cfg->state_bytes = off;
+}
+
 /* Lfm2MLP's width: int(2 * size / 3), then int(multiplier * w) rounded up to multiple_of. */
 static int parse_ffn(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
 {
@@ -327,6 +343,7 @@ int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t e
         (rc = parse_special(root, &cfg, err, err_len)))
         return rc;
     b->rms_eps = (float)eps;
+    layout_state(&cfg);
     if (conv_bias) {
         st_errf(err, err_len, "config.json: conv_bias = true is not supported");
         return CAIRN_EUNSUPPORTED;

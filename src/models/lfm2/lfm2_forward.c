@@ -59,7 +59,7 @@ static void head_norm(lfm2_fwd_t *f, float *x, int n_heads, const cairn_tensor_t
 }
 
 /* Gated short convolution of layer l: xb2 = (C * conv(B * u)) Wout^T, states advanced. */
-static void conv_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, float *const *states)
+static void conv_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, void *const *states)
 {
     const lfm2_config_t *c = f->cfg;
     const lfm2_layer_weights_t *lw = &f->w->layers[l];
@@ -109,7 +109,7 @@ static void attn_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, const
 }
 
 void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views,
-                  float *const *states, float *logits)
+                  void *const *states, float *logits)
 {
     const lfm2_config_t *c = f->cfg;
     const cairn_model_config_t *b = &c->base;
@@ -165,11 +165,6 @@ void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *
         const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
         matmul(f, logits + (size_t)first_out * b->vocab, f->xb, n_out, head);
     }
-}
-
-size_t lfm2_state_floats(const lfm2_config_t *cfg)
-{
-    return (size_t)cfg->n_conv * (size_t)(cfg->conv_taps - 1) * (size_t)cfg->base.hidden;
 }
 
 int lfm2_fwd_init(lfm2_fwd_t *f, const lfm2_config_t *cfg, const lfm2_weights_t *w,

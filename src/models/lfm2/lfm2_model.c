@@ -30,11 +30,34 @@ struct lfm2_model {
     cairn_tensor_t *tensors; /* [hdr.n_tensors], parallel to hdr.tensors (sorted by name) */
 };
 
-static const cairn_tensor_t *find_tensor(void *ctx, const char *name)
+/* lfm2_bind_fn over the mapped file: find by name, check the shape. */
+static int bind_tensor(void *ctx, const char *name, int ndim, const int64_t *dims,
+                       cairn_tensor_t *out, char *err, size_t err_len)
 {
     lfm2_model_t *m = ctx;
-    const st_tensor_t *t = st_header_find(&m->hdr, name);
-    return t ? &m->tensors[t - m->hdr.tensors] : NULL;
+    const st_tensor_t *st = st_header_find(&m->hdr, name);
+    if (!st) {
+        st_errf(err, err_len, "checkpoint lacks tensor '%s'", name);
+        return CAIRN_ENOENT;
+    }
+    const cairn_tensor_t *t = &m->tensors[st - m->hdr.tensors];
+    bool ok = t->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++)
+        ok = t->shape[d] == dims[d];
+    if (!ok) {
+        char want[96] = "", got[96] = "";
+        for (int d = 0; d < ndim; d++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                     (long long)dims[d]);
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                     (long long)t->shape[d]);
+        st_errf(err, err_len, "tensor '%s' has shape [%s] but config.json implies [%s]", name,
+                got, want);
+        return CAIRN_EFORMAT;
+    }
+    *out = *t;
+    return 0;
 }
 
 static int read_text(const char *dir, const char *name, bool optional, char **out, size_t *len,
@@ -130,7 +153,7 @@ int lfm2_model_open(const char *dir, lfm2_model_t **out, char *err, size_t err_l
     cairn_free(text);
     text = NULL;
     if ((rc = map_weights(m, dir, err, err_len)) ||
-        (rc = lfm2_weights_bind(&m->cfg, find_tensor, m, &m->w, err, err_len)))
+        (rc = lfm2_weights_bind(&m->cfg, bind_tensor, m, &m->w, err, err_len)))
         goto fail;
     *out = m;
     return 0;

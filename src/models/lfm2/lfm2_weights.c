@@ -1,8 +1,8 @@
 /*
  * lfm2_weights.c — binds an LFM2 checkpoint's tensors to the layers of its config.
  *
- * The tensor source is abstract (a find-by-name callback), so the same binding serves
- * any loader of safetensors folders. Every tensor the config implies must be present
+ * The tensor source is abstract (a bind callback with fmt_tensors_bind's contract), so
+ * the same binding serves any loader. Every tensor the config implies must be present
  * with exactly the shape config.json gives (a wrong feed-forward width or conv length
  * shows here, naming the tensor). lfm2_weights_uses() tells the loader which names are
  * expected so it can reject tensors nobody would read (biases, another architecture).
@@ -67,34 +67,7 @@ static cairn_tensor_t *layer_slot(const lfm2_config_t *cfg, lfm2_layer_weights_t
     return NULL;
 }
 
-static int bind(const char *name, int ndim, const int64_t *dims, lfm2_tensor_find_fn find,
-                void *ctx, cairn_tensor_t *out, char *err, size_t err_len)
-{
-    const cairn_tensor_t *t = find(ctx, name);
-    if (!t) {
-        st_errf(err, err_len, "missing tensor %s", name);
-        return CAIRN_ENOENT;
-    }
-    bool ok = t->ndim == ndim;
-    for (int d = 0; ok && d < ndim; d++)
-        ok = t->shape[d] == dims[d];
-    if (!ok) {
-        char want[96] = "", got[96] = "";
-        for (int d = 0; d < ndim; d++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
-                     (long long)dims[d]);
-        for (int d = 0; d < t->ndim && d < 4; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                     (long long)t->shape[d]);
-        st_errf(err, err_len, "tensor %s has shape [%s], config.json implies [%s]", name, got,
-                want);
-        return CAIRN_EFORMAT;
-    }
-    *out = *t;
-    return 0;
-}
-
-int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_tensor_find_fn find, void *ctx,
+int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
                       lfm2_weights_t *out, char *err, size_t err_len)
 {
     const cairn_model_config_t *b = &cfg->base;
@@ -107,11 +80,11 @@ int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_tensor_find_fn find, void *
         return CAIRN_ENOMEM;
     }
     const int64_t embed[2] = {b->vocab, b->hidden}, norm[1] = {b->hidden};
-    if ((rc = bind("model.embed_tokens.weight", 2, embed, find, ctx, &out->embed, err, err_len)) ||
-        (rc = bind("model.embedding_norm.weight", 1, norm, find, ctx, &out->norm, err, err_len)))
+    if ((rc = bind(ctx, "model.embed_tokens.weight", 2, embed, &out->embed, err, err_len)) ||
+        (rc = bind(ctx, "model.embedding_norm.weight", 1, norm, &out->norm, err, err_len)))
         goto fail;
     if (!b->tie_embeddings &&
-        (rc = bind("lm_head.weight", 2, embed, find, ctx, &out->lm_head, err, err_len)))
+        (rc = bind(ctx, "lm_head.weight", 2, embed, &out->lm_head, err, err_len)))
         goto fail;
     for (int l = 0; l < b->n_layers; l++) {
         for (int i = 0; i < (int)CAIRN_ARRAY_LEN(layer_names); i++) {
@@ -121,7 +94,7 @@ int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_tensor_find_fn find, void *
             int64_t dims[3];
             cairn_tensor_t *slot = layer_slot(cfg, &out->layers[l], i, &ndim, dims);
             snprintf(name, sizeof name, "model.layers.%d.%s", l, layer_names[i].suffix);
-            if ((rc = bind(name, ndim, dims, find, ctx, slot, err, err_len)))
+            if ((rc = bind(ctx, name, ndim, dims, slot, err, err_len)))
                 goto fail;
         }
     }
@@ -135,6 +108,11 @@ void lfm2_weights_fini(lfm2_weights_t *w)
 {
     cairn_free(w->layers);
     memset(w, 0, sizeof(*w));
+}
+
+bool lfm2_weights_ignored(const lfm2_config_t *cfg, const char *name)
+{
+    return cfg->base.tie_embeddings && !strcmp(name, "lm_head.weight");
 }
 
 bool lfm2_weights_uses(const lfm2_config_t *cfg, const char *name)

@@ -60,7 +60,8 @@ static void test_lfm2_1_2b(void **st)
     assert_int_equal(c.base.n_eos, 1);
     assert_int_equal(c.base.eos_ids[0], 7);
     assert_int_equal(c.base.bos_id, 1);
-    assert_int_equal(lfm2_state_floats(&c), 10 * 2 * 2048);
+    assert_int_equal(c.state_bytes, 10 * 2 * 2048 * 4);
+    assert_int_equal(c.state_off[3], 2 * 2 * 2048 * 4); /* after conv layers 0 and 1 */
 }
 
 /* Lfm2MLP: int(2*size/3); with a multiplier int(m*w) rounded up to multiple_of. */

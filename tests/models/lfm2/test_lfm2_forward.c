@@ -44,7 +44,7 @@ static int n_cases;
 
 typedef struct {
     kv_flat_t kv;      /* attention layers only, indexed by their slot */
-    float *state;      /* [lfm2_state_floats] */
+    void *state;       /* [cfg->state_bytes] */
     int n_past;
 } flat_seq_t;
 
@@ -61,8 +61,9 @@ static void seq_init(flat_seq_t *s, cairn_dtype_t kv_dtype)
     assert_int_equal(kv_flat_init(&s->kv, cfg->n_attn, cfg->base.n_kv_heads * cfg->base.head_dim,
                                   kv_dtype), 0);
     assert_int_equal(kv_flat_reserve(&s->kv, MAX_POS), 0);
-    s->state = calloc(lfm2_state_floats(cfg) + 1, sizeof(float));
+    s->state = aligned_alloc(64, (cfg->state_bytes + 64) / 64 * 64);
     assert_non_null(s->state);
+    memset(s->state, 0, cfg->state_bytes);
 }
 
 static void seq_fini(flat_seq_t *s)
@@ -102,7 +103,7 @@ static void run_many(runner_t *r, flat_seq_t **seqs, int32_t *const *ids, const 
     const int V = cfg->base.vocab;
     fwd_row_t rows[MAX_ROWS];
     attn_kv_t views[4];
-    float *states[4];
+    void *states[4];
     float *logits = malloc((size_t)MAX_ROWS * V * sizeof(float));
     assert_non_null(logits);
     for (int s = 0; s < n_seqs; s++) {
@@ -229,7 +230,7 @@ static void check_chunking(cairn_math_t math, cairn_dtype_t kv)
 {
     const ref_case_t *rc = find_case("long_720");
     const size_t bytes = (size_t)rc->n_prompt * cfg->base.vocab * sizeof(float);
-    const size_t sbytes = lfm2_state_floats(cfg) * sizeof(float);
+    const size_t sbytes = cfg->state_bytes;
     runner_t r;
     runner_init(&r, 1, math, kv);
     flat_seq_t whole;
@@ -290,7 +291,7 @@ static void test_batched(void **st)
     run_many(&r, seqs, ids, n, 2, 333, out);
     assert_memory_equal(out[0], ra, (size_t)a->n_prompt * V * 4);
     assert_memory_equal(out[1], rb, (size_t)b->n_prompt * V * 4);
-    assert_memory_equal(sa.state, alone_a.state, lfm2_state_floats(cfg) * sizeof(float));
+    assert_memory_equal(sa.state, alone_a.state, cfg->state_bytes);
     /* The shared 512-token prefix gives the same logits in both prompts. */
     assert_memory_equal(ra, rb, (size_t)512 * V * 4);
     free(out[0]);
