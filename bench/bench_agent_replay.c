@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "cairn/scheduler.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 typedef struct {
     int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;

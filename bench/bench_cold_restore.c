@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "cairn/engine.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 static double now(void)
 {

@@ -2,7 +2,7 @@
  * bench_engine.c — engine throughput: pp512 and tg128 tokens/s, decode bytes per token,
  * and time to first token of a prefix-cached 4K-token prompt against a cold one.
  *
- * Models are synthesized (src/engine/synth.h) into a temporary folder: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536, vocab 32000) and
+ * Models are synthesized (src/tools/synth.h) into a temporary folder: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536, vocab 32000) and
  * qwen3-8l (8 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072, vocab 32000,
  * tied); --with-0.6b adds the Qwen3-0.6B shape (28 layers, vocab 151936; writes ~1.2 GB).
  * --model NAME runs one preset only. Weights are stored in bf16 (what real checkpoints
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "cairn/engine.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 static double now(void)
 {

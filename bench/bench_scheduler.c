@@ -2,7 +2,7 @@
  * bench_scheduler.c — the scheduler under concurrent clients: aggregate generated
  * tokens/s and time to first token (p50, p99) at 1, 4 and 16 clients.
  *
- * The model is synthesized (src/engine/synth.h) into a temporary folder: the llama-8l
+ * The model is synthesized (src/tools/synth.h) into a temporary folder: the llama-8l
  * preset (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536, vocab 32000), f16
  * weights, paged bf16 K/V, f32 math. Each client is a thread running a closed loop: it
  * submits a request (a fresh 128-token prompt under a shared 64-token system prefix,
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "cairn/scheduler.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 static double now(void)
 {

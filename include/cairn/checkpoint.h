@@ -1,16 +1,18 @@
 /*
- * cairn/checkpoint.h — Hugging Face checkpoint folders: config and memory-mapped weights.
+ * cairn/checkpoint.h — Hugging Face checkpoint folders: config and weights, bound to the
+ * model family that reads them.
  *
  * A checkpoint folder holds config.json, generation_config.json and either
  * model.safetensors or sharded model-0000x-of-0000y.safetensors with
  * model.safetensors.index.json (format: docs/FORMAT.md, "safetensors and checkpoint
- * folders"; the single file wins when both exist, as in transformers). Weights stay in
- * their file dtype (bf16, f16 or f32) and are memory-mapped read-only; the forward pass
- * converts to float32 as it computes.
+ * folders"; the single file wins when both exist, as in transformers). config.json's
+ * model_type picks the model family (src/models/, one folder per family); the family
+ * parses the rest of the config and binds the tensors it uses. Weights stay in their file
+ * dtype (bf16, f16 or f32); the forward pass converts to float32 as it computes.
  *
  * Errors: every entry point that reads input takes `err`/`err_len` and, on failure, writes
  * a one-line message naming the file and the problem (a missing tensor, a shape mismatch,
- * header offsets that lie, an unknown architecture or rope type). Bad input never crashes.
+ * header offsets that lie, an unknown model_type or rope type). Bad input never crashes.
  *
  * Thread-safety: a checkpoint is immutable after open; any number of threads may read it.
  */
@@ -24,19 +26,20 @@ extern "C" {
 #endif
 
 typedef enum {
-    CAIRN_ARCH_LLAMA = 0,  /* model_type "llama" (also Mistral-style dense GQA) */
-    CAIRN_ARCH_QWEN3 = 1,  /* model_type "qwen3": per-head q/k RMSNorm, no qkv bias */
-} cairn_arch_t;
-
-typedef enum {
     CAIRN_ROPE_DEFAULT = 0, /* inv_freq[i] = theta^(-2i/d) */
     CAIRN_ROPE_LLAMA3 = 1,  /* Llama 3.1 frequency-dependent scaling */
 } cairn_rope_type_t;
 
 #define CAIRN_MAX_EOS 8
 
+/*
+ * The config every family reports: the decoder's sizes in HF's vocabulary, RoPE of its
+ * (full-attention) layers and the special tokens. For families whose layers differ
+ * (sliding and full attention, convolution and attention) these are the attention layers'
+ * values; the family keeps everything else in its own config.
+ */
 typedef struct {
-    cairn_arch_t arch;
+    char family[16];     /* the model family that reads it ("llama"): src/models/<family> */
     char model_type[32];
     int n_layers;        /* num_hidden_layers */
     int hidden;          /* hidden_size */
@@ -61,18 +64,14 @@ typedef struct {
 } cairn_model_config_t;
 
 /*
- * Parses a config.json text (len bytes, need not be NUL-terminated) into *out. Unknown
- * model_type or rope type, missing or non-positive sizes, head counts that do not divide
- * are CAIRN_EUNSUPPORTED / CAIRN_EFORMAT with a message in err. Pure: allocates nothing
- * that outlives the call.
- *
- * Defaults follow the transformers config classes: n_kv_heads = n_heads; head_dim =
- * hidden / n_heads (llama) or 128 (qwen3); rope_theta 10000; rms_eps 1e-6; max_pos 2048
- * (llama) or 32768 (qwen3); untied. Fields that change the math and are not implemented
- * (attention_bias/mlp_bias true, an active sliding window, hidden_act other than silu,
- * quantization_config, partial rotary) are CAIRN_EUNSUPPORTED naming the field; other
- * unknown fields are ignored. model_type "mistral" is accepted as llama only with
- * sliding_window null.
+ * Parses a config.json text (len bytes, need not be NUL-terminated) into *out through the
+ * family its model_type names. An unknown model_type is CAIRN_EUNSUPPORTED naming it;
+ * malformed JSON CAIRN_EFORMAT ("not valid JSON"); allocation failures CAIRN_ENOMEM; the
+ * family's own checks (missing or non-positive sizes, head counts that do not divide,
+ * fields that change the math and are not implemented) CAIRN_EFORMAT /
+ * CAIRN_EUNSUPPORTED naming the field. Allocates nothing that outlives the call. Defaults
+ * follow the transformers config class of the model_type (each family's parse_config,
+ * src/models/<family>/, documents its own); unknown fields are ignored.
  */
 int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
                              char *err, size_t err_len);
@@ -84,7 +83,7 @@ int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t 
 int cairn_generation_config_parse(const char *json, size_t len, cairn_model_config_t *cfg,
                                   char *err, size_t err_len);
 
-/* A view of one tensor inside a mapped file. Row-major; shape[0] is the slowest axis. */
+/* A view of one tensor of the checkpoint's weights. Row-major; shape[0] is the slowest axis. */
 typedef struct {
     const void *data;   /* NULL when absent (optional tensors) */
     cairn_dtype_t dtype;
@@ -92,36 +91,21 @@ typedef struct {
     int64_t shape[4];
 } cairn_tensor_t;
 
-/* Per-layer weights. Shapes in HF [out, in] order. */
-typedef struct {
-    cairn_tensor_t attn_norm; /* [hidden]                      input_layernorm */
-    cairn_tensor_t wq;        /* [n_heads*head_dim, hidden]     self_attn.q_proj */
-    cairn_tensor_t wk;        /* [n_kv_heads*head_dim, hidden]  self_attn.k_proj */
-    cairn_tensor_t wv;        /* [n_kv_heads*head_dim, hidden]  self_attn.v_proj */
-    cairn_tensor_t wo;        /* [hidden, n_heads*head_dim]     self_attn.o_proj */
-    cairn_tensor_t q_norm;    /* [head_dim] qwen3 only          self_attn.q_norm */
-    cairn_tensor_t k_norm;    /* [head_dim] qwen3 only          self_attn.k_norm */
-    cairn_tensor_t ffn_norm;  /* [hidden]                      post_attention_layernorm */
-    cairn_tensor_t w_gate;    /* [ffn, hidden]                  mlp.gate_proj */
-    cairn_tensor_t w_up;      /* [ffn, hidden]                  mlp.up_proj */
-    cairn_tensor_t w_down;    /* [hidden, ffn]                  mlp.down_proj */
-} cairn_layer_weights_t;
-
-typedef struct {
-    cairn_tensor_t embed;     /* [vocab, hidden]  model.embed_tokens */
-    cairn_tensor_t norm;      /* [hidden]         model.norm */
-    cairn_tensor_t lm_head;   /* [vocab, hidden]  lm_head (== embed when tied) */
-    cairn_layer_weights_t *layers; /* [n_layers] */
-} cairn_model_weights_t;
-
 typedef struct cairn_checkpoint cairn_checkpoint_t;
 
 /*
- * Opens a checkpoint folder: parses config.json and generation_config.json (optional),
- * maps every safetensors file, checks every expected tensor's presence, dtype and shape
- * against the config. On success *out owns the mappings; free with
- * cairn_checkpoint_close(). Cost: O(header sizes); weight pages are faulted in lazily
- * (readahead is requested with MADV_WILLNEED).
+ * Opens a checkpoint folder: parses config.json through its family and
+ * generation_config.json (optional), opens every safetensors file, and lets the family
+ * bind every tensor it needs, checking presence, dtype and shape against the config; a
+ * tensor the family gives no use to is an error. On success *out owns the weights; free
+ * with cairn_checkpoint_close().
+ *
+ * Cost: each safetensors file is mapped read-only; by default (knob CAIRN_WEIGHTS_ANON)
+ * a file that takes at most half of MemAvailable is then read once into anonymous huge
+ * pages and the mapping dropped (docs/DESIGN.md, "Mapped, then copied"): open costs one
+ * sequential read of the weights and resident memory equal to their size.
+ * CAIRN_WEIGHTS_ANON=0 keeps the mapping (O(header) open, pages faulted in lazily with
+ * MADV_WILLNEED readahead); =1 always copies.
  *
  * Errors (err names the file and tensor): CAIRN_ENOENT (no config.json, no weights, a
  * shard the index names is missing, an expected tensor is missing), CAIRN_EFORMAT (bad
@@ -134,7 +118,6 @@ typedef struct cairn_checkpoint cairn_checkpoint_t;
 int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
 void cairn_checkpoint_close(cairn_checkpoint_t *ck);
 const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck);
-const cairn_model_weights_t *cairn_checkpoint_weights(const cairn_checkpoint_t *ck);
 /* The folder path as given to open (owned by ck). */
 const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
 /*

@@ -49,6 +49,19 @@ const char *cairn_strerror(int status);
 /* Version string, "MAJOR.MINOR.PATCH". */
 const char *cairn_version(void);
 
+/*
+ * Process-wide set-up, once: routes cJSON's allocations through cairn_malloc/cairn_free
+ * so allocation failures inside JSON parsing are injected by the hooks below and reported
+ * as CAIRN_ENOMEM, never as malformed JSON. Idempotent and thread-safe. The `cairn`
+ * command calls it first thing; the library's entry points that parse JSON
+ * (cairn_checkpoint_open, cairn_model_config_parse, cairn_tokenizer_load*, and the
+ * internal parse wrapper every JSON reader uses) call it too; an embedder that uses cJSON
+ * itself should call it before its own first cJSON call, because cJSON's hooks are one
+ * process global: afterwards every cJSON allocation of the process goes through
+ * cairn_malloc (which is malloc unless a test injects failures).
+ */
+void cairn_init(void);
+
 /* ---- Allocation hooks ------------------------------------------------------------ */
 
 /*

@@ -1,7 +1,7 @@
 /*
  * cmd_check_reference.c — `cairn check-reference MODEL_DIR`: the engine against the HF
  * reference outputs in MODEL_DIR/reference.json, on both K/V paths (see
- * src/engine/reference_check.h for what is compared). Prints one line per (case, path) and
+ * src/tools/reference_check.h for what is compared). Prints one line per (case, path) and
  * ends with "N passed, N failed"; exits 0 only when nothing failed.
  */
 #include <getopt.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/reference_check.h"
+#include "tools/reference_check.h"
 
 static void usage(FILE *out)
 {

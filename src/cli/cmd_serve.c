@@ -7,7 +7,7 @@
  * --drain-ms, cancels the rest, and exits 0.
  *
  * Without MODEL_DIR it serves a default model that needs no download: the synth "tiny"
- * checkpoint (engine/synth.h), written once into <cache dir>/models/synth-tiny on the
+ * checkpoint (tools/synth.h), written once into <cache dir>/models/synth-tiny on the
  * first run. Its weights are seeded random numbers, so its text is gibberish; it exists
  * to try the API end to end.
  *
@@ -29,7 +29,7 @@
 #include "cairn/server.h"
 #include "cairn/tokenizer.h"
 #include "cli/cli.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 static void usage(FILE *out)
 {

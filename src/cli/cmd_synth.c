@@ -1,5 +1,5 @@
 /*
- * cmd_synth.c — `cairn synth`: writes a seeded random checkpoint (engine/synth.h).
+ * cmd_synth.c — `cairn synth`: writes a seeded random checkpoint (tools/synth.h).
  *
  * Only option parsing lives here. A --preset is applied first, whatever its position, so
  * the other options override it.
@@ -11,7 +11,7 @@
 
 #include "cairn/common.h"
 #include "cli/cli.h"
-#include "engine/synth.h"
+#include "tools/synth.h"
 
 static void usage(FILE *out)
 {
@@ -132,9 +132,9 @@ static int cmd_synth(int argc, char **argv)
             /* applied above */
         } else if (!strcmp(a, "--arch")) {
             if (!strcmp(v, "llama")) {
-                o.arch = CAIRN_ARCH_LLAMA;
+                o.arch = CAIRN_SYNTH_LLAMA;
             } else if (!strcmp(v, "qwen3")) {
-                o.arch = CAIRN_ARCH_QWEN3;
+                o.arch = CAIRN_SYNTH_QWEN3;
             } else {
                 fprintf(stderr, "cairn synth: --arch must be llama or qwen3, got '%s'\n", v);
                 rc = -1;

@@ -1,16 +1,22 @@
 /*
  * engine.c — the engine object: options, sequences, and batched steps over two K/V paths.
  *
- * Model. A sequence holds its tokens [len]; the first n_past have K/V stored. A step
- * turns each item's next n pending tokens into rows (sequence, position, token, logits
- * row), reserves their K/V storage, runs them through fwd_run in sub-batches of at most
- * max_step_tokens rows, and only then advances n_past. Because K/V storage for a row is
- * written by the row itself and every kernel's bits are independent of the batch, how the
- * rows are grouped into steps and sub-batches never changes a logit.
+ * Model. A sequence holds its tokens [len]; the first n_past have K/V stored (and, for a
+ * model with recurrent layers, its state handle holds the state after them). A step turns
+ * each item's next n pending tokens into rows (sequence, position, token, logits row),
+ * reserves their K/V storage, runs them through the model family's fwd_step in
+ * sub-batches of at most max_step_tokens rows, and only then advances n_past. Because K/V
+ * storage for a row is written by the row itself and every kernel's bits are independent
+ * of the batch, how the rows are grouped into steps and sub-batches never changes a logit.
+ *
+ * Families. The engine knows models only through models/family.h: the cache layout the
+ * family declares shapes the K/V storage and the state handles, and the family's forward
+ * context computes the rows. Nothing here names a family.
  *
  * K/V paths. Flat: a kv_flat_t per sequence. Paged: see kv_paged.c, which maps a
  * sequence's positions to blocks of the KV cache core. Both expose attn_kv_t, so the
- * forward pass is path-agnostic.
+ * forward pass is path-agnostic; the paged path also hands the family the core sequence
+ * (its block tables).
  *
  * Invariants: 0 <= n_past <= len <= max_context; live sequences form a doubly linked list
  * owned by the engine (destroyed with it).
@@ -22,9 +28,11 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_cold.h"
-#include "engine/forward.h"
+#include "compute/cpu/kernels.h"
 #include "engine/kv_flat.h"
 #include "engine/kv_paged.h"
+#include "engine/seq_state.h"
+#include "models/family.h"
 
 struct cairn_seq {
     cairn_engine_t *e;
@@ -37,20 +45,24 @@ struct cairn_seq {
     bool cold_skip;           /* released by a failed begin: no capture */
     kv_flat_t flat;           /* CAIRN_KV_FLAT */
     kv_paged_seq_t *paged;    /* CAIRN_KV_PAGED */
+    seq_state_t state;        /* recurrent state after n_past tokens (empty: none) */
 };
 
 struct cairn_engine {
     const cairn_checkpoint_t *ck;
+    const cairn_model_t *model;
     const cairn_model_config_t *cfg;
     cairn_engine_options_t opt;
     cairn_thread_pool_t *tp;
-    fwd_t fwd;
+    cairn_layer_cache_t *layers; /* [n_layers] the family's cache layout */
+    size_t state_bytes;       /* per-sequence recurrent state (0: none) */
+    void *fwd;                /* the family's forward context */
     kv_paged_t *paged;        /* the paged store (NULL on the flat path) */
     engine_cold_t *cold;      /* the SSD cold tier (NULL when off; see engine_cold.c) */
     cairn_seq_t *seqs;        /* live sequences */
-    fwd_row_t *rows;          /* [rows_cap] rows of the current step */
+    cairn_fwd_row_t *rows;    /* [rows_cap] rows of the current step */
     int rows_cap;
-    attn_kv_t *views;         /* [views_cap] one accessor per item of the current step */
+    cairn_fwd_seq_t *views;   /* [views_cap] one per item of the current step */
     int views_cap;
     float *logits;            /* [logits_cap][vocab] */
     int logits_cap;
@@ -85,11 +97,8 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     else
         cairn_engine_options_default(&o);
     *out = NULL;
-    const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
-    if (cfg->arch != CAIRN_ARCH_LLAMA && cfg->arch != CAIRN_ARCH_QWEN3) {
-        set_err(err, err_len, "engine: only llama and qwen3 architectures are supported");
-        return CAIRN_EUNSUPPORTED;
-    }
+    const cairn_model_t *model = cairn_checkpoint_model(ck);
+    const cairn_model_config_t *cfg = &model->cfg;
     if (o.max_context <= 0)
         o.max_context = cfg->max_pos < 32768 ? cfg->max_pos : 32768;
     if (o.n_threads < 1 || o.max_step_tokens < 1 || o.max_context < 1 ||
@@ -109,6 +118,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         return CAIRN_ENOMEM;
     }
     e->ck = ck;
+    e->model = model;
     e->cfg = cfg;
     e->opt = o;
     int rc = cairn_thread_pool_create(o.n_threads, &e->tp);
@@ -116,16 +126,30 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         set_err(err, err_len, "engine: cannot create the thread pool");
         goto fail;
     }
-    rc = fwd_init(&e->fwd, cfg, cairn_checkpoint_weights(ck), e->tp, (cairn_math_t)o.math,
-                  o.kv_dtype, o.max_step_tokens, o.max_context);
+    /* The family's cache needs shape the K/V storage and the state handles. */
+    e->layers = cairn_calloc((size_t)cfg->n_layers, sizeof(*e->layers));
+    if (!e->layers) {
+        rc = CAIRN_ENOMEM;
+        set_err(err, err_len, "engine: out of memory");
+        goto fail;
+    }
+    rc = cairn_model_cache_layout(model, o.kv_dtype, e->layers, &e->state_bytes);
+    if (rc) {
+        if (err && err_len)
+            snprintf(err, err_len, "engine: the %s family declares no usable cache layout (%s)",
+                     cfg->family, cairn_strerror(rc));
+        goto fail;
+    }
+    cairn_fwd_env_t env = {e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
+    rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
         set_err(err, err_len, rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
                                                  : "engine: unsupported rope type");
         goto fail;
     }
     if (o.kv_path == CAIRN_KV_PAGED) {
-        rc = kv_paged_create(cfg, o.kv_dtype, o.block_tokens, (size_t)o.pool_mib, &e->paged,
-                             err, err_len);
+        rc = kv_paged_create(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
+                             (size_t)o.pool_mib, &e->paged, err, err_len);
         if (rc)
             goto fail;
         if ((rc = engine_cold_open(ck, &o, e->paged, &e->cold))) {
@@ -148,7 +172,9 @@ void cairn_engine_destroy(cairn_engine_t *e)
         cairn_seq_release(e->seqs);
     engine_cold_close(e->cold); /* after the releases above queued their blocks */
     kv_paged_destroy(e->paged);
-    fwd_fini(&e->fwd);
+    if (e->fwd)
+        e->model->family->fwd_destroy(e->fwd);
+    cairn_free(e->layers);
     cairn_thread_pool_destroy(e->tp);
     cairn_free(e->rows);
     cairn_free(e->views);
@@ -209,13 +235,15 @@ static int seq_new(cairn_engine_t *e, const char *cache_salt, cairn_seq_t **out)
     if (!s)
         return CAIRN_ENOMEM;
     s->e = e;
-    int rc;
-    if (e->opt.kv_path == CAIRN_KV_FLAT)
-        rc = kv_flat_init(&s->flat, e->cfg->n_layers, e->cfg->n_kv_heads * e->cfg->head_dim,
-                          e->opt.kv_dtype);
-    else
-        rc = kv_paged_seq_create(e->paged, cache_salt, &s->paged);
+    int rc = seq_state_init(&s->state, e->state_bytes);
+    if (rc == CAIRN_OK) {
+        if (e->opt.kv_path == CAIRN_KV_FLAT)
+            rc = kv_flat_init(&s->flat, e->layers, e->cfg->n_layers, e->opt.kv_dtype);
+        else
+            rc = kv_paged_seq_create(e->paged, cache_salt, &s->paged);
+    }
     if (rc) {
+        seq_state_fini(&s->state);
         cairn_free(s);
         return rc;
     }
@@ -299,6 +327,9 @@ int cairn_seq_truncate(cairn_seq_t *s, int n)
 {
     if (n < 0 || n > s->len)
         return CAIRN_EINVAL;
+    /* Recurrent state cannot be rewound without a checkpoint at n (seq_state.h). */
+    if (n < s->n_past && s->state.bytes)
+        return CAIRN_EUNSUPPORTED;
     if (s->paged) {
         int rc = kv_paged_seq_truncate(s->paged, n);
         if (rc)
@@ -346,6 +377,7 @@ int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out)
         rc = kv_flat_copy(&c->flat, &s->flat, s->n_past);
     if (rc)
         goto fail;
+    seq_state_copy(&c->state, &s->state);
     c->n_past = s->n_past;
     *out = c;
     return CAIRN_OK;
@@ -371,6 +403,7 @@ void cairn_seq_release(cairn_seq_t *s)
         kv_paged_seq_destroy(s->paged);
     } else
         kv_flat_fini(&s->flat);
+    seq_state_fini(&s->state);
     cairn_free(s->tokens);
     cairn_free(s);
 }
@@ -423,8 +456,8 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         n_tok += n;
         n_out += items[i].logits == CAIRN_LOGITS_ALL ? n : items[i].logits == CAIRN_LOGITS_LAST;
     }
-    if ((rc = grow((void **)&e->rows, &e->rows_cap, n_tok, sizeof(fwd_row_t))) ||
-        (rc = grow((void **)&e->views, &e->views_cap, n_items, sizeof(attn_kv_t))) ||
+    if ((rc = grow((void **)&e->rows, &e->rows_cap, n_tok, sizeof(cairn_fwd_row_t))) ||
+        (rc = grow((void **)&e->views, &e->views_cap, n_items, sizeof(cairn_fwd_seq_t))) ||
         (rc = grow((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float))))
         goto done;
 
@@ -435,24 +468,37 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         int n = items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
         if (s->paged) {
             /* Slots were reserved when the tokens were fed. */
-            e->views[i] = (attn_kv_t){kv_paged_rows, s->paged};
+            e->views[i] = (cairn_fwd_seq_t){{kv_paged_rows, s->paged}, kv_paged_seq_core(s->paged),
+                                            s->state.data, s->n_past};
         } else {
             rc = kv_flat_reserve(&s->flat, s->n_past + n);
-            e->views[i] = (attn_kv_t){kv_flat_rows, &s->flat};
+            e->views[i] = (cairn_fwd_seq_t){{kv_flat_rows, &s->flat}, NULL, s->state.data,
+                                            s->n_past};
         }
         if (rc)
             goto done;
         for (int t = 0; t < n; t++, r++) {
             bool want = items[i].logits == CAIRN_LOGITS_ALL ||
                         (items[i].logits == CAIRN_LOGITS_LAST && t == n - 1);
-            e->rows[r] = (fwd_row_t){i, s->n_past + t, s->tokens[s->n_past + t], want ? o++ : -1};
+            e->rows[r] = (cairn_fwd_row_t){i, s->n_past + t, s->tokens[s->n_past + t],
+                                           want ? o++ : -1};
         }
     }
 
-    /* The forward pass, in sub-batches of at most max_step_tokens rows. */
+    /* The forward pass, in sub-batches of at most max_step_tokens rows. A sequence's rows
+     * may straddle two sub-batches: its view's n_past is where its first row of the
+     * sub-batch stands (rows of one sequence are contiguous and in order). */
     for (int start = 0; start < n_tok; start += e->opt.max_step_tokens) {
         int len = n_tok - start < e->opt.max_step_tokens ? n_tok - start : e->opt.max_step_tokens;
-        fwd_run(&e->fwd, e->rows + start, len, e->views, e->logits);
+        for (int j = start; j < start + len; j++)
+            if (j == start || e->rows[j].seq != e->rows[j - 1].seq)
+                e->views[e->rows[j].seq].n_past = e->rows[j].pos;
+        cairn_fwd_batch_t b = {e->rows + start, len, e->views, n_items, e->logits};
+        if ((rc = e->model->family->fwd_step(e->fwd, &b))) {
+            cairn_log(CAIRN_LOG_ERROR, "engine: the %s forward step failed (%s)", e->cfg->family,
+                      cairn_strerror(rc));
+            goto done;
+        }
     }
 
     for (i = 0; i < n_items; i++) {

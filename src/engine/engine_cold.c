@@ -13,7 +13,8 @@
  * alike. The walk stops at the first missing, invalid or declined block, and the core
  * never attaches past a hole, so a prefix is always a contiguous chain of valid blocks.
  *
- * Invariants: only families of cairn_cold_eligible_families() open a store; the store's
+ * Invariants: only model_types of cairn_cold_eligible_families() (each family lists its
+ * own, models/family.h) open a store; the store's
  * layout (layer_bytes) is the pool's block layout, so payload == one pool block's bytes;
  * corrupt objects are deleted and counted by the store and never reach the pool (a block
  * whose read fails is discarded unpublished).
@@ -25,24 +26,11 @@
 #include <time.h>
 
 #include "engine/engine_cold.h"
+#include "models/family.h"
 
 #define DEFAULT_DRAIN_MS 5000
 
 _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_cold_hash_t), "one 32-byte block hash");
-
-static const char *const eligible_families[] = {"llama", "qwen3", NULL};
-
-const char *const *cairn_cold_eligible_families(void) { return eligible_families; }
-
-bool cairn_cold_family_eligible(const char *model_type)
-{
-    if (!model_type)
-        return false;
-    for (size_t i = 0; eligible_families[i]; i++)
-        if (strcmp(eligible_families[i], model_type) == 0)
-            return true;
-    return false;
-}
 
 struct engine_cold {
     cairn_cold_store_t *store;
@@ -65,36 +53,23 @@ static double now_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Fills the model description of the fingerprint. Everything that changes the bytes of
- * a K/V row goes in: the geometry the store checks anyway, rope, and through `extra` the
- * math mode and the config values that shape the layers below (norm epsilon, widths). The
- * weights digest covers every tensor's name, shape and dtype. */
+/* Fills the model description of the fingerprint: the family's part (architecture,
+ * geometry, rope and the config values that shape K/V, models/family.h describe), then
+ * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
+ * weights digest, which covers every tensor's name, shape and dtype. */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
                            uint32_t block_tokens, char *extra, size_t extra_len,
                            cairn_cold_model_desc_t *d)
 {
-    const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
+    const cairn_model_t *m = cairn_checkpoint_model(ck);
+    char fam[224];
     memset(d, 0, sizeof(*d));
-    d->architecture = cfg->model_type;
-    d->n_layers = (uint32_t)cfg->n_layers;
-    d->n_heads = (uint32_t)cfg->n_heads;
-    d->n_kv_heads = (uint32_t)cfg->n_kv_heads;
-    d->head_dim = (uint32_t)cfg->head_dim;
+    fam[0] = '\0';
+    m->family->describe(m, d, fam, sizeof(fam));
     d->block_tokens = block_tokens;
     d->kv_dtype = o->kv_dtype;
-    d->rope_dim = (uint32_t)cfg->head_dim;
-    d->rope_theta = cfg->rope_theta;
-    d->rope_scaling = (uint32_t)cfg->rope_type;
-    if (cfg->rope_type == CAIRN_ROPE_LLAMA3) {
-        d->rope_scaling_factor = cfg->rope_factor;
-        d->rope_original_ctx = (uint32_t)cfg->rope_orig_max_pos;
-    }
-    snprintf(extra, extra_len,
-             "math=%s;hidden=%d;ffn=%d;vocab=%d;rms_eps=%.9g;rope_low=%.9g;rope_high=%.9g",
-             o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32", cfg->hidden, cfg->ffn, cfg->vocab,
-             (double)cfg->rms_eps,
-             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_low_freq_factor : 0.0,
-             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_high_freq_factor : 0.0);
+    snprintf(extra, extra_len, "math=%s;%s", o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32",
+             fam);
     d->extra = extra;
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }

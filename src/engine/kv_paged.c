@@ -30,25 +30,25 @@ struct kv_paged_seq {
     cairn_kv_seq_t *seq;          /* NULL until the first append */
 };
 
-int kv_paged_create(const cairn_model_config_t *cfg, cairn_dtype_t dtype, int block_tokens,
-                    size_t budget_mib, kv_paged_t **out, char *err, size_t err_len)
+int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
+                    int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
+                    size_t err_len)
 {
     *out = NULL;
     int rc = CAIRN_ENOMEM;
     cairn_kv_layer_spec_t *specs = NULL;
     kv_paged_t *kp = cairn_calloc(1, sizeof(*kp));
-    specs = cairn_calloc((size_t)cfg->n_layers, sizeof(*specs));
+    specs = cairn_calloc((size_t)n_layers, sizeof(*specs));
     if (!kp || !specs)
         goto fail;
-    kp->n_layers = cfg->n_layers;
-    kp->views = cairn_calloc((size_t)cfg->n_layers, sizeof(*kp->views));
+    kp->n_layers = n_layers;
+    kp->views = cairn_calloc((size_t)n_layers, sizeof(*kp->views));
     if (!kp->views)
         goto fail;
-    for (int l = 0; l < cfg->n_layers; l++)
-        specs[l] = (cairn_kv_layer_spec_t){CAIRN_KV_LAYER_FULL, (uint32_t)cfg->n_kv_heads,
-                                           (uint32_t)cfg->head_dim, 0, 0};
+    for (int l = 0; l < n_layers; l++)
+        specs[l] = layers[l].kv;
     cairn_kv_config_t kc = {0};
-    kc.n_layers = (uint32_t)cfg->n_layers;
+    kc.n_layers = (uint32_t)n_layers;
     kc.layers = specs;
     kc.dtype = dtype;
     kc.block_size = (uint32_t)block_tokens;
@@ -61,7 +61,10 @@ int kv_paged_create(const cairn_model_config_t *cfg, cairn_dtype_t dtype, int bl
         goto fail_quiet;
     }
     kp->block_size = cairn_kv_cache_block_size(kp->cache);
-    for (int l = 0; l < cfg->n_layers; l++) {
+    /* RECURRENT layers have no pages and no view (their state is the sequence's). */
+    for (int l = 0; l < n_layers; l++) {
+        if (specs[l].kind == CAIRN_KV_LAYER_RECURRENT)
+            continue;
         rc = cairn_kv_layer_view(kp->cache, (uint32_t)l, &kp->views[l]);
         if (rc)
             goto fail;

@@ -1,23 +1,31 @@
 /*
  * kv_paged.h — the paged K/V path: the engine's adapter onto the KV cache core.
  *
- * A kv_paged_t owns one cairn_kv_cache_t laid out for a dense model (every layer FULL,
- * n_kv_heads x head_dim rows of the K/V dtype). A kv_paged_seq_t wraps one
- * cairn_kv_seq_t plus the engine's cursor, and exposes the attn_kv_t accessor
- * kv_paged_rows: position p of layer l is slot p % block_size of block table[p / bs].
+ * A kv_paged_t owns one cairn_kv_cache_t laid out from the model family's cache layout
+ * (models/family.h: per layer FULL, SLIDING(W), RECURRENT or SHARED, with its K/V
+ * geometry), so the KV core builds one group per distinct paged layer kind and window.
+ * A kv_paged_seq_t wraps one cairn_kv_seq_t plus the engine's cursor, and exposes the
+ * attn_kv_t accessor kv_paged_rows: position p of layer l is slot p % block_size of block
+ * table[p / bs] of that layer's group (0 for a null block outside a sliding window).
  */
 #ifndef CAIRN_ENGINE_KV_PAGED_H
 #define CAIRN_ENGINE_KV_PAGED_H
 
-#include "cairn/checkpoint.h"
 #include "cairn/kv_cache.h"
+#include "models/family.h"
 
 typedef struct kv_paged kv_paged_t;
 typedef struct kv_paged_seq kv_paged_seq_t;
 
-/* Creates the cache: block_tokens per block, budget_bytes of pool (also the initial size). */
-int kv_paged_create(const cairn_model_config_t *cfg, cairn_dtype_t dtype, int block_tokens,
-                    size_t budget_mib, kv_paged_t **out, char *err, size_t err_len);
+/*
+ * Creates the cache for layers[n_layers]: block_tokens per block, a pool of budget_mib
+ * MiB (the maximum, and also the initial size). Errors: the KV core's (CAIRN_EINVAL for
+ * a layout it cannot page, CAIRN_ERANGE for a budget below two blocks, CAIRN_ENOMEM),
+ * with a message in err.
+ */
+int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
+                    int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
+                    size_t err_len);
 void kv_paged_destroy(kv_paged_t *kp);
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
 /* The same cache, mutable (the cold-tier bridge imports restored blocks into it). */

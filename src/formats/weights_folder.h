@@ -53,6 +53,8 @@ typedef bool (*fmt_tensor_ignore_fn)(void *user, const char *name);
 int fmt_tensors_check_used(const fmt_tensors_t *ts, fmt_tensor_ignore_fn ignore, void *user,
                            char *err, size_t err_len);
 
+/* The folder path as given to open (for messages). */
+const char *fmt_tensors_dir(const fmt_tensors_t *ts);
 /* The weights digest of docs/FORMAT.md 1.5 (computed at open). */
 void fmt_tensors_digest(const fmt_tensors_t *ts, uint8_t out[32]);
 /* Bytes of the distinct tensors bound so far. */

@@ -76,7 +76,7 @@
 #include "cairn/cold_tier.h"
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
-#include "engine/attention.h"
+#include "compute/cpu/attention.h"
 #include "formats/hf_config.h"
 #include "formats/weights_folder.h"
 #include "util/thread_pool.h"
@@ -192,7 +192,10 @@ struct cairn_family {
     int (*fwd_create)(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);
     void (*fwd_destroy)(void *fwd);
     /* One batched forward step; see the contract above. Returns CAIRN_OK or an error
-     * (nothing a family computes today fails; the engine then fails the step). */
+     * (a device error, say; nothing the CPU families compute fails). The engine then fails
+     * the step without advancing any sequence: K/V already written is harmless (it is
+     * rewritten), but a state handle the failed call advanced is not, so a stateful
+     * family must fail before it changes any handle. */
     int (*fwd_step)(void *fwd, const cairn_fwd_batch_t *batch);
 };
 
@@ -218,6 +221,20 @@ int cairn_family_unregister(const cairn_family_t *family);
 const cairn_family_t *const *cairn_family_builtins(void);
 
 /* ---- Helpers over a model (models/model.c) ---------------------------------------- */
+
+/*
+ * Parses a config.json text into *m: finds the family of its model_type (CAIRN_EUNSUPPORTED
+ * "config.json: unsupported model_type ..." when none reads it), sets m->cfg.model_type
+ * and m->cfg.family, and runs the family's parse_config. On failure *m is zeroed and owns
+ * nothing. Free with cairn_model_fini().
+ */
+int cairn_model_parse_config(const char *json, size_t len, cairn_model_t *m, char *err,
+                             size_t err_len);
+/* Frees the family's state of m (destroy(priv)) and zeroes *m. */
+void cairn_model_fini(cairn_model_t *m);
+
+/* The bound model of an open checkpoint (owned by it). */
+const cairn_model_t *cairn_checkpoint_model(const cairn_checkpoint_t *ck);
 
 /*
  * Fills layers[m->cfg.n_layers] through the family and checks the result: kinds known,

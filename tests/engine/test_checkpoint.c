@@ -20,7 +20,14 @@
 #include <unistd.h>
 
 #include "cairn/checkpoint.h"
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
+#include "models/llama/llama.h"
+
+/* The llama family's weights of an open checkpoint. */
+static const llama_weights_t *ckpt_weights(const cairn_checkpoint_t *ck)
+{
+    return llama_model_weights(cairn_checkpoint_model(ck));
+}
 
 #define FIX CAIRN_FIXTURES_DIR "/models/"
 
@@ -186,7 +193,7 @@ static void test_llama(void **state)
 {
     cairn_checkpoint_t *ck = open_ok(FIX "llama");
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
-    const cairn_model_weights_t *w = cairn_checkpoint_weights(ck);
+    const llama_weights_t *w = ckpt_weights(ck);
     assert_string_equal(cairn_checkpoint_dir(ck), FIX "llama");
     assert_int_equal(c->n_layers, 3);
     assert_int_equal(c->n_kv_heads, 1);
@@ -195,7 +202,7 @@ static void test_llama(void **state)
     assert_ptr_not_equal(w->embed.data, w->lm_head.data);
     assert_shape(&w->norm, 1, 128, 0);
     for (int l = 0; l < 3; l++) {
-        const cairn_layer_weights_t *L = &w->layers[l];
+        const llama_layer_weights_t *L = &w->layers[l];
         assert_shape(&L->attn_norm, 1, 128, 0);
         assert_shape(&L->wq, 2, 128, 128);
         assert_shape(&L->wk, 2, 32, 128);
@@ -218,7 +225,7 @@ static void test_llama31_sharded_tied(void **state)
 {
     cairn_checkpoint_t *ck = open_ok(FIX "llama31");
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
-    const cairn_model_weights_t *w = cairn_checkpoint_weights(ck);
+    const llama_weights_t *w = ckpt_weights(ck);
     assert_int_equal(c->rope_type, CAIRN_ROPE_LLAMA3);
     assert_float_equal(c->rope_factor, 8.0f, 0);
     assert_int_equal(c->rope_orig_max_pos, 8192);
@@ -235,7 +242,7 @@ static void test_llama31_sharded_tied(void **state)
 static void test_qwen3(void **state)
 {
     cairn_checkpoint_t *ck = open_ok(FIX "qwen3");
-    const cairn_model_weights_t *w = cairn_checkpoint_weights(ck);
+    const llama_weights_t *w = ckpt_weights(ck);
     assert_ptr_equal(w->lm_head.data, w->embed.data);
     for (int l = 0; l < 4; l++) {
         assert_shape(&w->layers[l].q_norm, 1, 32, 0);
@@ -260,13 +267,13 @@ static void assert_same_values(const cairn_tensor_t *a, const cairn_tensor_t *b)
 static void test_qwen3_bf16_equals_f32(void **state)
 {
     cairn_checkpoint_t *a = open_ok(FIX "qwen3"), *b = open_ok(FIX "qwen3_f32");
-    const cairn_model_weights_t *wa = cairn_checkpoint_weights(a), *wb = cairn_checkpoint_weights(b);
+    const llama_weights_t *wa = ckpt_weights(a), *wb = ckpt_weights(b);
     assert_int_equal(wb->embed.dtype, CAIRN_DTYPE_F32);
     assert_same_values(&wa->embed, &wb->embed);
     assert_same_values(&wa->norm, &wb->norm);
     for (int l = 0; l < 4; l++) {
         const cairn_tensor_t *ta = &wa->layers[l].attn_norm, *tb = &wb->layers[l].attn_norm;
-        for (size_t k = 0; k < sizeof(cairn_layer_weights_t) / sizeof(cairn_tensor_t); k++)
+        for (size_t k = 0; k < sizeof(llama_layer_weights_t) / sizeof(cairn_tensor_t); k++)
             assert_same_values(&ta[k], &tb[k]);
     }
     assert_int_equal(cairn_checkpoint_weight_bytes(b), 2 * cairn_checkpoint_weight_bytes(a));
@@ -521,7 +528,7 @@ static void test_misaligned_copy(void **state)
     char *dir = config_copy("qwen3");
     write_edited("qwen3", "model.safetensors", dir, NULL, 1);
     cairn_checkpoint_t *a = open_ok(dir), *b = open_ok(FIX "qwen3");
-    const cairn_model_weights_t *wa = cairn_checkpoint_weights(a), *wb = cairn_checkpoint_weights(b);
+    const llama_weights_t *wa = ckpt_weights(a), *wb = ckpt_weights(b);
     assert_int_equal((uintptr_t)wa->embed.data % 2, 0);
     assert_same_values(&wa->embed, &wb->embed);
     assert_same_values(&wa->layers[3].w_down, &wb->layers[3].w_down);

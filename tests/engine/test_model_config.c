@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "cairn/checkpoint.h"
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 
 static char *slurp_fixture(const char *model, const char *file, size_t *len)
 {
@@ -50,7 +50,7 @@ static void test_fixture_llama(void **state)
     cairn_model_config_t c;
     char err[256] = "";
     assert_int_equal(cairn_model_config_parse(text, len, &c, err, sizeof err), 0);
-    assert_int_equal(c.arch, CAIRN_ARCH_LLAMA);
+    assert_string_equal(c.family, "llama");
     assert_string_equal(c.model_type, "llama");
     assert_int_equal(c.n_layers, 3);
     assert_int_equal(c.hidden, 128);
@@ -96,7 +96,7 @@ static void test_fixture_qwen3(void **state)
     cairn_model_config_t c;
     char err[256] = "";
     assert_int_equal(cairn_model_config_parse(text, len, &c, err, sizeof err), 0);
-    assert_int_equal(c.arch, CAIRN_ARCH_QWEN3);
+    assert_string_equal(c.model_type, "qwen3");
     assert_int_equal(c.n_layers, 4);
     assert_int_equal(c.ffn, 384);
     assert_int_equal(c.head_dim, 32);

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "engine/engine_fixtures.h"
-#include "engine/reference_check.h"
+#include "tools/reference_check.h"
 
 static void check_model(const char *model, int threads)
 {

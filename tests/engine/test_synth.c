@@ -20,8 +20,15 @@
 #include <unistd.h>
 
 #include "cairn/checkpoint.h"
-#include "engine/safetensors.h"
-#include "engine/synth.h"
+#include "formats/safetensors.h"
+#include "models/llama/llama.h"
+
+/* The llama family's weights of an open checkpoint. */
+static const llama_weights_t *ckpt_weights(const cairn_checkpoint_t *ck)
+{
+    return llama_model_weights(cairn_checkpoint_model(ck));
+}
+#include "tools/synth.h"
 
 static char *make_tmpdir(void)
 {
@@ -126,7 +133,7 @@ static void test_roundtrip_llama(void **state)
     char err[512] = "";
     assert_int_equal(cairn_checkpoint_open(dir, &ck, err, sizeof err), 0);
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
-    assert_int_equal(c->arch, CAIRN_ARCH_LLAMA);
+    assert_string_equal(c->model_type, "llama");
     assert_int_equal(c->n_layers, 3);
     assert_int_equal(c->hidden, 96);
     assert_int_equal(c->n_heads, 6);
@@ -142,7 +149,7 @@ static void test_roundtrip_llama(void **state)
     assert_int_equal(c->eos_ids[0], 299);
     assert_int_equal(c->bos_id, -1);
 
-    const cairn_model_weights_t *w = cairn_checkpoint_weights(ck);
+    const llama_weights_t *w = ckpt_weights(ck);
     assert_ptr_not_equal(w->lm_head.data, w->embed.data);
     assert_int_equal(w->layers[2].wq.shape[0], 192);
     assert_int_equal(w->layers[2].wk.shape[0], 64);
@@ -168,7 +175,7 @@ static void test_roundtrip_qwen3_sharded_dtypes(void **state)
     char *ref_dir = make_tmpdir();
     cairn_synth_options_t o;
     cairn_synth_options_default(&o);
-    o.arch = CAIRN_ARCH_QWEN3;
+    o.arch = CAIRN_SYNTH_QWEN3;
     o.tied = true;
     o.seed = 7;
     o.dtype = CAIRN_DTYPE_F32;
@@ -186,10 +193,10 @@ static void test_roundtrip_qwen3_sharded_dtypes(void **state)
         cairn_checkpoint_t *ck;
         assert_int_equal(cairn_checkpoint_open(dir, &ck, err, sizeof err), 0);
         const cairn_model_config_t *c = cairn_checkpoint_config(ck);
-        assert_int_equal(c->arch, CAIRN_ARCH_QWEN3);
+        assert_string_equal(c->model_type, "qwen3");
         assert_true(c->tie_embeddings);
-        const cairn_model_weights_t *w = cairn_checkpoint_weights(ck);
-        const cairn_model_weights_t *rw = cairn_checkpoint_weights(ref);
+        const llama_weights_t *w = ckpt_weights(ck);
+        const llama_weights_t *rw = ckpt_weights(ref);
         assert_ptr_equal(w->lm_head.data, w->embed.data);
         assert_int_equal(w->layers[1].q_norm.shape[0], 16);
         assert_int_equal(w->layers[1].k_norm.dtype, dts[k]);
@@ -231,7 +238,7 @@ static void test_deterministic_in_seed(void **state)
     char err[512];
     assert_int_equal(cairn_checkpoint_open(a, &ca, err, sizeof err), 0);
     assert_int_equal(cairn_checkpoint_open(b, &cb, err, sizeof err), 0);
-    const cairn_model_weights_t *wa = cairn_checkpoint_weights(ca), *wb = cairn_checkpoint_weights(cb);
+    const llama_weights_t *wa = ckpt_weights(ca), *wb = ckpt_weights(cb);
     assert_memory_equal(wa->embed.data, wb->embed.data, 512 * 64 * 2);
     assert_memory_equal(wa->lm_head.data, wb->lm_head.data, 512 * 64 * 2);
     uint8_t da[32], db[32];
@@ -329,7 +336,7 @@ static void test_presets_and_bad_options(void **state)
     assert_int_equal(o.n_kv_heads, 2);
     assert_false(o.tied);
     assert_int_equal(cairn_synth_options_preset("qwen3-8l", &o), 0);
-    assert_int_equal(o.arch, CAIRN_ARCH_QWEN3);
+    assert_int_equal(o.arch, CAIRN_SYNTH_QWEN3);
     assert_int_equal(cairn_synth_options_preset("gpt2", &o), CAIRN_EINVAL);
 
     char *dir = make_tmpdir();
@@ -405,7 +412,7 @@ static void test_alloc_failures(void **state)
     cairn_synth_options_default(&o);
     o.vocab = 300;
     o.n_shards = 2;
-    o.arch = CAIRN_ARCH_QWEN3;
+    o.arch = CAIRN_SYNTH_QWEN3;
     int rc = -1;
     long n;
     /* Every allocation of the first few hundred (options, config, headers, the start of

@@ -38,12 +38,9 @@
 #ifndef CAIRN_MODELS_LFM2_H
 #define CAIRN_MODELS_LFM2_H
 
-#include <cjson/cJSON.h>
-
-#include "cairn/checkpoint.h"
 #include "compute/cpu/attention.h"
 #include "compute/cpu/kernels.h"
-#include "engine/forward.h"
+#include "models/family.h"
 
 #define LFM2_MAX_LAYERS 512
 #define LFM2_MAX_CONV_TAPS 64
@@ -67,8 +64,8 @@ typedef struct {
 } lfm2_config_t;
 
 /*
- * Parses a config.json object of model_type "lfm2" into *out (transformers Lfm2Config
- * semantics):
+ * Parses the text model's fields `o` (config.json, model_type "lfm2") into *out
+ * (transformers Lfm2Config semantics):
  *   - layer kinds from `layer_types` ("conv" / "full_attention"), else `full_attn_idxs`,
  *     else every layer is attention;
  *   - intermediate_size (alias `block_ff_dim`); when block_auto_adjust_ff_dim (default
@@ -76,14 +73,16 @@ typedef struct {
  *     block_ffn_dim_multiplier (default 1.0) is not null, int(multiplier * that) rounded
  *     up to a multiple of block_multiple_of (default 256);
  *   - head_dim = hidden_size / num_attention_heads unless given; norm_eps 1e-5;
- *     tie_word_embeddings (alias `tie_embedding`) default true; rope_theta from
- *     rope_parameters, rope_theta or theta, default 1e6; conv_L_cache default 3.
+ *     tie_word_embeddings (alias `tie_embedding`) default true; RoPE from
+ *     rope_parameters, or rope_theta / theta (default 1e6) and rope_scaling, as
+ *     formats/hf_config.h reads them; conv_L_cache default 3.
  * Fields that change the math and are not implemented are CAIRN_EUNSUPPORTED naming the
- * field (conv_bias true, a rope type other than default, partial rotary,
- * quantization_config); missing or inconsistent sizes are CAIRN_EFORMAT. Pure.
+ * field (conv_bias true, an unsupported rope type, partial rotary,
+ * quantization_config); missing or inconsistent sizes are CAIRN_EFORMAT. base.family and
+ * base.model_type are left to the caller. Pure.
  */
-int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t err_len);
-/* The same from config.json text (len bytes). Also CAIRN_ENOMEM. */
+int lfm2_config_parse(const cJSON *o, lfm2_config_t *out, char *err, size_t err_len);
+/* The same from config.json text (len bytes), for tests and tools. Also CAIRN_ENOMEM. */
 int lfm2_config_parse_text(const char *json, size_t len, lfm2_config_t *out, char *err,
                            size_t err_len);
 
@@ -115,25 +114,40 @@ typedef struct {
     lfm2_layer_weights_t *layers; /* [n_layers], owned (lfm2_weights_fini) */
 } lfm2_weights_t;
 
-/* Binds tensor `name` of shape dims[0..ndim) into *out (the contract of
- * fmt_tensors_bind: CAIRN_ENOENT when missing, CAIRN_EFORMAT for another shape, the
- * message in err naming the tensor). */
-typedef int (*lfm2_bind_fn)(void *ctx, const char *name, int ndim, const int64_t *dims,
-                            cairn_tensor_t *out, char *err, size_t err_len);
-
 /*
- * Binds every tensor the config needs through bind(ctx, ...), each with the shape
- * config.json implies. Names are the HF ones ("model.layers.3.conv.in_proj.weight", ...).
- * Errors: bind's, CAIRN_ENOMEM. A tied checkpoint may also carry lm_head.weight, which
- * is left unbound (lfm2_weights_ignored says so), as HF ignores it.
+ * Binds every tensor the config needs (fmt_tensors_bind: name and the shape config.json
+ * implies). Names are the HF ones ("model.layers.3.conv.in_proj.weight", ...). Errors:
+ * the binder's (CAIRN_ENOENT missing, CAIRN_EFORMAT another shape), CAIRN_ENOMEM. A tied
+ * checkpoint may also carry lm_head.weight, which stays unbound (lfm2_weights_ignored
+ * accepts it), as HF ignores it.
  */
-int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
-                      lfm2_weights_t *out, char *err, size_t err_len);
+int lfm2_weights_bind(const lfm2_config_t *cfg, fmt_tensors_t *ts, lfm2_weights_t *out,
+                      char *err, size_t err_len);
 void lfm2_weights_fini(lfm2_weights_t *w);
-/* Whether `name` is a tensor the config uses (the loader rejects tensors nobody uses). */
-bool lfm2_weights_uses(const lfm2_config_t *cfg, const char *name);
 /* Whether an unbound tensor is expected anyway: lm_head.weight of a tied checkpoint. */
 bool lfm2_weights_ignored(const lfm2_config_t *cfg, const char *name);
+
+/* The family's state of one model (cairn_model_t.priv). */
+typedef struct {
+    lfm2_config_t cfg;
+    lfm2_weights_t w;
+} lfm2_t;
+
+extern const cairn_family_t cairn_family_lfm2;
+
+/* The family's model of a checkpoint of this family; NULL for another family. */
+const lfm2_t *lfm2_of(const cairn_model_t *m);
+
+/* The vtable's entries (lfm2_config.c, lfm2_weights.c, lfm2_forward.c). */
+int lfm2_parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
+                      size_t err_len);
+int lfm2_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, char *err,
+              size_t err_len);
+bool lfm2_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name);
+void lfm2_destroy(void *priv);
+int lfm2_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);
+void lfm2_fwd_destroy(void *fwd);
+int lfm2_fwd_step(void *fwd, const cairn_fwd_batch_t *batch);
 
 /* ---- per-sequence recurrent state ------------------------------------------------- */
 
@@ -179,22 +193,20 @@ typedef struct {
 } lfm2_fwd_t;
 
 /* Allocates the scratch of max_rows rows, widens the conv taps, computes the RoPE table.
- * CAIRN_ENOMEM, CAIRN_EUNSUPPORTED (rope). */
+ * CAIRN_ENOMEM, CAIRN_EUNSUPPORTED (rope). (The family's fwd_create wraps it.) */
 int lfm2_fwd_init(lfm2_fwd_t *f, const lfm2_config_t *cfg, const lfm2_weights_t *w,
                   cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
                   int max_rows, int max_positions);
 void lfm2_fwd_fini(lfm2_fwd_t *f);
 
 /*
- * Runs rows [n] (n <= max_rows; fwd_row_t of engine/forward.h) through every layer.
- * views[row.seq] stores and reads the attention layers' K/V (called with the model layer
- * index); states[row.seq] is that sequence's conv state (cfg->state_bytes, 64-byte
- * aligned), advanced in place by every row. A sequence's rows must be in increasing, consecutive
- * positions continuing what its K/V and state already hold. Logits [vocab] are written
- * for each row with out_row >= 0 at logits + out_row * vocab (increasing, consecutive
- * out_row).
+ * One batched step (the contract of models/family.h fwd_step): every row of b through
+ * every layer. b->seqs[row.seq].kv stores and reads the attention layers' K/V (called
+ * with the model layer index); b->seqs[row.seq].state is that sequence's conv state
+ * (cfg->state_bytes), advanced in place by every row in row order. A sequence's rows are
+ * in increasing, consecutive positions continuing what its K/V and state already hold.
+ * Logits [vocab] go to b->logits + out_row * vocab for rows with out_row >= 0.
  */
-void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views,
-                  void *const *states, float *logits);
+void lfm2_fwd_run(lfm2_fwd_t *f, const cairn_fwd_batch_t *b);
 
 #endif

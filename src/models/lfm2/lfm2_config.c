@@ -9,57 +9,25 @@
  * Fields that would change the math in a way not implemented here are
  * CAIRN_EUNSUPPORTED with the field named; other unknown fields are ignored.
  *
+ * The shared HF parts (typed fields, RoPE block, special tokens) are formats/hf_config.c.
  * Pure functions of their input; thread-safe.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/lfm2/lfm2.h"
 
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-static const cJSON *get(const cJSON *o, const char *key)
-{
-    return cJSON_GetObjectItemCaseSensitive(o, key);
-}
-
-static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
-
-/* Integer field in [lo, hi]; absent or null gives dflt, or an error when required. */
-static int get_int(const cJSON *o, const char *key, bool required, int dflt, int lo, int hi,
-                   int *out, char *err, size_t err_len)
-{
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
-        if (required) {
-            st_errf(err, err_len, "config.json: missing %s", key);
-            return CAIRN_EFORMAT;
-        }
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        st_errf(err, err_len, "config.json: %s must be an integer", key);
-        return CAIRN_EFORMAT;
-    }
-    if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        st_errf(err, err_len, "config.json: %s = %g is outside [%d, %d]", key, v->valuedouble,
-                lo, hi);
-        return CAIRN_EFORMAT;
-    }
-    *out = (int)v->valuedouble;
-    return 0;
-}
-
 /* Positive finite number; absent or null gives dflt. */
 static int get_pos_double(const cJSON *o, const char *key, double dflt, double *out, char *err,
                           size_t err_len)
 {
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
+    const cJSON *v = hf_get(o, key);
+    if (!hf_present(v)) {
         *out = dflt;
         return 0;
     }
@@ -72,34 +40,18 @@ static int get_pos_double(const cJSON *o, const char *key, double dflt, double *
     return 0;
 }
 
-static int get_bool(const cJSON *o, const char *key, bool dflt, bool *out, char *err,
-                    size_t err_len)
-{
-    const cJSON *v = get(o, key);
-    if (!present(v)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsBool(v)) {
-        st_errf(err, err_len, "config.json: %s must be true or false", key);
-        return CAIRN_EFORMAT;
-    }
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
 /* The first of two spellings that is present (HF reads the LiquidAI name first). */
 static const char *spelling(const cJSON *o, const char *liquid, const char *hf)
 {
-    return present(get(o, liquid)) ? liquid : hf;
+    return hf_present(hf_get(o, liquid)) ? liquid : hf;
 }
 
 /* Layer kinds: layer_types, else full_attn_idxs, else every layer attends. */
 static int parse_layer_kinds(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
 {
     const int n = cfg->base.n_layers;
-    const cJSON *lt = get(root, "layer_types"), *idx = get(root, "full_attn_idxs"), *e;
-    if (present(lt)) {
+    const cJSON *lt = hf_get(root, "layer_types"), *idx = hf_get(root, "full_attn_idxs"), *e;
+    if (hf_present(lt)) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
             st_errf(err, err_len, "config.json: layer_types must be a list of %d entries", n);
             return CAIRN_EFORMAT;
@@ -120,7 +72,7 @@ static int parse_layer_kinds(const cJSON *root, lfm2_config_t *cfg, char *err, s
             }
             i++;
         }
-    } else if (present(idx)) {
+    } else if (hf_present(idx)) {
         if (!cJSON_IsArray(idx)) {
             st_errf(err, err_len, "config.json: full_attn_idxs must be a list");
             return CAIRN_EFORMAT;
@@ -167,16 +119,16 @@ static int parse_ffn(const cJSON *root, lfm2_config_t *cfg, char *err, size_t er
     int size, multiple_of, rc;
     bool adjust;
     const char *key = spelling(root, "block_ff_dim", "intermediate_size");
-    if ((rc = get_int(root, key, true, 0, 1, MAX_DIM, &size, err, err_len)) ||
-        (rc = get_bool(root, "block_auto_adjust_ff_dim", true, &adjust, err, err_len)) ||
-        (rc = get_int(root, "block_multiple_of", false, 256, 1, MAX_DIM, &multiple_of, err,
+    if ((rc = hf_get_int(root, key, true, 0, 1, MAX_DIM, &size, err, err_len)) ||
+        (rc = hf_get_bool(root, "block_auto_adjust_ff_dim", true, &adjust, err, err_len)) ||
+        (rc = hf_get_int(root, "block_multiple_of", false, 256, 1, MAX_DIM, &multiple_of, err,
                       err_len)))
         return rc;
     cfg->base.ffn = size;
     if (adjust) {
         int64_t w = 2 * (int64_t)size / 3; /* exact for positive ints: int(2 * size / 3) */
-        const cJSON *m = get(root, "block_ffn_dim_multiplier");
-        if (!m || present(m)) { /* absent means the default 1.0; null means none */
+        const cJSON *m = hf_get(root, "block_ffn_dim_multiplier");
+        if (!m || hf_present(m)) { /* absent means the default 1.0; null means none */
             double mult;
             if ((rc = get_pos_double(root, "block_ffn_dim_multiplier", 1.0, &mult, err, err_len)))
                 return rc;
@@ -193,85 +145,19 @@ static int parse_ffn(const cJSON *root, lfm2_config_t *cfg, char *err, size_t er
     return 0;
 }
 
-/* RoPE: rope_parameters (transformers >= 5), else rope_theta / theta; default type only. */
+/* RoPE as formats/hf_config.h reads it, with Lfm2Config's default base (1e6, or the
+ * LiquidAI key `theta`) wherever the file names none. */
 static int parse_rope(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
 {
     double theta;
-    int rc;
-    const cJSON *rp = get(root, "rope_parameters"), *rs = get(root, "rope_scaling");
-    if ((rc = get_pos_double(root, spelling(root, "theta", "rope_theta"), 1000000.0, &theta, err,
-                             err_len)))
+    int rc = get_pos_double(root, "theta", 1000000.0, &theta, err, err_len);
+    if (rc || (rc = hf_parse_rope(root, &cfg->base, err, err_len)))
         return rc;
-    if (present(rs)) {
-        const cJSON *t = cJSON_IsObject(rs) ? get(rs, "rope_type") : NULL;
-        if (!t)
-            t = cJSON_IsObject(rs) ? get(rs, "type") : NULL;
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0) {
-            st_errf(err, err_len, "config.json: rope_scaling is not supported for lfm2");
-            return CAIRN_EUNSUPPORTED;
-        }
-    }
-    if (present(rp)) {
-        if (!cJSON_IsObject(rp)) {
-            st_errf(err, err_len, "config.json: rope_parameters must be an object");
-            return CAIRN_EFORMAT;
-        }
-        const cJSON *t = get(rp, "rope_type");
-        if (present(t) && (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0)) {
-            st_errf(err, err_len, "config.json: rope_type \"%.32s\" is not supported for lfm2 "
-                    "(only default)", cJSON_IsString(t) ? t->valuestring : "?");
-            return CAIRN_EUNSUPPORTED;
-        }
-        const cJSON *prf = get(rp, "partial_rotary_factor");
-        if (present(prf) && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0)) {
-            st_errf(err, err_len, "config.json: partial_rotary_factor is not supported for lfm2");
-            return CAIRN_EUNSUPPORTED;
-        }
-        if ((rc = get_pos_double(rp, "rope_theta", theta, &theta, err, err_len)))
-            return rc;
-    }
-    cfg->base.rope_type = CAIRN_ROPE_DEFAULT;
-    cfg->base.rope_theta = (float)theta;
-    return 0;
-}
-
-/* Token ids: bos may be null; eos an int or a list. */
-static int parse_special(const cJSON *root, lfm2_config_t *cfg, char *err, size_t err_len)
-{
-    cairn_model_config_t *b = &cfg->base;
-    const cJSON *bos = get(root, "bos_token_id"), *eos = get(root, "eos_token_id");
-    b->bos_id = -1;
-    if (present(bos)) {
-        if (!cJSON_IsNumber(bos) || bos->valuedouble != floor(bos->valuedouble) ||
-            bos->valuedouble < 0 || bos->valuedouble >= b->vocab) {
-            st_errf(err, err_len, "config.json: bos_token_id must be a token id below %d", b->vocab);
-            return CAIRN_EFORMAT;
-        }
-        b->bos_id = (int)bos->valuedouble;
-    }
-    if (!present(eos))
-        return 0;
-    const cJSON *one = eos, *e;
-    bool list = cJSON_IsArray(eos);
-    for (e = list ? eos->child : one; e; e = list ? e->next : NULL) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-            e->valuedouble >= b->vocab) {
-            st_errf(err, err_len, "config.json: eos_token_id entries must be token ids below %d",
-                    b->vocab);
-            return CAIRN_EFORMAT;
-        }
-        int id = (int)e->valuedouble, i;
-        for (i = 0; i < b->n_eos && b->eos_ids[i] != id; i++)
-            ;
-        if (i < b->n_eos)
-            continue;
-        if (b->n_eos >= CAIRN_MAX_EOS) {
-            st_errf(err, err_len, "config.json: more than %d distinct eos_token_id values",
-                    CAIRN_MAX_EOS);
-            return CAIRN_ERANGE;
-        }
-        b->eos_ids[b->n_eos++] = id;
-    }
+    const cJSON *rp = hf_get(root, "rope_parameters");
+    bool named = hf_present(rp) ? hf_present(hf_get(rp, "rope_theta"))
+                                : hf_present(hf_get(root, "rope_theta"));
+    if (!named)
+        cfg->base.rope_theta = (float)theta;
     return 0;
 }
 
@@ -286,35 +172,27 @@ int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t e
         st_errf(err, err_len, "config.json: not a JSON object");
         return CAIRN_EFORMAT;
     }
-    const cJSON *mt = get(root, "model_type");
-    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "lfm2") != 0) {
-        st_errf(err, err_len, "config.json: model_type \"%.40s\" is not lfm2",
-                cJSON_IsString(mt) ? mt->valuestring : "?");
-        return CAIRN_EUNSUPPORTED;
-    }
-    snprintf(b->model_type, sizeof b->model_type, "lfm2");
-    b->arch = CAIRN_ARCH_LLAMA; /* no meaning for this family (lfm2.h) */
 
-    if ((rc = get_int(root, "num_hidden_layers", true, 0, 1, LFM2_MAX_LAYERS, &b->n_layers, err,
+    if ((rc = hf_get_int(root, "num_hidden_layers", true, 0, 1, LFM2_MAX_LAYERS, &b->n_layers, err,
                       err_len)) ||
-        (rc = get_int(root, "hidden_size", true, 0, 1, MAX_DIM, &b->hidden, err, err_len)) ||
-        (rc = get_int(root, "num_attention_heads", true, 0, 1, MAX_DIM, &b->n_heads, err,
+        (rc = hf_get_int(root, "hidden_size", true, 0, 1, MAX_DIM, &b->hidden, err, err_len)) ||
+        (rc = hf_get_int(root, "num_attention_heads", true, 0, 1, MAX_DIM, &b->n_heads, err,
                       err_len)) ||
-        (rc = get_int(root, "num_key_value_heads", false, b->n_heads, 1, MAX_DIM, &b->n_kv_heads,
+        (rc = hf_get_int(root, "num_key_value_heads", false, b->n_heads, 1, MAX_DIM, &b->n_kv_heads,
                       err, err_len)) ||
-        (rc = get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, &b->vocab, err, err_len)) ||
-        (rc = get_int(root, "max_position_embeddings", false, 128000, 1, 1 << 30, &b->max_pos,
+        (rc = hf_get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, &b->vocab, err, err_len)) ||
+        (rc = hf_get_int(root, "max_position_embeddings", false, 128000, 1, 1 << 30, &b->max_pos,
                       err, err_len)) ||
-        (rc = get_int(root, "conv_L_cache", false, 3, 1, LFM2_MAX_CONV_TAPS, &cfg.conv_taps, err,
+        (rc = hf_get_int(root, "conv_L_cache", false, 3, 1, LFM2_MAX_CONV_TAPS, &cfg.conv_taps, err,
                       err_len)))
         return rc;
-    if (!present(get(root, "head_dim")) && b->hidden % b->n_heads != 0) {
+    if (!hf_present(hf_get(root, "head_dim")) && b->hidden % b->n_heads != 0) {
         st_errf(err, err_len,
                 "config.json: hidden_size %d is not divisible by num_attention_heads %d",
                 b->hidden, b->n_heads);
         return CAIRN_EFORMAT;
     }
-    if ((rc = get_int(root, "head_dim", false, b->hidden / b->n_heads, 1, 65536, &b->head_dim,
+    if ((rc = hf_get_int(root, "head_dim", false, b->hidden / b->n_heads, 1, 65536, &b->head_dim,
                       err, err_len)))
         return rc;
     if (b->n_heads % b->n_kv_heads != 0) {
@@ -334,13 +212,14 @@ int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t e
     }
     double eps;
     if ((rc = get_pos_double(root, "norm_eps", 1e-5, &eps, err, err_len)) ||
-        (rc = get_bool(root, spelling(root, "tie_embedding", "tie_word_embeddings"), true,
+        (rc = hf_get_bool(root, spelling(root, "tie_embedding", "tie_word_embeddings"), true,
                        &b->tie_embeddings, err, err_len)) ||
-        (rc = get_bool(root, "conv_bias", false, &conv_bias, err, err_len)) ||
+        (rc = hf_get_bool(root, "conv_bias", false, &conv_bias, err, err_len)) ||
         (rc = parse_layer_kinds(root, &cfg, err, err_len)) ||
         (rc = parse_ffn(root, &cfg, err, err_len)) ||
         (rc = parse_rope(root, &cfg, err, err_len)) ||
-        (rc = parse_special(root, &cfg, err, err_len)))
+        (rc = hf_parse_bos(root, b, err, err_len)) ||
+        (rc = hf_parse_eos(root, b, "config.json", err, err_len)))
         return rc;
     b->rms_eps = (float)eps;
     layout_state(&cfg);
@@ -348,7 +227,7 @@ int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t e
         st_errf(err, err_len, "config.json: conv_bias = true is not supported");
         return CAIRN_EUNSUPPORTED;
     }
-    if (present(get(root, "quantization_config"))) {
+    if (hf_present(hf_get(root, "quantization_config"))) {
         st_errf(err, err_len, "config.json: quantization_config is not supported");
         return CAIRN_EUNSUPPORTED;
     }
@@ -363,15 +242,43 @@ int lfm2_config_parse_text(const char *json, size_t len, lfm2_config_t *out, cha
         st_errf(err, err_len, "config.json: no input");
         return CAIRN_EINVAL;
     }
-    st_json_init();
-    st_json_oom_reset();
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        int rc = st_json_oom() ? CAIRN_ENOMEM : CAIRN_EFORMAT;
-        st_errf(err, err_len, "config.json: %s", rc == CAIRN_ENOMEM ? "out of memory" : "not valid JSON");
+    cJSON *doc = NULL;
+    hf_config_t hf;
+    int rc = hf_config_parse(json, len, &doc, &hf, err, err_len);
+    if (rc)
+        return rc;
+    if (strcmp(hf.model_type, "lfm2") != 0) {
+        st_errf(err, err_len, "config.json: model_type \"%.40s\" is not lfm2", hf.model_type);
+        rc = CAIRN_EUNSUPPORTED;
+    } else {
+        rc = lfm2_config_parse(hf.text, out, err, err_len);
+        if (!rc)
+            snprintf(out->base.model_type, sizeof out->base.model_type, "lfm2");
+    }
+    cJSON_Delete(doc);
+    return rc;
+}
+
+/* ---- the family's parse_config ---- */
+
+int lfm2_parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
+                      size_t err_len)
+{
+    *priv = NULL;
+    lfm2_t *p = cairn_calloc(1, sizeof *p);
+    if (!p) {
+        st_errf(err, err_len, "out of memory");
+        return CAIRN_ENOMEM;
+    }
+    int rc = lfm2_config_parse(hf->text, &p->cfg, err, err_len);
+    if (rc) {
+        cairn_free(p);
         return rc;
     }
-    int rc = lfm2_config_parse(root, out, err, err_len);
-    cJSON_Delete(root);
-    return rc;
+    /* The caller set family and model_type; everything else is the family's. */
+    memcpy(p->cfg.base.family, cfg->family, sizeof cfg->family);
+    memcpy(p->cfg.base.model_type, cfg->model_type, sizeof cfg->model_type);
+    *cfg = p->cfg.base;
+    *priv = p;
+    return 0;
 }

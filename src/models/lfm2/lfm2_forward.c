@@ -59,19 +59,21 @@ static void head_norm(lfm2_fwd_t *f, float *x, int n_heads, const cairn_tensor_t
 }
 
 /* Gated short convolution of layer l: xb2 = (C * conv(B * u)) Wout^T, states advanced. */
-static void conv_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, void *const *states)
+static void conv_block(lfm2_fwd_t *f, int l, const cairn_fwd_batch_t *b)
 {
     const lfm2_config_t *c = f->cfg;
     const lfm2_layer_weights_t *lw = &f->w->layers[l];
     const int H = c->base.hidden, L = c->conv_taps;
     const float *taps = f->taps + (size_t)c->slot[l] * L * H;
 
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
     matmul(f, f->bcu, f->xb, n, &lw->in_proj);
     for (int r = 0; r < n; r++) {
         float *B = f->bcu + (size_t)r * 3 * H, *C = B + H, *u = C + H, *y = f->cy + (size_t)r * H;
         for (int i = 0; i < H; i++)
             u[i] = B[i] * u[i]; /* s_t = B * u, the convolution's input */
-        short_conv_step(y, lfm2_state_layer(c, states[rows[r].seq], l), u, taps, H, L);
+        short_conv_step(y, lfm2_state_layer(c, b->seqs[rows[r].seq].state, l), u, taps, H, L);
         for (int i = 0; i < H; i++)
             y[i] = C[i] * y[i];
     }
@@ -79,11 +81,13 @@ static void conv_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, void 
 }
 
 /* Attention of layer l: xb2 = softmax(q k^T / sqrt(hd)) v Wout^T, K/V stored. */
-static void attn_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, const attn_kv_t *views)
+static void attn_block(lfm2_fwd_t *f, int l, const cairn_fwd_batch_t *b)
 {
     const cairn_model_config_t *c = &f->cfg->base;
     const lfm2_layer_weights_t *lw = &f->w->layers[l];
     const int hd = c->head_dim, q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
 
     float *const y[3] = {f->q, f->k, f->v};
     const cairn_tensor_t *const w[3] = {&lw->wq, &lw->wk, &lw->wv};
@@ -96,7 +100,7 @@ static void attn_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, const
         kern_rope(k, c->n_kv_heads, hd, f->rope_cs + (size_t)r * hd);
 
         /* Store this row's K/V; attention below reads them back from the store. */
-        const attn_kv_t *kv = &views[rows[r].seq];
+        const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
         void *kst, *vst;
         int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
         CAIRN_ASSERT(ok > 0);
@@ -108,11 +112,13 @@ static void attn_block(lfm2_fwd_t *f, int l, const fwd_row_t *rows, int n, const
     matmul(f, f->xb2, f->att, n, &lw->wo);
 }
 
-void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views,
-                  void *const *states, float *logits)
+void lfm2_fwd_run(lfm2_fwd_t *f, const cairn_fwd_batch_t *batch)
 {
     const lfm2_config_t *c = f->cfg;
     const cairn_model_config_t *b = &c->base;
+    const cairn_fwd_row_t *rows = batch->rows;
+    const int n = batch->n_rows;
+    float *logits = batch->logits;
     const lfm2_weights_t *w = f->w;
     const int dim = b->hidden, hd = b->head_dim;
     CAIRN_ASSERT(n > 0 && n <= f->max_rows);
@@ -132,9 +138,9 @@ void lfm2_fwd_run(lfm2_fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *
             kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->operator_norm.data,
                          lw->operator_norm.dtype, dim, b->rms_eps);
         if (c->kind[l] == LFM2_LAYER_CONV)
-            conv_block(f, l, rows, n, states);
+            conv_block(f, l, batch);
         else
-            attn_block(f, l, rows, n, views);
+            attn_block(f, l, batch);
         kern_add(f->x, f->xb2, n * dim);
 
         /* Feed-forward block: pre-norm, SwiGLU, residual. */
@@ -230,6 +236,39 @@ int lfm2_fwd_init(lfm2_fwd_t *f, const lfm2_config_t *cfg, const lfm2_weights_t 
         lfm2_fwd_fini(f);
         return rc;
     }
+    return CAIRN_OK;
+}
+
+int lfm2_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
+{
+    *out = NULL;
+    const lfm2_t *p = lfm2_of(m);
+    lfm2_fwd_t *f = cairn_calloc(1, sizeof(*f));
+    if (!p || !f) {
+        cairn_free(f);
+        return p ? CAIRN_ENOMEM : CAIRN_EINVAL;
+    }
+    int rc = lfm2_fwd_init(f, &p->cfg, &p->w, env->tp, (cairn_math_t)env->math, env->kv_dtype,
+                           env->max_rows, env->max_positions);
+    if (rc) {
+        cairn_free(f);
+        return rc;
+    }
+    *out = f;
+    return CAIRN_OK;
+}
+
+void lfm2_fwd_destroy(void *fwd)
+{
+    if (!fwd)
+        return;
+    lfm2_fwd_fini(fwd);
+    cairn_free(fwd);
+}
+
+int lfm2_fwd_step(void *fwd, const cairn_fwd_batch_t *batch)
+{
+    lfm2_fwd_run(fwd, batch);
     return CAIRN_OK;
 }
 

@@ -1,18 +1,17 @@
 /*
  * lfm2_weights.c — binds an LFM2 checkpoint's tensors to the layers of its config.
  *
- * The tensor source is abstract (a bind callback with fmt_tensors_bind's contract), so
- * the same binding serves any loader. Every tensor the config implies must be present
- * with exactly the shape config.json gives (a wrong feed-forward width or conv length
- * shows here, naming the tensor). lfm2_weights_uses() tells the loader which names are
- * expected so it can reject tensors nobody would read (biases, another architecture).
+ * Every tensor the config implies must be present with exactly the shape config.json
+ * gives (a wrong feed-forward width or conv length shows here, naming the tensor); the
+ * loader then rejects any tensor left unbound (biases, another architecture's) unless
+ * lfm2_weights_ignored() accepts it.
  *
  * Thread-safety: pure apart from the allocation of the layer table.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/lfm2/lfm2.h"
 
 enum { ANY = -1 };
@@ -67,8 +66,8 @@ static cairn_tensor_t *layer_slot(const lfm2_config_t *cfg, lfm2_layer_weights_t
     return NULL;
 }
 
-int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
-                      lfm2_weights_t *out, char *err, size_t err_len)
+int lfm2_weights_bind(const lfm2_config_t *cfg, fmt_tensors_t *ts, lfm2_weights_t *out,
+                      char *err, size_t err_len)
 {
     const cairn_model_config_t *b = &cfg->base;
     int rc;
@@ -80,11 +79,11 @@ int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
         return CAIRN_ENOMEM;
     }
     const int64_t embed[2] = {b->vocab, b->hidden}, norm[1] = {b->hidden};
-    if ((rc = bind(ctx, "model.embed_tokens.weight", 2, embed, &out->embed, err, err_len)) ||
-        (rc = bind(ctx, "model.embedding_norm.weight", 1, norm, &out->norm, err, err_len)))
+    if ((rc = fmt_tensors_bind(ts, "model.embed_tokens.weight", 2, embed, &out->embed, err, err_len)) ||
+        (rc = fmt_tensors_bind(ts, "model.embedding_norm.weight", 1, norm, &out->norm, err, err_len)))
         goto fail;
     if (!b->tie_embeddings &&
-        (rc = bind(ctx, "lm_head.weight", 2, embed, &out->lm_head, err, err_len)))
+        (rc = fmt_tensors_bind(ts, "lm_head.weight", 2, embed, &out->lm_head, err, err_len)))
         goto fail;
     for (int l = 0; l < b->n_layers; l++) {
         for (int i = 0; i < (int)CAIRN_ARRAY_LEN(layer_names); i++) {
@@ -94,7 +93,7 @@ int lfm2_weights_bind(const lfm2_config_t *cfg, lfm2_bind_fn bind, void *ctx,
             int64_t dims[3];
             cairn_tensor_t *slot = layer_slot(cfg, &out->layers[l], i, &ndim, dims);
             snprintf(name, sizeof name, "model.layers.%d.%s", l, layer_names[i].suffix);
-            if ((rc = bind(ctx, name, ndim, dims, slot, err, err_len)))
+            if ((rc = fmt_tensors_bind(ts, name, ndim, dims, slot, err, err_len)))
                 goto fail;
         }
     }
@@ -115,17 +114,27 @@ bool lfm2_weights_ignored(const lfm2_config_t *cfg, const char *name)
     return cfg->base.tie_embeddings && !strcmp(name, "lm_head.weight");
 }
 
-bool lfm2_weights_uses(const lfm2_config_t *cfg, const char *name)
+/* ---- the family's bind / ignore_tensor / destroy ---- */
+
+int lfm2_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, char *err,
+              size_t err_len)
 {
-    if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "model.embedding_norm.weight") ||
-        !strcmp(name, "lm_head.weight"))
-        return true; /* a tied checkpoint's lm_head copy is tolerated, as HF does */
-    int l, at = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &at) != 1 || at == 0 || l < 0 ||
-        l >= cfg->base.n_layers)
-        return false;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer_names); i++)
-        if (!strcmp(name + at, layer_names[i].suffix))
-            return layer_names[i].kind == ANY || layer_names[i].kind == cfg->kind[l];
-    return false;
+    lfm2_t *p = priv;
+    p->cfg.base = *cfg; /* generation_config.json's eos ids were merged after parse_config */
+    return lfm2_weights_bind(&p->cfg, ts, &p->w, err, err_len);
+}
+
+bool lfm2_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name)
+{
+    (void)cfg;
+    return lfm2_weights_ignored(&((const lfm2_t *)priv)->cfg, name);
+}
+
+void lfm2_destroy(void *priv)
+{
+    lfm2_t *p = priv;
+    if (!p)
+        return;
+    lfm2_weights_fini(&p->w);
+    cairn_free(p);
 }

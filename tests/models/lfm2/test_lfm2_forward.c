@@ -21,8 +21,8 @@
 #include <cmocka.h>
 
 #include "engine/kv_flat.h"
-#include "engine/safetensors.h"
-#include "models/lfm2/lfm2_model.h"
+#include "formats/safetensors.h"
+#include "models/lfm2/lfm2.h"
 
 #define DIR CAIRN_FIXTURES_DIR "/models/lfm2"
 #define MAX_ROWS 1024
@@ -35,7 +35,8 @@ typedef struct {
     int n_prompt, n_greedy;
 } ref_case_t;
 
-static lfm2_model_t *model;
+static cairn_checkpoint_t *ck;
+static const lfm2_t *model;
 static const lfm2_config_t *cfg;
 static ref_case_t cases[8];
 static int n_cases;
@@ -43,23 +44,22 @@ static int n_cases;
 /* ---- one sequence on the flat path ------------------------------------------------ */
 
 typedef struct {
-    kv_flat_t kv;      /* attention layers only, indexed by their slot */
+    kv_flat_t kv;      /* the family's cache layout: attention layers hold rows */
     void *state;       /* [cfg->state_bytes] */
     int n_past;
 } flat_seq_t;
 
-static int flat_rows(void *ctx, int layer, int pos, void **k, void **v)
-{
-    flat_seq_t *s = ctx;
-    CAIRN_ASSERT(cfg->kind[layer] == LFM2_LAYER_ATTN);
-    return kv_flat_rows(&s->kv, cfg->slot[layer], pos, k, v);
-}
-
 static void seq_init(flat_seq_t *s, cairn_dtype_t kv_dtype)
 {
     memset(s, 0, sizeof(*s));
-    assert_int_equal(kv_flat_init(&s->kv, cfg->n_attn, cfg->base.n_kv_heads * cfg->base.head_dim,
-                                  kv_dtype), 0);
+    cairn_layer_cache_t layers[LFM2_MAX_LAYERS];
+    size_t state_bytes = 0;
+    assert_int_equal(cairn_model_cache_layout(cairn_checkpoint_model(ck), kv_dtype, layers,
+                                              &state_bytes), 0);
+    assert_int_equal(state_bytes, cfg->state_bytes);
+    for (int l = 0; l < cfg->base.n_layers; l++)
+        assert_int_equal(cairn_model_state_offset(layers, l), cfg->state_off[l]);
+    assert_int_equal(kv_flat_init(&s->kv, layers, cfg->base.n_layers, kv_dtype), 0);
     assert_int_equal(kv_flat_reserve(&s->kv, MAX_POS), 0);
     s->state = aligned_alloc(64, (cfg->state_bytes + 64) / 64 * 64);
     assert_non_null(s->state);
@@ -81,8 +81,8 @@ typedef struct {
 static void runner_init(runner_t *r, int threads, cairn_math_t math, cairn_dtype_t kv_dtype)
 {
     assert_int_equal(cairn_thread_pool_create(threads, &r->tp), 0);
-    assert_int_equal(lfm2_fwd_init(&r->fwd, cfg, lfm2_model_weights(model), r->tp, math, kv_dtype,
-                                   MAX_ROWS, MAX_POS), 0);
+    assert_int_equal(lfm2_fwd_init(&r->fwd, cfg, &model->w, r->tp, math, kv_dtype, MAX_ROWS,
+                                   MAX_POS), 0);
     r->kv_dtype = kv_dtype;
 }
 
@@ -101,15 +101,10 @@ static void run_many(runner_t *r, flat_seq_t **seqs, int32_t *const *ids, const 
                      int n_seqs, int chunk, float **out)
 {
     const int V = cfg->base.vocab;
-    fwd_row_t rows[MAX_ROWS];
-    attn_kv_t views[4];
-    void *states[4];
+    cairn_fwd_row_t rows[MAX_ROWS];
+    cairn_fwd_seq_t views[4];
     float *logits = malloc((size_t)MAX_ROWS * V * sizeof(float));
     assert_non_null(logits);
-    for (int s = 0; s < n_seqs; s++) {
-        views[s] = (attn_kv_t){flat_rows, seqs[s]};
-        states[s] = seqs[s]->state;
-    }
     for (;;) {
         int nr = 0, take[4];
         for (int s = 0; s < n_seqs; s++) {
@@ -117,13 +112,15 @@ static void run_many(runner_t *r, flat_seq_t **seqs, int32_t *const *ids, const 
             take[s] = chunk > 0 && left > chunk ? chunk : left;
             for (int t = 0; t < take[s]; t++, nr++) {
                 int pos = seqs[s]->n_past + t;
-                rows[nr] = (fwd_row_t){s, pos, ids[s][pos], nr};
+                rows[nr] = (cairn_fwd_row_t){s, pos, ids[s][pos], nr};
             }
+            views[s] = (cairn_fwd_seq_t){{kv_flat_rows, &seqs[s]->kv}, NULL, seqs[s]->state, seqs[s]->n_past};
         }
         if (nr == 0)
             break;
         CAIRN_ASSERT(nr <= MAX_ROWS);
-        lfm2_fwd_run(&r->fwd, rows, nr, views, states, logits);
+        cairn_fwd_batch_t b = {rows, nr, views, n_seqs, logits};
+        lfm2_fwd_run(&r->fwd, &b);
         for (int i = 0; i < nr; i++)
             memcpy(out[rows[i].seq] + (size_t)rows[i].pos * V, logits + (size_t)i * V,
                    (size_t)V * sizeof(float));
@@ -330,11 +327,14 @@ static int setup(void **st)
 {
     (void)st;
     char err[512] = "";
-    if (lfm2_model_open(DIR, &model, err, sizeof err) != 0) {
+    if (cairn_checkpoint_open(DIR, &ck, err, sizeof err) != 0) {
         print_error("cannot open %s: %s\n", DIR, err);
         return -1;
     }
-    cfg = lfm2_model_config(model);
+    model = lfm2_of(cairn_checkpoint_model(ck));
+    if (!model)
+        return -1;
+    cfg = &model->cfg;
     char *text = NULL;
     size_t len = 0;
     if (st_read_file(DIR "/reference.json", 64 << 20, &text, &len, err, sizeof err) != 0)
@@ -378,7 +378,7 @@ static int teardown(void **st)
         free(cases[c].gmargin);
         free(cases[c].last);
     }
-    lfm2_model_close(model);
+    cairn_checkpoint_close(ck);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /*
- * engine/safetensors.h — internal: the safetensors header parser and small helpers shared
- * by the checkpoint loader (checkpoint.c, model_config.c, synth.c). Not a public header.
+ * formats/safetensors.h — internal: the safetensors header parser and the small helpers
+ * shared by the format readers (weights_folder.c, hf_config.c), the families' config
+ * parsers and the tools (synth). Not a public header.
  *
  * A safetensors file is (docs/FORMAT.md, "safetensors and checkpoint folders"):
  *   1. 8 bytes: N, the header length, unsigned little-endian;
@@ -15,11 +16,10 @@
  * tensors overlapping, no duplicate names. It reads only the buffer it is given, so the
  * fuzzer drives it without files.
  *
- * Thread-safety: the functions are reentrant; st_json_init() is idempotent and safe to
- * call from any thread.
+ * Thread-safety: the functions are reentrant.
  */
-#ifndef CAIRN_ENGINE_SAFETENSORS_H
-#define CAIRN_ENGINE_SAFETENSORS_H
+#ifndef CAIRN_FORMATS_SAFETENSORS_H
+#define CAIRN_FORMATS_SAFETENSORS_H
 
 #include "cairn/checkpoint.h"
 
@@ -61,16 +61,6 @@ const st_tensor_t *st_header_find(const st_header_t *h, const char *name);
 
 /* "BF16" / "F16" / "F32": the safetensors spelling of a dtype. */
 const char *st_dtype_name(cairn_dtype_t t);
-
-/*
- * Routes cJSON's allocations through cairn_malloc/cairn_free (once per process), so the
- * allocation-failure hooks reach JSON parsing too. st_json_oom() says whether an
- * allocation made for cJSON on this thread failed since the last st_json_oom_reset():
- * cJSON reports out-of-memory and bad syntax alike, this tells them apart.
- */
-void st_json_init(void);
-void st_json_oom_reset(void);
-bool st_json_oom(void);
 
 /* snprintf into err (when err_len > 0); a no-op when err is NULL. */
 void st_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

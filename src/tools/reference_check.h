@@ -16,8 +16,8 @@
  *      last-logits checks.
  * The library prints nothing: results come back in a report the caller renders.
  */
-#ifndef CAIRN_ENGINE_REFERENCE_CHECK_H
-#define CAIRN_ENGINE_REFERENCE_CHECK_H
+#ifndef CAIRN_TOOLS_REFERENCE_CHECK_H
+#define CAIRN_TOOLS_REFERENCE_CHECK_H
 
 #include "cairn/engine.h"
 

@@ -7,20 +7,21 @@
  * are unique and sorted. Nothing is trusted before it is checked: the header length, each
  * number (finite, integral, below 2^53) and each product (checked multiplication).
  *
- * Thread-safety: reentrant; st_json_init() uses pthread_once.
+ * Thread-safety: reentrant.
  */
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "util/json.h"
 
 void st_errf(char *err, size_t err_len, const char *fmt, ...)
 {
@@ -30,34 +31,6 @@ void st_errf(char *err, size_t err_len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
-}
-
-/* Set when an allocation made on cJSON's behalf fails, so a failed parse can be told
- * apart from malformed JSON (cJSON reports both the same way). */
-static _Thread_local bool json_oom;
-
-static void *json_malloc(size_t n)
-{
-    void *p = cairn_malloc(n);
-    if (!p)
-        json_oom = true;
-    return p;
-}
-
-void st_json_oom_reset(void) { json_oom = false; }
-bool st_json_oom(void) { return json_oom; }
-
-static void json_free(void *p) { cairn_free(p); }
-static void json_hooks_install(void)
-{
-    cJSON_Hooks hooks = {json_malloc, json_free};
-    cJSON_InitHooks(&hooks);
-}
-
-void st_json_init(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, json_hooks_install);
 }
 
 const char *st_dtype_name(cairn_dtype_t t)
@@ -224,7 +197,6 @@ int st_parse_header(const uint8_t *buf, size_t buf_len, const char *what, st_hea
     cJSON *root = NULL;
     const st_tensor_t **by_off = NULL;
     memset(out, 0, sizeof *out);
-    st_json_init();
 
     if (buf_len < 8) {
         st_errf(err, err_len, "%s: file is %zu bytes, too short for a safetensors header", what,
@@ -246,19 +218,12 @@ int st_parse_header(const uint8_t *buf, size_t buf_len, const char *what, st_hea
 
     const char *text = (const char *)buf + 8;
     const char *end = NULL;
-    st_json_oom_reset();
-    root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, false);
-    if (!root) {
-        if (st_json_oom()) {
-            rc = CAIRN_ENOMEM;
-        } else {
-            const char *at = cJSON_GetErrorPtr();
-            size_t pos = at && at >= text && at <= text + n ? (size_t)(at - text) : 0;
-            st_errf(err, err_len, "%s: header is not valid JSON (near byte %zu)", what, pos);
-            rc = CAIRN_EFORMAT;
-        }
+    size_t pos = 0;
+    rc = cairn_json_parse(text, (size_t)n, &end, &root, &pos);
+    if (rc == CAIRN_EFORMAT)
+        st_errf(err, err_len, "%s: header is not valid JSON (near byte %zu)", what, pos);
+    if (rc)
         goto fail;
-    }
     /* Writers pad the header with spaces so the data section is aligned. */
     for (const char *p = end; p < text + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {

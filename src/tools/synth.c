@@ -1,5 +1,5 @@
 /*
- * synth.c — seeded random checkpoints in the Hugging Face layout (see engine/synth.h).
+ * synth.c — seeded random checkpoints in the Hugging Face layout (see tools/synth.h).
  *
  * Values: projection and embedding weights are approximately normal(0, 0.02) (an
  * Irwin–Hall sum of four uniforms, scaled to that deviation), norm weights are
@@ -16,9 +16,9 @@
  * Files are written through cairn_io_check() ("open", "write", "fsync", "rename") so tests
  * can inject failures; every file goes to a temp name first and is renamed into place.
  */
-#include "engine/synth.h"
+#include "tools/synth.h"
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -45,17 +45,17 @@ int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o)
 {
     static const struct {
         const char *name;
-        cairn_arch_t arch;
+        cairn_synth_arch_t arch;
         int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, max_pos;
         bool tied;
         double theta, eps;
     } presets[] = {
-        {"tiny", CAIRN_ARCH_LLAMA, 2, 64, 4, 2, 16, 192, 512, 2048, false, 10000.0, 1e-6},
-        {"llama-8l", CAIRN_ARCH_LLAMA, 8, 512, 8, 2, 64, 1536, 32000, 8192, false, 500000.0,
+        {"tiny", CAIRN_SYNTH_LLAMA, 2, 64, 4, 2, 16, 192, 512, 2048, false, 10000.0, 1e-6},
+        {"llama-8l", CAIRN_SYNTH_LLAMA, 8, 512, 8, 2, 64, 1536, 32000, 8192, false, 500000.0,
          1e-5},
-        {"qwen3-8l", CAIRN_ARCH_QWEN3, 8, 1024, 16, 8, 128, 3072, 32000, 40960, true, 1e6,
+        {"qwen3-8l", CAIRN_SYNTH_QWEN3, 8, 1024, 16, 8, 128, 3072, 32000, 40960, true, 1e6,
          1e-6},
-        {"qwen3-0.6b", CAIRN_ARCH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, 1e6,
+        {"qwen3-0.6b", CAIRN_SYNTH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, 1e6,
          1e-6},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(presets); i++) {
@@ -352,7 +352,7 @@ static void add_tensor(syn_tensor_t *t, int *k, const char *name, int ndim, int6
 /* Lists the tensors in model order (embed, layers, norm, lm_head). */
 static int list_tensors(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
 {
-    bool qwen = o->arch == CAIRN_ARCH_QWEN3;
+    bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     int n = 2 + (o->tied ? 0 : 1) + (qwen ? 11 : 9) * o->n_layers;
     syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
     if (!t)
@@ -540,7 +540,7 @@ static cJSON *append(cJSON *arr, cJSON *item)
 
 static cJSON *config_doc(const cairn_synth_options_t *o)
 {
-    bool qwen = o->arch == CAIRN_ARCH_QWEN3;
+    bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
     if (!append(arch, cJSON_CreateString(qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM")))
@@ -801,7 +801,7 @@ static int check_options(const cairn_synth_options_t *o, char *err, size_t err_l
             return CAIRN_EINVAL;
         }
     }
-    if (o->arch != CAIRN_ARCH_LLAMA && o->arch != CAIRN_ARCH_QWEN3) {
+    if (o->arch != CAIRN_SYNTH_LLAMA && o->arch != CAIRN_SYNTH_QWEN3) {
         st_errf(err, err_len, "synth: unknown architecture");
         return CAIRN_EINVAL;
     }
@@ -885,7 +885,7 @@ int cairn_synth_write(const char *dir, const cairn_synth_options_t *o, char *err
     }
     if ((rc = check_options(o, err, err_len)))
         return rc;
-    st_json_init();
+    cairn_init();
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         st_errf(err, err_len, "%s: cannot create folder: %s", dir, strerror(errno));
         return errno == ENOSPC ? CAIRN_ENOSPC : CAIRN_EIO;

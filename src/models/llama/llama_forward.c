@@ -1,5 +1,6 @@
 /*
- * forward.c — the Llama / Qwen3 decoder forward pass, batched over rows.
+ * llama_forward.c — the llama family's forward pass (Llama, Mistral, Qwen3), batched over
+ * rows: fwd_create / fwd_step / fwd_destroy of models/family.h.
  *
  * Model (HF LlamaForCausalLM / Qwen3ForCausalLM, float32 compute):
  *
@@ -22,13 +23,44 @@
  * this call's rows have been written, so a token sees the same bytes whether its
  * predecessors were computed in this call, an earlier one, or reused from the cache.
  *
- * Thread-safety: one call at a time per fwd_t (the scratch is shared).
+ * A row is one new token of one sequence at its position. The rows of a call form one
+ * activation matrix [n_rows][hidden] for the projections and the MLP; attention runs per
+ * (row, head) over the row's sequence through its attn_kv_t accessor (flat or paged).
+ *
+ * Thread-safety: one call at a time per context (the scratch is shared).
  */
 #include <math.h>
 #include <string.h>
 
-#include "engine/forward.h"
+#include "compute/cpu/kernels.h"
 #include "engine/rope.h"
+#include "models/llama/llama.h"
+
+typedef struct {
+    const cairn_model_config_t *cfg;
+    const llama_weights_t *w;
+    bool qk_norm;
+    cairn_thread_pool_t *tp;
+    cairn_math_t math;
+    cairn_dtype_t kv_dtype;
+    int max_rows;          /* rows per call */
+    int max_positions;     /* longest sequence */
+    float *inv_freq;       /* [head_dim/2] */
+    /* Scratch of one call, row-major. */
+    float *x;              /* [max_rows][hidden]  residual stream */
+    float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
+    float *xb2;            /* [max_rows][hidden]  sub-layer output */
+    float *q;              /* [max_rows][n_heads*head_dim] */
+    float *k;              /* [max_rows][n_kv_heads*head_dim] */
+    float *v;              /* [max_rows][n_kv_heads*head_dim] */
+    float *att;            /* [max_rows][n_heads*head_dim] attention output */
+    float *hb;             /* [max_rows][ffn] gate, then silu(gate)*up */
+    float *hb2;            /* [max_rows][ffn] up */
+    float *rope_cs;        /* [max_rows][head_dim]  cos/sin pairs per row */
+    float *head_tmp;       /* [head_dim] */
+    attn_query_t *queries; /* [max_rows] */
+    attn_cfg_t attn;       /* scratch [n_slots][attn_scratch_floats(...)]: scores, K/V tiles */
+} fwd_t;
 
 /* A tensor's row r as bytes ([rows][cols] of its dtype). */
 static const void *tensor_row(const cairn_tensor_t *t, int64_t r)
@@ -76,10 +108,14 @@ static void head_norm(fwd_t *f, float *x, int n_heads, const cairn_tensor_t *w)
     }
 }
 
-void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, float *logits)
+int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
 {
+    fwd_t *f = ctx;
+    const cairn_fwd_row_t *rows = b->rows;
+    const int n = b->n_rows;
+    float *logits = b->logits;
     const cairn_model_config_t *c = f->cfg;
-    const cairn_model_weights_t *w = f->w;
+    const llama_weights_t *w = f->w;
     const int dim = c->hidden, hd = c->head_dim;
     const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     CAIRN_ASSERT(n > 0 && n <= f->max_rows);
@@ -91,7 +127,7 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
     }
 
     for (int l = 0; l < c->n_layers; l++) {
-        const cairn_layer_weights_t *lw = &w->layers[l];
+        const llama_layer_weights_t *lw = &w->layers[l];
 
         /* Attention block: pre-norm, projections. */
         for (int r = 0; r < n; r++)
@@ -101,7 +137,7 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
 
         for (int r = 0; r < n; r++) {
             float *q = f->q + (size_t)r * q_dim, *k = f->k + (size_t)r * kv_dim;
-            if (c->arch == CAIRN_ARCH_QWEN3) {
+            if (f->qk_norm) {
                 head_norm(f, q, c->n_heads, &lw->q_norm);
                 head_norm(f, k, c->n_kv_heads, &lw->k_norm);
             }
@@ -109,7 +145,7 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
             kern_rope(k, c->n_kv_heads, hd, f->rope_cs + (size_t)r * hd);
 
             /* Store this row's K/V; attention below reads them back from the store. */
-            const attn_kv_t *kv = &views[rows[r].seq];
+            const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
             void *kst, *vst;
             int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
             CAIRN_ASSERT(ok > 0);
@@ -150,17 +186,26 @@ void fwd_run(fwd_t *f, const fwd_row_t *rows, int n, const attn_kv_t *views, flo
         const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
         matmul(f, logits + (size_t)first_out * c->vocab, f->xb, n_out, head);
     }
+    return CAIRN_OK;
 }
 
-int fwd_init(fwd_t *f, const cairn_model_config_t *cfg, const cairn_model_weights_t *w,
-             cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
-             int max_rows, int max_positions)
+static void fwd_free(fwd_t *f);
+
+int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
 {
-    memset(f, 0, sizeof(*f));
+    *out = NULL;
+    fwd_t *f = cairn_calloc(1, sizeof(*f));
+    if (!f)
+        return CAIRN_ENOMEM;
+    const cairn_model_config_t *cfg = &m->cfg;
+    const int max_rows = env->max_rows, max_positions = env->max_positions;
+    const cairn_dtype_t kv_dtype = env->kv_dtype;
+    cairn_thread_pool_t *tp = env->tp;
     f->cfg = cfg;
-    f->w = w;
+    f->w = llama_model_weights(m);
+    f->qk_norm = ((const llama_t *)m->priv)->qk_norm;
     f->tp = tp;
-    f->math = math;
+    f->math = (cairn_math_t)env->math;
     f->kv_dtype = kv_dtype;
     f->max_rows = max_rows;
     f->max_positions = max_positions;
@@ -192,16 +237,23 @@ int fwd_init(fwd_t *f, const cairn_model_config_t *cfg, const cairn_model_weight
         goto fail;
     int rc = rope_inv_freq(cfg, f->inv_freq);
     if (rc) {
-        fwd_fini(f);
+        fwd_free(f);
         return rc;
     }
+    *out = f;
     return CAIRN_OK;
 fail:
-    fwd_fini(f);
+    fwd_free(f);
     return CAIRN_ENOMEM;
 }
 
-void fwd_fini(fwd_t *f)
+void llama_fwd_destroy(void *f)
+{
+    if (f)
+        fwd_free(f);
+}
+
+static void fwd_free(fwd_t *f)
 {
     cairn_free(f->inv_freq);
     cairn_free(f->x);
@@ -217,5 +269,5 @@ void fwd_fini(fwd_t *f)
     cairn_free(f->head_tmp);
     cairn_free(f->queries);
     cairn_free(f->attn.scratch);
-    memset(f, 0, sizeof(*f));
+    cairn_free(f);
 }

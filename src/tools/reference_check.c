@@ -17,7 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/reference_check.h"
+#include "tools/reference_check.h"
+#include "util/json.h"
 
 #define REF_JSON_MAX ((size_t)256 << 20)
 
@@ -329,7 +330,9 @@ int refcheck_run(const char *model_dir, const refcheck_options_t *o, refcheck_re
         snprintf(err, sizeof(err), "%s: %s", path, st == CAIRN_ENOENT ? "cannot open" : "cannot read");
         goto whole_fail;
     }
-    root = cJSON_ParseWithLength(json_text, json_len);
+    st = cairn_json_parse(json_text, json_len, NULL, &root, NULL);
+    if (st == CAIRN_ENOMEM)
+        goto nomem;
     const cJSON *arr = root ? cJSON_GetObjectItemCaseSensitive(root, "cases") : NULL;
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0) {
         snprintf(err, sizeof(err), "%s: no \"cases\" array", path);

@@ -1,5 +1,5 @@
 /*
- * engine/synth.h — writes seeded random checkpoints in the Hugging Face layout.
+ * tools/synth.h — writes seeded random checkpoints in the Hugging Face layout.
  *
  * cairn_synth_write() produces a folder that cairn_checkpoint_open() (and transformers)
  * loads: config.json, generation_config.json, model.safetensors (or N shards with
@@ -14,13 +14,19 @@
  *
  * Thread-safety: reentrant; concurrent calls must use different folders.
  */
-#ifndef CAIRN_ENGINE_SYNTH_H
-#define CAIRN_ENGINE_SYNTH_H
+#ifndef CAIRN_TOOLS_SYNTH_H
+#define CAIRN_TOOLS_SYNTH_H
 
 #include "cairn/checkpoint.h"
 
+/* Which checkpoint layout to write (the llama family's model_types). */
+typedef enum {
+    CAIRN_SYNTH_LLAMA = 0, /* model_type "llama" */
+    CAIRN_SYNTH_QWEN3 = 1, /* model_type "qwen3": adds per-head q/k norms */
+} cairn_synth_arch_t;
+
 typedef struct {
-    cairn_arch_t arch;   /* llama or qwen3 (qwen3 adds per-head q/k norms) */
+    cairn_synth_arch_t arch;   /* llama or qwen3 (qwen3 adds per-head q/k norms) */
     int n_layers;
     int hidden;
     int n_heads;

@@ -1,27 +1,29 @@
 /*
- * checkpoint.c — opens a Hugging Face checkpoint folder: config, memory-mapped weights.
+ * weights_folder.c — the weight tensors of a Hugging Face checkpoint folder
+ * (formats/weights_folder.h).
  *
- * Layout accepted (docs/FORMAT.md, "safetensors and checkpoint folders"): config.json,
- * optional generation_config.json, and model.safetensors or, when that is absent,
- * model.safetensors.index.json naming the shards. As transformers does, the single file
- * wins when both exist.
+ * Layout accepted (docs/FORMAT.md, "safetensors and checkpoint folders"):
+ * model.safetensors or, when that is absent, model.safetensors.index.json naming the
+ * shards. As transformers does, the single file wins when both exist.
  *
  * Every safetensors file is mapped once, read-only and private, and its header validated
  * (safetensors.c); by default (knob CAIRN_WEIGHTS_ANON) a file that fits comfortably in
- * free memory is then copied into anonymous huge pages (copy_to_anon). All tensors of all files go into one sorted table; a name in two files,
- * a tensor the index places in another shard, a shard the index names but the folder
- * lacks, an expected tensor that is missing or has the wrong shape, and a tensor the
- * config gives no use to are errors. The only tolerated extras are rotary inv_freq
- * buffers and lm_head.weight in a tied checkpoint (transformers ignores both).
+ * free memory is then copied into anonymous huge pages (copy_to_anon). All tensors of all
+ * files go into one sorted table; a name in two files, a tensor the index places in
+ * another shard and a shard the index names but the folder lacks are errors at open. The
+ * family binds what it uses (fmt_tensors_bind: presence and shape); the loader then calls
+ * fmt_tensors_check_used so a tensor the config gives no use to is an error too.
  *
  * Alignment: a tensor's data pointer is page base + file offset, so it is aligned to its
  * element size whenever the file offset is (every writer we know pads the header to 8
- * bytes). A misaligned tensor is copied into an aligned heap buffer owned by the
- * checkpoint rather than handing the kernels an unaligned pointer.
+ * bytes). A misaligned tensor is copied into an aligned heap buffer owned by the table
+ * rather than handing the kernels an unaligned pointer.
  *
- * Thread-safety: immutable after open; any number of threads may read it.
+ * Thread-safety: open/bind/close on one thread; afterwards immutable.
  */
-#include "engine/safetensors.h"
+#include "formats/weights_folder.h"
+
+#include "formats/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -34,7 +36,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CONFIG_MAX_LEN ((size_t)16 << 20)
+#include "util/json.h"
+
 #define INDEX_MAX_LEN ((size_t)64 << 20)
 
 typedef struct {
@@ -52,10 +55,8 @@ typedef struct {
     bool used;
 } ck_entry_t;
 
-struct cairn_checkpoint {
+struct fmt_tensors {
     char *dir;
-    cairn_model_config_t cfg;
-    cairn_model_weights_t w;
     ck_file_t *files; /* [n_files], sorted by name */
     int n_files;
     ck_entry_t *table; /* [n_table], sorted by name */
@@ -88,7 +89,7 @@ static int cmp_entry(const void *a, const void *b)
     return strcmp(((const ck_entry_t *)a)->name, ((const ck_entry_t *)b)->name);
 }
 
-static ck_entry_t *table_find(cairn_checkpoint_t *ck, const char *name)
+static ck_entry_t *table_find(fmt_tensors_t *ck, const char *name)
 {
     ck_entry_t key = {.name = name};
     return bsearch(&key, ck->table, ck->n_table, sizeof key, cmp_entry);
@@ -216,7 +217,7 @@ static bool safe_file_name(const char *s)
  * (sorted) and returns the parsed weight_map document in *index_out for the later
  * cross-check.
  */
-static int read_index(cairn_checkpoint_t *ck, const char *path, cJSON **index_out, char *err,
+static int read_index(fmt_tensors_t *ck, const char *path, cJSON **index_out, char *err,
                       size_t err_len)
 {
     int rc;
@@ -225,10 +226,7 @@ static int read_index(cairn_checkpoint_t *ck, const char *path, cJSON **index_ou
     cJSON *root = NULL;
     if ((rc = st_read_file(path, INDEX_MAX_LEN, &text, &len, err, err_len)))
         return rc;
-    st_json_oom_reset();
-    root = cJSON_ParseWithLength(text, len);
-    if (!root) {
-        rc = st_json_oom() ? CAIRN_ENOMEM : CAIRN_EFORMAT;
+    if ((rc = cairn_json_parse(text, len, NULL, &root, NULL))) {
         st_errf(err, err_len, "%s: %s", path, rc == CAIRN_ENOMEM ? "out of memory" : "not valid JSON");
         goto fail;
     }
@@ -279,7 +277,7 @@ fail:
 }
 
 /* Builds the sorted global tensor table; a name in two files is an error. */
-static int build_table(cairn_checkpoint_t *ck, char *err, size_t err_len)
+static int build_table(fmt_tensors_t *ck, char *err, size_t err_len)
 {
     size_t n = 0;
     for (int i = 0; i < ck->n_files; i++)
@@ -310,7 +308,7 @@ static int build_table(cairn_checkpoint_t *ck, char *err, size_t err_len)
 }
 
 /* Every weight_map entry must name the shard that really holds the tensor. */
-static int check_index(cairn_checkpoint_t *ck, const cJSON *index, char *err, size_t err_len)
+static int check_index(fmt_tensors_t *ck, const cJSON *index, char *err, size_t err_len)
 {
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
     const cJSON *e;
@@ -331,12 +329,8 @@ static int check_index(cairn_checkpoint_t *ck, const cJSON *index, char *err, si
     return 0;
 }
 
-/*
- * Looks up tensor `name`, checks its shape against dims[0..ndim) and fills *out. A
- * misaligned tensor is copied to an aligned buffer the checkpoint owns.
- */
-static int bind(cairn_checkpoint_t *ck, const char *name, int ndim, const int64_t *dims,
-                cairn_tensor_t *out, char *err, size_t err_len)
+int fmt_tensors_bind(fmt_tensors_t *ck, const char *name, int ndim, const int64_t *dims,
+                     cairn_tensor_t *out, char *err, size_t err_len)
 {
     ck_entry_t *e = table_find(ck, name);
     if (!e) {
@@ -392,67 +386,21 @@ static int bind(cairn_checkpoint_t *ck, const char *name, int ndim, const int64_
     return 0;
 }
 
-static int bind_all(cairn_checkpoint_t *ck, char *err, size_t err_len)
+bool fmt_tensors_has(const fmt_tensors_t *ts, const char *name)
 {
-    const cairn_model_config_t *c = &ck->cfg;
-    int rc;
-    int64_t vh[2] = {c->vocab, c->hidden}, h[1] = {c->hidden}, hd[1] = {c->head_dim};
-    int64_t q[2] = {(int64_t)c->n_heads * c->head_dim, c->hidden};
-    int64_t kv[2] = {(int64_t)c->n_kv_heads * c->head_dim, c->hidden};
-    int64_t o[2] = {c->hidden, (int64_t)c->n_heads * c->head_dim};
-    int64_t up[2] = {c->ffn, c->hidden}, down[2] = {c->hidden, c->ffn};
+    return table_find((fmt_tensors_t *)ts, name) != NULL;
+}
 
-    if ((rc = bind(ck, "model.embed_tokens.weight", 2, vh, &ck->w.embed, err, err_len)) ||
-        (rc = bind(ck, "model.norm.weight", 1, h, &ck->w.norm, err, err_len)))
-        return rc;
-    if (c->tie_embeddings) {
-        ck->w.lm_head = ck->w.embed;
-    } else if ((rc = bind(ck, "lm_head.weight", 2, vh, &ck->w.lm_head, err, err_len))) {
-        return rc;
-    }
-    ck->w.layers = cairn_calloc((size_t)c->n_layers, sizeof *ck->w.layers);
-    if (!ck->w.layers) {
-        st_errf(err, err_len, "%s: out of memory", ck->dir);
-        return CAIRN_ENOMEM;
-    }
-    for (int l = 0; l < c->n_layers; l++) {
-        cairn_layer_weights_t *L = &ck->w.layers[l];
-        struct {
-            const char *suffix;
-            int ndim;
-            const int64_t *dims;
-            cairn_tensor_t *dst;
-        } want[] = {
-            {"input_layernorm.weight", 1, h, &L->attn_norm},
-            {"self_attn.q_proj.weight", 2, q, &L->wq},
-            {"self_attn.k_proj.weight", 2, kv, &L->wk},
-            {"self_attn.v_proj.weight", 2, kv, &L->wv},
-            {"self_attn.o_proj.weight", 2, o, &L->wo},
-            {"post_attention_layernorm.weight", 1, h, &L->ffn_norm},
-            {"mlp.gate_proj.weight", 2, up, &L->w_gate},
-            {"mlp.up_proj.weight", 2, up, &L->w_up},
-            {"mlp.down_proj.weight", 2, down, &L->w_down},
-            {"self_attn.q_norm.weight", 1, hd, &L->q_norm},
-            {"self_attn.k_norm.weight", 1, hd, &L->k_norm},
-        };
-        size_t n_want = CAIRN_ARRAY_LEN(want) - (c->arch == CAIRN_ARCH_QWEN3 ? 0 : 2);
-        for (size_t i = 0; i < n_want; i++) {
-            char name[128];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, want[i].suffix);
-            if ((rc = bind(ck, name, want[i].ndim, want[i].dims, want[i].dst, err, err_len)))
-                return rc;
-        }
-    }
+int fmt_tensors_check_used(const fmt_tensors_t *ts, fmt_tensor_ignore_fn ignore, void *user,
+                           char *err, size_t err_len)
+{
     /* A tensor the config does not use means the math would silently differ. */
-    for (size_t i = 0; i < ck->n_table; i++) {
-        const ck_entry_t *e = &ck->table[i];
-        size_t n = strlen(e->name);
-        static const char inv_freq[] = "rotary_emb.inv_freq";
-        if (e->used || (c->tie_embeddings && !strcmp(e->name, "lm_head.weight")) ||
-            (n >= sizeof inv_freq - 1 && !strcmp(e->name + n - (sizeof inv_freq - 1), inv_freq)))
+    for (size_t i = 0; i < ts->n_table; i++) {
+        const ck_entry_t *e = &ts->table[i];
+        if (e->used || (ignore && ignore(user, e->name)))
             continue;
         st_errf(err, err_len, "%s: unexpected tensor '%s' (config.json gives it no use)",
-                ck->files[e->file].name, e->name);
+                ts->files[e->file].name, e->name);
         return CAIRN_EUNSUPPORTED;
     }
     return 0;
@@ -471,7 +419,7 @@ static int sha_le(EVP_MD_CTX *md, uint64_t v, int bytes)
  * hashes): "cairn.weights.v1", u64 file count, then per file in name order: u32 name
  * length + name, u64 header length, the header JSON bytes, u64 file size (little-endian).
  */
-static int compute_digest(cairn_checkpoint_t *ck, char *err, size_t err_len)
+static int compute_digest(fmt_tensors_t *ck, char *err, size_t err_len)
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
@@ -494,59 +442,19 @@ static int compute_digest(cairn_checkpoint_t *ck, char *err, size_t err_len)
     return 0;
 }
 
-int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err_len)
 {
     int rc;
-    cairn_checkpoint_t *ck = NULL;
-    char *path = NULL, *text = NULL;
-    size_t len = 0;
+    fmt_tensors_t *ck = NULL;
+    char *path = NULL;
     cJSON *index = NULL;
-    if (!dir || !out) {
-        st_errf(err, err_len, "checkpoint: no folder given");
-        return CAIRN_EINVAL;
-    }
     *out = NULL;
-    st_json_init();
+    cairn_init();
     ck = cairn_calloc(1, sizeof *ck);
     if (!ck || !(ck->dir = cairn_strdup(dir))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }
-
-    /* config.json (required), generation_config.json (optional). */
-    if (!(path = path_join(dir, "config.json"))) {
-        rc = CAIRN_ENOMEM;
-        goto oom;
-    }
-    if ((rc = st_read_file(path, CONFIG_MAX_LEN, &text, &len, err, err_len)))
-        goto fail;
-    if ((rc = cairn_model_config_parse(text, len, &ck->cfg, err, err_len))) {
-        /* Prefix the folder so the user knows which config.json. */
-        if (err && err_len) {
-            char tmp[512];
-            snprintf(tmp, sizeof tmp, "%s", err);
-            st_errf(err, err_len, "%s/%s", dir, tmp);
-        }
-        goto fail;
-    }
-    cairn_free(path);
-    cairn_free(text);
-    text = NULL;
-    if (!(path = path_join(dir, "generation_config.json"))) {
-        rc = CAIRN_ENOMEM;
-        goto oom;
-    }
-    rc = st_read_file(path, CONFIG_MAX_LEN, &text, &len, err, err_len);
-    if (rc == 0) {
-        if ((rc = cairn_generation_config_parse(text, len, &ck->cfg, err, err_len)))
-            goto fail;
-    } else if (rc != CAIRN_ENOENT) {
-        goto fail;
-    }
-    cairn_free(path);
-    cairn_free(text);
-    text = NULL;
-
     /* Weight files: the single file wins over an index, as in transformers. */
     if (!(path = path_join(dir, "model.safetensors"))) {
         rc = CAIRN_ENOMEM;
@@ -578,7 +486,7 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     }
     if ((rc = build_table(ck, err, err_len)) ||
         (index && (rc = check_index(ck, index, err, err_len))) ||
-        (rc = bind_all(ck, err, err_len)) || (rc = compute_digest(ck, err, err_len)))
+        (rc = compute_digest(ck, err, err_len)))
         goto fail;
 
     cJSON_Delete(index);
@@ -591,12 +499,11 @@ oom:
 fail:
     cJSON_Delete(index);
     cairn_free(path);
-    cairn_free(text);
-    cairn_checkpoint_close(ck);
+    fmt_tensors_close(ck);
     return rc;
 }
 
-void cairn_checkpoint_close(cairn_checkpoint_t *ck)
+void fmt_tensors_close(fmt_tensors_t *ck)
 {
     if (!ck)
         return;
@@ -612,26 +519,12 @@ void cairn_checkpoint_close(cairn_checkpoint_t *ck)
         cairn_free(ck->copies[i]);
     cairn_free(ck->copies);
     cairn_free(ck->table);
-    cairn_free(ck->w.layers);
     cairn_free(ck->dir);
     cairn_free(ck);
 }
 
-const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck)
-{
-    return &ck->cfg;
-}
+const char *fmt_tensors_dir(const fmt_tensors_t *ts) { return ts->dir; }
 
-const cairn_model_weights_t *cairn_checkpoint_weights(const cairn_checkpoint_t *ck)
-{
-    return &ck->w;
-}
+void fmt_tensors_digest(const fmt_tensors_t *ck, uint8_t out[32]) { memcpy(out, ck->digest, 32); }
 
-const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck) { return ck->dir; }
-
-void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32])
-{
-    memcpy(out, ck->digest, 32);
-}
-
-uint64_t cairn_checkpoint_weight_bytes(const cairn_checkpoint_t *ck) { return ck->weight_bytes; }
+uint64_t fmt_tensors_bound_bytes(const fmt_tensors_t *ck) { return ck->weight_bytes; }
