@@ -19,10 +19,11 @@
 
 #include "cairn/checkpoint.h"
 
-/* Which checkpoint layout to write (the llama family's model_types). */
+/* Which checkpoint layout to write. */
 typedef enum {
     CAIRN_SYNTH_LLAMA = 0, /* model_type "llama" */
     CAIRN_SYNTH_QWEN3 = 1, /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_LFM2 = 2,  /* model_type "lfm2": short-convolution layers + attention layers */
 } cairn_synth_arch_t;
 
 typedef struct {
@@ -41,15 +42,23 @@ typedef struct {
     double rope_theta;
     double rms_eps;
     int n_shards;        /* 1: model.safetensors; more: sharded with an index */
+    /* lfm2 only: bit l set = layer l attends (layers < 64; 0: every third layer from
+     * layer 2, or the last layer of a shorter model); taps of the short convolution
+     * (conv_L_cache; 0: 3). The other layers are conv layers. */
+    uint64_t attn_layers;
+    int conv_taps;
 } cairn_synth_options_t;
 
 /* Fills *o with the "tiny" preset (a 2-layer llama, hidden 64, vocab 512, bf16, seed 0). */
 void cairn_synth_options_default(cairn_synth_options_t *o);
 
 /*
- * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos) with
- * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b". dtype, seed and n_shards
- * are left alone. CAIRN_EINVAL for an unknown name.
+ * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos,
+ * attn_layers, conv_taps) with a named preset: "tiny", "llama-8l", "qwen3-8l",
+ * "qwen3-0.6b", "lfm2-1.2b" (the LiquidAI/LFM2-1.2B shape: 16 layers of which 2, 5, 8,
+ * 10, 12, 14 attend, hidden 2048, 32/8 heads of 64, feed-forward 8192, vocab 65536,
+ * 3 conv taps, tied). dtype, seed and n_shards are left alone. CAIRN_EINVAL for an
+ * unknown name.
  */
 int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o);
 
