@@ -57,6 +57,11 @@ typedef struct {
     int block_tokens;          /* paged: tokens per block (default 16) */
     int max_context;           /* tokens per sequence; 0: the model's max positions, capped at 32768 */
     int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
+    /* Recurrent checkpoints (paged path, models with recurrent layers): the byte budget
+     * of saved states, least recently saved or restored evicted first. Knob
+     * CAIRN_STATE_CKPT_MIB > this (when > 0) > 256 MiB; 0 MiB from the knob turns them
+     * off (no prefix of such a model is then reused). */
+    int state_ckpt_mib;
     /* Cold tier (the SSD prefix store of include/cairn/cold_tier.h; paged path, families
      * of cairn_cold_family_eligible() only). Full blocks are captured at the end of each
      * turn and when a sequence is released; cairn_seq_begin restores a prompt's blocks
@@ -170,6 +175,14 @@ typedef struct {
     uint64_t logits_rows;      /* rows pushed through lm_head */
     uint64_t seqs_begun;
     double forward_seconds;    /* wall time inside steps */
+    /* Recurrent checkpoints (docs/DESIGN.md, "Recurrent state"; zero for other models). */
+    uint64_t ckpt_saves;       /* states saved at a block boundary */
+    uint64_t ckpt_restores;    /* states restored: prefix hits and truncations */
+    uint64_t ckpt_evictions;   /* checkpoints dropped (byte budget or registry capacity) */
+    uint64_t ckpt_count;       /* checkpoints held now */
+    uint64_t ckpt_bytes;       /* bytes they take */
+    uint64_t ckpt_budget;      /* their byte budget */
+    double ckpt_save_seconds;  /* CPU time copying states into checkpoints */
 } cairn_engine_counters_t;
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);

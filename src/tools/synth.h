@@ -23,7 +23,8 @@
 typedef enum {
     CAIRN_SYNTH_LLAMA = 0,  /* model_type "llama" */
     CAIRN_SYNTH_QWEN3 = 1,  /* model_type "qwen3": adds per-head q/k norms */
-    CAIRN_SYNTH_QWEN35 = 2, /* model_type "qwen3_5_text": Gated DeltaNet layers, every
+    CAIRN_SYNTH_LFM2 = 2,   /* model_type "lfm2": short-convolution layers + attention layers */
+    CAIRN_SYNTH_QWEN35 = 3, /* model_type "qwen3_5_text": Gated DeltaNet layers, every
                                full_interval-th layer gated full attention */
 } cairn_synth_arch_t;
 
@@ -43,6 +44,11 @@ typedef struct {
     double rope_theta;
     double rms_eps;
     int n_shards;        /* 1: model.safetensors; more: sharded with an index */
+    /* lfm2 only: bit l set = layer l attends (layers < 64; 0: every third layer from
+     * layer 2, or the last layer of a shorter model); taps of the short convolution
+     * (conv_L_cache; 0: 3). The other layers are conv layers. */
+    uint64_t attn_layers;
+    int conv_taps;
     /* qwen3_5 only (ignored otherwise): Gated DeltaNet sizes and the layer pattern. */
     int lin_k_heads, lin_v_heads; /* linear_num_key_heads, _value_heads (a multiple) */
     int lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
@@ -55,10 +61,13 @@ typedef struct {
 void cairn_synth_options_default(cairn_synth_options_t *o);
 
 /*
- * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos) with
- * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b", "qwen3.5-0.8b" (the text
- * model of Qwen3.5-0.8B: 24 layers, 3 Gated DeltaNet : 1 gated attention). dtype, seed and
- * n_shards are left alone. CAIRN_EINVAL for an unknown name.
+ * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos,
+ * attn_layers, conv_taps, the qwen3_5 GDN fields) with a named preset: "tiny",
+ * "llama-8l", "qwen3-8l", "qwen3-0.6b", "lfm2-1.2b" (the LiquidAI/LFM2-1.2B shape: 16
+ * layers of which 2, 5, 8, 10, 12, 14 attend, hidden 2048, 32/8 heads of 64, feed-forward
+ * 8192, vocab 65536, 3 conv taps, tied), "qwen3.5-0.8b" (the text model of Qwen3.5-0.8B:
+ * 24 layers, 3 Gated DeltaNet : 1 gated attention). dtype, seed and n_shards are left
+ * alone. CAIRN_EINVAL for an unknown name.
  */
 int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o);
 
