@@ -195,8 +195,10 @@ static void test_f32_math_bf16_kv(void **state) { (void)state; check_mode(CAIRN_
 static void test_bf16_math_f32_kv(void **state) { (void)state; check_mode(CAIRN_ENGINE_MATH_BF16, CAIRN_DTYPE_F32); }
 static void test_bf16_math_bf16_kv(void **state) { (void)state; check_mode(CAIRN_ENGINE_MATH_BF16, CAIRN_DTYPE_BF16); }
 
-/* A hit at every block boundary P: a prompt of the first P + 1 tokens checkpoints P (its
- * last full block), then the whole prompt resumes there with the fresh prefill's bits. */
+/* A hit at every block boundary: in one salt, prompts of P + 1 tokens for P = 16, 32, ...
+ * Each resumes at the checkpoint the previous one left at its last full block (P - 16),
+ * so every boundary is hit once, each state is one restored from a restored state, and
+ * the 17 computed positions must equal the fresh prefill's. */
 static void test_hit_at_every_boundary(void **state)
 {
     (void)state;
@@ -208,17 +210,20 @@ static void test_hit_at_every_boundary(void **state)
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 2, 512);
     int checked = 0;
     for (int P = 16; P < n_lng; P += 16) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "boundary-%d", P);
         int cached = -1;
-        free(run(e, salt, lng, P + 1, 0, &cached));
-        float *x = run(e, salt, lng, n_lng, 0, &cached);
-        assert_int_equal(cached, P);
-        assert_memory_equal(x, ref + (size_t)P * VOCAB, (size_t)(n_lng - P) * row);
+        float *x = run(e, "boundaries", lng, P + 1, 0, &cached);
+        assert_int_equal(cached, P - 16);
+        assert_memory_equal(x, ref + (size_t)(P - 16) * VOCAB, 17 * row);
         free(x);
         checked++;
     }
     assert_int_equal(checked, (n_lng - 1) / 16);
+    /* The whole prompt then resumes at its deepest boundary below 720, 704. */
+    int cached = -1;
+    float *x = run(e, "boundaries", lng, n_lng, 0, &cached);
+    assert_int_equal(cached, 704);
+    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * row);
+    free(x);
     cairn_engine_destroy(e);
     free(ref);
 }
