@@ -1,9 +1,12 @@
 /*
- * Gated DeltaNet kernels (compute/cpu/delta_rule.h): the scalar delta step against a
- * double-precision evaluation of its definition over a long random run; every
- * implementation the CPU can run against the scalar one, memcmp, for row widths with and
- * without vector tails; the conv step against the causal convolution it defines (state
- * shifting one row per token), likewise memcmp across implementations; l2norm.
+ * Gated DeltaNet on the CPU backend (compute/cpu/delta_rule.h, backend.h's delta_rule op):
+ * the scalar delta step against a double-precision evaluation of its definition over a
+ * long random run; the op (L2 norms, q scale, exp of the log-decay, GQA head mapping) on
+ * every implementation the CPU can run against the scalar backend, memcmp, for head
+ * widths with and without vector tails, and fed in chunks vs all at once vs on 2 threads;
+ * the op against its definition written out with the scalar step; the conv step against
+ * the causal convolution it defines (state shifting one row per token), memcmp across
+ * implementations.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,8 +17,10 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "compute/backend.h"
 #include "compute/cpu/delta_rule.h"
 #include "compute/cpu/kernels.h"
+#include "util/thread_pool.h"
 
 static const char *const impls[] = {"scalar", "avx2", "avx512-emubf16", "avx512"};
 
@@ -26,47 +31,121 @@ static float rnd(void)
     return (float)(rng >> 40) / (float)(1 << 24) - 0.5f;
 }
 
-/* T tokens through a head of dk x dv; returns the outputs [T][dv] and leaves S. */
-static void run_delta(const char *impl, int dk, int dv, int T, float *S, float *outs)
+/* Random op inputs for T tokens: q, k [T][Hk][dk], v [T][Hv][dv], g (log decay) and
+ * beta [T][Hv]. */
+typedef struct {
+    int T, Hk, Hv, dk, dv;
+    float *q, *k, *v, *g, *beta;
+} rule_in_t;
+
+static void rule_in(rule_in_t *in, int T, int Hk, int Hv, int dk, int dv)
 {
-    assert_int_equal(kern_set_impl(impl), CAIRN_OK);
+    *in = (rule_in_t){T, Hk, Hv, dk, dv, malloc((size_t)T * Hk * dk * 4), malloc((size_t)T * Hk * dk * 4),
+                      malloc((size_t)T * Hv * dv * 4), malloc((size_t)T * Hv * 4), malloc((size_t)T * Hv * 4)};
     rng = 777;
-    memset(S, 0, (size_t)dk * dv * sizeof(float));
-    float *q = malloc((size_t)dk * 4), *k = malloc((size_t)dk * 4), *v = malloc((size_t)dv * 4);
-    for (int t = 0; t < T; t++) {
-        for (int i = 0; i < dk; i++)
-            q[i] = rnd(), k[i] = rnd();
-        for (int j = 0; j < dv; j++)
-            v[j] = 4 * rnd();
-        dr_l2norm(q, dk, 1e-6f);
-        dr_l2norm(k, dk, 1e-6f);
-        float decay = 0.55f + rnd() * 0.9f, beta = 0.5f + rnd();
-        dr_delta_step(S, q, k, v, decay, beta, dk, dv, outs + (size_t)t * dv);
-    }
-    free(q);
-    free(k);
-    free(v);
+    for (int i = 0; i < T * Hk * dk; i++)
+        in->q[i] = rnd(), in->k[i] = rnd();
+    for (int i = 0; i < T * Hv * dv; i++)
+        in->v[i] = 4 * rnd();
+    for (int i = 0; i < T * Hv; i++)
+        in->g[i] = -1.5f * (rnd() + 0.5f), in->beta[i] = 0.5f + rnd();
 }
 
-static void test_delta_implementations_agree(void **state)
+static void rule_in_free(rule_in_t *in)
+{
+    free(in->q), free(in->k), free(in->v), free(in->g), free(in->beta);
+}
+
+static compute_backend_t *backend(const char *impl, int threads)
+{
+    compute_backend_options_t o = {threads, NULL, impl};
+    compute_backend_t *be = NULL;
+    char err[128];
+    assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_OK);
+    return be;
+}
+
+/* The op over the tokens in pieces of `chunk` (0: all at once) from a zero state; out
+ * [T][Hv][dv] and the final state [Hv][dk][dv]. */
+static void run_rule(compute_backend_t *be, const rule_in_t *in, int chunk, float *out, float *S)
+{
+    memset(S, 0, (size_t)in->Hv * in->dk * in->dv * 4);
+    for (int t = 0; t < in->T;) {
+        int n = chunk && chunk < in->T - t ? chunk : in->T - t;
+        compute_delta_rule(be, out + (size_t)t * in->Hv * in->dv, in->q + (size_t)t * in->Hk * in->dk,
+                           in->k + (size_t)t * in->Hk * in->dk, in->v + (size_t)t * in->Hv * in->dv,
+                           in->g + (size_t)t * in->Hv, in->beta + (size_t)t * in->Hv, n, in->Hk, in->Hv,
+                           in->dk, in->dv, S);
+        t += n;
+    }
+}
+
+static void test_rule_implementations_agree(void **state)
 {
     (void)state;
-    static const int shapes[][2] = {{32, 128}, {128, 128}, {32, 48}, {16, 20}, {8, 7}, {3, 200}};
+    static const int shapes[][4] = {{2, 4, 32, 32}, {1, 1, 128, 128}, {2, 2, 32, 48}, {1, 3, 16, 20},
+                                    {2, 2, 8, 7}, {1, 1, 3, 200}};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-        int dk = shapes[s][0], dv = shapes[s][1], T = 40;
-        float *S0 = malloc((size_t)dk * dv * 4), *o0 = malloc((size_t)T * dv * 4);
-        float *S1 = malloc((size_t)dk * dv * 4), *o1 = malloc((size_t)T * dv * 4);
-        run_delta("scalar", dk, dv, T, S0, o0);
-        for (size_t i = 1; i < sizeof(impls) / sizeof(impls[0]); i++) {
+        rule_in_t in;
+        rule_in(&in, 23, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
+        const size_t on = (size_t)in.T * in.Hv * in.dv, sn = (size_t)in.Hv * in.dk * in.dv;
+        float *o0 = malloc(on * 4), *S0 = malloc(sn * 4), *o1 = malloc(on * 4), *S1 = malloc(sn * 4);
+        compute_backend_t *ref = backend("scalar", 1);
+        run_rule(ref, &in, 0, o0, S0);
+        /* Chunks of 1 and 5 on the scalar backend, then every implementation on 2 threads. */
+        static const int chunks[] = {1, 5};
+        for (int c = 0; c < 2; c++) {
+            run_rule(ref, &in, chunks[c], o1, S1);
+            assert_memory_equal(o0, o1, on * 4);
+            assert_memory_equal(S0, S1, sn * 4);
+        }
+        compute_backend_destroy(ref);
+        for (size_t i = 0; i < sizeof(impls) / sizeof(impls[0]); i++) {
             if (!kern_impl_available(impls[i]))
                 continue;
-            run_delta(impls[i], dk, dv, T, S1, o1);
-            assert_memory_equal(o0, o1, (size_t)T * dv * 4);
-            assert_memory_equal(S0, S1, (size_t)dk * dv * 4);
+            compute_backend_t *be = backend(impls[i], 2);
+            run_rule(be, &in, 7, o1, S1);
+            assert_memory_equal(o0, o1, on * 4);
+            assert_memory_equal(S0, S1, sn * 4);
+            compute_backend_destroy(be);
         }
-        free(S0), free(o0), free(S1), free(o1);
+        free(o0), free(S0), free(o1), free(S1);
+        rule_in_free(&in);
     }
-    kern_set_impl("scalar");
+}
+
+/* The op is its definition: per value head, the key head h / (Hv / Hk), q and k
+ * L2-normalised, q scaled by dk^-0.5, decay expf(g), then the scalar step. */
+static void test_rule_definition(void **state)
+{
+    (void)state;
+    rule_in_t in;
+    rule_in(&in, 9, 2, 6, 16, 24);
+    const size_t on = (size_t)in.T * in.Hv * in.dv, sn = (size_t)in.Hv * in.dk * in.dv;
+    float *o0 = malloc(on * 4), *S0 = malloc(sn * 4), *o1 = malloc(on * 4), *S1 = calloc(sn, 4);
+    compute_backend_t *be = backend("scalar", 1);
+    run_rule(be, &in, 0, o0, S0);
+    compute_backend_destroy(be);
+    for (int t = 0; t < in.T; t++)
+        for (int h = 0; h < in.Hv; h++) {
+            const int kh = h / 3;
+            float q[16], k[16];
+            double qs = 0, ks = 0;
+            for (int i = 0; i < 16; i++) {
+                q[i] = in.q[(t * 2 + kh) * 16 + i], k[i] = in.k[(t * 2 + kh) * 16 + i];
+                qs += (double)q[i] * q[i], ks += (double)k[i] * k[i];
+            }
+            for (int i = 0; i < 16; i++)
+                q[i] = (float)(q[i] / sqrt(qs + 1e-6)) * 0.25f, k[i] = (float)(k[i] / sqrt(ks + 1e-6));
+            dr_ref_delta_step(S1 + (size_t)h * 16 * 24, q, k, in.v + ((size_t)t * 6 + h) * 24,
+                              expf(in.g[t * 6 + h]), in.beta[t * 6 + h], 16, 24, o1 + ((size_t)t * 6 + h) * 24);
+        }
+    for (size_t i = 0; i < on; i++)
+        assert_true(fabsf(o0[i] - o1[i]) <= 1e-5f * (1 + fabsf(o1[i])));
+    /* A head's state after the run differs from every other head's: the mapping matters. */
+    assert_memory_not_equal(S0, S0 + 16 * 24, 16 * 24 * 4);
+    free(o0), free(S0), free(o1), free(S1);
+    rule_in_free(&in);
 }
 
 /* The scalar kernel against S = decay S; d = beta (v - S^T k); S += k d^T; o = S^T q in
@@ -79,7 +158,6 @@ static void test_delta_matches_definition(void **state)
     static double Sd[DK * DV];
     memset(S, 0, sizeof(S));
     memset(Sd, 0, sizeof(Sd));
-    assert_int_equal(kern_set_impl("scalar"), CAIRN_OK);
     rng = 99;
     double max_err = 0;
     for (int t = 0; t < T; t++) {
@@ -88,8 +166,11 @@ static void test_delta_matches_definition(void **state)
             q[i] = rnd(), k[i] = rnd();
         for (int j = 0; j < DV; j++)
             v[j] = 4 * rnd();
-        dr_l2norm(q, DK, 1e-6f);
-        dr_l2norm(k, DK, 1e-6f);
+        double qs = 0, ks = 0; /* unit q and k keep the run a contraction */
+        for (int i = 0; i < DK; i++)
+            qs += (double)q[i] * q[i], ks += (double)k[i] * k[i];
+        for (int i = 0; i < DK; i++)
+            q[i] = (float)(q[i] / sqrt(qs)), k[i] = (float)(k[i] / sqrt(ks));
         float decay = 0.55f + rnd() * 0.9f, beta = 0.5f + rnd();
         dr_ref_delta_step(S, q, k, v, decay, beta, DK, DV, o);
         double d[DV];
@@ -109,24 +190,6 @@ static void test_delta_matches_definition(void **state)
         }
     }
     assert_true(max_err < 1e-4);
-}
-
-static void test_l2norm(void **state)
-{
-    (void)state;
-    float x[37];
-    double ss = 0;
-    for (int i = 0; i < 37; i++)
-        x[i] = (float)(i - 18) * 0.25f, ss += (double)x[i] * x[i];
-    float y[37];
-    memcpy(y, x, sizeof(x));
-    dr_l2norm(y, 37, 1e-6f);
-    for (int i = 0; i < 37; i++)
-        assert_true(fabs(y[i] - x[i] / sqrt(ss + 1e-6)) < 1e-6);
-    float z[5] = {0};
-    dr_l2norm(z, 5, 1e-6f); /* eps keeps a zero vector finite */
-    for (int i = 0; i < 5; i++)
-        assert_true(z[i] == 0.0f);
 }
 
 /* Causal conv over T tokens of C channels, K taps: out_t[c] = sum_j w[j][c] x_{t-K+1+j}[c]. */
@@ -180,8 +243,8 @@ int main(void)
     kern_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_delta_matches_definition),
-        cmocka_unit_test(test_delta_implementations_agree),
-        cmocka_unit_test(test_l2norm),
+        cmocka_unit_test(test_rule_implementations_agree),
+        cmocka_unit_test(test_rule_definition),
         cmocka_unit_test(test_conv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,12 +1,13 @@
 /*
- * delta_rule.c — the scalar Gated DeltaNet kernels (the reference every faster version is
- * held to) and their dispatch. The order of operations is the contract of delta_rule.h;
- * fmaf() spells out each fused multiply-add so a vector version reproduces it exactly.
- * Dispatch follows the kernels' implementation choice (kern_impl_name(): "avx512*",
- * "avx2" or "scalar"), so CAIRN_KERNELS and kern_set_impl() switch these too; all give
- * the same bits.
+ * delta_rule.c — the scalar Gated DeltaNet kernels (the references every faster version
+ * is held to), the backend's delta_rule op over a kernel table, and the conv step's
+ * dispatch. The order of operations is the contract of delta_rule.h; fmaf() spells out
+ * each fused multiply-add so a vector version reproduces it exactly. The conv step follows
+ * the process's kernel implementation (kern_impl_name(): "avx512*", "avx2" or "scalar",
+ * so CAIRN_KERNELS and kern_set_impl() switch it too); the op uses the table it is given
+ * (the backend object's). Every choice gives the same bits.
  *
- * Thread-safety: pure functions.
+ * Thread-safety: pure functions; the op fans out on the pool it is given.
  */
 #include <math.h>
 #include <string.h>
@@ -57,14 +58,6 @@ void dr_conv_step(float *out, float *state, const float *x, const float *w, int 
     }
 }
 
-void dr_l2norm(float *x, int n, float eps)
-{
-    float ss = kern_dot(x, x, CAIRN_DTYPE_F32, n);
-    float inv = 1.0f / sqrtf(ss + eps); /* torch.rsqrt on CPU is 1 / sqrt */
-    for (int i = 0; i < n; i++)
-        x[i] = x[i] * inv;
-}
-
 void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, int dk, int dv, float *o)
 {
@@ -96,17 +89,54 @@ void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v,
     }
 }
 
-void dr_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
-                   float beta, int dk, int dv, float *o)
+/* ---- the backend op ---- */
+
+/* x = x * (1 / sqrt(sum x^2 + eps)) (HF / FLA l2norm), the sum in the canonical order. */
+static void l2norm(const kern_impl_t *k, float *x, int n, float eps)
 {
-    dr_isa_t i = isa();
-#ifdef CAIRN_HAVE_X86
-    if (i == DR_AVX512)
-        dr__delta_avx512(S, q, k, v, decay, beta, dk, dv, o);
-    else if (i == DR_AVX2)
-        dr__delta_avx2(S, q, k, v, decay, beta, dk, dv, o);
-    else
-#endif
-        dr_ref_delta_step(S, q, k, v, decay, beta, dk, dv, o);
-    (void)i;
+    float inv = 1.0f / sqrtf(k->sumsq(x, n) + eps); /* torch.rsqrt on CPU is 1 / sqrt */
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] * inv;
+}
+
+typedef struct {
+    const kern_impl_t *k;
+    float *out;
+    const float *q, *kk, *v, *g, *beta;
+    int n, n_k_heads, n_v_heads, dk, dv;
+    float *state;
+    float scale;
+} rule_job_t;
+
+/* One value head over every token, in order. */
+static void rule_task(void *ctx, int h, int n_tasks)
+{
+    (void)n_tasks;
+    const rule_job_t *j = ctx;
+    const int dk = j->dk, dv = j->dv, Hk = j->n_k_heads, Hv = j->n_v_heads;
+    const int kh = h / (Hv / Hk);
+    float *S = j->state + (size_t)h * dk * dv;
+    float qn[DR_MAX_DK], kn[DR_MAX_DK];
+    for (int t = 0; t < j->n; t++) {
+        memcpy(qn, j->q + ((size_t)t * Hk + kh) * dk, (size_t)dk * sizeof(float));
+        memcpy(kn, j->kk + ((size_t)t * Hk + kh) * dk, (size_t)dk * sizeof(float));
+        l2norm(j->k, qn, dk, 1e-6f);
+        l2norm(j->k, kn, dk, 1e-6f);
+        for (int i = 0; i < dk; i++)
+            qn[i] = qn[i] * j->scale;
+        const size_t th = (size_t)t * Hv + h;
+        j->k->delta_step(S, qn, kn, j->v + th * dv, expf(j->g[th]), j->beta[th], dk, dv,
+                         j->out + th * dv);
+    }
+}
+
+void dr__rule(const kern_impl_t *k, cairn_thread_pool_t *tp, float *out, const float *q,
+              const float *kk, const float *v, const float *g, const float *beta, int n,
+              int n_k_heads, int n_v_heads, int dk, int dv, float *state)
+{
+    CAIRN_ASSERT(n_k_heads > 0 && n_v_heads % n_k_heads == 0 && dk <= DR_MAX_DK && dv <= DR_MAX_DV);
+    /* HF: query * (dk ** -0.5), the Python float rounded to float32. */
+    rule_job_t job = {k, out, q, kk, v, g, beta, n, n_k_heads, n_v_heads, dk, dv, state,
+                      (float)pow((double)dk, -0.5)};
+    cairn_thread_pool_run(tp, rule_task, &job, n_v_heads);
 }

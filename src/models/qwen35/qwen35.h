@@ -45,8 +45,7 @@
 #ifndef CAIRN_MODELS_QWEN35_H
 #define CAIRN_MODELS_QWEN35_H
 
-#include "compute/cpu/attention.h"
-#include "compute/cpu/kernels.h"
+#include "compute/backend.h"
 #include "models/family.h"
 
 #define Q35_MAX_LAYERS 512
@@ -82,37 +81,36 @@ static inline int q35_conv_dim(const q35_config_t *c) { return 2 * q35_key_dim(c
 
 typedef struct {
     q35_layer_kind_t kind;
-    cairn_tensor_t attn_norm;   /* [hidden]        input_layernorm (1 + w) */
-    cairn_tensor_t ffn_norm;    /* [hidden]        post_attention_layernorm (1 + w) */
+    cairn_tensor_t attn_norm;   /* [hidden]        input_layernorm, applied as (1 + w) */
+    cairn_tensor_t ffn_norm;    /* [hidden]        post_attention_layernorm, (1 + w) */
     cairn_tensor_t w_gate;      /* [ffn, hidden]   mlp.gate_proj */
     cairn_tensor_t w_up;        /* [ffn, hidden]   mlp.up_proj */
     cairn_tensor_t w_down;      /* [hidden, ffn]   mlp.down_proj */
-    float *attn_norm1;          /* [hidden]  1 + attn_norm, float32 */
-    float *ffn_norm1;           /* [hidden]  1 + ffn_norm, float32 */
     /* linear_attention */
-    cairn_tensor_t in_qkv;      /* [conv_dim, hidden]  linear_attn.in_proj_qkv */
+    cairn_tensor_t in_qkv;      /* [conv_dim, hidden]  linear_attn.in_proj_qkv: q, k, v rows */
     cairn_tensor_t in_z;        /* [Hv*dv, hidden]     linear_attn.in_proj_z */
     cairn_tensor_t in_b;        /* [Hv, hidden]        linear_attn.in_proj_b */
     cairn_tensor_t in_a;        /* [Hv, hidden]        linear_attn.in_proj_a */
     cairn_tensor_t out_proj;    /* [hidden, Hv*dv]     linear_attn.out_proj */
-    float *conv_w;              /* [K][conv_dim]  conv1d.weight [conv_dim, 1, K] transposed */
+    cairn_tensor_t gnorm;       /* [dv]  linear_attn.norm.weight, applied as plain w */
+    float *conv_wq;             /* [K][Hk*dk]  conv1d.weight [conv_dim, 1, K] rows of q, */
+    float *conv_wk;             /* [K][Hk*dk]  of k */
+    float *conv_wv;             /* [K][Hv*dv]  and of v, each transposed to tap-major */
     float *neg_a;               /* [Hv]  -exp(A_log) */
     float *dt_bias;             /* [Hv]  dt_bias */
-    float *gnorm;               /* [dv]  linear_attn.norm.weight (plain w) */
     /* full_attention */
     cairn_tensor_t wq;          /* [n_heads*2*head_dim, hidden]  self_attn.q_proj (q|gate per head) */
     cairn_tensor_t wk;          /* [n_kv_heads*head_dim, hidden] self_attn.k_proj */
     cairn_tensor_t wv;          /* [n_kv_heads*head_dim, hidden] self_attn.v_proj */
     cairn_tensor_t wo;          /* [hidden, n_heads*head_dim]    self_attn.o_proj */
-    float *q_norm1;             /* [head_dim]  1 + q_norm */
-    float *k_norm1;             /* [head_dim]  1 + k_norm */
+    cairn_tensor_t q_norm;      /* [head_dim]  (1 + w) */
+    cairn_tensor_t k_norm;      /* [head_dim]  (1 + w) */
 } q35_layer_t;
 
 typedef struct {
     cairn_tensor_t embed;       /* [vocab, hidden] */
     cairn_tensor_t lm_head;     /* [vocab, hidden] (== embed when tied) */
-    cairn_tensor_t norm;        /* [hidden] */
-    float *norm1;               /* [hidden]  1 + norm */
+    cairn_tensor_t norm;        /* [hidden]  (1 + w) */
     q35_layer_t *layers;        /* [n_layers] */
 } q35_weights_t;
 
@@ -120,7 +118,7 @@ typedef struct {
 typedef struct {
     q35_config_t cfg;
     q35_weights_t w;
-    float *arena;               /* the derived float32 tables of w */
+    float *arena;               /* the derived float32 tables of w (conv_w*, neg_a, dt_bias) */
     size_t arena_used, arena_len;
 } q35_t;
 
@@ -156,7 +154,8 @@ void q35_destroy(void *priv);
 
 /*
  * Each linear-attention layer keeps, per sequence, float32:
- *   conv [K-1][conv_dim]   the last K-1 pre-conv qkv rows (oldest first)
+ *   conv_q [K-1][Hk*dk], conv_k [K-1][Hk*dk], conv_v [K-1][Hv*dv]
+ *                          the last K-1 pre-conv rows of q, k and v (oldest first)
  *   rec  [Hv][dk][dv]      the delta-rule state S of each value head
  * in that order, q35_layer_state_bytes() bytes: the state_bytes of the layer's RECURRENT
  * cache entry. It lives in the sequence's state handle (models/family.h), layer l at
@@ -169,33 +168,37 @@ size_t q35_layer_state_bytes(const q35_config_t *c);
 typedef struct {
     const q35_config_t *cfg;
     const q35_weights_t *w;
-    cairn_thread_pool_t *tp;
+    compute_backend_t *be;
     cairn_math_t math;
     cairn_dtype_t kv_dtype;
     int max_rows, max_positions;
-    float q_scale;        /* dk^-0.5 as float32 */
-    float *inv_freq;      /* [rope_dim/2] */
-    float *ones;          /* [conv_dim] 1.0f, the `up` of a plain silu */
-    size_t *state_off;    /* [n_layers] each layer's part of a state handle
-                             (cairn_model_state_offset) */
-    int *next_pos;        /* [max_rows] per sequence of a step: its next row position */
+    compute_attn_t *attn;  /* the backend's attention state of the full layers */
+    float *inv_freq;       /* [rope_dim/2] */
+    float *ones;           /* [max_rows * max(Hk*dk, Hv*dv, Hv)] 1.0f, the `up` of a plain
+                              silu or sigmoid */
+    size_t *state_off;     /* [n_layers] each layer's part of a state handle
+                              (cairn_model_state_offset) */
+    int *next_pos;         /* [max_rows] per sequence of a step: its next row position */
+    int32_t *ids;          /* [max_rows] tokens */
+    int *pos;              /* [max_rows] positions */
     /* Scratch of one call, row-major. */
-    float *x;             /* [max_rows][hidden]  residual stream */
-    float *xb;            /* [max_rows][hidden]  normed input of a sub-layer */
-    float *xb2;           /* [max_rows][hidden]  sub-layer output */
-    float *qkv;           /* [max_rows][conv_dim]  in_proj_qkv, then conv output */
-    float *z;             /* [max_rows][Hv*dv] */
-    float *ba;            /* [2][max_rows][Hv]  b then a, made beta then decay = exp(g) */
-    float *core;          /* [max_rows][max(Hv*dv, n_heads*head_dim)]  mixer output */
-    float *q;             /* [max_rows][n_heads*2*head_dim]  q | gate per head */
-    float *qh;            /* [max_rows][n_heads*head_dim]  normed, rotated queries */
-    float *k;             /* [max_rows][n_kv_heads*head_dim] */
-    float *v;             /* [max_rows][n_kv_heads*head_dim] */
-    float *hb;            /* [max_rows][ffn] */
-    float *hb2;           /* [max_rows][ffn] */
-    float *rope_cs;       /* [max_rows][rope_dim]  cos/sin pairs */
-    attn_query_t *queries;/* [max_rows] */
-    attn_cfg_t attn;
+    float *x;              /* [max_rows][hidden]  residual stream */
+    float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
+    float *xb2;            /* [max_rows][hidden]  sub-layer output */
+    float *lq, *lk, *lv;   /* [max_rows][Hk*dk], [..][Hk*dk], [..][Hv*dv]  in_proj_qkv parts */
+    float *cq, *ck, *cv;   /* the same after the causal conv and silu */
+    float *z;              /* [max_rows][Hv*dv] */
+    float *beta, *g;       /* [max_rows][Hv]  b then sigmoid(b); a then the log-decay g */
+    float *core;           /* [max_rows][max(Hv*dv, n_heads*head_dim)]  mixer output */
+    float *q2;             /* [max_rows][n_heads*2*head_dim]  q | gate per head */
+    float *q;              /* [max_rows][n_heads*head_dim]  normed, rotated queries */
+    float *gate;           /* [max_rows][n_heads*head_dim]  the attention output gate */
+    float *k;              /* [max_rows][n_kv_heads*head_dim] */
+    float *v;              /* [max_rows][n_kv_heads*head_dim] */
+    float *hb;             /* [max_rows][ffn] */
+    float *hb2;            /* [max_rows][ffn] */
+    float *rope_cs;        /* [max_rows][rope_dim]  cos/sin pairs */
+    attn_query_t *queries; /* [max_rows] */
 } q35_fwd_t;
 
 /* The forward context (qwen35_forward.c): fwd_create / fwd_destroy / fwd_step. */

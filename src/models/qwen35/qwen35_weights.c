@@ -7,9 +7,10 @@
  * ("model.visual.*") and the multi-token-prediction head ("mtp.*"), which transformers
  * does not use for text either, and lm_head.weight of a tied checkpoint.
  *
- * Derived tables (float32, owned by q35_t), each computed as HF does in float32: (1 + w)
- * for every Qwen3_5RMSNorm, -exp(A_log), dt_bias and the gated norm's w widened, and the
- * conv1d weight transposed to tap-major [K][conv_dim] for the conv kernel.
+ * Derived tables (float32, owned by q35_t), each computed as HF does in float32:
+ * -exp(A_log), dt_bias widened, and the conv1d weight's q, k and v channels each
+ * transposed to tap-major [K][channels] for the conv kernel. Norm weights stay as stored
+ * (the backend's rmsnorm applies (1 + w) in float32).
  *
  * Thread-safety: called once at open; the result is immutable.
  */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compute/type_traits.h"
 #include "formats/safetensors.h"
 #include "models/qwen35/qwen35.h"
 
@@ -37,24 +39,20 @@ static float *arena_take(q35_t *m, size_t n)
     return p;
 }
 
-/* A tensor of n elements widened to float32, plus `add` (1 for the (1 + w) norms). */
-static float *widen(q35_t *m, const cairn_tensor_t *t, size_t n, float add)
+/* A tensor of n elements widened to float32. */
+static float *widen(q35_t *m, const cairn_tensor_t *t, size_t n)
 {
     float *p = arena_take(m, n);
-    kern_row_to_f32(p, t->data, t->dtype, (int)n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = add + p[i]; /* HF: 1.0 + weight.float(), one float32 addition */
+    compute_type_traits(t->dtype)->to_f32(p, t->data, (int64_t)n);
     return p;
 }
 
 static size_t arena_floats(const q35_config_t *c)
 {
     const cairn_model_config_t *b = &c->base;
-    size_t per_linear = (size_t)c->conv_kernel * q35_conv_dim(c) + 2 * (size_t)c->lin_v_heads +
-                        (size_t)c->lin_v_dim;
-    size_t per_full = 2 * (size_t)b->head_dim;
-    return (size_t)b->hidden * (1 + 2 * (size_t)b->n_layers) + per_linear * c->n_linear +
-           per_full * c->n_full;
+    (void)b;
+    size_t per_linear = (size_t)c->conv_kernel * q35_conv_dim(c) + 2 * (size_t)c->lin_v_heads;
+    return per_linear * c->n_linear;
 }
 
 int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, char *err,
@@ -90,7 +88,6 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
         m->w.lm_head = m->w.embed;
     else if ((rc = bind(ts, "", "lm_head.weight", 2, vh, &m->w.lm_head, err, err_len)))
         return rc;
-    m->w.norm1 = widen(m, &m->w.norm, (size_t)H, 1.0f);
 
     for (int l = 0; l < b->n_layers; l++) {
         q35_layer_t *L = &m->w.layers[l];
@@ -104,10 +101,8 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
             (rc = bind(ts, lp, "mlp.up_proj.weight", 2, up, &L->w_up, err, err_len)) ||
             (rc = bind(ts, lp, "mlp.down_proj.weight", 2, down, &L->w_down, err, err_len)))
             return rc;
-        L->attn_norm1 = widen(m, &L->attn_norm, (size_t)H, 1.0f);
-        L->ffn_norm1 = widen(m, &L->ffn_norm, (size_t)H, 1.0f);
         if (L->kind == Q35_LAYER_LINEAR) {
-            cairn_tensor_t conv_t, a_log, dt, gn;
+            cairn_tensor_t conv_t, a_log, dt;
             if ((rc = bind(ts, lp, "linear_attn.in_proj_qkv.weight", 2, qkv, &L->in_qkv, err,
                            err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.in_proj_z.weight", 2, zd, &L->in_z, err,
@@ -121,37 +116,37 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
                 (rc = bind(ts, lp, "linear_attn.conv1d.weight", 3, conv, &conv_t, err, err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.A_log", 1, hv1, &a_log, err, err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.dt_bias", 1, hv1, &dt, err, err_len)) ||
-                (rc = bind(ts, lp, "linear_attn.norm.weight", 1, dv1, &gn, err, err_len)))
+                (rc = bind(ts, lp, "linear_attn.norm.weight", 1, dv1, &L->gnorm, err, err_len)))
                 return rc;
-            /* conv1d.weight [C][1][K] -> tap-major [K][C]: the value at (c, j) moves to
-             * j * C + c, so one tap of every channel is contiguous. */
+            /* conv1d.weight [C][1][K]: channels [0, KD) are q, [KD, 2KD) k, the rest v;
+             * each part goes tap-major, part[j][c] = w[c0 + c][j]. */
             float *cw = cairn_malloc((size_t)(C * K) * sizeof(float));
             if (!cw) {
                 st_errf(err, err_len, "%s: out of memory", fmt_tensors_dir(ts));
                 return CAIRN_ENOMEM;
             }
-            kern_row_to_f32(cw, conv_t.data, conv_t.dtype, (int)(C * K));
-            L->conv_w = arena_take(m, (size_t)(C * K));
-            for (int64_t ch = 0; ch < C; ch++)
-                for (int64_t j = 0; j < K; j++)
-                    L->conv_w[j * C + ch] = cw[ch * K + j];
+            compute_type_traits(conv_t.dtype)->to_f32(cw, conv_t.data, C * K);
+            const int64_t KD = q35_key_dim(c), c0[3] = {0, KD, 2 * KD}, w_[3] = {KD, KD, VD};
+            float **dst[3] = {&L->conv_wq, &L->conv_wk, &L->conv_wv};
+            for (int part = 0; part < 3; part++) {
+                float *p = *dst[part] = arena_take(m, (size_t)(w_[part] * K));
+                for (int64_t ch = 0; ch < w_[part]; ch++)
+                    for (int64_t j = 0; j < K; j++)
+                        p[j * w_[part] + ch] = cw[(c0[part] + ch) * K + j];
+            }
             cairn_free(cw);
-            L->neg_a = widen(m, &a_log, (size_t)Hv, 0.0f);
+            L->neg_a = widen(m, &a_log, (size_t)Hv);
             for (int64_t i = 0; i < Hv; i++)
                 L->neg_a[i] = -expf(L->neg_a[i]); /* HF: -A_log.float().exp() */
-            L->dt_bias = widen(m, &dt, (size_t)Hv, 0.0f);
-            L->gnorm = widen(m, &gn, (size_t)dv, 0.0f);
+            L->dt_bias = widen(m, &dt, (size_t)Hv);
         } else {
-            cairn_tensor_t qn, kn;
             if ((rc = bind(ts, lp, "self_attn.q_proj.weight", 2, q, &L->wq, err, err_len)) ||
                 (rc = bind(ts, lp, "self_attn.k_proj.weight", 2, kv, &L->wk, err, err_len)) ||
                 (rc = bind(ts, lp, "self_attn.v_proj.weight", 2, kv, &L->wv, err, err_len)) ||
                 (rc = bind(ts, lp, "self_attn.o_proj.weight", 2, o, &L->wo, err, err_len)) ||
-                (rc = bind(ts, lp, "self_attn.q_norm.weight", 1, hd1, &qn, err, err_len)) ||
-                (rc = bind(ts, lp, "self_attn.k_norm.weight", 1, hd1, &kn, err, err_len)))
+                (rc = bind(ts, lp, "self_attn.q_norm.weight", 1, hd1, &L->q_norm, err, err_len)) ||
+                (rc = bind(ts, lp, "self_attn.k_norm.weight", 1, hd1, &L->k_norm, err, err_len)))
                 return rc;
-            L->q_norm1 = widen(m, &qn, (size_t)hd, 1.0f);
-            L->k_norm1 = widen(m, &kn, (size_t)hd, 1.0f);
         }
     }
 

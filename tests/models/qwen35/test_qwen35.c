@@ -19,6 +19,8 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "compute/cpu/cpu_backend.h"
+#include "compute/cpu/kernels.h"
 #include "engine/kv_flat.h"
 #include "models/qwen35/qwen35.h"
 #include "util/thread_pool.h"
@@ -157,10 +159,22 @@ static int argmax(const float *x)
     return best;
 }
 
-/* The family's forward context for max_rows rows, f32 math and K/V. */
-static void *fwd_new(cairn_thread_pool_t *tp)
+/* A CPU backend of `threads` threads running kernel implementation impl (NULL: the
+ * process choice). */
+static compute_backend_t *backend(const char *impl, int threads)
 {
-    cairn_fwd_env_t env = {tp, CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_F32, MAX_ROWS, 1024};
+    compute_backend_options_t o = {threads, NULL, impl};
+    compute_backend_t *be = NULL;
+    char err[128];
+    assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), 0);
+    return be;
+}
+
+/* The family's forward context on be for max_rows rows, f32 math and K/V. */
+static void *fwd_new(compute_backend_t *be)
+{
+    cairn_fwd_env_t env = {be, compute_cpu_thread_pool(be), CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_F32,
+                           MAX_ROWS, 1024};
     void *f = NULL;
     assert_int_equal(model->family->fwd_create(model, &env, &f), 0);
     return f;
@@ -186,15 +200,17 @@ static void feed(void *f, seq_t *s, const int32_t *ids, int n, int chunk, float 
 }
 
 /* Logits of every position of ids on a fresh sequence; malloc'd [n][V]. */
-static float *run_prompt(cairn_thread_pool_t *tp, const int32_t *ids, int n, int chunk)
+static float *run_prompt(const char *impl, int threads, const int32_t *ids, int n, int chunk)
 {
-    void *f = fwd_new(tp);
+    compute_backend_t *be = backend(impl, threads);
+    void *f = fwd_new(be);
     seq_t s;
     seq_init(&s, 1024);
     float *out = malloc((size_t)n * V * sizeof(float));
     feed(f, &s, ids, n, chunk, out);
     seq_fini(&s);
     model->family->fwd_destroy(f);
+    compute_backend_destroy(be);
     return out;
 }
 
@@ -256,7 +272,8 @@ static void test_config_of_fixture(void **state)
 /* HF parity: prefill (one call) and decode (token by token) against reference.json. */
 static void check_case(const ref_case_t *rc, int chunk)
 {
-    void *f = fwd_new(NULL);
+    compute_backend_t *be = backend(NULL, 1);
+    void *f = fwd_new(be);
     seq_t s;
     seq_init(&s, 1024);
     float *lg = malloc((size_t)rc->n_prompt * V * sizeof(float));
@@ -303,6 +320,7 @@ static void check_case(const ref_case_t *rc, int chunk)
     free(lg);
     seq_fini(&s);
     model->family->fwd_destroy(f);
+    compute_backend_destroy(be);
 }
 
 static void test_reference_prefill(void **state)
@@ -333,10 +351,10 @@ static void test_chunking_bit_identical(void **state)
 {
     (void)state;
     const ref_case_t *rc = find_case("long_720");
-    float *whole = run_prompt(NULL, rc->prompt, rc->n_prompt, 0);
+    float *whole = run_prompt(NULL, 1, rc->prompt, rc->n_prompt, 0);
     static const int chunks[] = {1, 7, 16, 100};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(chunks); i++) {
-        float *got = run_prompt(NULL, rc->prompt, rc->n_prompt, chunks[i]);
+        float *got = run_prompt(NULL, 1, rc->prompt, rc->n_prompt, chunks[i]);
         assert_memory_equal(got, whole, (size_t)rc->n_prompt * V * sizeof(float));
         free(got);
     }
@@ -348,14 +366,11 @@ static void test_threads_bit_identical(void **state)
 {
     (void)state;
     const ref_case_t *rc = find_case("long_720");
-    cairn_thread_pool_t *tp2;
-    assert_int_equal(cairn_thread_pool_create(2, &tp2), 0);
-    float *one = run_prompt(NULL, rc->prompt, rc->n_prompt, 100);
-    float *two = run_prompt(tp2, rc->prompt, rc->n_prompt, 100);
+    float *one = run_prompt(NULL, 1, rc->prompt, rc->n_prompt, 100);
+    float *two = run_prompt(NULL, 2, rc->prompt, rc->n_prompt, 100);
     assert_memory_equal(one, two, (size_t)rc->n_prompt * V * sizeof(float));
     free(one);
     free(two);
-    cairn_thread_pool_destroy(tp2);
 }
 
 /* Every kernel implementation the CPU runs (scalar, AVX2, AVX-512) gives the same bits. */
@@ -364,13 +379,13 @@ static void test_implementations_bit_identical(void **state)
     (void)state;
     const ref_case_t *rc = find_case("chat_short");
     const char *native = kern_impl_name();
-    float *ref = run_prompt(NULL, rc->prompt, rc->n_prompt, 7);
+    float *ref = run_prompt(NULL, 1, rc->prompt, rc->n_prompt, 7);
     static const char *const impls[] = {"scalar", "avx2", "avx512-emubf16", "avx512"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(impls); i++) {
         if (!kern_impl_available(impls[i]))
             continue;
-        assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK);
-        float *got = run_prompt(NULL, rc->prompt, rc->n_prompt, 7);
+        assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* the conv's dispatch */
+        float *got = run_prompt(impls[i], 1, rc->prompt, rc->n_prompt, 7);
         assert_memory_equal(got, ref, (size_t)rc->n_prompt * V * sizeof(float));
         free(got);
     }
@@ -383,12 +398,11 @@ static void test_batched_bit_identical(void **state)
 {
     (void)state;
     const ref_case_t *a = find_case("long_720"), *b = find_case("shared_prefix_672");
-    float *alone_a = run_prompt(NULL, a->prompt, a->n_prompt, 0);
-    float *alone_b = run_prompt(NULL, b->prompt, b->n_prompt, 0);
+    float *alone_a = run_prompt(NULL, 1, a->prompt, a->n_prompt, 0);
+    float *alone_b = run_prompt(NULL, 1, b->prompt, b->n_prompt, 0);
 
-    cairn_thread_pool_t *tp2;
-    assert_int_equal(cairn_thread_pool_create(2, &tp2), 0);
-    void *f = fwd_new(tp2);
+    compute_backend_t *be2 = backend(NULL, 2);
+    void *f = fwd_new(be2);
     seq_t s[2];
     seq_init(&s[0], 1024);
     seq_init(&s[1], 1024);
@@ -432,7 +446,7 @@ static void test_batched_bit_identical(void **state)
     seq_fini(&s[0]);
     seq_fini(&s[1]);
     model->family->fwd_destroy(f);
-    cairn_thread_pool_destroy(tp2);
+    compute_backend_destroy(be2);
 }
 
 /* Parses through the registry (model_type -> family); *c gets the family's config. */
