@@ -58,8 +58,8 @@ typedef struct {
     int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
     /* Recurrent checkpoints (paged path, models with recurrent layers): the byte budget
      * of saved states, least recently saved or restored evicted first. Knob
-     * CAIRN_STATE_CKPT_MIB > this (when > 0) > 256 MiB; 0 MiB from the knob turns them
-     * off (no prefix of such a model is then reused). */
+     * CAIRN_STATE_CKPT_MIB > this (0: not set; -1: off) > 256 MiB. Off (0 MiB), no
+     * prefix of such a model is reused. */
     int state_ckpt_mib;
     /* Cold tier (the SSD prefix store of include/cairn/cold_tier.h; paged path, families
      * of cairn_cold_family_eligible() only). Full blocks are captured at the end of each
@@ -178,6 +178,7 @@ typedef struct {
     uint64_t ckpt_bytes;       /* bytes they take */
     uint64_t ckpt_budget;      /* their byte budget */
     double ckpt_save_seconds;  /* CPU time copying states into checkpoints */
+    double ckpt_restore_seconds; /* CPU time copying them back */
 } cairn_engine_counters_t;
 
 void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
