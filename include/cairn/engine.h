@@ -1,6 +1,9 @@
 /*
- * cairn/engine.h — the inference engine: batched, bit-exact forward passes of dense
- * decoder-only transformers (Llama, Qwen3) over an opened checkpoint.
+ * cairn/engine.h — the inference engine: batched, bit-exact forward passes of decoder-only
+ * models (every family of src/models/: Llama, Qwen3, LFM2, ...) over an opened checkpoint.
+ * Families with recurrent layers keep a per-sequence state beside the K/V, checkpointed at
+ * block boundaries so a cached prefix can resume it (docs/DESIGN.md, "Recurrent state and
+ * checkpoints").
  *
  * Model. An engine owns a thread pool, the K/V storage of its sequences and the scratch
  * activations of one step. A sequence is a token list split in two: the first n_past
@@ -122,7 +125,16 @@ int cairn_seq_n_past(const cairn_seq_t *s);
 int cairn_seq_n_pending(const cairn_seq_t *s);
 /* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
-/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. */
+/*
+ * Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. For a
+ * model with recurrent layers whose state stands past n, the state can only be had at a
+ * checkpoint: the sequence restarts from the deepest one at or below n (the empty state
+ * when none; always on the flat path) and the tokens after it up to n become pending
+ * again, so cairn_seq_n_past() may drop below n (docs/DESIGN.md, "Recurrent state and
+ * checkpoints"). Errors: CAIRN_EINVAL (n out of range); for that rewind on the paged path
+ * CAIRN_EEXHAUSTED when the pool cannot hold the re-appended tokens (the sequence then
+ * keeps the tokens up to the checkpoint).
+ */
 int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
@@ -132,7 +144,8 @@ int cairn_seq_truncate(cairn_seq_t *s, int n);
  */
 int cairn_seq_end_turn(cairn_seq_t *s);
 /* A new sequence with the same tokens and K/V (paged: shared blocks, copy-on-write;
- * flat: a copy). CAIRN_ESTATE while s has pending tokens. */
+ * flat: a copy) and a copy of its recurrent state. CAIRN_ESTATE while s has pending
+ * tokens. */
 int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
 /* Frees the sequence and its K/V references. NULL is a no-op. */
 void cairn_seq_release(cairn_seq_t *s);
