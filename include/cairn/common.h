@@ -121,12 +121,23 @@ const char *cairn_knob_str(const char *env_name, const char *config_value, const
 
 /* ---- Element types ---------------------------------------------------------------- */
 
-/* Element type of weights and K/V storage. Sizes: f32 4 bytes, f16 and bf16 2 bytes. */
+/*
+ * Element type of weights and K/V storage: a block format (block_elems elements in
+ * block_bytes bytes; one traits table, src/compute/type_traits.c). f32 (4 bytes), f16 and
+ * bf16 (2 bytes) are blocks of one element. A value outside the enum is no type: the
+ * functions below report it (0, "?", CAIRN_EINVAL) and never treat it as another type.
+ */
 typedef enum { CAIRN_DTYPE_F32 = 0, CAIRN_DTYPE_F16 = 1, CAIRN_DTYPE_BF16 = 2 } cairn_dtype_t;
-static inline size_t cairn_dtype_size(cairn_dtype_t t) { return t == CAIRN_DTYPE_F32 ? 4 : 2; }
-/* "f32", "f16", "bf16". */
+/* Bytes of one element: 4 or 2; 0 for an unknown type or a block-quantized one (whose
+ * elements have no size of their own: use cairn_dtype_row_bytes). Callers that validate
+ * input treat 0 as an error. */
+size_t cairn_dtype_size(cairn_dtype_t t);
+/* Bytes of n consecutive elements of t; 0 when t is unknown, n < 0 or n is not a whole
+ * number of t's blocks. */
+size_t cairn_dtype_row_bytes(cairn_dtype_t t, int64_t n);
+/* "f32", "f16", "bf16"; "?" for an unknown type. */
 const char *cairn_dtype_name(cairn_dtype_t t);
-/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16"; CAIRN_EINVAL otherwise. */
+/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16" (any case); CAIRN_EINVAL otherwise. */
 int cairn_dtype_parse(const char *s, cairn_dtype_t *out);
 
 /* Broken invariant (never bad input): prints the location and aborts. */

@@ -1,6 +1,7 @@
 /*
- * cairn/engine.h — the inference engine: batched, bit-exact forward passes of decoder-only
- * models (every family of src/models/: Llama, Qwen3, LFM2, ...) over an opened checkpoint.
+ * cairn/engine.h — the inference engine: batched, bit-exact forward passes of a model
+ * family's decoder (whatever family the checkpoint's config.json names; src/models/) over
+ * an opened checkpoint.
  * Families with recurrent layers keep a per-sequence state beside the K/V, checkpointed at
  * block boundaries so a cached prefix can resume it (docs/DESIGN.md, "Recurrent state and
  * checkpoints").
@@ -83,11 +84,13 @@ typedef struct cairn_engine cairn_engine_t;
 typedef struct cairn_seq cairn_seq_t;
 
 /*
- * Creates an engine over an opened checkpoint (which must outlive the engine). Only
- * CAIRN_ARCH_LLAMA and CAIRN_ARCH_QWEN3 are supported. Errors: CAIRN_EINVAL for bad
- * options, CAIRN_EUNSUPPORTED for another architecture or an unavailable K/V path,
- * CAIRN_ENOMEM; a one-line message goes to err. Cost: allocates the scratch of one
- * sub-batch (max_step_tokens rows) and, for the paged path, maps the K/V pool.
+ * Creates an engine over an opened checkpoint (which must outlive the engine). The K/V
+ * storage follows the cache layout the model's family declares (full, sliding-window,
+ * recurrent and shared layers); the forward pass is the family's. Errors: CAIRN_EINVAL
+ * for bad options, CAIRN_EUNSUPPORTED for what the family cannot run (a rope type, a K/V
+ * dtype), CAIRN_EFORMAT for a cache layout the KV core cannot page, CAIRN_ENOMEM; a
+ * one-line message goes to err. Cost: allocates the scratch of one sub-batch
+ * (max_step_tokens rows) and, for the paged path, maps the K/V pool.
  */
 int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
                         cairn_engine_t **out, char *err, size_t err_len);

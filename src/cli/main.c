@@ -70,6 +70,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    cairn_init(); /* before any command parses JSON (include/cairn/common.h) */
     cairn_cli_install_logger(0);
     if (argc < 2) {
         usage(stderr);

@@ -28,7 +28,7 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_cold.h"
-#include "compute/cpu/kernels.h"
+#include "compute/backend.h"
 #include "engine/kv_flat.h"
 #include "engine/kv_paged.h"
 #include "engine/seq_state.h"
@@ -62,6 +62,7 @@ struct cairn_engine {
     const cairn_model_config_t *cfg;
     cairn_engine_options_t opt;
     cairn_thread_pool_t *tp;
+    compute_backend_t *be;    /* where the family's ops run (the CPU backend on tp) */
     cairn_layer_cache_t *layers; /* [n_layers] the family's cache layout */
     size_t state_bytes;       /* per-sequence recurrent state (0: none) */
     void *fwd;                /* the family's forward context */
@@ -123,7 +124,6 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         return CAIRN_EINVAL;
     }
 
-    kern_init();
     cairn_engine_t *e = cairn_calloc(1, sizeof(*e));
     if (!e) {
         set_err(err, err_len, "engine: out of memory");
@@ -152,7 +152,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
                      cfg->family, cairn_strerror(rc));
         goto fail;
     }
-    cairn_fwd_env_t env = {e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
+    compute_backend_options_t bo = {0, e->tp, NULL};
+    if ((rc = compute_backend_create("cpu", &bo, &e->be, err, err_len)))
+        goto fail;
+    cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
         set_err(err, err_len, rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
@@ -201,6 +204,7 @@ void cairn_engine_destroy(cairn_engine_t *e)
     kv_paged_destroy(e->paged);
     if (e->fwd)
         e->model->family->fwd_destroy(e->fwd);
+    compute_backend_destroy(e->be);
     cairn_free(e->layers);
     cairn_thread_pool_destroy(e->tp);
     cairn_free(e->rows);
@@ -617,7 +621,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
             if (j == start || e->rows[j].seq != e->rows[j - 1].seq)
                 e->views[e->rows[j].seq].n_past = e->rows[j].pos;
         cairn_fwd_batch_t b = {e->rows + start, len, e->views, n_items, e->logits};
-        if ((rc = e->model->family->fwd_step(e->fwd, &b))) {
+        if ((rc = e->model->family->fwd_step(e->fwd, &b)) || (rc = compute_sync(e->be))) {
             cairn_log(CAIRN_LOG_ERROR, "engine: the %s forward step failed (%s)", e->cfg->family,
                       cairn_strerror(rc));
             goto done;

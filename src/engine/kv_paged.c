@@ -199,8 +199,12 @@ int kv_paged_rows(void *ctx, int layer, int pos, void **k, void **v)
     size_t n_blocks = 0;
     const uint32_t *table = cairn_kv_seq_block_table(s->seq, (uint32_t)layer, &n_blocks);
     uint32_t bi = (uint32_t)pos / kp->block_size, slot = (uint32_t)pos % kp->block_size;
-    if (pos < 0 || bi >= n_blocks || table[bi] == CAIRN_KV_NULL_BLOCK)
+    if (pos < 0 || bi >= n_blocks)
         return 0;
+    if (table[bi] == CAIRN_KV_NULL_BLOCK) { /* released by a sliding window: attention skips it */
+        *k = *v = NULL;
+        return (int)(kp->block_size - slot);
+    }
     const cairn_kv_layer_view_t *view = &kp->views[layer];
     *k = cairn_kv_view_k(view, table[bi], slot);
     *v = cairn_kv_view_v(view, table[bi], slot);

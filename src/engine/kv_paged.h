@@ -60,7 +60,8 @@ int kv_paged_seq_end_turn(kv_paged_seq_t *s);
 int kv_paged_seq_truncate(kv_paged_seq_t *s, int n);
 /* *out shares every block of s (all of s's tokens must be computed). */
 int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out);
-/* attn_rows_fn over a kv_paged_seq_t: the rest of pos's block is contiguous. */
+/* attn_rows_fn over a kv_paged_seq_t: the rest of pos's block is contiguous; a null block
+ * (a sliding window released it) gives NULL rows for the rest of the block. */
 int kv_paged_rows(void *ctx, int layer, int pos, void **k, void **v);
 
 #endif

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "tokenizer/tok_internal.h"
+#include "util/json.h"
 
 static void *pcre_alloc(PCRE2_SIZE n, void *user)
 {
@@ -69,13 +70,14 @@ fail:
     return rc;
 }
 
-/* Parses json[off, off+len) with cJSON; NULL with *rc set on failure (absent: no error). */
+/* Parses json[off, off+len) with cJSON; NULL with *rc set on failure (absent: no error):
+ * CAIRN_ENOMEM when an allocation failed, CAIRN_EFORMAT when the text is malformed. */
 static cJSON *parse_part(const char *json, size_t off, size_t len, int *rc)
 {
     *rc = 0;
     if (!len) return NULL;
-    cJSON *j = cJSON_ParseWithLength(json + off, len);
-    if (!j) *rc = CAIRN_EFORMAT;
+    cJSON *j = NULL;
+    *rc = cairn_json_parse(json + off, len, NULL, &j, NULL);
     return j;
 }
 
@@ -323,7 +325,11 @@ static int load_model(cairn_tokenizer_t *t, const char *m, size_t len, size_t *e
     for (int i = 0; i < N; i++) {
         if (i == 1 || i == 2) continue;
         v[i] = parse_part(m, vo[i], vl[i], &rc);
-        if (rc) { rc = tok_err(err, errlen, rc, "model.%s is malformed", names[i]); goto fail; }
+        if (rc) {
+            rc = tok_err(err, errlen, rc, "model.%s %s", names[i],
+                         rc == CAIRN_ENOMEM ? "could not be parsed: out of memory" : "is malformed");
+            goto fail;
+        }
     }
     if (v[0] && (!cJSON_IsString(v[0]) || strcmp(v[0]->valuestring, "BPE") != 0)) {
         rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "unsupported model type '%s'",
@@ -401,6 +407,7 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
 
     if (!json || !out) return tok_err(err, errlen, CAIRN_EINVAL, "NULL argument");
     *out = NULL;
+    cairn_init();
     if (err && errlen) err[0] = '\0';
     t = cairn_calloc(1, sizeof *t);
     if (!t) return CAIRN_ENOMEM;
@@ -415,7 +422,11 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
     }
     for (int i = 1; i < N; i++) {
         v[i] = parse_part(json, vo[i], vl[i], &rc);
-        if (rc) { rc = tok_err(err, errlen, rc, "tokenizer.json section '%s' is malformed", names[i]); goto fail; }
+        if (rc) {
+            rc = tok_err(err, errlen, rc, "tokenizer.json section '%s' %s", names[i],
+                         rc == CAIRN_ENOMEM ? "could not be parsed: out of memory" : "is malformed");
+            goto fail;
+        }
     }
     if (v[6] && !cJSON_IsNull(v[6])) {
         rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "unsupported tokenizer option 'truncation'");
@@ -508,8 +519,12 @@ static int load_config(cairn_tokenizer_t *t, const char *dir, char *err, size_t 
         return 0;
     }
     if (rc) goto fail;
-    j = cJSON_ParseWithLength(buf, len);
-    if (!j || !cJSON_IsObject(j)) {
+    rc = cairn_json_parse(buf, len, NULL, &j, NULL);
+    if (rc == CAIRN_ENOMEM) {
+        rc = tok_err(err, errlen, rc, "%s: out of memory", path);
+        goto fail;
+    }
+    if (rc || !cJSON_IsObject(j)) {
         rc = tok_err(err, errlen, CAIRN_EFORMAT, "%s: malformed JSON", path);
         goto fail;
     }
@@ -548,6 +563,7 @@ int cairn_tokenizer_load(const char *path, cairn_tokenizer_t **out, char *err, s
 
     if (!path || !out) return tok_err(err, errlen, CAIRN_EINVAL, "NULL argument");
     *out = NULL;
+    cairn_init();
     if (stat(path, &st) != 0)
         return tok_err(err, errlen, errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, "%s: %s", path,
                        strerror(errno));

@@ -186,28 +186,3 @@ void cairn__assert_fail(const char *expr, const char *file, int line)
     fprintf(stderr, "cairn: invariant broken: %s at %s:%d\n", expr, file, line);
     abort();
 }
-
-const char *cairn_dtype_name(cairn_dtype_t t)
-{
-    switch (t) {
-    case CAIRN_DTYPE_F32: return "f32";
-    case CAIRN_DTYPE_F16: return "f16";
-    case CAIRN_DTYPE_BF16: return "bf16";
-    }
-    return "?";
-}
-
-int cairn_dtype_parse(const char *s, cairn_dtype_t *out)
-{
-    if (!s)
-        return CAIRN_EINVAL;
-    if (!strcasecmp(s, "f32") || !strcasecmp(s, "float32"))
-        *out = CAIRN_DTYPE_F32;
-    else if (!strcasecmp(s, "f16") || !strcasecmp(s, "float16"))
-        *out = CAIRN_DTYPE_F16;
-    else if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16"))
-        *out = CAIRN_DTYPE_BF16;
-    else
-        return CAIRN_EINVAL;
-    return 0;
-}

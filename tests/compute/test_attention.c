@@ -44,6 +44,9 @@ typedef struct {
     unsigned char *k, *v; /* [n_pos][kv_dim] of dtype */
     size_t row_bytes;
     int n_pos, run;
+    int null_lo, null_hi; /* positions [null_lo, null_hi) have no storage (a null block) */
+    int floor;            /* no position below it may be asked for ... */
+    int below_floor;      /* ... and how many times one was */
 } store_t;
 
 static int store_rows(void *ctx, int layer, int pos, void **k, void **v)
@@ -52,9 +55,15 @@ static int store_rows(void *ctx, int layer, int pos, void **k, void **v)
     (void)layer;
     if (pos < 0 || pos >= s->n_pos)
         return 0;
+    if (pos < s->floor)
+        s->below_floor++;
+    if (pos >= s->null_lo && pos < s->null_hi) {
+        *k = *v = NULL;
+        return s->null_hi - pos;
+    }
     *k = s->k + (size_t)pos * s->row_bytes;
     *v = s->v + (size_t)pos * s->row_bytes;
-    int left = s->n_pos - pos, in_run = s->run - pos % s->run;
+    int left = (pos < s->null_lo ? s->null_lo : s->n_pos) - pos, in_run = s->run - pos % s->run;
     return left < in_run ? left : in_run;
 }
 
@@ -247,8 +256,10 @@ static void test_attention_all(void **state)
 static void test_primitives(void **state)
 {
     (void)state;
-    const attn_impl_t *ims[3] = {&attn__generic, kern_impl_available("avx2") ? &attn__avx2 : NULL,
-                                 kern_impl_available("avx512") ? &attn__avx512 : NULL};
+    /* Each implementation's primitives, as the kernel registry resolves them. */
+    const attn_impl_t *ims[3] = {&attn__generic,
+                                 kern_impl_available("avx2") ? kern__impl_by_name("avx2")->attn : NULL,
+                                 kern_impl_available("avx512") ? kern__impl_by_name("avx512")->attn : NULL};
     const int hds[] = {16, 24, 64, 128};
     float q[128], kb[16 * 128], s[16];
     for (int m = 0; m < 3; m++) {
@@ -290,6 +301,206 @@ static void test_primitives(void **state)
             assert_true(fabsf(l - 1.0f) <= (float)n); /* at least the max contributes 1 */
         }
     }
+}
+
+/* ---- window, scale, soft-cap and positions without storage ---- */
+
+typedef struct {
+    attn_math_t m;
+    const char *what;
+} math_case_t;
+
+static int lo_of(const attn_math_t *m, int pos) { return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0; }
+
+/* Runs the queries at pos[0..n) with math m on the process's implementation; the store
+ * records any request below the lowest window start of the call. */
+static void run_attn_math(problem_t *p, cairn_thread_pool_t *tp, const int *pos, int n, float *out,
+                          const attn_math_t *m)
+{
+    const int q_dim = p->n_heads * p->hd;
+    const int slots = cairn_thread_pool_size(tp);
+    attn_cfg_t cfg = {p->n_heads, p->n_kv_heads, p->hd, p->dt, NULL, slots, p->n_pos};
+    cfg.scratch = malloc((size_t)slots * sizeof(float) *
+                         attn_scratch_floats(p->n_heads, p->n_kv_heads, p->hd, p->n_pos));
+    attn_query_t *qs = malloc((size_t)n * sizeof(*qs));
+    int floor = p->n_pos;
+    for (int i = 0; i < n; i++) {
+        qs[i] = (attn_query_t){p->q + (size_t)pos[i] * q_dim, out + (size_t)pos[i] * q_dim, &p->kv, pos[i]};
+        if (lo_of(m, pos[i]) < floor)
+            floor = lo_of(m, pos[i]);
+    }
+    p->st.floor = floor;
+    kern__attn_forward(kern__current(), tp, &cfg, m, 0, qs, n);
+    p->st.floor = 0;
+    free(qs);
+    free(cfg.scratch);
+}
+
+/* The textbook formula in double over the visible keys (window, storage), with the scale
+ * and soft-cap of m, for every position that has storage (the others have no query). */
+static void check_reference_math(const problem_t *p, const float *out, const attn_math_t *m)
+{
+    const int hd = p->hd, G = p->n_heads / p->n_kv_heads;
+    const double scale = m->scale != 0.0f ? m->scale : 1.0 / sqrt((double)hd);
+    double *s = malloc((size_t)p->n_pos * sizeof(double));
+    for (int pos = 0; pos < p->n_pos; pos++)
+        for (int h = 0; h < p->n_heads && !(pos >= p->st.null_lo && pos < p->st.null_hi); h++) {
+            const float *q = p->q + ((size_t)pos * p->n_heads + h) * hd;
+            const int kvh = h / G, lo = lo_of(m, pos);
+            double mx = -INFINITY, sum = 0;
+            for (int j = lo; j <= pos; j++) {
+                if (j >= p->st.null_lo && j < p->st.null_hi)
+                    continue;
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[i] * elem(p, p->st.k, j, kvh * hd + i);
+                s[j] = d * scale;
+                if (m->softcap > 0)
+                    s[j] = m->softcap * tanh(s[j] / m->softcap);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = lo; j <= pos; j++)
+                if (!(j >= p->st.null_lo && j < p->st.null_hi))
+                    sum += (s[j] = exp(s[j] - mx));
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int j = lo; j <= pos; j++)
+                    if (!(j >= p->st.null_lo && j < p->st.null_hi))
+                        o += s[j] / sum * elem(p, p->st.v, j, kvh * hd + i);
+                double got = out[((size_t)pos * p->n_heads + h) * hd + i];
+                if (!(fabs(got - o) <= 2e-5 + 2e-5 * fabs(o))) {
+                    fprintf(stderr, "math window=%d scale=%g cap=%g: pos %d head %d dim %d: got %.9g want %.9g\n",
+                            m->window, (double)m->scale, (double)m->softcap, pos, h, i, got, o);
+                    fail();
+                }
+            }
+        }
+    free(s);
+}
+
+/*
+ * Sliding windows, a configurable scale and soft-capping, against the double reference;
+ * and, as bit identity, every query alone vs all at once (1 and 3 threads), vs chunks of
+ * 7, in every implementation. No position below a window is ever asked of the accessor
+ * (a sliding layer's released blocks may not be readable).
+ */
+static void test_attention_window_scale_softcap(void **state)
+{
+    (void)state;
+    static const math_case_t cases[] = {
+        {{1, 0.0f, 0.0f}, "window 1"},
+        {{5, 0.0f, 0.0f}, "window 5"},
+        {{16, 0.0f, 0.0f}, "window 16"},
+        {{37, 0.0f, 0.0f}, "window 37"},
+        {{64, 0.0f, 0.0f}, "window 64"},
+        {{100, 0.0f, 0.0f}, "window 100 (beyond some spans)"},
+        {{0, 0.0625f, 0.0f}, "scale 1/16 (query_pre_attn_scalar 256)"},
+        {{0, 0.0f, 5.0f}, "soft-cap 5"},
+        {{23, 0.3f, 2.0f}, "window 23, scale 0.3, soft-cap 2"},
+    };
+    cairn_thread_pool_t *tp1 = NULL, *tp3 = NULL;
+    assert_int_equal(cairn_thread_pool_create(1, &tp1), 0);
+    assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t ci = 0; ci < CAIRN_ARRAY_LEN(cases); ci++) {
+            const attn_math_t *m = &cases[ci].m;
+            problem_t p;
+            problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
+                         dtypes[ci % CAIRN_ARRAY_LEN(dtypes)]);
+            p.st.run = 16;
+            const int n = p.n_pos;
+            const size_t bytes = (size_t)n * p.n_heads * p.hd * sizeof(float);
+            float *alone = malloc(bytes), *first = NULL, *out = malloc(bytes);
+            int *pos = malloc((size_t)n * sizeof(int));
+            for (int i = 0; i < n; i++)
+                pos[i] = i;
+            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
+                if (!kern_impl_available(impls[ii]))
+                    continue;
+                assert_int_equal(kern_set_impl(impls[ii]), 0);
+                for (int i = 0; i < n; i++)
+                    run_attn_math(&p, tp1, &i, 1, alone, m);
+                if (!first) {
+                    check_reference_math(&p, alone, m);
+                    first = malloc(bytes);
+                    memcpy(first, alone, bytes);
+                } else {
+                    assert_memory_equal(alone, first, bytes);
+                }
+                memset(out, 0xff, bytes);
+                run_attn_math(&p, tp3, pos, n, out, m);
+                assert_memory_equal(out, first, bytes);
+                memset(out, 0xff, bytes);
+                run_attn_math(&p, tp1, pos, 3, out, m);
+                for (int i = 3; i < n; i += 7)
+                    run_attn_math(&p, tp3, pos + i, n - i < 7 ? n - i : 7, out, m);
+                assert_memory_equal(out, first, bytes);
+            }
+            if (p.st.below_floor)
+                fail_msg("%s: attention asked for %d positions below the window", cases[ci].what, p.st.below_floor);
+            free(alone);
+            free(first);
+            free(out);
+            free(pos);
+            problem_fini(&p);
+        }
+    cairn_thread_pool_destroy(tp1);
+    cairn_thread_pool_destroy(tp3);
+    kern_set_impl("scalar");
+}
+
+/*
+ * A run of positions without storage (the accessor returns NULL rows: a null block of a
+ * block table) is skipped: the result is the reference over the other positions, the
+ * same in every implementation, tile and thread count. The former attention asserted on
+ * (or dereferenced) such a run.
+ */
+static void test_attention_null_blocks(void **state)
+{
+    (void)state;
+    static const int ranges[][2] = {{0, 16}, {16, 48}, {3, 5}, {40, 41}};
+    static const attn_math_t maths[] = {{0, 0.0f, 0.0f}, {60, 0.0f, 0.0f}};
+    cairn_thread_pool_t *tp3 = NULL;
+    assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
+    for (size_t ri = 0; ri < CAIRN_ARRAY_LEN(ranges); ri++)
+        for (size_t mi = 0; mi < CAIRN_ARRAY_LEN(maths); mi++) {
+            problem_t p;
+            problem_init(&p, 8, 2, 64, 97, dtypes[ri % CAIRN_ARRAY_LEN(dtypes)]);
+            p.st.run = 16;
+            p.st.null_lo = ranges[ri][0];
+            p.st.null_hi = ranges[ri][1];
+            /* The queries that have storage (a query's own K/V is always stored). */
+            int *pos = malloc((size_t)p.n_pos * sizeof(int)), n = 0;
+            for (int i = 0; i < p.n_pos; i++)
+                if (i < p.st.null_lo || i >= p.st.null_hi)
+                    pos[n++] = i;
+            const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
+            float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
+            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
+                if (!kern_impl_available(impls[ii]))
+                    continue;
+                assert_int_equal(kern_set_impl(impls[ii]), 0);
+                for (int i = 0; i < n; i++)
+                    run_attn_math(&p, NULL, &pos[i], 1, alone, &maths[mi]);
+                if (!first) {
+                    check_reference_math(&p, alone, &maths[mi]);
+                    first = malloc(bytes);
+                    memcpy(first, alone, bytes);
+                } else {
+                    assert_memory_equal(alone, first, bytes);
+                }
+                memcpy(out, first, bytes);
+                run_attn_math(&p, tp3, pos, n, out, &maths[mi]);
+                assert_memory_equal(out, first, bytes);
+            }
+            free(alone);
+            free(first);
+            free(out);
+            free(pos);
+            problem_fini(&p);
+        }
+    cairn_thread_pool_destroy(tp3);
+    kern_set_impl("scalar");
 }
 
 static double thread_cpu(void)
@@ -374,6 +585,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_primitives),
         cmocka_unit_test(test_attention_all),
+        cmocka_unit_test(test_attention_window_scale_softcap),
+        cmocka_unit_test(test_attention_null_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

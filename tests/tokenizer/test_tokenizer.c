@@ -644,6 +644,37 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A valid folder (tokenizer.json + tokenizer_config.json) with each allocation of the load
+ * failing in turn, once: every failure is CAIRN_ENOMEM, never "malformed", and some of
+ * them land inside the cJSON parse of tokenizer_config.json (the hooks are installed by
+ * the load itself, as in the `cairn` binary). */
+static void test_alloc_failures_config(void **state)
+{
+    (void)state;
+    char err[256];
+    cairn_tokenizer_t *t = NULL;
+    unsigned long before = cairn_alloc_count();
+    assert_int_equal(cairn_tokenizer_load(SMALL_DIR, &t, err, sizeof err), 0);
+    long n_allocs = (long)(cairn_alloc_count() - before);
+    cairn_tokenizer_destroy(t);
+    bool config_oom = false;
+    for (long k = 0; k < n_allocs; k++) {
+        t = NULL;
+        err[0] = '\0';
+        cairn_alloc_fail_after(k, false);
+        int rc = cairn_tokenizer_load(SMALL_DIR, &t, err, sizeof err);
+        cairn_alloc_fail_after(-1, false);
+        cairn_tokenizer_destroy(t);
+        if (rc == 0)
+            continue;
+        if (rc != CAIRN_ENOMEM || strstr(err, "malformed"))
+            fail_msg("allocation %ld failed: rc %d, '%s'", k, rc, err);
+        if (strstr(err, "tokenizer_config.json: out of memory"))
+            config_oom = true;
+    }
+    assert_true(config_oom);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -657,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_mini_split_behaviors),
         cmocka_unit_test(test_unsupported_and_malformed),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failures_config),
         cmocka_unit_test(test_fast_split_matches_pcre2),
         cmocka_unit_test(test_threads),
     };

@@ -12,13 +12,19 @@
  * row; then it widens the V rows once per block and accumulates every row. So a K/V row
  * is read once per tile instead of once per (query, head).
  *
+ * With a window W a query at p takes keys from b0 (p - W + 1 rounded down to a multiple
+ * of 16) on; the tile's key blocks start at the smallest b0 of its queries. A run of
+ * positions the accessor reports without storage (k = v = NULL) is widened as zeros and
+ * masked, like keys before the window.
+ *
  * Invariant (determinism): every row follows the canonical order of attention_impl.h,
- * whose steps depend only on the row's position and head_dim: scores in blocks of 16
- * keys aligned to position 0, the max and exp-sum in 16 lanes over the same blocks, the
- * V rows by increasing position. Tiles only decide which rows share a widened K/V block,
- * never what is added to what, so flat, paged, chunked, batched and decode runs agree bit
- * for bit. The implementation (generic, AVX2 or AVX-512) follows the kernels' choice
- * (kern_impl_name) and all give the same bits.
+ * whose steps depend only on the row's position, the window and head_dim: scores in
+ * blocks of 16 keys aligned to position 0, the max and exp-sum in 16 lanes over the same
+ * blocks, the V rows by increasing position. Tiles only decide which rows share a widened
+ * K/V block, never what is added to what, so flat, paged, chunked, batched and decode
+ * runs agree bit for bit. The primitives (generic, AVX2 or AVX-512) are those of the
+ * kernel implementation the call runs (its `attn` entry, resolved once), and all give the
+ * same bits.
  *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
@@ -35,17 +41,11 @@ enum {
 
 /* ---- the generic implementation: the canonical order spelled out ------------------- */
 
-static void gen_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
-{
-    for (int r = 0; r < rows; r++)
-        kern_row_to_f32(dst + (size_t)r * n, (const unsigned char *)src + (size_t)r * stride, t, n);
-}
-
 static void gen_scores16(float *s, const float *q, const float *kb, int hd, float scale)
 {
-    /* kern_dot follows the canonical dot order in every kernel implementation. */
+    const kern_type_ops_t *f32 = &kern__scalar.types[CAIRN_DTYPE_F32]; /* the canonical dot */
     for (int k = 0; k < 16; k++)
-        s[k] = kern_dot(q, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
+        s[k] = f32->dot(q, kb + (size_t)k * hd, hd) * scale;
 }
 
 static inline float max2(float a, float b) { return a > b ? a : b; }
@@ -99,13 +99,15 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_to_f32, gen_scores16, gen_softmax, gen_pv};
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
 typedef struct {
     const attn_cfg_t *cfg;
+    attn_math_t m;
     const attn_impl_t *im;
+    const kern_type_ops_t *kv; /* the kernels of the K/V type */
     int layer;
     const attn_query_t *queries;
     int n_queries;
@@ -134,30 +136,70 @@ size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_po
            rows * (size_t)head_dim;
 }
 
+/* The first position query position pos admits: p - W + 1 with a window W, else 0. */
+static int window_lo(const attn_math_t *m, int pos)
+{
+    return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0;
+}
+
+/* Bits [i, i + n) of a key block's mask. */
+static uint64_t bit_run(int i, int n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
+
 /*
  * Widens the K (or V) rows [k0, k0 + nk) of K/V head kvh into buf [KEY_BLOCK][hd], and
  * zeroes the rows after them up to the next multiple of 16 (scores16 reads whole groups).
+ * Positions below lo_min (before the window of every query of the tile) are never asked
+ * of the accessor, and positions it reports without storage are not read: both become
+ * zero rows, and bit i of the result is set for such a position k0 + i.
  */
-static void load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int kvh,
-                       bool want_v, float *buf)
+static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
+                           bool want_v, float *buf)
 {
     const attn_cfg_t *cfg = job->cfg;
     const int hd = cfg->head_dim;
-    const size_t esz = cairn_dtype_size(cfg->kv_dtype);
-    const size_t row_bytes = (size_t)cfg->n_kv_heads * hd * esz; /* one position's K (or V) */
-    const size_t head_off = (size_t)kvh * hd * esz;
-    for (int i = 0; i < nk;) {
-        void *k, *v;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd); /* one position */
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    uint64_t missing = 0;
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(buf, 0, (size_t)i * hd * sizeof(float));
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
+        void *k = NULL, *v = NULL;
         int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
         CAIRN_ASSERT(run > 0);
         if (run > nk - i)
             run = nk - i;
-        const unsigned char *src = (const unsigned char *)(want_v ? v : k) + head_off;
-        job->im->to_f32(buf + (size_t)i * hd, src, row_bytes, run, cfg->kv_dtype, hd);
+        const unsigned char *src = want_v ? v : k;
+        if (!src) { /* no storage (a null block): masked, and read as zeros */
+            memset(buf + (size_t)i * hd, 0, (size_t)run * hd * sizeof(float));
+            missing |= bit_run(i, run);
+        } else {
+            job->kv->rows_to_f32(buf + (size_t)i * hd, src + head_off, row_bytes, run, hd);
+        }
         i += run;
     }
     int padded = (nk + 15) / 16 * 16;
     memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(float));
+    return missing;
+}
+
+/* Step 1's soft-cap and mask over s[j0, j1) of one row (attention_impl.h): keys before lo
+ * or without storage (bit j - k0 of missing) get -inf. */
+static void finish_scores(const attn_math_t *m, float *s, int j0, int j1, int lo, int k0, uint64_t missing)
+{
+    if (m->softcap > 0.0f)
+        for (int j = j0; j < j1; j++)
+            s[j] = m->softcap * tanhf(s[j] / m->softcap);
+    for (int j = j0; j < lo && j < j1; j++)
+        s[j] = -INFINITY;
+    for (uint64_t bits = missing; bits; bits &= bits - 1) {
+        int j = k0 + __builtin_ctzll(bits);
+        if (j >= j0 && j < j1)
+            s[j] = -INFINITY;
+    }
 }
 
 /* One unit: queries [q0, q1) of one sequence, K/V head kvh. Row r = t * G + g is query
@@ -173,46 +215,60 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     float *sums = S + max_rows * ld;  /* [max_rows] */
     float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
     float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
-    const float scale = 1.0f / sqrtf((float)hd);
+    const attn_math_t *m = &job->m;
+    const float scale = m->scale != 0.0f ? m->scale : 1.0f / sqrtf((float)hd);
+    const bool masks = m->window > 0 || m->softcap > 0.0f;
     const attn_query_t *qs = job->queries + q0;
     const attn_kv_t *kv = qs[0].kv;
 
-    int span = 0;
-    for (int t = 0; t < nt; t++)
+    /* The keys of the tile: [first, span), first on a key block boundary; none below
+     * lo_min is visible to any of its queries. */
+    int span = 0, lo_min = cfg->max_positions;
+    for (int t = 0; t < nt; t++) {
         if (qs[t].pos + 1 > span)
             span = qs[t].pos + 1;
+        int lo = window_lo(m, qs[t].pos);
+        if (lo < lo_min)
+            lo_min = lo;
+    }
+    const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
 
-    /* Scores, in groups of 16 keys aligned to position 0. */
-    for (int k0 = 0; k0 < span; k0 += KEY_BLOCK) {
+    /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
+    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        load_block(job, kv, k0, nk, kvh, false, kvbuf);
+        uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         for (int t = 0; t < nt; t++) {
-            const int pos = qs[t].pos;
+            const int pos = qs[t].pos, lo = window_lo(m, pos), b0 = lo / 16 * 16;
+            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
             for (int g = 0; g < G; g++) {
                 const float *q = qs[t].q + (size_t)(kvh * G + g) * hd;
                 float *s = S + (size_t)(t * G + g) * ld;
-                for (int j = k0; j <= pos && j < k0 + nk; j += 16)
+                for (int j = j0; j < j1; j += 16)
                     im->scores16(s + j, q, kvbuf + (size_t)(j - k0) * hd, hd, scale);
+                if ((masks || missing) && j0 < j1)
+                    finish_scores(m, s, j0, j1, lo, k0, missing);
             }
         }
     }
 
-    for (int r = 0; r < rows; r++)
-        sums[r] = im->softmax(S + (size_t)r * ld, qs[r / G].pos + 1);
+    for (int r = 0; r < rows; r++) {
+        const int pos = qs[r / G].pos, b0 = window_lo(m, pos) / 16 * 16;
+        sums[r] = im->softmax(S + (size_t)r * ld + b0, pos + 1 - b0);
+    }
 
-    /* Probabilities times V, by increasing position; a query's G rows share one count. */
+    /* Probabilities times V, by increasing position from each query's b0; a query's G
+     * rows share one range. */
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    for (int k0 = 0; k0 < span; k0 += KEY_BLOCK) {
+    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        load_block(job, kv, k0, nk, kvh, true, kvbuf);
+        load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
         for (int t = 0; t < nt; t++) {
-            int cnt = qs[t].pos + 1 - k0;
-            if (cnt <= 0)
+            const int pos = qs[t].pos, b0 = window_lo(m, pos) / 16 * 16;
+            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
+            if (j0 >= j1)
                 continue;
-            if (cnt > nk)
-                cnt = nk;
-            im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + k0, (int)ld, G, cnt,
-                   kvbuf, hd);
+            im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, G, j1 - j0,
+                   kvbuf + (size_t)(j0 - k0) * hd, hd);
         }
     }
 
@@ -250,18 +306,14 @@ static void attn_task(void *ctx, int task, int n_tasks)
     }
 }
 
-void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
-                  const attn_query_t *queries, int n_queries)
+void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const attn_cfg_t *cfg,
+                        const attn_math_t *math, int layer, const attn_query_t *queries, int n_queries)
 {
     for (int i = 0; i < n_queries; i++)
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
-    attn_job_t job = {cfg, &attn__generic, layer, queries, n_queries,
-                      tile_queries(cfg->n_heads, cfg->n_kv_heads)};
-    const char *kname = kern_impl_name();
-    if (!strncmp(kname, "avx512", 6))
-        job.im = &attn__avx512;
-    else if (!strcmp(kname, "avx2"))
-        job.im = &attn__avx2;
+    CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
+    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads)};
 
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
@@ -270,4 +322,10 @@ void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
     if (n_tasks < 1)
         return;
     cairn_thread_pool_run(tp, attn_task, &job, n_tasks);
+}
+
+void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,
+                  const attn_query_t *queries, int n_queries)
+{
+    kern__attn_forward(kern__current(), tp, cfg, NULL, layer, queries, n_queries);
 }

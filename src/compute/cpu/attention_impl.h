@@ -2,19 +2,28 @@
  * attention_impl.h — private: the primitives an attention implementation provides, and the
  * canonical order every implementation follows (so they agree bit for bit).
  *
- * CANONICAL ORDER, for one query row (a token at position p, one head) over keys 0..p:
+ * CANONICAL ORDER, for one query row (a token at position p, one head). Key j is visible
+ * when j <= p, j > p - W (with a window W; every j >= 0 without) and j has storage. Let
+ * lo = the first position the window admits (0 without one) and b0 = lo rounded down to a
+ * multiple of 16; the keys taken are b0..p.
  *  1. score s_j = dot(q, k_j) * scale, the dot in kern_dot's canonical order (16 fma lanes
  *     over blocks of 16, zero-padded tail, fixed tree; kernels_impl.h), then one rounded
- *     product with scale = 1 / sqrtf(head_dim).
- *  2. max m: 16 lanes M[l] = -inf; for each block of 16 keys from position 0 (the last
+ *     product with scale (default 1 / sqrtf(head_dim)); with a soft-cap c,
+ *     s_j = c * tanhf(s_j / c) (libm tanhf, computed by the portable driver). A key that
+ *     is not visible gets s_j = -inf.
+ *  2. max m: 16 lanes M[l] = -inf; for each block of 16 keys from position b0 (the last
  *     one padded with -inf), M[l] = M[l] > s ? M[l] : s; then the tree of kernels_impl.h
  *     with x > y ? x : y in place of the sum.
- *  3. e_j = kern__exp(s_j - m) (the canonical exp), and l = the 16-lane sum of e_j over the
- *     same blocks (padding adds +0), reduced by the fixed tree.
- *  4. acc[d] = fma(e_j, v_j[d], acc[d]) from acc = +0, for j = 0..p in increasing order;
- *     out[d] = acc[d] / l.
- * Every step depends only on p, head_dim and the stored K/V bytes, never on which other
- * rows or keys share a tile, so decode, chunked prefill and batches give the same bits.
+ *  3. e_j = kern__exp(s_j - m) (the canonical exp; +0 for a key that is not visible), and
+ *     l = the 16-lane sum of e_j over the same blocks (padding adds +0), reduced by the
+ *     fixed tree.
+ *  4. acc[d] = fma(e_j, v_j[d], acc[d]) from acc = +0, for j = b0..p in increasing order
+ *     (a key without storage has v_j = 0); out[d] = acc[d] / l.
+ * Starting at b0 instead of 0 changes no bit: the blocks before b0 hold only -inf scores
+ * (max unchanged) and +0 terms. Without a window and without missing storage this is the
+ * plain causal order over 0..p. Every step depends only on p, the window, head_dim and
+ * the stored K/V bytes, never on which other rows or keys share a tile, so decode,
+ * chunked prefill and batches give the same bits.
  */
 #ifndef CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
 #define CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
@@ -24,9 +33,7 @@
 
 typedef struct attn_impl {
     const char *name;
-    /* dst[r*n + i] = (float)src[r*stride bytes][i], i < n, r < rows: `rows` K/V rows of
-     * type t, `stride` bytes apart, widened exactly. */
-    void (*to_f32)(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n);
+    /* (K/V rows are widened by the kernel implementation's types[kv_type].rows_to_f32.) */
     /* s[k] = step 1 for the 16 f32 key rows kb[k][hd] (rows are contiguous, stride hd). */
     void (*scores16)(float *s, const float *q, const float *kb, int hd, float scale);
     /* Steps 2 and 3 over s[0..n): replaces s[j] by e_j for j < n and returns l. s must have
@@ -38,11 +45,14 @@ typedef struct attn_impl {
                const float *vb, int hd);
 } attn_impl_t;
 
-/* Portable rendition (attention.c): kern_dot, kern__exp and fmaf; for "scalar". */
+/* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel
+ * implementation names its attention rendition (kern_impl_t.attn): x86/attention_avx2.c,
+ * x86/attention_avx512.c. */
 extern const attn_impl_t attn__generic;
-/* AVX2+FMA rendition (attention_avx2.c); only when the kernels run "avx2". */
-extern const attn_impl_t attn__avx2;
-/* AVX-512F rendition (attention_avx512.c); only when the kernels run "avx512*". */
-extern const attn_impl_t attn__avx512;
+
+/* attn_forward on an explicit kernel implementation (the CPU backend's) with window,
+ * scale and soft-cap (math NULL: all zero). */
+void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const attn_cfg_t *cfg,
+                        const attn_math_t *math, int layer, const attn_query_t *queries, int n_queries);
 
 #endif

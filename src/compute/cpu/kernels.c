@@ -1,13 +1,19 @@
 /*
- * kernels.c — kernel dispatch, dtype conversions, the portable ("scalar") implementation
- * and the double-precision references.
+ * kernels.c — the CPU kernels' registry and dispatch, the portable ("scalar")
+ * implementation, the pool-parallel matmul driver, and the double-precision references.
  *
  * Model. Every reduction follows the canonical order of kernels_impl.h: 16 fma lanes over
  * blocks of 16 (F32 math) or vdpbf16ps-style pairs over blocks of 32 (BF16 math), a
  * zero-padded last block and a fixed summation tree. The order depends only on the
  * reduction length, so rows, threads and chunking never change a result — and because
  * the scalar, AVX2 and AVX-512 code all follow it, neither does the CPU. The scalar code
- * here spells the order out with fmaf(); the SIMD files are faster renditions of it.
+ * here spells the order out with fmaf(); the SIMD files (src/compute/cpu/x86) are faster
+ * renditions of it.
+ *
+ * Registry. The implementations this build has, best first: the x86 ones when built with
+ * CAIRN_X86 (x86/x86_impls.c says which the CPU can run), then scalar. Each is resolved
+ * once into a complete table (empty entries take the scalar implementation's), and the
+ * process runs one of them (kern_init: the first the CPU can run, or CAIRN_KERNELS).
  *
  * kern_matmul splits `out` into fixed ranges, one per pool task; each output element is
  * computed entirely by one task.
@@ -15,7 +21,7 @@
  * The kern_ref_* functions are the independent references for tests: plain loops with
  * double accumulation (matmul, dot) or the textbook float formulas (rmsnorm, silu).
  *
- * Thread-safety: the implementation is chosen once (pthread_once); kern_set_impl is a
+ * Thread-safety: resolution and the choice happen once (pthread_once); kern_set_impl is a
  * test hook that must not race with running kernels. All kernels are pure.
  */
 #include "compute/cpu/kernels_impl.h"
@@ -24,114 +30,53 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <cpuid.h>
+
+#include "compute/cpu/attention_impl.h"
+#ifdef CAIRN_HAVE_X86
+#include "compute/cpu/x86/x86_impls.h"
+#endif
 
 /* ---- conversions ------------------------------------------------------------------ */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
+float kern_bf16_to_f32(uint16_t h) { return compute_bf16_to_f32(h); }
+uint16_t kern_f32_to_bf16(float f) { return compute_f32_to_bf16(f); }
+float kern_f16_to_f32(uint16_t h) { return compute_f16_to_f32(h); }
+uint16_t kern_f32_to_f16(float f) { return compute_f32_to_f16(f); }
 
-static inline float bits_f32(uint32_t u)
+static const compute_type_traits_t *traits_of(cairn_dtype_t t)
 {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float kern_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t kern_f32_to_bf16(float f)
-{
-    uint32_t b = f32_bits(f);
-    if ((b & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((b >> 16) | 0x40); /* quiet NaN, sign and top payload kept */
-    b += 0x7fffu + ((b >> 16) & 1u);        /* round to nearest, ties to even */
-    return (uint16_t)(b >> 16);
-}
-
-float kern_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f; /* zero or subnormal, exact */
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return bits_f32(sign | 0x7f800000u | (m << 13));
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint16_t kern_f32_to_f16(float f)
-{
-    uint32_t b = f32_bits(f);
-    uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
-    uint32_t a = b & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* quiet NaN */
-    if (a >= 0x477ff000u) /* >= 65520: rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) { /* normal f16 */
-        uint32_t r = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
-        uint32_t rem = a & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
-            r++; /* a carry into the exponent is the correct rounding */
-        return (uint16_t)(sign | r);
-    }
-    /* Subnormal f16 (or zero): round(|f| * 2^24) to an integer, ties to even. */
-    uint32_t e = a >> 23;
-    uint32_t m = e ? ((a & 0x7fffffu) | 0x800000u) : (a & 0x7fffffu);
-    uint32_t s = 126u - (e ? e : 1u); /* value = m * 2^(e-150); want m >> s */
-    if (s >= 25u)
-        return sign; /* below half the smallest subnormal */
-    uint32_t r = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
-    if (rem > half || (rem == half && (r & 1u)))
-        r++;
-    return (uint16_t)(sign | r);
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    CAIRN_ASSERT(tt != NULL); /* types are checked when a model binds its weights */
+    return tt;
 }
 
 void kern_row_to_f32(float *dst, const void *src, cairn_dtype_t t, int n)
 {
-    if (t == CAIRN_DTYPE_F32) {
-        memmove(dst, src, (size_t)n * 4);
-    } else if (t == CAIRN_DTYPE_BF16) {
-        const uint16_t *s = src;
-        for (int i = 0; i < n; i++)
-            dst[i] = kern_bf16_to_f32(s[i]);
-    } else {
-        const uint16_t *s = src;
-        for (int i = 0; i < n; i++)
-            dst[i] = kern_f16_to_f32(s[i]);
-    }
+    if (n > 0)
+        traits_of(t)->to_f32(dst, src, n);
 }
 
 void kern_row_from_f32(void *dst, cairn_dtype_t t, const float *src, int n)
 {
-    if (t == CAIRN_DTYPE_F32) {
-        memmove(dst, src, (size_t)n * 4);
-    } else if (t == CAIRN_DTYPE_BF16) {
-        uint16_t *d = dst;
-        for (int i = 0; i < n; i++)
-            d[i] = kern_f32_to_bf16(src[i]);
-    } else {
-        uint16_t *d = dst;
-        for (int i = 0; i < n; i++)
-            d[i] = kern_f32_to_f16(src[i]);
-    }
+    const compute_type_traits_t *tt = traits_of(t);
+    CAIRN_ASSERT(tt->from_f32 != NULL);
+    if (n > 0)
+        tt->from_f32(dst, src, n);
 }
 
-/* Element i of a row of type t, as float (exact). */
+static inline uint32_t f32_bits(float f) { return compute_f32_bits(f); }
+static inline float bits_f32(uint32_t u) { return compute_bits_f32(u); }
+
+/* Element i of a row of a one-element-per-block type, as float (exact). */
 static inline float load_elem(const void *row, cairn_dtype_t t, size_t i)
 {
-    if (t == CAIRN_DTYPE_F32)
-        return ((const float *)row)[i];
-    if (t == CAIRN_DTYPE_BF16)
-        return kern_bf16_to_f32(((const uint16_t *)row)[i]);
-    return kern_f16_to_f32(((const uint16_t *)row)[i]);
+    switch (t) {
+    case CAIRN_DTYPE_F32: return ((const float *)row)[i];
+    case CAIRN_DTYPE_F16: return compute_f16_to_f32(((const uint16_t *)row)[i]);
+    case CAIRN_DTYPE_BF16: return compute_bf16_to_f32(((const uint16_t *)row)[i]);
+    }
+    CAIRN_ASSERT(!"load_elem: not a plain float type");
+    return 0.0f;
 }
 
 /* ---- the canonical order, spelled out (the "scalar" implementation) ---------------- */
@@ -149,7 +94,7 @@ static float tree16(const float a[16])
     return d[0] + d[1];
 }
 
-static float canon_dot_f32(const float *x, const void *w, cairn_dtype_t t, int n)
+static inline float canon_dot_f32(const float *x, const void *w, cairn_dtype_t t, int n)
 {
     float a[16] = {0};
     for (int k = 0; k < n; k += 16)
@@ -168,16 +113,16 @@ static inline float flush_denormal(float v)
 }
 
 /* f32 -> bf16 as vcvtne2ps2bf16: denormal inputs become signed zero, then RNE. */
-static inline uint16_t bf16_round_daz(float f) { return kern_f32_to_bf16(flush_denormal(f)); }
+static inline uint16_t bf16_round_daz(float f) { return compute_f32_to_bf16(flush_denormal(f)); }
 
 /* One lane step of vdpbf16ps: acc + a1*b1, then + a0*b0, each an fma with DAZ/FTZ. */
 static inline float dpbf16_lane(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1)
 {
     acc = flush_denormal(acc);
-    acc = flush_denormal(fmaf(flush_denormal(kern_bf16_to_f32(a1)),
-                              flush_denormal(kern_bf16_to_f32(b1)), acc));
-    acc = flush_denormal(fmaf(flush_denormal(kern_bf16_to_f32(a0)),
-                              flush_denormal(kern_bf16_to_f32(b0)), acc));
+    acc = flush_denormal(fmaf(flush_denormal(compute_bf16_to_f32(a1)),
+                              flush_denormal(compute_bf16_to_f32(b1)), acc));
+    acc = flush_denormal(fmaf(flush_denormal(compute_bf16_to_f32(a0)),
+                              flush_denormal(compute_bf16_to_f32(b0)), acc));
     return acc;
 }
 
@@ -194,10 +139,10 @@ static float canon_dot_bf16(const float *x, const uint16_t *w, int n)
     return tree16(a);
 }
 
-static void scalar_matmul_range(float *y, const float *x, int rows, int in, const void *w,
-                                cairn_dtype_t wt, int out, int o0, int o1, cairn_math_t math)
+static inline void scalar_matmul_t(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
+                                   int out, int o0, int o1, cairn_math_t math)
 {
-    size_t wrow = (size_t)in * cairn_dtype_size(wt);
+    size_t wrow = cairn_dtype_row_bytes(wt, in);
     bool bf16 = math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16;
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * in;
@@ -208,18 +153,42 @@ static void scalar_matmul_range(float *y, const float *x, int rows, int in, cons
     }
 }
 
-static float scalar_dot(const float *a, const void *b, cairn_dtype_t t, int n)
-{
-    return canon_dot_f32(a, b, t, n);
-}
-
-static void scalar_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+static inline void scalar_axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
 {
     for (int i = 0; i < n; i++) {
         float p = s * load_elem(row, t, (size_t)i); /* a product, then a sum: no fma */
         acc[i] = acc[i] + p;
     }
 }
+
+static inline void scalar_rows_to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t,
+                                        int n)
+{
+    const compute_type_traits_t *tt = traits_of(t);
+    for (int r = 0; r < rows; r++)
+        tt->to_f32(dst + (size_t)r * n, (const unsigned char *)src + (size_t)r * stride, n);
+}
+
+/* The scalar row of one plain float type: the kernels above with the type a constant. */
+#define SCALAR_TYPE_OPS(SUF, T)                                                                        \
+    static void scalar_matmul_##SUF(float *y, const float *x, int rows, int in, const void *w, int out,  \
+                                    int o0, int o1, cairn_math_t math)                                 \
+    {                                                                                                  \
+        scalar_matmul_t(y, x, rows, in, w, T, out, o0, o1, math);                                      \
+    }                                                                                                  \
+    static float scalar_dot_##SUF(const float *a, const void *b, int n) { return canon_dot_f32(a, b, T, n); } \
+    static void scalar_axpy_##SUF(float *acc, float s, const void *row, int n)                         \
+    {                                                                                                  \
+        scalar_axpy_t(acc, s, row, T, n);                                                              \
+    }                                                                                                  \
+    static void scalar_rows_##SUF(float *dst, const void *src, size_t stride, int rows, int n)         \
+    {                                                                                                  \
+        scalar_rows_to_f32_t(dst, src, stride, rows, T, n);                                            \
+    }
+SCALAR_TYPE_OPS(f32, CAIRN_DTYPE_F32)
+SCALAR_TYPE_OPS(f16, CAIRN_DTYPE_F16)
+SCALAR_TYPE_OPS(bf16, CAIRN_DTYPE_BF16)
+#define SCALAR_ROW(SUF) {scalar_matmul_##SUF, scalar_dot_##SUF, scalar_axpy_##SUF, scalar_rows_##SUF}
 
 static float scalar_sumsq(const float *x, int n) { return canon_dot_f32(x, x, CAIRN_DTYPE_F32, n); }
 
@@ -248,116 +217,145 @@ float kern__exp(float x)
     return p * s1 * s2;
 }
 
-static void scalar_silu_mul(float *out, const float *gate, const float *up, int n)
+static void scalar_silu_mul(float *out, const float *gate, const float *up, size_t n)
 {
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float s = g / (1.0f + kern__exp(-g));
         out[i] = s * up[i];
     }
 }
 
+static void scalar_gelu_tanh_mul(float *out, const float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float g3 = (g * g) * g;
+        float u = g + KERN_GELU_K * g3;
+        float e = kern__exp(KERN_GELU_M2C * u);
+        float s = g / (1.0f + e);
+        out[i] = s * up[i];
+    }
+}
+
+static void scalar_sigmoid_mul(float *out, const float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + kern__exp(-gate[i]));
+        out[i] = s * up[i];
+    }
+}
+
 const kern_impl_t kern__scalar = {
     .name = "scalar",
-    .matmul_range = scalar_matmul_range,
-    .dot = scalar_dot,
-    .axpy = scalar_axpy,
+    .types = {[CAIRN_DTYPE_F32] = SCALAR_ROW(f32), [CAIRN_DTYPE_F16] = SCALAR_ROW(f16),
+              [CAIRN_DTYPE_BF16] = SCALAR_ROW(bf16)},
     .sumsq = scalar_sumsq,
-    .silu_mul = scalar_silu_mul,
+    .glu = {[COMPUTE_GLU_SILU] = scalar_silu_mul, [COMPUTE_GLU_GELU_TANH] = scalar_gelu_tanh_mul,
+            [COMPUTE_GLU_SIGMOID] = scalar_sigmoid_mul},
+    .bf16_math_fast = false,
+    .attn = &attn__generic,
 };
 
-/* ---- dispatch --------------------------------------------------------------------- */
+/* ---- registry and dispatch -------------------------------------------------------- */
 
-static struct {
-    bool avx2;        /* AVX2 + FMA + F16C, OS saves YMM */
-    bool avx512;      /* F + BW + VL + DQ, OS saves ZMM */
-    bool avx512_bf16; /* AVX512_BF16 on top */
-} cpu;
+/* Every implementation name any build of Cairn has (the CAIRN_KERNELS values): a name on
+ * this list that this build lacks is "unsupported", any other name "invalid". */
+static const char *const all_names[] = {"scalar", "avx2", "avx512", "avx512-emubf16"};
+
+enum { MAX_IMPLS = 8 };
+static kern_impl_t resolved[MAX_IMPLS]; /* the registry, complete, best first */
+static const kern_impl_t *sources[MAX_IMPLS];
+static int n_resolved;
+static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
+
+static void resolve_one(kern_impl_t *dst, const kern_impl_t *src)
+{
+    *dst = *src;
+    for (int t = 0; t < COMPUTE_DTYPE_COUNT; t++) {
+        kern_type_ops_t *o = &dst->types[t];
+        const kern_type_ops_t *s = &kern__scalar.types[t];
+        if (!o->matmul_range)
+            o->matmul_range = s->matmul_range;
+        if (!o->dot)
+            o->dot = s->dot;
+        if (!o->axpy)
+            o->axpy = s->axpy;
+        if (!o->rows_to_f32)
+            o->rows_to_f32 = s->rows_to_f32;
+    }
+    if (!dst->sumsq)
+        dst->sumsq = kern__scalar.sumsq;
+    for (int a = 0; a < COMPUTE_GLU_COUNT; a++)
+        if (!dst->glu[a])
+            dst->glu[a] = kern__scalar.glu[a];
+    if (!dst->attn)
+        dst->attn = kern__scalar.attn;
+    if (!dst->conv_step)
+        dst->conv_step = kern__scalar.conv_step;
+    if (!dst->delta_step)
+        dst->delta_step = kern__scalar.delta_step;
+}
+
+static void resolve_all(void)
+{
+#ifdef CAIRN_HAVE_X86
+    for (int i = 0; i < kern__x86_n_impls && n_resolved < MAX_IMPLS - 1; i++)
+        sources[n_resolved++] = kern__x86_impls[i];
+#endif
+    sources[n_resolved++] = &kern__scalar;
+    for (int i = 0; i < n_resolved; i++)
+        resolve_one(&resolved[i], sources[i]);
+}
+
+static int find_impl(const char *name)
+{
+    pthread_once(&resolve_once, resolve_all);
+    for (int i = 0; name && i < n_resolved; i++)
+        if (!strcmp(resolved[i].name, name))
+            return i;
+    return -1;
+}
+
+static bool runnable(int i) { return i >= 0 && (!sources[i]->available || sources[i]->available()); }
+
+const kern_impl_t *kern__impl_by_name(const char *name)
+{
+    int i = find_impl(name);
+    return i < 0 ? NULL : &resolved[i];
+}
+
+bool kern_impl_available(const char *name) { return runnable(find_impl(name)); }
 
 static const kern_impl_t *_Atomic impl;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-
-static uint64_t read_xcr0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-static void detect_cpu(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return;
-    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
-    if (!osxsave || !avx)
-        return;
-    uint64_t xcr0 = read_xcr0();
-    bool ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xe6) == 0xe6;
-    if (__get_cpuid_max(0, NULL) < 7)
-        return;
-    __cpuid_count(7, 0, a, b, c, d);
-    bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
-         vl = b & (1u << 31);
-    cpu.avx2 = ymm_ok && avx2 && fma && f16c;
-    cpu.avx512 = cpu.avx2 && zmm_ok && f && dq && bw && vl;
-    __cpuid_count(7, 1, a, b, c, d);
-    cpu.avx512_bf16 = cpu.avx512 && (a & (1u << 5));
-}
-
-static const kern_impl_t *impl_by_name(const char *name)
-{
-    if (!strcmp(name, "scalar"))
-        return &kern__scalar;
-    if (!strcmp(name, "avx2"))
-        return &kern__avx2;
-    if (!strcmp(name, "avx512"))
-        return &kern__avx512;
-    if (!strcmp(name, "avx512-emubf16"))
-        return &kern__avx512_emubf16;
-    return NULL;
-}
-
-bool kern_impl_available(const char *name)
-{
-    const kern_impl_t *k = name ? impl_by_name(name) : NULL;
-    pthread_once(&init_once, detect_cpu);
-    if (k == &kern__avx2)
-        return cpu.avx2;
-    if (k == &kern__avx512)
-        return cpu.avx512_bf16;
-    if (k == &kern__avx512_emubf16)
-        return cpu.avx512;
-    return k != NULL;
-}
+static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 static void choose_impl(void)
 {
-    pthread_once(&init_once, detect_cpu);
-    const kern_impl_t *best = cpu.avx512_bf16 ? &kern__avx512
-                              : cpu.avx512    ? &kern__avx512_emubf16
-                              : cpu.avx2      ? &kern__avx2
-                                              : &kern__scalar;
+    pthread_once(&resolve_once, resolve_all);
+    int best = n_resolved - 1; /* scalar */
+    for (int i = 0; i < n_resolved; i++)
+        if (runnable(i)) {
+            best = i;
+            break;
+        }
     const char *want = cairn_knob_str("CAIRN_KERNELS", NULL, NULL);
     if (want) {
-        const kern_impl_t *k = impl_by_name(want);
-        /* "avx512" on a CPU without AVX512_BF16 means the emulating variant. */
-        if (k == &kern__avx512 && !cpu.avx512_bf16 && cpu.avx512)
-            k = &kern__avx512_emubf16;
-        bool ok = k && (k == &kern__scalar || (k == &kern__avx2 && cpu.avx2) ||
-                        (k == &kern__avx512_emubf16 && cpu.avx512) || (k == &kern__avx512 && cpu.avx512_bf16));
-        if (ok)
+        int k = find_impl(want);
+        /* An implementation this CPU cannot run may name a stand-in with the same bits
+         * ("avx512" without AVX512_BF16 means "avx512-emubf16"). */
+        if (k >= 0 && !runnable(k) && sources[k]->stand_in)
+            k = find_impl(sources[k]->stand_in);
+        if (runnable(k))
             best = k;
         else
             cairn_log(CAIRN_LOG_WARN, "CAIRN_KERNELS=%s is unknown or unsupported by this CPU; using %s",
-                      want, best->name);
+                      want, resolved[best].name);
     }
-    atomic_store(&impl, best);
+    atomic_store(&impl, &resolved[best]);
 }
 
-static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
-
-static inline const kern_impl_t *cur(void)
+const kern_impl_t *kern__current(void)
 {
     const kern_impl_t *k = atomic_load_explicit(&impl, memory_order_acquire);
     if (!k) {
@@ -367,26 +365,35 @@ static inline const kern_impl_t *cur(void)
     return k;
 }
 
+static inline const kern_impl_t *cur(void) { return kern__current(); }
+
 const char *kern_init(void) { return cur()->name; }
 const char *kern_impl_name(void) { return cur()->name; }
 
+int kern__impl_status(const char *name)
+{
+    int i = find_impl(name);
+    if (i < 0) {
+        for (size_t j = 0; name && j < CAIRN_ARRAY_LEN(all_names); j++)
+            if (!strcmp(name, all_names[j]))
+                return CAIRN_EUNSUPPORTED; /* another build's implementation */
+        return CAIRN_EINVAL;
+    }
+    return runnable(i) ? CAIRN_OK : CAIRN_EUNSUPPORTED;
+}
+
 int kern_set_impl(const char *name)
 {
-    const kern_impl_t *k = name ? impl_by_name(name) : NULL;
-    if (!k)
-        return CAIRN_EINVAL;
-    if (!kern_impl_available(name))
-        return CAIRN_EUNSUPPORTED;
+    int rc = kern__impl_status(name);
+    if (rc)
+        return rc;
+    int i = find_impl(name);
     (void)cur(); /* let the one-time choice happen first so it cannot override us */
-    atomic_store(&impl, k);
+    atomic_store(&impl, &resolved[i]);
     return CAIRN_OK;
 }
 
-bool kern_bf16_math_fast(void)
-{
-    const kern_impl_t *k = cur();
-    return k == &kern__avx512 || k == &kern__avx512_emubf16;
-}
+bool kern_bf16_math_fast(void) { return cur()->bf16_math_fast; }
 
 /* ---- matmul over the pool --------------------------------------------------------- */
 
@@ -396,9 +403,8 @@ struct matmul_job {
     const kern_impl_t *k;
     const float *x;
     int rows, in, n, units;
-    cairn_dtype_t wt;
     cairn_math_t math;
-    kern_mm_out_t outs[MATMUL_MAX_N];
+    kern_mm_t outs[MATMUL_MAX_N];
     int first_unit[MATMUL_MAX_N + 1]; /* product i covers units [first_unit[i], first_unit[i+1]) */
 };
 
@@ -414,10 +420,10 @@ static void matmul_task(void *p, int task, int n_tasks)
         if (u0 >= f1)
             continue;
         int e = u1 < f1 ? u1 : f1;
-        const kern_mm_out_t *m = &j->outs[i];
+        const kern_mm_t *m = &j->outs[i];
         int o0 = (u0 - f0) * MATMUL_UNIT, o1 = (e - f0) * MATMUL_UNIT < m->out ? (e - f0) * MATMUL_UNIT : m->out;
         if (o0 < o1)
-            j->k->matmul_range(m->y, j->x, j->rows, j->in, m->w, j->wt, m->out, o0, o1, j->math);
+            j->k->types[m->wt].matmul_range(m->y, j->x, j->rows, j->in, m->w, m->out, o0, o1, j->math);
         u0 = e;
     }
 }
@@ -443,52 +449,107 @@ static void matmul_run(cairn_thread_pool_t *tp, struct matmul_job *j)
         cairn_thread_pool_run(tp, matmul_task, j, (int)n_tasks);
 }
 
+void kern__matmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float *x, int rows, int in,
+                    const kern_mm_t *outs, int n, cairn_math_t math)
+{
+    if (rows <= 0)
+        return;
+    for (int start = 0; start < n; start += MATMUL_MAX_N) {
+        struct matmul_job j = {.k = k, .x = x, .rows = rows, .in = in < 0 ? 0 : in, .math = math};
+        for (int i = start; i < n && i < start + MATMUL_MAX_N; i++)
+            if (outs[i].out > 0) {
+                CAIRN_ASSERT((unsigned)outs[i].wt < COMPUTE_DTYPE_COUNT && k->types[outs[i].wt].matmul_range);
+                j.outs[j.n++] = outs[i];
+            }
+        matmul_run(tp, &j);
+    }
+}
+
 void kern_matmul(cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in,
                  const void *w, cairn_dtype_t wt, int out, cairn_math_t math)
 {
     if (rows <= 0 || out <= 0)
         return;
-    struct matmul_job j = {.k = cur(), .x = x, .rows = rows, .in = in < 0 ? 0 : in, .n = 1, .wt = wt,
-                           .math = math};
-    j.outs[0] = (kern_mm_out_t){y, w, out};
-    matmul_run(tp, &j);
+    kern_mm_t m = {y, w, wt, out};
+    kern__matmul_n(cur(), tp, x, rows, in, &m, 1, math);
 }
 
 void kern_matmul_n(cairn_thread_pool_t *tp, const float *x, int rows, int in, cairn_dtype_t wt,
                    const kern_mm_out_t *outs, int n, cairn_math_t math)
 {
-    if (rows <= 0)
-        return;
+    const kern_impl_t *k = cur();
     for (int start = 0; start < n; start += MATMUL_MAX_N) {
-        struct matmul_job j = {.k = cur(), .x = x, .rows = rows, .in = in < 0 ? 0 : in, .wt = wt, .math = math};
+        kern_mm_t m[MATMUL_MAX_N];
+        int c = 0;
         for (int i = start; i < n && i < start + MATMUL_MAX_N; i++)
-            if (outs[i].out > 0)
-                j.outs[j.n++] = outs[i];
-        matmul_run(tp, &j);
+            m[c++] = (kern_mm_t){outs[i].y, outs[i].w, wt, outs[i].out};
+        kern__matmul_n(k, tp, x, rows, in, m, c, math);
     }
 }
 
-float kern_dot(const float *a, const void *b, cairn_dtype_t t, int n) { return cur()->dot(a, b, t, n < 0 ? 0 : n); }
+/* ---- vector kernels --------------------------------------------------------------- */
 
-void kern_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n) { cur()->axpy(acc, s, row, t, n); }
+static inline const kern_type_ops_t *type_ops(const kern_impl_t *k, cairn_dtype_t t)
+{
+    CAIRN_ASSERT((unsigned)t < COMPUTE_DTYPE_COUNT && k->types[t].dot);
+    return &k->types[t];
+}
 
-void kern_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps)
+float kern_dot(const float *a, const void *b, cairn_dtype_t t, int n)
+{
+    return type_ops(cur(), t)->dot(a, b, n < 0 ? 0 : n);
+}
+
+void kern_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+{
+    type_ops(cur(), t)->axpy(acc, s, row, n);
+}
+
+void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void *w, cairn_dtype_t wt, int n,
+                   float eps, bool unit_offset)
 {
     if (n <= 0)
         return;
-    float ss = cur()->sumsq(x, n);
+    float ss = k->sumsq(x, n);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    if (unit_offset) {
+        for (int i = 0; i < n; i++) {
+            float h = x[i] * scale, ww = 1.0f + load_elem(w, wt, (size_t)i); /* Gemma: (1 + w) in float32 */
+            out[i] = ww * h;
+        }
+        return;
+    }
     for (int i = 0; i < n; i++) {
         float h = x[i] * scale; /* HF: (x * rsqrt(var + eps)), then weight * that */
         out[i] = load_elem(w, wt, (size_t)i) * h;
     }
 }
 
-void kern_silu_mul(float *out, const float *gate, const float *up, int n) { cur()->silu_mul(out, gate, up, n); }
-
-void kern_rope(float *x, int n_heads, int head_dim, const float *cos_sin)
+void kern_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps)
 {
-    int half = head_dim / 2;
+    kern__rmsnorm(cur(), out, x, w, wt, n, eps, false);
+}
+
+void kern_rmsnorm_unit_offset(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps)
+{
+    kern__rmsnorm(cur(), out, x, w, wt, n, eps, true);
+}
+
+void kern_silu_mul(float *out, const float *gate, const float *up, int n)
+{
+    if (n > 0)
+        cur()->glu[COMPUTE_GLU_SILU](out, gate, up, (size_t)n);
+}
+
+void kern_glu(float *out, const float *gate, const float *up, size_t n, compute_glu_t act)
+{
+    CAIRN_ASSERT((unsigned)act < COMPUTE_GLU_COUNT);
+    cur()->glu[act](out, gate, up, n);
+}
+
+void kern_rope_partial(float *x, int n_heads, int head_dim, int rot_dims, const float *cos_sin)
+{
+    int half = rot_dims / 2;
     for (int h = 0; h < n_heads; h++) {
         float *q = x + (size_t)h * head_dim;
         for (int i = 0; i < half; i++) {
@@ -501,6 +562,11 @@ void kern_rope(float *x, int n_heads, int head_dim, const float *cos_sin)
             q[i + half] = a2 + b2;
         }
     }
+}
+
+void kern_rope(float *x, int n_heads, int head_dim, const float *cos_sin)
+{
+    kern_rope_partial(x, n_heads, head_dim, head_dim, cos_sin);
 }
 
 void kern_rope_angles(float *cos_sin, const float *inv_freq, int half_dim, int pos)
@@ -524,7 +590,7 @@ void kern_ref_matmul(float *y, const float *x, int rows, int in, const void *w,
                      cairn_dtype_t wt, int out, cairn_math_t math)
 {
     bool bf16 = math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16;
-    size_t wrow = (size_t)in * cairn_dtype_size(wt);
+    size_t wrow = cairn_dtype_row_bytes(wt, in);
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             const void *wo = (const char *)w + (size_t)o * wrow;
@@ -532,7 +598,7 @@ void kern_ref_matmul(float *y, const float *x, int rows, int in, const void *w,
             for (int i = 0; i < in; i++) {
                 float xv = x[(size_t)r * in + i];
                 if (bf16)
-                    xv = kern_bf16_to_f32(kern_f32_to_bf16(xv));
+                    xv = compute_bf16_to_f32(compute_f32_to_bf16(xv));
                 s += (double)xv * (double)load_elem(wo, wt, (size_t)i);
             }
             y[(size_t)r * out + o] = (float)s;
@@ -575,5 +641,20 @@ void kern_ref_silu_mul(float *out, const float *gate, const float *up, int n)
         float g = gate[i];
         float s = g / (1.0f + expf(-g));
         out[i] = s * up[i];
+    }
+}
+
+void kern_ref_glu(float *out, const float *gate, const float *up, int n, compute_glu_t act)
+{
+    for (int i = 0; i < n; i++) {
+        double g = gate[i], a;
+        switch (act) {
+        case COMPUTE_GLU_SILU: a = g / (1.0 + exp(-g)); break;
+        case COMPUTE_GLU_GELU_TANH: a = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))); break;
+        case COMPUTE_GLU_SIGMOID: a = 1.0 / (1.0 + exp(-g)); break;
+        case COMPUTE_GLU_COUNT:
+        default: CAIRN_ASSERT(!"kern_ref_glu: not an activation"); a = 0; /* never reached */
+        }
+        out[i] = (float)(a * (double)up[i]);
     }
 }

@@ -1,10 +1,15 @@
 /*
- * kernels.h — the numeric kernels of the forward pass, with run-time SIMD dispatch.
+ * kernels.h — the CPU backend's numeric kernels on host memory, with run-time SIMD
+ * dispatch.
  *
- * Every kernel has a scalar reference (kern_ref_*) beside the dispatched version; tests
- * hold the SIMD versions to their references. The dispatched implementation (AVX-512,
- * AVX2+FMA or scalar) is chosen once per process by kern_init() (override with
- * CAIRN_KERNELS=scalar|avx2|avx512 for tests and benchmarks).
+ * These are the CPU implementation of the compute backend's ops (src/compute/backend.h;
+ * cpu_backend.c wraps them); a model family calls the backend, not these. Every kernel
+ * has a scalar reference (kern_ref_*) beside the dispatched version; tests hold the SIMD
+ * versions to their references. The dispatched implementation (AVX-512, AVX2+FMA or
+ * scalar; only scalar in a build with CAIRN_X86=OFF) is chosen once per process by
+ * kern_init() (override with CAIRN_KERNELS=scalar|avx2|avx512|avx512-emubf16 for tests
+ * and benchmarks) and is a table of function pointers resolved at that moment
+ * (kernels_impl.h): no call compares names or switches on a type.
  *
  * DETERMINISM CONTRACT. For a given dispatched implementation, every output element is
  * reduced in a fixed order that depends only on the reduction length — never on the
@@ -14,7 +19,9 @@
  * across batching, chunked prefill, prefix-cache hits and thread counts.
  *
  * Layouts: activations are float32, row-major [rows][n]. Weights are [out][in] row-major
- * in f32, f16 or bf16 (the HF layout). K/V rows are [n] in their storage dtype.
+ * in f32, f16 or bf16 (the HF layout). K/V rows are [n] in their storage dtype. A type
+ * outside the element-type table is a broken invariant here (types are checked when a
+ * model binds its weights), never computed as another type.
  *
  * Thread-safety: kernels are pure functions of their arguments; matmul uses the pool.
  */
@@ -22,44 +29,44 @@
 #define CAIRN_COMPUTE_CPU_KERNELS_H
 
 #include "cairn/common.h"
+#include "compute/backend.h"
 #include "util/thread_pool.h"
 
-/* Activation precision inside matmul. F32: x stays float32 (exact mode; reference
- * checks). BF16: x is rounded to bf16 and multiplied with AVX-512 BF16 dot products
- * (fast prefill); falls back to a bit-identical emulation where the CPU lacks it.
- * BF16 math applies to bf16 weights only: with f32 or f16 weights a BF16 call computes
- * exactly the F32 result (weights are never rounded to bf16).
+/* Activation precision inside matmul: cairn_math_t (backend.h). F32: x stays float32
+ * (exact mode; reference checks). BF16: x is rounded to bf16 and multiplied with AVX-512
+ * BF16 dot products (fast prefill); falls back to a bit-identical emulation where the CPU
+ * lacks it. BF16 math applies to bf16 weights only: with f32 or f16 weights a BF16 call
+ * computes exactly the F32 result (weights are never rounded to bf16).
  *
  * Stronger than the contract: all implementations follow one canonical accumulation
  * order (16 fma lanes, fixed tree; see kernels_impl.h), so scalar, AVX2 and AVX-512 give
- * the same bits for matmul, dot, axpy, rmsnorm and silu_mul. */
-typedef enum { CAIRN_MATH_F32 = 0, CAIRN_MATH_BF16 = 1 } cairn_math_t;
+ * the same bits for matmul, dot, axpy, rmsnorm and the gated activations. */
 
 /* Selects the implementation (idempotent, thread-safe). Returns its name. */
 const char *kern_init(void);
 /* Name of the selected implementation: "scalar", "avx2", "avx512" (native AVX512_BF16
  * dot products) or "avx512-emubf16" (AVX-512 without AVX512_BF16; same bits). */
 const char *kern_impl_name(void);
-/* True if the CPU can run the named implementation (names as above). */
+/* True if this build has the named implementation and the CPU can run it. */
 bool kern_impl_available(const char *name);
 /*
  * Test and benchmark hook: switches the process to the named implementation. Returns
- * CAIRN_EINVAL for an unknown name, CAIRN_EUNSUPPORTED if the CPU lacks it. Not
- * thread-safe with respect to kernels running concurrently.
+ * CAIRN_EINVAL for a name no build has, CAIRN_EUNSUPPORTED if this build or this CPU
+ * lacks it. Not thread-safe with respect to kernels running concurrently.
  */
 int kern_set_impl(const char *name);
 /* True when MATH_BF16 matmuls run on a fast path ("avx512" or "avx512-emubf16");
  * "scalar" and "avx2" compute the same bits much more slowly. */
 bool kern_bf16_math_fast(void);
 
-/* ---- conversions ---- */
+/* ---- conversions (the element-type table's, type_traits.h) ---- */
 float kern_bf16_to_f32(uint16_t h);
 uint16_t kern_f32_to_bf16(float f);   /* round to nearest even; NaN stays NaN */
 float kern_f16_to_f32(uint16_t h);
 uint16_t kern_f32_to_f16(float f);    /* round to nearest even */
-/* dst[i] = (float)src[i] for a row of n elements of type t. */
+/* dst[i] = (float)src[i] for a row of n elements of type t (n a multiple of its block). */
 void kern_row_to_f32(float *dst, const void *src, cairn_dtype_t t, int n);
-/* dst (type t) [i] = round(src[i]). */
+/* dst (type t) [i] = round(src[i]), the type's reference rounding. */
 void kern_row_from_f32(void *dst, cairn_dtype_t t, const float *src, int n);
 
 /* ---- linear algebra ---- */
@@ -97,16 +104,26 @@ void kern_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n);
  * ss = sum x^2 in the canonical order, scale = 1.0f / sqrtf(ss / n + eps) (torch.rsqrt on
  * CPU is 1/sqrt), out[i] = w[i] * (x[i] * scale). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps);
+/* As kern_rmsnorm with the weight taken as 1 + w (computed in float32): Gemma's RMSNorm. */
+void kern_rmsnorm_unit_offset(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps);
 /* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), with the canonical
  * vectorizable exp (<= 1 ulp measured; same bits in every implementation). out may alias
  * gate or up. */
 void kern_silu_mul(float *out, const float *gate, const float *up, int n);
+/* out[i] = act(gate[i]) * up[i] for the activations of compute_glu_t: silu as
+ * kern_silu_mul, GELU-tanh and sigmoid as spelled out in kernels_impl.h, every one with
+ * the canonical exp and the same bits in every implementation. out may alias gate or up. */
+void kern_glu(float *out, const float *gate, const float *up, size_t n, compute_glu_t act);
 /*
  * Rotates n_heads heads of head_dim (rotate_half / NeoX pairing i <-> i + head_dim/2) in
  * place: x' = x*cos + rotate_half(x)*sin, with cos/sin of the precomputed angles
  * cos_sin[2*i], cos_sin[2*i+1] for i < head_dim/2 (see kern_rope_angles).
  */
 void kern_rope(float *x, int n_heads, int head_dim, const float *cos_sin);
+/* As kern_rope over the first rot_dims (even, <= head_dim) dimensions of each head only,
+ * pairing i <-> i + rot_dims/2 with cos_sin [rot_dims/2][2]; the other dimensions pass
+ * through (partial rotary). kern_rope is rot_dims = head_dim. */
+void kern_rope_partial(float *x, int n_heads, int head_dim, int rot_dims, const float *cos_sin);
 /* Computes cos/sin of pos * inv_freq[i] the way HF does in float32: angle = (float)pos *
  * inv_freq[i] (one float product), then cosf/sinf of it. cos_sin: [half_dim][2]. The
  * forward pass computes this once per position and reuses it for every layer and head. */
@@ -121,5 +138,7 @@ float kern_ref_dot(const float *a, const void *b, cairn_dtype_t t, int n);
 void kern_ref_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n);
 void kern_ref_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps);
 void kern_ref_silu_mul(float *out, const float *gate, const float *up, int n);
+/* act in double precision (libm exp and tanh), rounded once: an independent reference. */
+void kern_ref_glu(float *out, const float *gate, const float *up, int n, compute_glu_t act);
 
 #endif

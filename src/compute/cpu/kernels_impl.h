@@ -1,8 +1,10 @@
 /*
- * kernels_impl.h — private: the table each kernel implementation fills in, and the
- * canonical reduction order every implementation follows (see kernels.c for the model).
+ * kernels_impl.h — private to the CPU backend: the table each kernel implementation fills
+ * in, the registry of implementations, and the canonical reduction order every
+ * implementation follows (see kernels.c for the model).
  *
- * CANONICAL ORDER (shared by scalar, AVX2 and AVX-512, which therefore agree bit for bit):
+ * CANONICAL ORDER (shared by scalar, AVX2 and AVX-512, which therefore agree bit for bit;
+ * its numerics id is "f32" / "bf16", backend.h):
  *  - F32 math, length n: 16 lane accumulators a[j] = +0. For each block of 16 elements
  *    (the last one zero-padded): a[j] = fma(x[16k+j], w[16k+j], a[j]). Then the fixed tree
  *    b[j] = a[j] + a[j+8] (j<8), c[j] = b[j] + b[j+4] (j<4), d[j] = c[j] + c[j+2] (j<2),
@@ -12,33 +14,90 @@
  *    (the last zero-padded), lane j takes the pair (2j, 2j+1) exactly as vdpbf16ps:
  *    a[j] = ftz(fma(x[2j+1], w[2j+1], daz(a[j]))); a[j] = ftz(fma(x[2j], w[2j], a[j])),
  *    with bf16 inputs denormals-as-zero. Then the same tree.
+ *
+ * IMPLEMENTATIONS. An implementation is a kern_impl_t: per element type a row of kernels
+ * (types[], the CPU half of the traits table, type_traits.h), the elementwise kernels and
+ * its attention primitives. A NULL entry means "the scalar implementation's": the registry
+ * resolves every implementation once (kern__resolve) into a complete table, so no kernel
+ * call tests a type or compares a name. The scalar implementation is complete for every
+ * type the CPU backend supports; a type whose scalar row is empty is unsupported.
  */
 #ifndef CAIRN_COMPUTE_CPU_KERNELS_IMPL_H
 #define CAIRN_COMPUTE_CPU_KERNELS_IMPL_H
 
 #include "compute/cpu/kernels.h"
+#include "compute/type_traits.h"
+
+struct attn_impl;
+
+/* The kernels of one weight / K/V element type. */
+typedef struct kern_type_ops {
+    /* y[r*out + o] for r < rows and o in [o0, o1): x [rows][in] f32 times the weight rows
+     * w [out][in] of this type (see kern_matmul). */
+    void (*matmul_range)(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                         cairn_math_t math);
+    /* F32-math dot product of a [n] with a row of this type (kern_dot). */
+    float (*dot)(const float *a, const void *b, int n);
+    /* acc[i] += s * row[i], a rounded product then a rounded sum (kern_axpy). */
+    void (*axpy)(float *acc, float s, const void *row, int n);
+    /* dst[r*n + i] = row r (src + r*stride bytes) element i, widened exactly; r < rows
+     * (attention's K/V tiles). */
+    void (*rows_to_f32)(float *dst, const void *src, size_t stride, int rows, int n);
+} kern_type_ops_t;
 
 typedef struct kern_impl {
     const char *name;
-    /* y[r*out + o] for r < rows and o in [o0, o1) (see kern_matmul). */
-    void (*matmul_range)(float *y, const float *x, int rows, int in, const void *w,
-                         cairn_dtype_t wt, int out, int o0, int o1, cairn_math_t math);
-    float (*dot)(const float *a, const void *b, cairn_dtype_t t, int n);
-    void (*axpy)(float *acc, float s, const void *row, cairn_dtype_t t, int n);
+    /* True when this CPU can run it; NULL: always. */
+    bool (*available)(void);
+    /* The implementation to run instead when this one is asked for (CAIRN_KERNELS) on a
+     * CPU that cannot run it, computing the same bits; NULL: none. */
+    const char *stand_in;
+    kern_type_ops_t types[COMPUTE_DTYPE_COUNT];
     /* sum of x[i]^2 in the canonical F32 order */
     float (*sumsq)(const float *x, int n);
-    void (*silu_mul)(float *out, const float *gate, const float *up, int n);
+    /* out[i] = act(gate[i]) * up[i] (kernels.h, kern_glu) */
+    void (*glu[COMPUTE_GLU_COUNT])(float *out, const float *gate, const float *up, size_t n);
+    /* BF16-math matmuls run at full speed (not the scalar emulation). */
+    bool bf16_math_fast;
+    const struct attn_impl *attn;
+    /* Kernels behind the backend's optional ops (backend.h: short_conv, delta_rule), for
+     * the hybrid families' issues to fill; NULL where an implementation has none:
+     *   conv_step: out [C] = one token of a causal depthwise convolution over the rows
+     *     state [K-1][C] (oldest first) and x [C] with taps w [K][C] (no state shift);
+     *   delta_step: one token of the gated delta rule for one value head, S [dk][dv] in
+     *     place, o [dv] out (see compute_delta_rule). */
+    void (*conv_step)(float *out, const float *state, const float *x, const float *w, int C, int K);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+                       int dk, int dv, float *o);
 } kern_impl_t;
 
-/* The portable implementation (kernels.c); always available. */
+/* The portable implementation (kernels.c); always available and complete. */
 extern const kern_impl_t kern__scalar;
-/* kernels_avx2.c / kernels_avx512.c; only call when the CPU supports them. */
-extern const kern_impl_t kern__avx2;
-extern const kern_impl_t kern__avx512;        /* native AVX512_BF16 dot products */
-extern const kern_impl_t kern__avx512_emubf16; /* same bits, BF16 dot emulated with AVX-512F */
 
-/* The canonical exp used by silu (all implementations): exp(x) = p(r) * 2^k1 * 2^k2 with
- * k = rint(x*log2e), r = x - k*ln2 (Cody-Waite, two fmas), p the degree-7 Taylor
+/* The resolved (complete) table of the implementation named `name`, or NULL when no
+ * implementation has that name in this build. Resolution happens once per process. */
+const kern_impl_t *kern__impl_by_name(const char *name);
+/* CAIRN_OK when this build has `name` and the CPU runs it, CAIRN_EUNSUPPORTED when another
+ * build or CPU would, CAIRN_EINVAL for a name no build has (kern_set_impl's rules). */
+int kern__impl_status(const char *name);
+/* The resolved table the process runs (kern_init's choice or kern_set_impl's). */
+const kern_impl_t *kern__current(void);
+
+/* The kern_* operations on an explicit implementation (the CPU backend's objects each hold
+ * one; the kern_* functions pass kern__current()). Same contracts as kernels.h. */
+typedef struct {
+    float *y;
+    const void *w;
+    cairn_dtype_t wt;
+    int out;
+} kern_mm_t;
+void kern__matmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float *x, int rows, int in,
+                    const kern_mm_t *outs, int n, cairn_math_t math);
+void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void *w, cairn_dtype_t wt, int n,
+                   float eps, bool unit_offset);
+
+/* The canonical exp used by silu and softmax (all implementations): exp(x) = p(r) * 2^k1 *
+ * 2^k2 with k = rint(x*log2e), r = x - k*ln2 (Cody-Waite, two fmas), p the degree-7 Taylor
  * polynomial (Horner, fmas), k1 = floor(k/2), k2 = k - k1. x is clamped to
  * [KERN_EXP_LO, KERN_EXP_HI]; above HI gives +inf, below LO gives +0, NaN gives NaN. */
 #define KERN_EXP_LO (-87.33654f)
@@ -52,6 +111,13 @@ extern const kern_impl_t kern__avx512_emubf16; /* same bits, BF16 dot emulated w
 #define KERN_EXP_C4 (1.0f / 24.0f)
 #define KERN_EXP_C3 (1.0f / 6.0f)
 #define KERN_EXP_C2 0.5f
+
+/* The canonical GELU-tanh gate, as float32 operations in this order (no fma):
+ *   g3 = (g * g) * g;  u = g + KERN_GELU_K * g3;  e = exp(KERN_GELU_M2C * u);
+ *   out = (g / (1 + e)) * up,
+ * i.e. g * sigmoid(2c u) = 0.5 g (1 + tanh(c u)), c = sqrt(2/pi), with the canonical exp. */
+#define KERN_GELU_K 0.044715f
+#define KERN_GELU_M2C (-1.59576912160573f) /* -2 sqrt(2/pi) */
 
 /* Scalar canonical exp (kernels.c); exposed for tests. */
 float kern__exp(float x);

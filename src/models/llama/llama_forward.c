@@ -17,8 +17,10 @@
  *       x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
  *   logits = (rmsnorm(x) * norm) Wlm^T                lm_head, or embed when tied
  *
- * All rows of a call share each matrix product (kern_matmul over n_rows), whose
- * per-row bits do not depend on n_rows or the thread count (kernels.h). Per-row work
+ * Every operation is an op of the compute backend (compute/backend.h), never a kernel.
+ * All rows of a call share each matrix product (compute_matmul over n_rows), whose
+ * per-row bits do not depend on n_rows or the thread count (the backend's determinism
+ * contract). Per-row work
  * (norms, RoPE, K/V stores) is row-local. Attention reads K/V only from the store, after
  * this call's rows have been written, so a token sees the same bytes whether its
  * predecessors were computed in this call, an earlier one, or reused from the cache.
@@ -29,10 +31,8 @@
  *
  * Thread-safety: one call at a time per context (the scratch is shared).
  */
-#include <math.h>
 #include <string.h>
 
-#include "compute/cpu/kernels.h"
 #include "engine/rope.h"
 #include "models/llama/llama.h"
 
@@ -40,13 +40,12 @@ typedef struct {
     const cairn_model_config_t *cfg;
     const llama_weights_t *w;
     bool qk_norm;
-    cairn_thread_pool_t *tp;
+    compute_backend_t *be;
     cairn_math_t math;
     cairn_dtype_t kv_dtype;
     int max_rows;          /* rows per call */
-    int max_positions;     /* longest sequence */
     float *inv_freq;       /* [head_dim/2] */
-    /* Scratch of one call, row-major. */
+    /* Scratch of one call, row-major (backend memory: host memory on the CPU backend). */
     float *x;              /* [max_rows][hidden]  residual stream */
     float *xb;             /* [max_rows][hidden]  normed input of a sub-layer */
     float *xb2;            /* [max_rows][hidden]  sub-layer output */
@@ -57,55 +56,39 @@ typedef struct {
     float *hb;             /* [max_rows][ffn] gate, then silu(gate)*up */
     float *hb2;            /* [max_rows][ffn] up */
     float *rope_cs;        /* [max_rows][head_dim]  cos/sin pairs per row */
-    float *head_tmp;       /* [head_dim] */
+    int32_t *ids;          /* [max_rows] token of each row */
+    int *pos;              /* [max_rows] position of each row */
     attn_query_t *queries; /* [max_rows] */
-    attn_cfg_t attn;       /* scratch [n_slots][attn_scratch_floats(...)]: scores, K/V tiles */
+    compute_attn_t *attn;  /* the backend's attention state (scratch) */
 } fwd_t;
 
-/* A tensor's row r as bytes ([rows][cols] of its dtype). */
-static const void *tensor_row(const cairn_tensor_t *t, int64_t r)
+/* A weight tensor [out][in] as a backend matrix. */
+static compute_mat_t mat(const cairn_tensor_t *t)
 {
-    return (const unsigned char *)t->data + (size_t)r * (size_t)t->shape[1] * cairn_dtype_size(t->dtype);
+    return (compute_mat_t){t->data, t->dtype, (int)t->shape[0], t->ndim > 1 ? (int)t->shape[1] : 1};
+}
+
+/* A norm weight [n] as a 1 x n matrix. */
+static compute_mat_t vec(const cairn_tensor_t *t)
+{
+    return (compute_mat_t){t->data, t->dtype, 1, (int)t->shape[0]};
 }
 
 static void matmul(fwd_t *f, float *y, const float *x, int rows, const cairn_tensor_t *w)
 {
-    kern_matmul(f->tp, y, x, rows, (int)w->shape[1], w->data, w->dtype, (int)w->shape[0], f->math);
+    compute_mm_t mm = {y, mat(w)};
+    compute_matmul(f->be, x, rows, (int)w->shape[1], &mm, 1, f->math);
 }
 
 /*
- * y1 = x w1^T, y2 = x w2^T and (when w3) y3 = x w3^T as one parallel run (kern_matmul_n;
- * same bits as separate calls): decode wakes the pool once for q/k/v and once for
- * gate/up. Falls back to separate calls when the weights differ in dtype or width.
+ * y1 = x w1^T, y2 = x w2^T and (when w3) y3 = x w3^T as one call: decode wakes the pool
+ * once for q/k/v and once for gate/up (same bits as separate calls).
  */
 static void matmul3(fwd_t *f, const float *x, int rows, float *y1, const cairn_tensor_t *w1, float *y2,
                     const cairn_tensor_t *w2, float *y3, const cairn_tensor_t *w3)
 {
-    const cairn_tensor_t *w[3] = {w1, w2, w3};
-    float *y[3] = {y1, y2, y3};
-    kern_mm_out_t outs[3];
-    int n = 0;
-    bool same = true;
-    for (int i = 0; i < 3 && w[i]; i++) {
-        outs[n++] = (kern_mm_out_t){y[i], w[i]->data, (int)w[i]->shape[0]};
-        same = same && w[i]->dtype == w1->dtype && w[i]->shape[1] == w1->shape[1];
-    }
-    if (same) {
-        kern_matmul_n(f->tp, x, rows, (int)w1->shape[1], w1->dtype, outs, n, f->math);
-        return;
-    }
-    for (int i = 0; i < n; i++)
-        matmul(f, y[i], x, rows, w[i]);
-}
-
-/* In-place RMSNorm of n_heads heads of head_dim with one weight [head_dim] (Qwen3 q/k norm). */
-static void head_norm(fwd_t *f, float *x, int n_heads, const cairn_tensor_t *w)
-{
-    const int hd = f->cfg->head_dim;
-    for (int h = 0; h < n_heads; h++) {
-        kern_rmsnorm(f->head_tmp, x + (size_t)h * hd, w->data, w->dtype, hd, f->cfg->rms_eps);
-        memcpy(x + (size_t)h * hd, f->head_tmp, (size_t)hd * sizeof(float));
-    }
+    compute_mm_t mm[3] = {{y1, mat(w1)}, {y2, mat(w2)}, {y3, w3 ? mat(w3) : mat(w1)}};
+    compute_matmul(f->be, x, rows, (int)w1->shape[1], mm, w3 ? 3 : 2, f->math);
 }
 
 int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
@@ -122,52 +105,48 @@ int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
 
     /* Token embeddings and the rotation angles of each row's position. */
     for (int r = 0; r < n; r++) {
-        kern_row_to_f32(f->x + (size_t)r * dim, tensor_row(&w->embed, rows[r].token), w->embed.dtype, dim);
-        kern_rope_angles(f->rope_cs + (size_t)r * hd, f->inv_freq, hd / 2, rows[r].pos);
+        f->ids[r] = rows[r].token;
+        f->pos[r] = rows[r].pos;
     }
+    compute_get_rows(f->be, f->x, mat(&w->embed), f->ids, n);
+    compute_rope_angles(f->be, f->rope_cs, f->inv_freq, hd / 2, f->pos, n);
 
     for (int l = 0; l < c->n_layers; l++) {
         const llama_layer_weights_t *lw = &w->layers[l];
 
-        /* Attention block: pre-norm, projections. */
-        for (int r = 0; r < n; r++)
-            kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->attn_norm.data,
-                         lw->attn_norm.dtype, dim, c->rms_eps);
+        /* Attention block: pre-norm, projections, (qwen3) q/k norms, RoPE. */
+        compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->attn_norm), c->rms_eps, false);
         matmul3(f, f->xb, n, f->q, &lw->wq, f->k, &lw->wk, f->v, &lw->wv);
+        if (f->qk_norm) {
+            compute_rmsnorm(f->be, f->q, f->q, n * c->n_heads, vec(&lw->q_norm), c->rms_eps, false);
+            compute_rmsnorm(f->be, f->k, f->k, n * c->n_kv_heads, vec(&lw->k_norm), c->rms_eps, false);
+        }
+        compute_rope(f->be, f->q, n, c->n_heads, hd, hd, f->rope_cs);
+        compute_rope(f->be, f->k, n, c->n_kv_heads, hd, hd, f->rope_cs);
 
+        /* Store each row's K/V; attention below reads them back from the store. */
         for (int r = 0; r < n; r++) {
-            float *q = f->q + (size_t)r * q_dim, *k = f->k + (size_t)r * kv_dim;
-            if (f->qk_norm) {
-                head_norm(f, q, c->n_heads, &lw->q_norm);
-                head_norm(f, k, c->n_kv_heads, &lw->k_norm);
-            }
-            kern_rope(q, c->n_heads, hd, f->rope_cs + (size_t)r * hd);
-            kern_rope(k, c->n_kv_heads, hd, f->rope_cs + (size_t)r * hd);
-
-            /* Store this row's K/V; attention below reads them back from the store. */
             const attn_kv_t *kv = &b->seqs[rows[r].seq].kv;
             void *kst, *vst;
             int ok = kv->rows(kv->ctx, l, rows[r].pos, &kst, &vst);
-            CAIRN_ASSERT(ok > 0);
-            kern_row_from_f32(kst, f->kv_dtype, k, kv_dim);
-            kern_row_from_f32(vst, f->kv_dtype, f->v + (size_t)r * kv_dim, kv_dim);
-
-            f->queries[r] = (attn_query_t){q, f->att + (size_t)r * q_dim, kv, rows[r].pos};
+            CAIRN_ASSERT(ok > 0 && kst);
+            compute_kv_store(f->be, kst, f->kv_dtype, f->k + (size_t)r * kv_dim, kv_dim);
+            compute_kv_store(f->be, vst, f->kv_dtype, f->v + (size_t)r * kv_dim, kv_dim);
+            f->queries[r] = (attn_query_t){f->q + (size_t)r * q_dim, f->att + (size_t)r * q_dim, kv,
+                                           rows[r].pos};
         }
-        attn_forward(f->tp, &f->attn, l, f->queries, n);
+        compute_attention(f->be, f->attn, l, f->queries, n);
 
         /* Output projection and residual. */
         matmul(f, f->xb2, f->att, n, &lw->wo);
-        kern_add(f->x, f->xb2, n * dim);
+        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
 
         /* MLP block: pre-norm, SwiGLU, residual. */
-        for (int r = 0; r < n; r++)
-            kern_rmsnorm(f->xb + (size_t)r * dim, f->x + (size_t)r * dim, lw->ffn_norm.data,
-                         lw->ffn_norm.dtype, dim, c->rms_eps);
+        compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->ffn_norm), c->rms_eps, false);
         matmul3(f, f->xb, n, f->hb, &lw->w_gate, f->hb2, &lw->w_up, NULL, NULL);
-        kern_silu_mul(f->hb, f->hb, f->hb2, n * c->ffn);
+        compute_glu(f->be, f->hb, f->hb, f->hb2, (size_t)n * c->ffn, COMPUTE_GLU_SILU);
         matmul(f, f->xb2, f->hb, n, &lw->w_down);
-        kern_add(f->x, f->xb2, n * dim);
+        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
     }
 
     /* Final norm and lm_head, only for the rows that want logits (compacted into xb). */
@@ -178,8 +157,8 @@ int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
         if (first_out < 0)
             first_out = rows[r].out_row;
         CAIRN_ASSERT(rows[r].out_row == first_out + n_out);
-        kern_rmsnorm(f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, w->norm.data,
-                     w->norm.dtype, dim, c->rms_eps);
+        compute_rmsnorm(f->be, f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, 1, vec(&w->norm),
+                        c->rms_eps, false);
         n_out++;
     }
     if (n_out > 0) {
@@ -194,25 +173,44 @@ static void fwd_free(fwd_t *f);
 int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
 {
     *out = NULL;
+    const cairn_model_config_t *cfg = &m->cfg;
+    const llama_weights_t *w = llama_model_weights(m);
+    compute_backend_t *be = env->be;
+    /* Everything the ops will be asked for, checked once: a type the backend lacks is
+     * CAIRN_EUNSUPPORTED here, never a wrong kernel later. */
+    if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
+        !compute_supports(be, COMPUTE_OP_KV, env->kv_dtype))
+        return CAIRN_EUNSUPPORTED;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const llama_layer_weights_t *L = &w->layers[l];
+        const cairn_tensor_t *mm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const cairn_tensor_t *nm[] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(mm); i++)
+            if (!compute_supports(be, COMPUTE_OP_MATMUL, mm[i]->dtype))
+                return CAIRN_EUNSUPPORTED;
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(nm); i++)
+            if (nm[i]->data && !compute_supports(be, COMPUTE_OP_NORM, nm[i]->dtype))
+                return CAIRN_EUNSUPPORTED;
+    }
+    const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    if (!compute_supports(be, COMPUTE_OP_MATMUL, head->dtype) ||
+        !compute_supports(be, COMPUTE_OP_NORM, w->norm.dtype))
+        return CAIRN_EUNSUPPORTED;
+
     fwd_t *f = cairn_calloc(1, sizeof(*f));
     if (!f)
         return CAIRN_ENOMEM;
-    const cairn_model_config_t *cfg = &m->cfg;
-    const int max_rows = env->max_rows, max_positions = env->max_positions;
-    const cairn_dtype_t kv_dtype = env->kv_dtype;
-    cairn_thread_pool_t *tp = env->tp;
+    const int max_rows = env->max_rows;
     f->cfg = cfg;
-    f->w = llama_model_weights(m);
+    f->w = w;
     f->qk_norm = ((const llama_t *)m->priv)->qk_norm;
-    f->tp = tp;
+    f->be = be;
     f->math = (cairn_math_t)env->math;
-    f->kv_dtype = kv_dtype;
+    f->kv_dtype = env->kv_dtype;
     f->max_rows = max_rows;
-    f->max_positions = max_positions;
     const size_t R = (size_t)max_rows;
     const size_t q_dim = (size_t)cfg->n_heads * cfg->head_dim;
     const size_t kv_dim = (size_t)cfg->n_kv_heads * cfg->head_dim;
-    const int n_slots = cairn_thread_pool_size(tp) > 0 ? cairn_thread_pool_size(tp) : 1;
 
     f->inv_freq = cairn_malloc((size_t)cfg->head_dim / 2 * sizeof(float));
     f->x = cairn_malloc(R * cfg->hidden * sizeof(float));
@@ -225,24 +223,24 @@ int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **
     f->hb = cairn_malloc(R * cfg->ffn * sizeof(float));
     f->hb2 = cairn_malloc(R * cfg->ffn * sizeof(float));
     f->rope_cs = cairn_malloc(R * cfg->head_dim * sizeof(float));
-    f->head_tmp = cairn_malloc((size_t)cfg->head_dim * sizeof(float));
+    f->ids = cairn_malloc(R * sizeof(int32_t));
+    f->pos = cairn_malloc(R * sizeof(int));
     f->queries = cairn_malloc(R * sizeof(attn_query_t));
-    f->attn = (attn_cfg_t){cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, kv_dtype,
-                           cairn_malloc((size_t)n_slots * sizeof(float) *
-                                        attn_scratch_floats(cfg->n_heads, cfg->n_kv_heads,
-                                                            cfg->head_dim, max_positions)),
-                           n_slots, max_positions};
     if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
-        !f->hb || !f->hb2 || !f->rope_cs || !f->head_tmp || !f->queries || !f->attn.scratch)
-        goto fail;
-    int rc = rope_inv_freq(cfg, f->inv_freq);
+        !f->hb || !f->hb2 || !f->rope_cs || !f->ids || !f->pos || !f->queries)
+        goto nomem;
+    compute_attn_params_t ap = {cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, env->kv_dtype,
+                                env->max_positions, 0, 0.0f, 0.0f};
+    int rc = compute_attn_create(be, &ap, &f->attn);
+    if (rc == CAIRN_OK)
+        rc = rope_inv_freq(cfg, f->inv_freq);
     if (rc) {
         fwd_free(f);
         return rc;
     }
     *out = f;
     return CAIRN_OK;
-fail:
+nomem:
     fwd_free(f);
     return CAIRN_ENOMEM;
 }
@@ -255,6 +253,7 @@ void llama_fwd_destroy(void *f)
 
 static void fwd_free(fwd_t *f)
 {
+    compute_attn_destroy(f->be, f->attn);
     cairn_free(f->inv_freq);
     cairn_free(f->x);
     cairn_free(f->xb);
@@ -266,8 +265,8 @@ static void fwd_free(fwd_t *f)
     cairn_free(f->hb);
     cairn_free(f->hb2);
     cairn_free(f->rope_cs);
-    cairn_free(f->head_tmp);
+    cairn_free(f->ids);
+    cairn_free(f->pos);
     cairn_free(f->queries);
-    cairn_free(f->attn.scratch);
     cairn_free(f);
 }

@@ -2,14 +2,15 @@
  * attention_avx2.c — AVX2+FMA rendition of the attention primitives (attention_impl.h).
  *
  * The 16 canonical lanes are two ymm halves (lanes 0-7 and 8-15), so the tree's first
- * level is the sum of the halves. Scores use kern_dot, which is canonical and vectorized
- * in every kernel implementation; softmax and pv are written here so that the exp and
- * the fmas are instructions rather than calls to libm's fmaf.
+ * level is the sum of the halves. Scores use the AVX2 kernels' canonical dot; softmax and
+ * pv are written here so that the exp and the fmas are instructions rather than calls to
+ * libm's fmaf. K/V rows are widened by the AVX2 kernels' rows_to_f32.
  *
- * Only called when the kernels selected "avx2" (AVX2 and FMA present). Pure functions;
- * thread-safe.
+ * The attention of the "avx2" kernel implementation (kernels_avx2.c), which runs only
+ * where AVX2 and FMA are present. Pure functions; thread-safe.
  */
 #include "compute/cpu/attention_impl.h"
+#include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
 
@@ -24,25 +25,11 @@ T256 INLINE __m256i tail_mask8(int valid)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), idx); /* lane i: i < valid */
 }
 
-T256 static void avx2_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
-{
-    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride) {
-        int i = 0;
-        if (t != CAIRN_DTYPE_F32)
-            for (; i + 8 <= n; i += 8) {
-                __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
-                _mm256_storeu_ps(dst + i, t == CAIRN_DTYPE_F16
-                                              ? _mm256_cvtph_ps(h)
-                                              : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-            }
-        kern_row_to_f32(dst + i, (const unsigned char *)src + (size_t)i * cairn_dtype_size(t), t, n - i);
-    }
-}
-
 T256 static void avx2_scores16(float *s, const float *q, const float *kb, int hd, float scale)
 {
+    float (*dot)(const float *, const void *, int) = kern__avx2.types[CAIRN_DTYPE_F32].dot;
     for (int k = 0; k < 16; k++)
-        s[k] = kern_dot(q, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
+        s[k] = dot(q, kb + (size_t)k * hd, hd) * scale;
 }
 
 /* 8 scores from s[i], lanes at or past n replaced by `pad`. */
@@ -126,4 +113,4 @@ T256 static void avx2_pv(float *acc, int lda, const float *p, int ldp, int rows,
     }
 }
 
-const attn_impl_t attn__avx2 = {"avx2", avx2_to_f32, avx2_scores16, avx2_softmax, avx2_pv};
+const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv};

@@ -9,8 +9,9 @@
  * canonical exp. pv broadcasts one probability per (row, key) and accumulates up to 4
  * rows x 64 dimensions in registers, each element an fma chain by increasing key.
  *
- * Only called when the kernels selected an "avx512*" implementation (AVX-512F/BW/VL/DQ
- * present). Pure functions; thread-safe.
+ * K/V rows are widened by the AVX-512 kernels' rows_to_f32. The attention of the
+ * "avx512" and "avx512-emubf16" kernel implementations (kernels_avx512.c), which run only
+ * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
  */
 #include "compute/cpu/attention_impl.h"
 
@@ -24,33 +25,6 @@
 T512 INLINE __mmask16 tail_mask(int valid)
 {
     return valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
-}
-
-T512 INLINE void to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
-{
-    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride)
-        for (int i = 0; i < n; i += 16) {
-            __mmask16 m = tail_mask(n - i);
-            __m512 v;
-            if (t == CAIRN_DTYPE_F32) {
-                v = _mm512_maskz_loadu_ps(m, (const float *)src + i);
-            } else {
-                __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)src + i);
-                v = t == CAIRN_DTYPE_F16 ? _mm512_cvtph_ps(h)
-                                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-            }
-            _mm512_mask_storeu_ps(dst + i, m, v);
-        }
-}
-
-/* One instance per dtype, so the dtype test leaves the inner loop. */
-T512 static void avx512_to_f32(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
-{
-    switch (t) {
-    case CAIRN_DTYPE_F32: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F32, n); break;
-    case CAIRN_DTYPE_F16: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_F16, n); break;
-    default: to_f32_t(dst, src, stride, rows, CAIRN_DTYPE_BF16, n); break;
-    }
 }
 
 /* Level 1 of the tree for two accumulators: [a(j)+a(j+8) | b(j)+b(j+8)], j < 8. */
@@ -179,5 +153,4 @@ T512 static void avx512_pv(float *acc, int lda, const float *p, int ldp, int row
     }
 }
 
-const attn_impl_t attn__avx512 = {"avx512", avx512_to_f32, avx512_scores16, avx512_softmax,
-                                  avx512_pv};
+const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv};

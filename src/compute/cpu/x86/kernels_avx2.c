@@ -7,9 +7,10 @@
  * stack buffers. BF16 math with bf16 weights has no fast AVX2 form here and runs the
  * portable emulation (same bits, slow; kern_bf16_math_fast() reports it).
  *
- * Only called after kern_init found AVX2, FMA and F16C. Pure functions; thread-safe.
+ * Only runs where kern__x86_has_avx2() (AVX2, FMA, F16C and the OS saving YMM). Pure
+ * functions; thread-safe.
  */
-#include "compute/cpu/kernels_impl.h"
+#include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -50,7 +51,7 @@ T256 INLINE __m256 load8(const void *row, cairn_dtype_t t, size_t i)
  * and returns it as a row pointer with element index 0. */
 static inline const void *stage_tail(void *buf, const void *row, cairn_dtype_t t, size_t i, int valid)
 {
-    size_t es = cairn_dtype_size(t);
+    size_t es = t == CAIRN_DTYPE_F32 ? 4 : 2; /* the plain float types only */
     memset(buf, 0, 16 * es);
     memcpy(buf, (const char *)row + i * es, (size_t)valid * es);
     return buf;
@@ -118,16 +119,17 @@ F32_TILE_FN(tile_wf32, CAIRN_DTYPE_F32)
 F32_TILE_FN(tile_wf16, CAIRN_DTYPE_F16)
 F32_TILE_FN(tile_wbf16, CAIRN_DTYPE_BF16)
 
-static void avx2_matmul_range(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
-                              int out, int o0, int o1, cairn_math_t math)
+/* One row of the weight-type table: the tile above with the type a constant. BF16 math
+ * with bf16 weights has no fast AVX2 form and runs the portable emulation (same bits). */
+INLINE void matmul_t(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt, int out,
+                     int o0, int o1, cairn_math_t math,
+                     void (*tile)(float *, int, const float *, int, int, const void *const[TILE_O], int, int))
 {
     if (math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16) {
-        kern__scalar.matmul_range(y, x, rows, in, w, wt, out, o0, o1, math);
+        kern__scalar.types[CAIRN_DTYPE_BF16].matmul_range(y, x, rows, in, w, out, o0, o1, math);
         return;
     }
-    void (*tile)(float *, int, const float *, int, int, const void *const[TILE_O], int, int) =
-        wt == CAIRN_DTYPE_F32 ? tile_wf32 : wt == CAIRN_DTYPE_F16 ? tile_wf16 : tile_wbf16;
-    size_t wrow = (size_t)in * cairn_dtype_size(wt);
+    size_t wrow = (size_t)in * (wt == CAIRN_DTYPE_F32 ? 4 : 2);
     int block = (int)((192 * 1024) / (wrow ? wrow : 1));
     block -= block % TILE_O;
     if (block < 4 * TILE_O)
@@ -166,15 +168,6 @@ T256 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
     return hsum16(acc);
 }
 
-T256 static float avx2_dot(const float *a, const void *b, cairn_dtype_t t, int n)
-{
-    switch (t) {
-    case CAIRN_DTYPE_F32: return dot_t(a, b, CAIRN_DTYPE_F32, n);
-    case CAIRN_DTYPE_F16: return dot_t(a, b, CAIRN_DTYPE_F16, n);
-    default: return dot_t(a, b, CAIRN_DTYPE_BF16, n);
-    }
-}
-
 T256 static float avx2_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
 
 T256 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
@@ -185,35 +178,86 @@ T256 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, i
         __m256 p = _mm256_mul_ps(sv, load8(row, t, (size_t)k)); /* product, then sum */
         _mm256_storeu_ps(acc + k, _mm256_add_ps(_mm256_loadu_ps(acc + k), p));
     }
-    kern__scalar.axpy(acc + k, s, (const char *)row + (size_t)k * cairn_dtype_size(t), t, n - k);
+    kern__scalar.types[t].axpy(acc + k, s, (const char *)row + (size_t)k * (t == CAIRN_DTYPE_F32 ? 4 : 2), n - k);
 }
 
-T256 static void avx2_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+/* rows of K/V of type t, stride bytes apart, widened (attention's tiles). */
+T256 INLINE void rows_to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
 {
-    switch (t) {
-    case CAIRN_DTYPE_F32: axpy_t(acc, s, row, CAIRN_DTYPE_F32, n); break;
-    case CAIRN_DTYPE_F16: axpy_t(acc, s, row, CAIRN_DTYPE_F16, n); break;
-    default: axpy_t(acc, s, row, CAIRN_DTYPE_BF16, n); break;
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride) {
+        int i = 0;
+        if (t != CAIRN_DTYPE_F32)
+            for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(dst + i, load8(src, t, (size_t)i));
+        kern_row_to_f32(dst + i, (const unsigned char *)src + (size_t)i * (t == CAIRN_DTYPE_F32 ? 4 : 2), t, n - i);
     }
 }
 
-T256 static void avx2_silu_mul(float *out, const float *gate, const float *up, int n)
-{
-    int k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 g = _mm256_loadu_ps(gate + k);
-        __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
-        __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-        _mm256_storeu_ps(out + k, _mm256_mul_ps(s, _mm256_loadu_ps(up + k)));
+#define AVX2_TYPE_OPS(SUF, T, TILE)                                                                    \
+    static void avx2_matmul_##SUF(float *y, const float *x, int rows, int in, const void *w, int out,    \
+                                  int o0, int o1, cairn_math_t math)                                   \
+    {                                                                                                  \
+        matmul_t(y, x, rows, in, w, T, out, o0, o1, math, TILE);                                       \
+    }                                                                                                  \
+    T256 static float avx2_dot_##SUF(const float *a, const void *b, int n) { return dot_t(a, b, T, n); } \
+    T256 static void avx2_axpy_##SUF(float *acc, float s, const void *row, int n)                      \
+    {                                                                                                  \
+        axpy_t(acc, s, row, T, n);                                                                     \
+    }                                                                                                  \
+    T256 static void avx2_rows_##SUF(float *dst, const void *src, size_t stride, int rows, int n)      \
+    {                                                                                                  \
+        rows_to_f32_t(dst, src, stride, rows, T, n);                                                   \
     }
-    kern__scalar.silu_mul(out + k, gate + k, up + k, n - k);
+AVX2_TYPE_OPS(f32, CAIRN_DTYPE_F32, tile_wf32)
+AVX2_TYPE_OPS(f16, CAIRN_DTYPE_F16, tile_wf16)
+AVX2_TYPE_OPS(bf16, CAIRN_DTYPE_BF16, tile_wbf16)
+#define AVX2_ROW(SUF) {avx2_matmul_##SUF, avx2_dot_##SUF, avx2_axpy_##SUF, avx2_rows_##SUF}
+
+/* s = g / (1 + exp(-g)) (silu), 8 lanes. */
+T256 INLINE __m256 silu8(__m256 g)
+{
+    __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
+
+/* s = g / (1 + exp(M2C * (g + K * g^3))) (GELU-tanh; kernels_impl.h spells the order out). */
+T256 INLINE __m256 gelu_tanh8(__m256 g)
+{
+    __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    __m256 u = _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), g3));
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_M2C), u));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* s = 1 / (1 + exp(-g)). */
+T256 INLINE __m256 sigmoid8(__m256 g)
+{
+    __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+#define AVX2_GLU(NAME, ACT, GLU)                                                                       \
+    T256 static void NAME(float *out, const float *gate, const float *up, size_t n)                    \
+    {                                                                                                  \
+        size_t k = 0;                                                                                  \
+        for (; k + 8 <= n; k += 8)                                                                     \
+            _mm256_storeu_ps(out + k, _mm256_mul_ps(ACT(_mm256_loadu_ps(gate + k)), _mm256_loadu_ps(up + k))); \
+        kern__scalar.glu[GLU](out + k, gate + k, up + k, n - k);                                       \
+    }
+AVX2_GLU(avx2_silu_mul, silu8, COMPUTE_GLU_SILU)
+AVX2_GLU(avx2_gelu_tanh_mul, gelu_tanh8, COMPUTE_GLU_GELU_TANH)
+AVX2_GLU(avx2_sigmoid_mul, sigmoid8, COMPUTE_GLU_SIGMOID)
+
+extern const struct attn_impl attn__avx2;
 
 const kern_impl_t kern__avx2 = {
     .name = "avx2",
-    .matmul_range = avx2_matmul_range,
-    .dot = avx2_dot,
-    .axpy = avx2_axpy,
+    .available = kern__x86_has_avx2,
+    .types = {[CAIRN_DTYPE_F32] = AVX2_ROW(f32), [CAIRN_DTYPE_F16] = AVX2_ROW(f16),
+              [CAIRN_DTYPE_BF16] = AVX2_ROW(bf16)},
     .sumsq = avx2_sumsq,
-    .silu_mul = avx2_silu_mul,
+    .glu = {[COMPUTE_GLU_SILU] = avx2_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx2_gelu_tanh_mul,
+            [COMPUTE_GLU_SIGMOID] = avx2_sigmoid_mul},
+    .bf16_math_fast = false,
+    .attn = &attn__avx2,
 };

@@ -16,10 +16,10 @@
  * FTZ output) in "avx512-emubf16"; asm keeps both variants in one function body and lets
  * this file build without -mavx512bf16. The tests hold the two to bit identity.
  *
- * Only called after kern_init found AVX-512F/BW/VL/DQ (and AVX512_BF16 for the native
+ * Only runs where kern__x86_has_avx512() (and kern__x86_has_avx512_bf16() for the native
  * variant). Pure functions; thread-safe.
  */
-#include "compute/cpu/kernels_impl.h"
+#include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -283,10 +283,10 @@ static void matmul_walk(tile_fn tile, float *y, const void *x, int ldx, size_t x
     }
 }
 
-static void matmul_range(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
+INLINE void matmul_range(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
                          int out, int o0, int o1, cairn_math_t math, bool native)
 {
-    size_t wrow = (size_t)in * cairn_dtype_size(wt);
+    size_t wrow = (size_t)in * (wt == CAIRN_DTYPE_F32 ? 4 : 2); /* the plain float types only */
     tile_fn tile;
     if (wt == CAIRN_DTYPE_BF16)
         tile = math == CAIRN_MATH_BF16 ? (native ? tile_bf16_native : tile_bf16_emu) : tile_f32_wbf16;
@@ -309,16 +309,30 @@ static void matmul_range(float *y, const float *x, int rows, int in, const void 
         free(xb);
 }
 
-static void matmul_native(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
-                          int out, int o0, int o1, cairn_math_t math)
+/* The rows of the weight-type table: matmul_range with the type (and for bf16 weights the
+ * BF16-math variant) a constant. */
+static void matmul_f32w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                        cairn_math_t math)
 {
-    matmul_range(y, x, rows, in, w, wt, out, o0, o1, math, true);
+    matmul_range(y, x, rows, in, w, CAIRN_DTYPE_F32, out, o0, o1, math, false);
 }
 
-static void matmul_emu(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt,
-                       int out, int o0, int o1, cairn_math_t math)
+static void matmul_f16w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                        cairn_math_t math)
 {
-    matmul_range(y, x, rows, in, w, wt, out, o0, o1, math, false);
+    matmul_range(y, x, rows, in, w, CAIRN_DTYPE_F16, out, o0, o1, math, false);
+}
+
+static void matmul_bf16w_native(float *y, const float *x, int rows, int in, const void *w, int out, int o0,
+                                int o1, cairn_math_t math)
+{
+    matmul_range(y, x, rows, in, w, CAIRN_DTYPE_BF16, out, o0, o1, math, true);
+}
+
+static void matmul_bf16w_emu(float *y, const float *x, int rows, int in, const void *w, int out, int o0,
+                             int o1, cairn_math_t math)
+{
+    matmul_range(y, x, rows, in, w, CAIRN_DTYPE_BF16, out, o0, o1, math, false);
 }
 
 /* ---- vector kernels ---- */
@@ -329,15 +343,6 @@ T512 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
     for (int k = 0; k < n; k += 16)
         acc = _mm512_fmadd_ps(load16(a, CAIRN_DTYPE_F32, (size_t)k, n - k), load16(b, t, (size_t)k, n - k), acc);
     return hsum16(acc);
-}
-
-T512 static float avx512_dot(const float *a, const void *b, cairn_dtype_t t, int n)
-{
-    switch (t) {
-    case CAIRN_DTYPE_F32: return dot_t(a, b, CAIRN_DTYPE_F32, n);
-    case CAIRN_DTYPE_F16: return dot_t(a, b, CAIRN_DTYPE_F16, n);
-    default: return dot_t(a, b, CAIRN_DTYPE_BF16, n);
-    }
 }
 
 T512 static float avx512_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
@@ -353,41 +358,90 @@ T512 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, i
     }
 }
 
-T512 static void avx512_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n)
+/* rows of K/V of type t, stride bytes apart, widened (attention's tiles). */
+T512 INLINE void rows_to_f32_t(float *dst, const void *src, size_t stride, int rows, cairn_dtype_t t, int n)
 {
-    switch (t) {
-    case CAIRN_DTYPE_F32: axpy_t(acc, s, row, CAIRN_DTYPE_F32, n); break;
-    case CAIRN_DTYPE_F16: axpy_t(acc, s, row, CAIRN_DTYPE_F16, n); break;
-    default: axpy_t(acc, s, row, CAIRN_DTYPE_BF16, n); break;
-    }
+    for (int r = 0; r < rows; r++, dst += n, src = (const unsigned char *)src + stride)
+        for (int i = 0; i < n; i += 16) {
+            __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+            _mm512_mask_storeu_ps(dst + i, m, load16(src, t, (size_t)i, n - i));
+        }
 }
 
-T512 static void avx512_silu_mul(float *out, const float *gate, const float *up, int n)
-{
-    for (int k = 0; k < n; k += 16) {
-        int valid = n - k;
-        __mmask16 m = valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
-        __m512 g = _mm512_maskz_loadu_ps(m, gate + k);
-        __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u))));
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-        _mm512_mask_storeu_ps(out + k, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + k)));
+#define AVX512_TYPE_OPS(SUF, T)                                                                        \
+    T512 static float avx512_dot_##SUF(const float *a, const void *b, int n) { return dot_t(a, b, T, n); } \
+    T512 static void avx512_axpy_##SUF(float *acc, float s, const void *row, int n)                    \
+    {                                                                                                  \
+        axpy_t(acc, s, row, T, n);                                                                     \
+    }                                                                                                  \
+    T512 static void avx512_rows_##SUF(float *dst, const void *src, size_t stride, int rows, int n)    \
+    {                                                                                                  \
+        rows_to_f32_t(dst, src, stride, rows, T, n);                                                   \
     }
+AVX512_TYPE_OPS(f32, CAIRN_DTYPE_F32)
+AVX512_TYPE_OPS(f16, CAIRN_DTYPE_F16)
+AVX512_TYPE_OPS(bf16, CAIRN_DTYPE_BF16)
+
+T512 INLINE __mmask16 mask16(size_t valid)
+{
+    return valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
 }
 
-const kern_impl_t kern__avx512 = {
-    .name = "avx512",
-    .matmul_range = matmul_native,
-    .dot = avx512_dot,
-    .axpy = avx512_axpy,
-    .sumsq = avx512_sumsq,
-    .silu_mul = avx512_silu_mul,
-};
+T512 INLINE __m512 neg16(__m512 g)
+{
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u)));
+}
 
-const kern_impl_t kern__avx512_emubf16 = {
-    .name = "avx512-emubf16",
-    .matmul_range = matmul_emu,
-    .dot = avx512_dot,
-    .axpy = avx512_axpy,
-    .sumsq = avx512_sumsq,
-    .silu_mul = avx512_silu_mul,
-};
+/* s = g / (1 + exp(-g)) (silu), 16 lanes. */
+T512 INLINE __m512 silu16(__m512 g)
+{
+    return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(neg16(g))));
+}
+
+/* s = g / (1 + exp(M2C * (g + K * g^3))) (GELU-tanh; kernels_impl.h spells the order out). */
+T512 INLINE __m512 gelu_tanh16(__m512 g)
+{
+    __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+    __m512 u = _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), g3));
+    __m512 e = exp16(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_M2C), u));
+    return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+/* s = 1 / (1 + exp(-g)). */
+T512 INLINE __m512 sigmoid16(__m512 g)
+{
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(neg16(g))));
+}
+
+#define AVX512_GLU(NAME, ACT)                                                                          \
+    T512 static void NAME(float *out, const float *gate, const float *up, size_t n)                    \
+    {                                                                                                  \
+        for (size_t k = 0; k < n; k += 16) {                                                           \
+            __mmask16 m = mask16(n - k);                                                               \
+            __m512 s = ACT(_mm512_maskz_loadu_ps(m, gate + k));                                        \
+            _mm512_mask_storeu_ps(out + k, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + k)));     \
+        }                                                                                              \
+    }
+AVX512_GLU(avx512_silu_mul, silu16)
+AVX512_GLU(avx512_gelu_tanh_mul, gelu_tanh16)
+AVX512_GLU(avx512_sigmoid_mul, sigmoid16)
+
+extern const struct attn_impl attn__avx512;
+
+#define AVX512_ROW(MM, SUF) {MM, avx512_dot_##SUF, avx512_axpy_##SUF, avx512_rows_##SUF}
+#define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM)                                                 \
+    {                                                                                                  \
+        .name = NAME, .available = AVAILABLE, .stand_in = STAND_IN,                                    \
+        .types = {[CAIRN_DTYPE_F32] = AVX512_ROW(matmul_f32w, f32),                                    \
+                  [CAIRN_DTYPE_F16] = AVX512_ROW(matmul_f16w, f16),                                    \
+                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16)},                                      \
+        .sumsq = avx512_sumsq,                                                                         \
+        .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
+                [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
+        .bf16_math_fast = true, .attn = &attn__avx512,                                                 \
+    }
+
+const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_bf16, "avx512-emubf16",
+                                             matmul_bf16w_native);
+const kern_impl_t kern__avx512_emubf16 = AVX512_IMPL("avx512-emubf16", kern__x86_has_avx512, NULL,
+                                                     matmul_bf16w_emu);

@@ -1,0 +1,341 @@
+/*
+ * cpu_backend.c — the CPU compute backend (cpu_backend.h): the ops of backend.h on the
+ * kernels of kernels.h, with the kernel implementation the object was created with.
+ *
+ * Each op is a thin loop over a kern_* kernel with the same contract, so a forward pass
+ * through this backend computes exactly the bits of the same pass written against
+ * kernels.h (tests/compute/test_backend.c asserts it). Buffers are cairn_malloc'd host
+ * memory (64-byte aligned through over-allocation) or wrapped caller memory.
+ *
+ * Optional ops: short_conv and delta_rule are NULL here (compute_supports reports it, so
+ * a family that needs them fails at bind with a message); their contracts are in
+ * backend.h, and LFM2 / Qwen3.5 add them as src/compute/cpu/short_conv.c and
+ * delta_rule.c plus one line each in `ops` below.
+ *
+ * Thread-safety: one thread at a time per object; ops use the object's pool.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "compute/cpu/attention_impl.h"
+#include "compute/cpu/cpu_backend.h"
+
+typedef struct {
+    compute_backend_t base;      /* first: the object is a compute_backend_t */
+    const kern_impl_t *k;        /* resolved kernel table */
+    cairn_thread_pool_t *tp;
+    bool owns_tp;
+} cpu_backend_t;
+
+struct compute_attn {
+    attn_cfg_t cfg;              /* scratch [n_slots][attn_scratch_floats(...)] */
+    attn_math_t math;
+};
+
+static cpu_backend_t *cpu(compute_backend_t *be) { return (cpu_backend_t *)be; }
+static const cpu_backend_t *cpu_c(const compute_backend_t *be) { return (const cpu_backend_t *)be; }
+
+static void cpu_destroy(compute_backend_t *be)
+{
+    cpu_backend_t *c = cpu(be);
+    if (c->owns_tp)
+        cairn_thread_pool_destroy(c->tp);
+    cairn_free(c);
+}
+
+static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math)
+{
+    (void)be; /* every CPU implementation follows the canonical order (kernels_impl.h) */
+    return math == CAIRN_MATH_BF16 ? "bf16" : "f32";
+}
+
+static bool plain_type(cairn_dtype_t t)
+{
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    return tt && tt->block_elems == 1;
+}
+
+static bool cpu_supports(const compute_backend_t *be, compute_op_t op, cairn_dtype_t t)
+{
+    const kern_impl_t *k = cpu_c(be)->k;
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    switch (op) {
+    case COMPUTE_OP_MATMUL: return tt && k->types[t].matmul_range;
+    case COMPUTE_OP_GET_ROWS: return tt != NULL;                    /* the traits' to_f32 */
+    case COMPUTE_OP_NORM: return plain_type(t);                     /* kern__rmsnorm reads elements */
+    case COMPUTE_OP_KV: return tt && tt->from_f32 && k->types[t].rows_to_f32;
+    case COMPUTE_OP_SHORT_CONV: return false;
+    case COMPUTE_OP_DELTA_RULE: return false;
+    case COMPUTE_OP_COUNT: break;
+    }
+    return false;
+}
+
+/* ---- buffers ------------------------------------------------------------------------ */
+
+static int cpu_buffer_alloc(compute_backend_t *be, size_t bytes, compute_buffer_t *out)
+{
+    (void)be;
+    memset(out, 0, sizeof(*out));
+    if (bytes > SIZE_MAX - 64)
+        return CAIRN_ERANGE;
+    unsigned char *raw = cairn_malloc(bytes + 64);
+    if (!raw)
+        return CAIRN_ENOMEM;
+    out->handle = raw;
+    out->data = raw + (64 - (uintptr_t)raw % 64) % 64;
+    out->bytes = bytes;
+    return CAIRN_OK;
+}
+
+static int cpu_buffer_from_host(compute_backend_t *be, const void *host, size_t bytes, compute_buffer_t *out)
+{
+    (void)be;
+    *out = (compute_buffer_t){(void *)host, bytes, NULL};
+    return CAIRN_OK;
+}
+
+static void cpu_buffer_free(compute_backend_t *be, compute_buffer_t *buf)
+{
+    (void)be;
+    cairn_free(buf->handle); /* NULL for wrapped memory */
+    memset(buf, 0, sizeof(*buf));
+}
+
+static int cpu_buffer_write(compute_backend_t *be, compute_buffer_t *buf, size_t off, const void *src, size_t n)
+{
+    (void)be;
+    if (off > buf->bytes || n > buf->bytes - off)
+        return CAIRN_ERANGE;
+    memcpy((unsigned char *)buf->data + off, src, n);
+    return CAIRN_OK;
+}
+
+static int cpu_buffer_read(compute_backend_t *be, const compute_buffer_t *buf, size_t off, void *dst, size_t n)
+{
+    (void)be;
+    if (off > buf->bytes || n > buf->bytes - off)
+        return CAIRN_ERANGE;
+    memcpy(dst, (const unsigned char *)buf->data + off, n);
+    return CAIRN_OK;
+}
+
+static int cpu_sync(compute_backend_t *be)
+{
+    (void)be; /* every op ran to completion before it returned */
+    return CAIRN_OK;
+}
+
+/* ---- ops ------------------------------------------------------------------------------ */
+
+static void cpu_matmul(compute_backend_t *be, const float *x, int rows, int in, const compute_mm_t *outs, int n,
+                       cairn_math_t math)
+{
+    enum { CHUNK = 8 };
+    cpu_backend_t *c = cpu(be);
+    for (int start = 0; start < n; start += CHUNK) {
+        kern_mm_t m[CHUNK];
+        int cnt = 0;
+        for (int i = start; i < n && i < start + CHUNK; i++) {
+            CAIRN_ASSERT(outs[i].w.cols == in);
+            m[cnt++] = (kern_mm_t){outs[i].y, outs[i].w.data, outs[i].w.type, outs[i].w.rows};
+        }
+        kern__matmul_n(c->k, c->tp, x, rows, in, m, cnt, math);
+    }
+}
+
+static void cpu_get_rows(compute_backend_t *be, float *dst, compute_mat_t table, const int32_t *ids, int n)
+{
+    (void)be;
+    const compute_type_traits_t *tt = compute_type_traits(table.type);
+    CAIRN_ASSERT(tt != NULL);
+    const size_t row_bytes = cairn_dtype_row_bytes(table.type, table.cols);
+    for (int r = 0; r < n; r++) {
+        CAIRN_ASSERT(ids[r] >= 0 && ids[r] < table.rows);
+        tt->to_f32(dst + (size_t)r * table.cols, (const unsigned char *)table.data + (size_t)ids[r] * row_bytes,
+                   table.cols);
+    }
+}
+
+static void cpu_rmsnorm(compute_backend_t *be, float *out, const float *x, int rows, compute_mat_t w, float eps,
+                        bool unit_offset)
+{
+    const kern_impl_t *k = cpu(be)->k;
+    const size_t n = (size_t)w.cols;
+    for (int r = 0; r < rows; r++)
+        kern__rmsnorm(k, out + (size_t)r * n, x + (size_t)r * n, w.data, w.type, w.cols, eps, unit_offset);
+}
+
+static void cpu_rope_angles(compute_backend_t *be, float *cos_sin, const float *inv_freq, int half, const int *pos,
+                            int rows)
+{
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        kern_rope_angles(cos_sin + (size_t)r * 2 * half, inv_freq, half, pos[r]);
+}
+
+static void cpu_rope(compute_backend_t *be, float *x, int rows, int n_heads, int head_dim, int rot_dims,
+                     const float *cos_sin)
+{
+    (void)be;
+    CAIRN_ASSERT(rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= head_dim);
+    for (int r = 0; r < rows; r++)
+        kern_rope_partial(x + (size_t)r * n_heads * head_dim, n_heads, head_dim, rot_dims,
+                          cos_sin + (size_t)r * rot_dims);
+}
+
+static void cpu_glu(compute_backend_t *be, float *out, const float *gate, const float *up, size_t n,
+                    compute_glu_t act)
+{
+    CAIRN_ASSERT((unsigned)act < COMPUTE_GLU_COUNT);
+    cpu(be)->k->glu[act](out, gate, up, n);
+}
+
+static void cpu_mul(compute_backend_t *be, float *out, const float *a, const float *b, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] * b[i];
+}
+
+static void cpu_add(compute_backend_t *be, float *x, const float *y, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void cpu_scale(compute_backend_t *be, float *x, float s, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static void cpu_kv_store(compute_backend_t *be, void *dst, cairn_dtype_t type, const float *src, int n)
+{
+    (void)be;
+    kern_row_from_f32(dst, type, src, n);
+}
+
+static int cpu_attn_create(compute_backend_t *be, const compute_attn_params_t *p, compute_attn_t **out)
+{
+    cpu_backend_t *c = cpu(be);
+    *out = NULL;
+    if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->head_dim < 1 ||
+        p->max_positions < 1 || p->window < 0 || !(p->scale >= 0.0f) || !(p->softcap >= 0.0f))
+        return CAIRN_EINVAL;
+    if (!cpu_supports(be, COMPUTE_OP_KV, p->kv_type) ||
+        !cairn_dtype_row_bytes(p->kv_type, p->head_dim)) /* a head is whole blocks */
+        return CAIRN_EUNSUPPORTED;
+    compute_attn_t *a = cairn_calloc(1, sizeof(*a));
+    if (!a)
+        return CAIRN_ENOMEM;
+    const int n_slots = cairn_thread_pool_size(c->tp);
+    const size_t per = attn_scratch_floats(p->n_heads, p->n_kv_heads, p->head_dim, p->max_positions);
+    a->cfg = (attn_cfg_t){p->n_heads, p->n_kv_heads, p->head_dim, p->kv_type, NULL, n_slots, p->max_positions};
+    a->math = (attn_math_t){p->window, p->scale, p->softcap};
+    if (per > SIZE_MAX / sizeof(float) / (size_t)n_slots ||
+        !(a->cfg.scratch = cairn_malloc((size_t)n_slots * per * sizeof(float)))) {
+        cairn_free(a);
+        return CAIRN_ENOMEM;
+    }
+    *out = a;
+    return CAIRN_OK;
+}
+
+static void cpu_attn_destroy(compute_backend_t *be, compute_attn_t *a)
+{
+    (void)be;
+    cairn_free(a->cfg.scratch);
+    cairn_free(a);
+}
+
+static void cpu_attention(compute_backend_t *be, compute_attn_t *a, int layer, const attn_query_t *queries, int n)
+{
+    cpu_backend_t *c = cpu(be);
+    kern__attn_forward(c->k, c->tp, &a->cfg, &a->math, layer, queries, n);
+}
+
+static const compute_backend_ops_t ops = {
+    .name = "cpu",
+    .host_memory = true,
+    .destroy = cpu_destroy,
+    .numerics_id = cpu_numerics_id,
+    .supports = cpu_supports,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_from_host = cpu_buffer_from_host,
+    .buffer_free = cpu_buffer_free,
+    .buffer_write = cpu_buffer_write,
+    .buffer_read = cpu_buffer_read,
+    .sync = cpu_sync,
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope_angles = cpu_rope_angles,
+    .rope = cpu_rope,
+    .glu = cpu_glu,
+    .mul = cpu_mul,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .kv_store = cpu_kv_store,
+    .attn_create = cpu_attn_create,
+    .attn_destroy = cpu_attn_destroy,
+    .attention = cpu_attention,
+    .short_conv = NULL, /* LFM2's issue: src/compute/cpu/short_conv.c */
+    .delta_rule = NULL, /* Qwen3.5's issue: src/compute/cpu/delta_rule.c */
+};
+
+static void set_err(char *err, size_t err_len, const char *msg, const char *arg)
+{
+    if (err && err_len)
+        snprintf(err, err_len, msg, arg);
+}
+
+int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err, size_t err_len)
+{
+    compute_backend_options_t o = opt ? *opt : (compute_backend_options_t){0};
+    *out = NULL;
+    const kern_impl_t *k = kern__current();
+    if (o.impl) {
+        int rc = kern__impl_status(o.impl);
+        if (rc) {
+            set_err(err, err_len,
+                    rc == CAIRN_EINVAL ? "cpu backend: no kernel implementation is named '%s'"
+                                       : "cpu backend: kernel implementation '%s' is not in this build or not "
+                                         "supported by this CPU",
+                    o.impl);
+            return rc;
+        }
+        k = kern__impl_by_name(o.impl);
+    }
+    if (o.n_threads == 0)
+        o.n_threads = 1;
+    if (!o.pool && (o.n_threads < 1 || o.n_threads > 1024)) {
+        set_err(err, err_len, "cpu backend: n_threads must be in [1, 1024]%s", "");
+        return CAIRN_EINVAL;
+    }
+    cpu_backend_t *c = cairn_calloc(1, sizeof(*c));
+    if (!c) {
+        set_err(err, err_len, "cpu backend: out of memory%s", "");
+        return CAIRN_ENOMEM;
+    }
+    c->base.ops = &ops;
+    c->k = k;
+    c->tp = o.pool;
+    if (!c->tp) {
+        int rc = cairn_thread_pool_create(o.n_threads, &c->tp);
+        if (rc) {
+            set_err(err, err_len, "cpu backend: cannot create the thread pool (%s)", cairn_strerror(rc));
+            cairn_free(c);
+            return rc;
+        }
+        c->owns_tp = true;
+    }
+    *out = &c->base;
+    return CAIRN_OK;
+}
+
+cairn_thread_pool_t *compute_cpu_thread_pool(const compute_backend_t *be) { return cpu_c(be)->tp; }
+
+const char *compute_cpu_impl_name(const compute_backend_t *be) { return cpu_c(be)->k->name; }

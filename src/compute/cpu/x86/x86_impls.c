@@ -1,0 +1,67 @@
+/*
+ * x86_impls.c — the x86 kernel implementations' registry entry and CPU feature detection.
+ *
+ * Model: cpuid leaves 1 and 7 say what the CPU implements, xgetbv whether the OS saves
+ * the YMM/ZMM state; an implementation is available only when both hold. Read once.
+ * Adding an x86 implementation (AMX for issue 12) is a file in this folder plus a line in
+ * kern__x86_impls; the portable registry (../kernels.c) is not edited.
+ * Thread-safety: pthread_once.
+ */
+#include "compute/cpu/x86/x86_impls.h"
+
+#include <cpuid.h>
+#include <pthread.h>
+
+static struct {
+    bool avx2, avx512, avx512_bf16;
+} cpu;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect_cpu(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx)
+        return;
+    uint64_t xcr0 = read_xcr0();
+    bool ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xe6) == 0xe6;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return;
+    __cpuid_count(7, 0, a, b, c, d);
+    bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
+         vl = b & (1u << 31);
+    cpu.avx2 = ymm_ok && avx2 && fma && f16c;
+    cpu.avx512 = cpu.avx2 && zmm_ok && f && dq && bw && vl;
+    __cpuid_count(7, 1, a, b, c, d);
+    cpu.avx512_bf16 = cpu.avx512 && (a & (1u << 5));
+}
+
+bool kern__x86_has_avx2(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.avx2;
+}
+
+bool kern__x86_has_avx512(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.avx512;
+}
+
+bool kern__x86_has_avx512_bf16(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.avx512_bf16;
+}
+
+const kern_impl_t *const kern__x86_impls[] = {&kern__avx512, &kern__avx512_emubf16, &kern__avx2};
+const int kern__x86_n_impls = (int)CAIRN_ARRAY_LEN(kern__x86_impls);
