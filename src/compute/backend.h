@@ -384,7 +384,7 @@ static inline void compute_attention(compute_backend_t *be, compute_attn_t *a, i
 }
 
 /*
- * OPTIONAL (NULL on the CPU backend today; LFM2's issue implements it). Causal depthwise
+ * OPTIONAL (the CPU backend: src/compute/cpu/short_conv.c). Causal depthwise
  * convolution over n consecutive rows of ONE sequence, channels = w.rows, kernel length
  * L = w.cols (HF conv.weight [C][1][L] without bias):
  *   out[t][c] = sum_{j < L} w[c][j] * xs[t + j][c],  xs = state [L-1][channels] followed

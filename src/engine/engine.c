@@ -53,7 +53,7 @@ struct cairn_seq {
     kv_flat_t flat;           /* CAIRN_KV_FLAT */
     kv_paged_seq_t *paged;    /* CAIRN_KV_PAGED */
     seq_state_t state;        /* recurrent state after n_past tokens (empty: none) */
-    int prompt_end;           /* end of the latest prompt's last full block (checkpoint) */
+    int prompt_len;           /* tokens up to the end of the latest prompt (checkpoints) */
 };
 
 struct cairn_engine {
@@ -164,8 +164,9 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     }
     if (o.kv_path == CAIRN_KV_PAGED) {
         /* Recurrent checkpoints: a byte budget, the registry sized to let it bind. */
-        uint64_t ckpt_bytes = (uint64_t)cairn_knob_int("CAIRN_STATE_CKPT_MIB", o.state_ckpt_mib > 0,
-                                                       o.state_ckpt_mib, 256, 0, 1 << 20) << 20;
+        uint64_t ckpt_bytes = (uint64_t)cairn_knob_int("CAIRN_STATE_CKPT_MIB", o.state_ckpt_mib != 0,
+                                                       o.state_ckpt_mib > 0 ? o.state_ckpt_mib : 0,
+                                                       256, 0, 1 << 20) << 20;
         rc = kv_paged_create_ckpt(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
                                   (size_t)o.pool_mib,
                                   seq_ckpts_registry_capacity(e->state_bytes, ckpt_bytes),
@@ -228,6 +229,7 @@ void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out
     out->ckpt_bytes = st.bytes;
     out->ckpt_budget = st.budget;
     out->ckpt_save_seconds = (double)st.save_ns * 1e-9;
+    out->ckpt_restore_seconds = (double)st.restore_ns * 1e-9;
 }
 
 int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out)
@@ -329,7 +331,7 @@ static int seq_append(cairn_seq_t *s, const int32_t *tokens, int n)
     /* A prompt (the first tokens, or a new turn of more than one token) checkpoints the
      * end of its last full block. */
     if (s->len == 0 || n > 1)
-        s->prompt_end = (s->len + n) / e->opt.block_tokens * e->opt.block_tokens;
+        s->prompt_len = s->len + n;
     memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof(int32_t));
     s->len += n;
     return CAIRN_OK;
@@ -465,7 +467,7 @@ int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out)
         goto fail;
     seq_state_copy(&c->state, &s->state);
     c->n_past = s->n_past;
-    c->prompt_end = s->prompt_end;
+    c->prompt_len = s->prompt_len;
     *out = c;
     return CAIRN_OK;
 fail:
@@ -596,7 +598,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         for (i = 0, r = 0; i < n_items; i++) {
             cairn_seq_t *s = items[i].seq;
             int n = items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
-            for (int b = s->n_past; (b = seq_ckpt_next(b, s->n_past + n, s->prompt_end,
+            for (int b = s->n_past; (b = seq_ckpt_next(b, s->n_past + n, s->prompt_len,
                                                         e->opt.block_tokens)) > 0;) {
                 if ((rc = grow((void **)&e->cuts, &e->cuts_cap, n_cuts + 1, sizeof(step_cut_t))))
                     goto done;

@@ -100,7 +100,7 @@ void seq_ckpts_destroy(seq_ckpts_t *ck)
     cairn_free(ck);
 }
 
-int seq_ckpt_next(int from, int to, int prompt_end, int block_size)
+int seq_ckpt_next(int from, int to, int prompt_len, int block_size)
 {
     int best = 0;
     /* The grid block_size * 4^k: the first point above from. */
@@ -109,9 +109,13 @@ int seq_ckpt_next(int from, int to, int prompt_end, int block_size)
             best = (int)g;
             break;
         }
-    if (prompt_end > from && prompt_end <= to && prompt_end % block_size == 0 &&
-        (best == 0 || prompt_end < best))
-        best = prompt_end;
+    /* The prompt's last full block, and the one before it when the prompt ends on a
+     * boundary (the same prompt again is served at most n - 1 tokens). */
+    const int ends[2] = {prompt_len / block_size * block_size,
+                         prompt_len > 0 ? (prompt_len - 1) / block_size * block_size : 0};
+    for (int i = 0; i < 2; i++)
+        if (ends[i] > from && ends[i] <= to && (best == 0 || ends[i] < best))
+            best = ends[i];
     return best;
 }
 

@@ -24,9 +24,11 @@
  *   - the grid anchored at position 0: block_size * 4^k (16, 64, 256, 1024, 4096, ... for
  *     16-token blocks), so a later prompt that shares only a prefix (a system prompt)
  *     still finds one;
- *   - the end of the last full block of every prompt: the tokens a sequence begins with,
- *     and every later feed of more than one token (a new turn), so a returning
- *     conversation resumes where its previous prompt's blocks end.
+ *   - the end of the last full block of every prompt (the tokens a sequence begins with,
+ *     and every later feed of more than one token: a new turn), so a returning
+ *     conversation resumes where its previous prompt's blocks end; when a prompt of n
+ *     tokens ends exactly on a boundary, also the boundary before it, since the same
+ *     prompt again can be served at most n - 1 tokens.
  * The budget (bytes) evicts the least recently saved or restored checkpoint first.
  *
  * Thread-safety: engine thread only.
@@ -72,11 +74,11 @@ void seq_ckpts_registry_evicted(void *user, const cairn_kv_hash_t *key);
 uint32_t seq_ckpts_registry_capacity(size_t state_bytes, uint64_t budget_bytes);
 
 /*
- * The first boundary b with from < b <= to where a sequence takes a checkpoint (the
- * grid, or prompt_end when it is a positive multiple of block_size); 0 when none. from,
- * to: positions (tokens computed before and after a run of rows). O(log to).
+ * The first boundary b with from < b <= to where a sequence whose latest prompt ends at
+ * prompt_len tokens takes a checkpoint (the grid, or that prompt's last full block(s));
+ * 0 when none. from, to: tokens computed before and after a run of rows. O(log to).
  */
-int seq_ckpt_next(int from, int to, int prompt_end, int block_size);
+int seq_ckpt_next(int from, int to, int prompt_len, int block_size);
 
 /*
  * Saves st (the state after exactly n computed tokens of seq, n a positive multiple of

@@ -26,21 +26,29 @@
 static void test_where(void **st)
 {
     (void)st;
-    /* A 700-token prompt computed in one run: 16, 64, 256, then its end 688. */
+    /* A 700-token prompt computed in one run: 16, 64, 256, then its last full block 688. */
     int expect[] = {16, 64, 256, 688}, got[8], n = 0;
-    for (int b = 0; (b = seq_ckpt_next(b, 700, 688, BS)) > 0;)
+    for (int b = 0; (b = seq_ckpt_next(b, 700, 700, BS)) > 0;)
         got[n++] = b;
     assert_int_equal(n, 4);
     assert_memory_equal(got, expect, sizeof expect);
+    /* A 320-token prompt ends on a boundary: 304 too (the same prompt again reuses at
+     * most 319 tokens), and 320 for a continuation. */
+    int expect2[] = {16, 64, 256, 304, 320};
+    n = 0;
+    for (int b = 0; (b = seq_ckpt_next(b, 320, 320, BS)) > 0;)
+        got[n++] = b;
+    assert_int_equal(n, 5);
+    assert_memory_equal(got, expect2, sizeof expect2);
     /* Decode passing 1024 one token at a time: only the step that reaches it. */
-    assert_int_equal(seq_ckpt_next(1022, 1023, 688, BS), 0);
-    assert_int_equal(seq_ckpt_next(1023, 1024, 688, BS), 1024);
-    assert_int_equal(seq_ckpt_next(1024, 4095, 688, BS), 0);
-    assert_int_equal(seq_ckpt_next(1024, 4096, 688, BS), 4096);
-    /* A prompt end that is not a boundary, or not passed, takes none. */
-    assert_int_equal(seq_ckpt_next(100, 200, 150, BS), 0);
-    assert_int_equal(seq_ckpt_next(300, 400, 288, BS), 0);
-    assert_int_equal(seq_ckpt_next(300, 400, 304, BS), 304);
+    assert_int_equal(seq_ckpt_next(1022, 1023, 700, BS), 0);
+    assert_int_equal(seq_ckpt_next(1023, 1024, 700, BS), 1024);
+    assert_int_equal(seq_ckpt_next(1024, 4095, 700, BS), 0);
+    assert_int_equal(seq_ckpt_next(1024, 4096, 700, BS), 4096);
+    /* A 150-token prompt's last full block is 144; one the run does not pass takes none. */
+    assert_int_equal(seq_ckpt_next(100, 200, 150, BS), 144);
+    assert_int_equal(seq_ckpt_next(300, 400, 290, BS), 0);
+    assert_int_equal(seq_ckpt_next(300, 400, 310, BS), 304);
     /* Another block size scales the grid: 32, 128, 512. */
     assert_int_equal(seq_ckpt_next(32, 600, 0, 32), 128);
 }

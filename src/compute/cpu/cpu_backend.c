@@ -7,10 +7,9 @@
  * kernels.h (tests/compute/test_backend.c asserts it). Buffers are cairn_malloc'd host
  * memory (64-byte aligned through over-allocation) or wrapped caller memory.
  *
- * Optional ops: short_conv is NULL here (compute_supports reports it, so a family that
- * needs it fails at bind with a message); its contract is in backend.h, and LFM2 adds it
- * as src/compute/cpu/short_conv.c plus one line in `ops` below. delta_rule runs
- * src/compute/cpu/delta_rule.c (dr__rule) on the object's kernel table and pool.
+ * Optional ops: short_conv is src/compute/cpu/short_conv.c (LFM2), delta_rule
+ * src/compute/cpu/delta_rule.c (Qwen3.5: dr__rule on the object's kernel table and pool);
+ * their contracts are in backend.h.
  *
  * Thread-safety: one thread at a time per object; ops use the object's pool.
  */
@@ -20,6 +19,7 @@
 #include "compute/cpu/attention_impl.h"
 #include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/delta_rule_impl.h"
+#include "compute/cpu/short_conv.h"
 
 typedef struct {
     compute_backend_t base;      /* first: the object is a compute_backend_t */
@@ -65,7 +65,7 @@ static bool cpu_supports(const compute_backend_t *be, compute_op_t op, cairn_dty
     case COMPUTE_OP_GET_ROWS: return tt != NULL;                    /* the traits' to_f32 */
     case COMPUTE_OP_NORM: return plain_type(t);                     /* kern__rmsnorm reads elements */
     case COMPUTE_OP_KV: return tt && tt->from_f32 && k->types[t].rows_to_f32;
-    case COMPUTE_OP_SHORT_CONV: return false;
+    case COMPUTE_OP_SHORT_CONV: return plain_type(t);                /* short_conv.c widens taps */
     case COMPUTE_OP_DELTA_RULE: return t == CAIRN_DTYPE_F32;        /* dr__rule: f32 operands */
     case COMPUTE_OP_COUNT: break;
     }
@@ -219,6 +219,13 @@ static void cpu_kv_store(compute_backend_t *be, void *dst, cairn_dtype_t type, c
     kern_row_from_f32(dst, type, src, n);
 }
 
+static void cpu_short_conv(compute_backend_t *be, float *out, const float *x, int n, compute_mat_t w,
+                           float *state)
+{
+    (void)be;
+    short_conv_rows(out, x, n, w.data, w.type, w.rows, w.cols, state);
+}
+
 static int cpu_attn_create(compute_backend_t *be, const compute_attn_params_t *p, compute_attn_t **out)
 {
     cpu_backend_t *c = cpu(be);
@@ -291,7 +298,7 @@ static const compute_backend_ops_t ops = {
     .attn_create = cpu_attn_create,
     .attn_destroy = cpu_attn_destroy,
     .attention = cpu_attention,
-    .short_conv = NULL, /* LFM2's issue: src/compute/cpu/short_conv.c */
+    .short_conv = cpu_short_conv,
     .delta_rule = cpu_delta_rule,
 };
 

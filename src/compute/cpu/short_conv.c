@@ -1,47 +1,59 @@
 /*
- * short_conv.c — LFM2's causal depthwise short convolution (contract in short_conv.h).
+ * short_conv.c — LFM2's causal depthwise short convolution on the CPU (short_conv.h).
  *
- * Products and sums are separate statements so that no compiler contracts them into a
- * fused multiply-add (clang's -ffp-contract=on fuses within one expression): the order
- * and rounding of short_conv.h hold in every build. The channel loops vectorize without
- * changing a bit (each lane does the scalar sequence of one channel).
+ * Channels are independent, so the rows are processed a block of 64 channels at a time:
+ * the block's taps are widened to f32 once (64 x L floats on the stack), then every row
+ * of the call, then the block's state. Products and sums are separate statements so that
+ * no compiler contracts them into a fused multiply-add (clang's -ffp-contract=on fuses
+ * within one expression): the order and rounding of short_conv.h hold in every build.
  */
 #include <string.h>
 
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/short_conv.h"
 
-void short_conv_step(float *out, float *state, const float *in, const float *taps, int C, int L)
+#define BLOCK 64
+
+/* xs_i[c] of the call: state row i for i < L-1, else row i - (L-1) of x. */
+static inline float xs_at(const float *state, const float *x, int C, int L, int i, int c)
 {
-    const int S = L - 1; /* state rows */
-    const float *s0 = S > 0 ? state : in;
-    for (int c = 0; c < C; c++)
-        out[c] = taps[c] * s0[c];
-    for (int k = 1; k < L; k++) {
-        const float *sk = k < S ? state + (size_t)k * C : in, *wk = taps + (size_t)k * C;
-        for (int c = 0; c < C; c++) {
-            const float p = wk[c] * sk[c];
-            out[c] = out[c] + p;
+    return i < L - 1 ? state[(size_t)i * C + c] : x[(size_t)(i - (L - 1)) * C + c];
+}
+
+void short_conv_rows(float *out, const float *x, int n, const void *w, cairn_dtype_t wt, int C,
+                     int L, float *state)
+{
+    CAIRN_ASSERT(L >= 1 && L <= SHORT_CONV_MAX_TAPS && n >= 0);
+    const size_t es = cairn_dtype_size(wt);
+    float taps[BLOCK * SHORT_CONV_MAX_TAPS]; /* [c - c0][j] */
+    for (int c0 = 0; c0 < C; c0 += BLOCK) {
+        const int nc = C - c0 < BLOCK ? C - c0 : BLOCK;
+        kern_row_to_f32(taps, (const unsigned char *)w + (size_t)c0 * L * es, wt, nc * L);
+        for (int t = 0; t < n; t++) {
+            float *o = out + (size_t)t * C;
+            for (int c = c0; c < c0 + nc; c++) {
+                const float *tc = taps + (size_t)(c - c0) * L;
+                float acc = tc[0] * xs_at(state, x, C, L, t, c);
+                for (int j = 1; j < L; j++) {
+                    const float p = tc[j] * xs_at(state, x, C, L, t + j, c);
+                    acc = acc + p;
+                }
+                o[c] = acc;
+            }
         }
-    }
-    if (S > 0) {
-        memmove(state, state + C, (size_t)(S - 1) * C * sizeof(float));
-        memcpy(state + (size_t)(S - 1) * C, in, (size_t)C * sizeof(float));
+        /* The new state: the last L-1 rows of xs, in increasing order (each read is at or
+         * after the row it overwrites). */
+        for (int i = 0; i < L - 1; i++)
+            for (int c = c0; c < c0 + nc; c++)
+                state[(size_t)i * C + c] = xs_at(state, x, C, L, n + i, c);
     }
 }
 
 static float tap(const void *w, cairn_dtype_t wt, size_t i)
 {
-    switch (wt) {
-    case CAIRN_DTYPE_F32:
-        return ((const float *)w)[i];
-    case CAIRN_DTYPE_F16:
-        return kern_f16_to_f32(((const uint16_t *)w)[i]);
-    case CAIRN_DTYPE_BF16:
-        return kern_bf16_to_f32(((const uint16_t *)w)[i]);
-    }
-    CAIRN_ASSERT(!"unknown dtype");
-    return 0;
+    float v;
+    kern_row_to_f32(&v, (const unsigned char *)w + i * cairn_dtype_size(wt), wt, 1);
+    return v;
 }
 
 void short_conv_ref(float *out, const float *in, int T, const void *w, cairn_dtype_t wt, int C,

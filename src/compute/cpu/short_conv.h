@@ -1,16 +1,17 @@
 /*
  * compute/cpu/short_conv.h — the causal depthwise short convolution of LFM2's conv
- * layers, as a per-token recurrence (a backend op of the CPU backend).
+ * layers: the CPU backend's compute_short_conv (contract in compute/backend.h).
  *
- * A conv layer convolves each channel c of its gated input s_t with L taps:
+ * A conv layer convolves each channel c of its gated input with L taps:
  *
- *     out_t[c] = sum_{k < L} w[k][c] * s_{t-L+1+k}[c]        (s_j = 0 for j < 0)
+ *     out_t[c] = sum_{j < L} w[c][j] * xs_{t+j}[c],   xs = state [L-1] then x [n]
  *
- * Its state after token t is the last L-1 inputs s_{t-L+2..t} (oldest first). Order of
- * the sum, fixed for every implementation: acc = w[0] s_0, then acc = acc + w[k] s_k for
- * k = 1 .. L-1, every product and every sum rounded to float32 (no fused multiply-add).
- * Because the recurrence and the whole-sequence form (short_conv_ref) perform exactly
- * these operations, one token at a time and a whole prompt at once give the same bits.
+ * and afterwards the state holds the last L-1 rows of xs (oldest first; a fresh sequence
+ * starts from zeros, HF's zero padding). Order of the sum, fixed for every n: acc =
+ * w[c][0] xs_t, then acc = acc + w[c][j] xs_{t+j} for j = 1 .. L-1, every product and
+ * every sum rounded to float32 (no fused multiply-add). A sequence fed in chunks of any
+ * size therefore gives the same bits, and so does the whole-sequence convolution form
+ * (short_conv_ref), which performs exactly these operations.
  *
  * Thread-safety: pure functions of their arguments.
  */
@@ -19,18 +20,19 @@
 
 #include "cairn/common.h"
 
-/*
- * One token: out [C] = the convolution of (state rows, in) with taps [L][C] (float32,
- * tap-major), then state [L-1][C] drops its oldest row and appends in. out must not alias
- * state or in; in may not alias state. L >= 1 (L == 1: no state, out = w[0] * in).
- */
-void short_conv_step(float *out, float *state, const float *in, const float *taps, int C, int L);
+#define SHORT_CONV_MAX_TAPS 64
 
 /*
- * Reference: the convolution form over a whole zero-padded sequence, straight from the
- * checkpoint's weight layout. in, out: [T][C] (no aliasing); w: [C][1][L] of type wt (the
- * HF nn.Conv1d depthwise weight). Same operations, in the same order, as T calls of
- * short_conv_step from a zero state.
+ * n consecutive rows x [n][C] of one sequence; w [C][L] of type wt (a plain element type:
+ * f32, f16, bf16; HF conv.weight [C][1][L]); state [L-1][C] f32 in/out; out [n][C] must
+ * not alias x or state. 1 <= L <= SHORT_CONV_MAX_TAPS.
+ */
+void short_conv_rows(float *out, const float *x, int n, const void *w, cairn_dtype_t wt, int C,
+                     int L, float *state);
+
+/*
+ * Reference: the convolution form over a whole zero-padded sequence in [T][C] -> out
+ * [T][C], straight from the weights, one output at a time.
  */
 void short_conv_ref(float *out, const float *in, int T, const void *w, cairn_dtype_t wt, int C,
                     int L);

@@ -29,8 +29,8 @@
  * or paged); a conv layer keeps only the last L-1 gated inputs s_{t-L+2..t}: its
  * recurrent state, lfm2_state_floats() floats per sequence, never in the K/V pool. The
  * convolution runs one token at a time in position order with a fixed summation order
- * (short_conv.h), so the state after n tokens, and every logit, is the same bits however
- * the tokens were chunked into calls.
+ * (compute_short_conv), so the state after n tokens, and every logit, is the same bits
+ * however the tokens were chunked into calls.
  *
  * Thread-safety: config and weights are immutable after creation; one lfm2_fwd_run at a
  * time per lfm2_fwd_t (its scratch is shared).
@@ -38,8 +38,7 @@
 #ifndef CAIRN_MODELS_LFM2_H
 #define CAIRN_MODELS_LFM2_H
 
-#include "compute/cpu/attention.h"
-#include "compute/cpu/kernels.h"
+#include "compute/backend.h"
 #include "models/family.h"
 
 #define LFM2_MAX_LAYERS 512
@@ -168,18 +167,17 @@ static inline float *lfm2_state_layer(const lfm2_config_t *cfg, void *state, int
 typedef struct {
     const lfm2_config_t *cfg;
     const lfm2_weights_t *w;
-    cairn_thread_pool_t *tp;
+    compute_backend_t *be; /* every op runs here */
     cairn_math_t math;
     cairn_dtype_t kv_dtype;
-    int max_rows, max_positions;
+    int max_rows;
     float *inv_freq;       /* [head_dim/2] */
-    float *taps;           /* [n_conv][L][hidden] conv weights widened to f32, tap-major */
-    /* Scratch of one call, row-major. */
+    /* Scratch of one call, row-major (backend memory: host memory on the CPU backend). */
     float *x;              /* [max_rows][hidden]   residual stream */
     float *xb;             /* [max_rows][hidden]   normed input of a sub-layer */
     float *xb2;            /* [max_rows][hidden]   sub-layer output */
-    float *bcu;            /* [max_rows][3*hidden] conv in_proj output: B | C | u */
-    float *cy;             /* [max_rows][hidden]   C * conv(B*u) */
+    float *cb, *cc, *cu;   /* [max_rows][hidden]   conv in_proj thirds: B, C, u (then B*u) */
+    float *cy;             /* [max_rows][hidden]   conv(B*u), then C * that */
     float *q;              /* [max_rows][n_heads*head_dim] */
     float *k;              /* [max_rows][n_kv_heads*head_dim] */
     float *v;              /* [max_rows][n_kv_heads*head_dim] */
@@ -187,16 +185,19 @@ typedef struct {
     float *hb;             /* [max_rows][ffn] gate, then silu(gate)*up */
     float *hb2;            /* [max_rows][ffn] up */
     float *rope_cs;        /* [max_rows][head_dim] cos/sin pairs per row */
-    float *head_tmp;       /* [head_dim] */
+    int32_t *ids;          /* [max_rows] token of each row */
+    int *pos;              /* [max_rows] position of each row */
     attn_query_t *queries; /* [max_rows] */
-    attn_cfg_t attn;
+    compute_attn_t *attn;  /* the backend's attention state (NULL without attention layers) */
 } lfm2_fwd_t;
 
-/* Allocates the scratch of max_rows rows, widens the conv taps, computes the RoPE table.
- * CAIRN_ENOMEM, CAIRN_EUNSUPPORTED (rope). (The family's fwd_create wraps it.) */
+/* Checks that the backend runs every op and type the model needs, allocates the scratch
+ * of max_rows rows and the attention state, computes the RoPE table. CAIRN_EUNSUPPORTED
+ * (an op or type the backend lacks, a rope type), CAIRN_ENOMEM. (The family's fwd_create
+ * wraps it.) */
 int lfm2_fwd_init(lfm2_fwd_t *f, const lfm2_config_t *cfg, const lfm2_weights_t *w,
-                  cairn_thread_pool_t *tp, cairn_math_t math, cairn_dtype_t kv_dtype,
-                  int max_rows, int max_positions);
+                  compute_backend_t *be, cairn_math_t math, cairn_dtype_t kv_dtype, int max_rows,
+                  int max_positions);
 void lfm2_fwd_fini(lfm2_fwd_t *f);
 
 /*

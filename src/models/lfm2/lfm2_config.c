@@ -22,7 +22,7 @@
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-/* Positive finite number; absent or null gives dflt. */
+/* Positive finite number, also as a float; absent or null gives dflt. */
 static int get_pos_double(const cJSON *o, const char *key, double dflt, double *out, char *err,
                           size_t err_len)
 {
@@ -31,7 +31,8 @@ static int get_pos_double(const cJSON *o, const char *key, double dflt, double *
         *out = dflt;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0) ||
+    /* Positive also after rounding to float: the forward pass computes in float32. */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !((float)v->valuedouble > 0) ||
         v->valuedouble > 3.0e38) {
         st_errf(err, err_len, "config.json: %s must be a positive number", key);
         return CAIRN_EFORMAT;

@@ -153,6 +153,9 @@ static void test_errors_name_the_field(void **st)
         {"\"conv_L_cache\": 0", CAIRN_EFORMAT, "conv_L_cache"},
         {"\"block_ffn_dim_multiplier\": -1", CAIRN_EFORMAT, "block_ffn_dim_multiplier"},
         {"\"eos_token_id\": 64", CAIRN_EFORMAT, "eos_token_id"},
+        /* positive in JSON, zero in float32 (found by fuzz_lfm2_config) */
+        {"\"norm_eps\": 1e-50", CAIRN_EFORMAT, "norm_eps"},
+        {"\"theta\": 1e-60", CAIRN_EFORMAT, "theta"},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(cases); i++) {
         char body[1024];

@@ -73,15 +73,17 @@ static void seq_fini(flat_seq_t *s)
 }
 
 typedef struct {
-    cairn_thread_pool_t *tp;
+    compute_backend_t *be;
     lfm2_fwd_t fwd;
     cairn_dtype_t kv_dtype;
 } runner_t;
 
 static void runner_init(runner_t *r, int threads, cairn_math_t math, cairn_dtype_t kv_dtype)
 {
-    assert_int_equal(cairn_thread_pool_create(threads, &r->tp), 0);
-    assert_int_equal(lfm2_fwd_init(&r->fwd, cfg, &model->w, r->tp, math, kv_dtype, MAX_ROWS,
+    compute_backend_options_t bo = {threads, NULL, NULL};
+    char err[128];
+    assert_int_equal(compute_backend_create("cpu", &bo, &r->be, err, sizeof err), 0);
+    assert_int_equal(lfm2_fwd_init(&r->fwd, cfg, &model->w, r->be, math, kv_dtype, MAX_ROWS,
                                    MAX_POS), 0);
     r->kv_dtype = kv_dtype;
 }
@@ -89,7 +91,7 @@ static void runner_init(runner_t *r, int threads, cairn_math_t math, cairn_dtype
 static void runner_fini(runner_t *r)
 {
     lfm2_fwd_fini(&r->fwd);
-    cairn_thread_pool_destroy(r->tp);
+    compute_backend_destroy(r->be);
 }
 
 /*
@@ -384,7 +386,6 @@ static int teardown(void **st)
 
 int main(void)
 {
-    kern_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_chunking_and_threads),
