@@ -4,9 +4,7 @@
  * long random run; the op (L2 norms, q scale, exp of the log-decay, GQA head mapping) on
  * every implementation the CPU can run against the scalar backend, memcmp, for head
  * widths with and without vector tails, and fed in chunks vs all at once vs on 2 threads;
- * the op against its definition written out with the scalar step; the conv step against
- * the causal convolution it defines (state shifting one row per token), memcmp across
- * implementations.
+ * the op against its definition written out with the scalar step.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -192,52 +190,6 @@ static void test_delta_matches_definition(void **state)
     assert_true(max_err < 1e-4);
 }
 
-/* Causal conv over T tokens of C channels, K taps: out_t[c] = sum_j w[j][c] x_{t-K+1+j}[c]. */
-static void run_conv(const char *impl, int C, int K, int T, const float *w, const float *x,
-                     float *outs)
-{
-    assert_int_equal(kern_set_impl(impl), CAIRN_OK);
-    float *st = calloc((size_t)(K > 1 ? K - 1 : 1) * C, sizeof(float));
-    for (int t = 0; t < T; t++)
-        dr_conv_step(outs + (size_t)t * C, st, x + (size_t)t * C, w, C, K);
-    free(st);
-}
-
-static void test_conv(void **state)
-{
-    (void)state;
-    static const int shapes[][2] = {{5, 4}, {256, 4}, {6144, 4}, {37, 3}, {16, 1}, {40, 7}};
-    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-        int C = shapes[s][0], K = shapes[s][1], T = 11;
-        float *w = malloc((size_t)K * C * 4), *x = malloc((size_t)T * C * 4);
-        float *o0 = malloc((size_t)T * C * 4), *o1 = malloc((size_t)T * C * 4);
-        rng = 5;
-        for (int i = 0; i < K * C; i++)
-            w[i] = rnd();
-        for (int i = 0; i < T * C; i++)
-            x[i] = rnd();
-        run_conv("scalar", C, K, T, w, x, o0);
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < C; c++) {
-                double want = 0;
-                for (int j = 0; j < K; j++) {
-                    int src = t - (K - 1) + j;
-                    if (src >= 0)
-                        want += (double)w[(size_t)j * C + c] * x[(size_t)src * C + c];
-                }
-                assert_true(fabs(want - o0[(size_t)t * C + c]) < 1e-5);
-            }
-        for (size_t i = 1; i < sizeof(impls) / sizeof(impls[0]); i++) {
-            if (!kern_impl_available(impls[i]))
-                continue;
-            run_conv(impls[i], C, K, T, w, x, o1);
-            assert_memory_equal(o0, o1, (size_t)T * C * 4);
-        }
-        free(w), free(x), free(o0), free(o1);
-    }
-    kern_set_impl("scalar");
-}
-
 int main(void)
 {
     kern_init();
@@ -245,7 +197,6 @@ int main(void)
         cmocka_unit_test(test_delta_matches_definition),
         cmocka_unit_test(test_rule_implementations_agree),
         cmocka_unit_test(test_rule_definition),
-        cmocka_unit_test(test_conv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

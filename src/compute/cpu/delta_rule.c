@@ -1,11 +1,8 @@
 /*
- * delta_rule.c — the scalar Gated DeltaNet kernels (the references every faster version
- * is held to), the backend's delta_rule op over a kernel table, and the conv step's
- * dispatch. The order of operations is the contract of delta_rule.h; fmaf() spells out
- * each fused multiply-add so a vector version reproduces it exactly. The conv step follows
- * the process's kernel implementation (kern_impl_name(): "avx512*", "avx2" or "scalar",
- * so CAIRN_KERNELS and kern_set_impl() switch it too); the op uses the table it is given
- * (the backend object's). Every choice gives the same bits.
+ * delta_rule.c — the scalar gated delta step (the reference every faster version is held
+ * to) and the backend's delta_rule op over a kernel table (the backend object's). The
+ * order of operations is the contract of delta_rule.h; fmaf() spells out each fused
+ * multiply-add so a vector version reproduces it exactly.
  *
  * Thread-safety: pure functions; the op fans out on the pool it is given.
  */
@@ -13,50 +10,6 @@
 #include <string.h>
 
 #include "compute/cpu/delta_rule_impl.h"
-#include "compute/cpu/kernels.h"
-
-typedef enum { DR_SCALAR, DR_AVX2, DR_AVX512 } dr_isa_t;
-
-static dr_isa_t isa(void)
-{
-#ifdef CAIRN_HAVE_X86
-    const char *n = kern_impl_name();
-    if (!strncmp(n, "avx512", 6))
-        return DR_AVX512;
-    if (!strcmp(n, "avx2"))
-        return DR_AVX2;
-#endif
-    return DR_SCALAR;
-}
-
-static void conv_scalar(float *out, const float *state, const float *x, const float *w, int C,
-                        int K)
-{
-    for (int c = 0; c < C; c++) {
-        float acc = 0.0f;
-        for (int j = 0; j < K - 1; j++)
-            acc = fmaf(w[(size_t)j * C + c], state[(size_t)j * C + c], acc);
-        out[c] = fmaf(w[(size_t)(K - 1) * C + c], x[c], acc);
-    }
-}
-
-void dr_conv_step(float *out, float *state, const float *x, const float *w, int C, int K)
-{
-    dr_isa_t i = isa();
-#ifdef CAIRN_HAVE_X86
-    if (i == DR_AVX512)
-        dr__conv_avx512(out, state, x, w, C, K);
-    else if (i == DR_AVX2)
-        dr__conv_avx2(out, state, x, w, C, K);
-    else
-#endif
-        conv_scalar(out, state, x, w, C, K);
-    (void)i;
-    if (K > 1) {
-        memmove(state, state + C, (size_t)(K - 2) * C * sizeof(float));
-        memcpy(state + (size_t)(K - 2) * C, x, (size_t)C * sizeof(float));
-    }
-}
 
 void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, int dk, int dv, float *o)

@@ -1,20 +1,18 @@
 /*
- * delta_rule.h — CPU kernels of Gated DeltaNet (Qwen3.5's linear-attention layers): one
- * token of the gated delta rule for one value head, the scalar reference of the kernel
- * table's delta_step (kernels_impl.h) behind the backend's delta_rule op (backend.h), and
- * one token of the causal depthwise conv of its q/k/v channels.
+ * delta_rule.h — the CPU kernel of Gated DeltaNet (Qwen3.5's linear-attention layers):
+ * one token of the gated delta rule for one value head, the scalar reference of the
+ * kernel table's delta_step (kernels_impl.h) behind the backend's delta_rule op
+ * (backend.h). (The causal conv of its q/k/v channels is the backend's short_conv.)
  *
  * Order of operations (the determinism contract). Every kernel works on one token of one
  * sequence, and each output element is computed by a fixed sequence of float32 operations
  * that depends only on the dimensions:
  *   - delta: S[i][j] = S[i][j] * decay for every i, j; then u[j] = sum over i ascending
  *     of fma(S[i][j], k[i], .) from 0; d[j] = (v[j] - u[j]) * beta; S[i][j] =
- *     fma(k[i], d[j], S[i][j]); o[j] = sum over i ascending of fma(S[i][j], q[i], .) from 0;
- *   - conv:  acc = 0; for j = 0..K-1: acc = fma(w[j][c], in_j[c], acc), where in_0..in_{K-2}
- *     are the state rows (oldest first) and in_{K-1} the new row.
- * The reductions run over the row index i (the tap j) while lanes run over j (the
- * channel c), so there is no horizontal sum: a vector implementation of any width gives
- * the scalar bits exactly, and one token at a time or a whole prompt give the same bits.
+ *     fma(k[i], d[j], S[i][j]); o[j] = sum over i ascending of fma(S[i][j], q[i], .) from 0.
+ * The reductions run over the row index i while lanes run over j, so there is no
+ * horizontal sum: a vector implementation of any width gives the scalar bits exactly, and
+ * one token at a time or a whole prompt give the same bits.
  *
  * Thread-safety: pure functions of their arguments (the state is the caller's).
  */
@@ -37,14 +35,5 @@
  */
 void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, int dk, int dv, float *o);
-
-/*
- * One token of a causal depthwise conv over C channels with K taps (no bias, no
- * activation): out[c] as above. state [K-1][C] holds the previous K-1 input rows, oldest
- * first; it is shifted by one and x [C] appended. w is [K][C] (tap-major). out [C] must
- * not alias x or state. Dispatched on the process's kernel implementation (same bits on
- * each). Qwen3.5 calls it directly until the backend's short_conv op exists.
- */
-void dr_conv_step(float *out, float *state, const float *x, const float *w, int C, int K);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * delta_rule_impl.h — private to the CPU backend: the delta_rule op over a kernel table,
- * and the SIMD renditions of the Gated DeltaNet kernels (compute/cpu/x86/delta_rule_x86.c),
+ * and the SIMD renditions of the gated delta step (compute/cpu/x86/delta_rule_x86.c),
  * each bit-identical to the scalar code of delta_rule.c (the order is delta_rule.h's
  * contract). Only call a rendition after kern_init found the instruction set it names.
  */
@@ -23,9 +23,6 @@ void dr__rule(const kern_impl_t *k, cairn_thread_pool_t *tp, float *out, const f
               const float *kk, const float *v, const float *g, const float *beta, int n,
               int n_k_heads, int n_v_heads, int dk, int dv, float *state);
 
-/* out[c] of dr_conv_step, without the state shift. */
-void dr__conv_avx512(float *out, const float *state, const float *x, const float *w, int C, int K);
-void dr__conv_avx2(float *out, const float *state, const float *x, const float *w, int C, int K);
 void dr__delta_avx512(float *S, const float *q, const float *k, const float *v, float decay,
                       float beta, int dk, int dv, float *o);
 void dr__delta_avx2(float *S, const float *q, const float *k, const float *v, float decay,

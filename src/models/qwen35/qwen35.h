@@ -93,9 +93,7 @@ typedef struct {
     cairn_tensor_t in_a;        /* [Hv, hidden]        linear_attn.in_proj_a */
     cairn_tensor_t out_proj;    /* [hidden, Hv*dv]     linear_attn.out_proj */
     cairn_tensor_t gnorm;       /* [dv]  linear_attn.norm.weight, applied as plain w */
-    float *conv_wq;             /* [K][Hk*dk]  conv1d.weight [conv_dim, 1, K] rows of q, */
-    float *conv_wk;             /* [K][Hk*dk]  of k */
-    float *conv_wv;             /* [K][Hv*dv]  and of v, each transposed to tap-major */
+    cairn_tensor_t conv;        /* [conv_dim, 1, K]  linear_attn.conv1d.weight: q, k, v channels */
     float *neg_a;               /* [Hv]  -exp(A_log) */
     float *dt_bias;             /* [Hv]  dt_bias */
     /* full_attention */
@@ -118,7 +116,7 @@ typedef struct {
 typedef struct {
     q35_config_t cfg;
     q35_weights_t w;
-    float *arena;               /* the derived float32 tables of w (conv_w*, neg_a, dt_bias) */
+    float *arena;               /* the derived float32 tables of w (neg_a, dt_bias) */
     size_t arena_used, arena_len;
 } q35_t;
 

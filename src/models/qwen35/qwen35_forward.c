@@ -12,18 +12,17 @@
  *
  * The in_proj_qkv product is issued as three products over its q, k and v row ranges
  * (the same bits as one product: each output element is the same reduction), so q, k and
- * v land packed as the delta-rule op takes them, and the conv runs on each part with its
- * own taps and state.
+ * v land packed as the delta-rule op takes them, and the causal conv (the backend's
+ * short_conv, LFM2's op: the same depthwise convolution without bias) runs on each part
+ * with its rows of conv1d.weight and its own taps of state.
  *
  * Precision: float32 throughout, as HF computes with float32 weights: norms as (1 + w)
  * (the backend's unit_offset), the gated norm's plain w before the silu gate, q of the
  * delta rule scaled by dk^-0.5 after the L2 norm (inside the backend op).
  *
  * Host-side steps (the backend must have host memory, checked at create): the GDN
- * log-decay g = -exp(A_log) softplus(a + dt_bias) (no backend op has softplus), the split
- * of q_proj's per-head [q | gate] rows, and the causal conv, which calls the CPU kernel
- * directly until the backend's short_conv op exists (LFM2's issue). A device backend needs
- * those three as ops.
+ * log-decay g = -exp(A_log) softplus(a + dt_bias) (no backend op has softplus) and the
+ * split of q_proj's per-head [q | gate] rows. A device backend needs both as ops.
  *
  * Thread-safety: one call at a time per q35_fwd_t (shared scratch); states of different
  * sequences are touched by different calls of the ops only.
@@ -31,7 +30,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "compute/cpu/delta_rule.h"
 #include "engine/rope.h"
 #include "models/qwen35/qwen35.h"
 
@@ -72,12 +70,13 @@ static compute_mat_t vec(const cairn_tensor_t *t)
     return (compute_mat_t){t->data, t->dtype, 1, (int)t->shape[0]};
 }
 
-/* Rows [r0, r0 + n) of a [rows][cols] weight as a matrix of its own. */
+/* Rows [r0, r0 + n) of a [rows][cols] weight as a matrix of its own ([rows][1][cols] for
+ * the conv weight: the middle axis is 1). */
 static compute_mat_t row_range(const cairn_tensor_t *t, int r0, int n)
 {
-    const size_t row_bytes = (size_t)t->shape[1] * cairn_dtype_size(t->dtype);
-    return (compute_mat_t){(const unsigned char *)t->data + (size_t)r0 * row_bytes, t->dtype, n,
-                           (int)t->shape[1]};
+    const int cols = (int)t->shape[t->ndim - 1];
+    const size_t row_bytes = (size_t)cols * cairn_dtype_size(t->dtype);
+    return (compute_mat_t){(const unsigned char *)t->data + (size_t)r0 * row_bytes, t->dtype, n, cols};
 }
 
 static void matmul(q35_fwd_t *f, float *y, const float *x, int rows, const cairn_tensor_t *w)
@@ -95,7 +94,7 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_
 {
     const q35_config_t *c = f->cfg;
     const cairn_fwd_row_t *rows = b->rows;
-    const int n = b->n_rows, dim = c->base.hidden, K = c->conv_kernel;
+    const int n = b->n_rows, dim = c->base.hidden;
     const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
     const int KD = q35_key_dim(c), VD = q35_value_dim(c);
     compute_backend_t *be = f->be;
@@ -110,13 +109,20 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_
                                 {f->g, mat(&L->in_a)}};
     compute_matmul(be, f->xb, n, dim, mm, 6, f->math);
 
-    /* Causal conv of q, k, v; rows in list order, so each sequence's taps absorb its rows
-     * oldest first. Then silu (x * 1 after the gate: exactly silu(x)). */
-    for (int r = 0; r < n; r++) {
-        layer_state_t st = layer_state(f, b->seqs[rows[r].seq].state, l);
-        dr_conv_step(f->cq + (size_t)r * KD, st.conv_q, f->lq + (size_t)r * KD, L->conv_wq, KD, K);
-        dr_conv_step(f->ck + (size_t)r * KD, st.conv_k, f->lk + (size_t)r * KD, L->conv_wk, KD, K);
-        dr_conv_step(f->cv + (size_t)r * VD, st.conv_v, f->lv + (size_t)r * VD, L->conv_wv, VD, K);
+    /* Causal conv of q, k, v over each run of consecutive rows of one sequence, so each
+     * sequence's taps absorb its rows oldest first. Then silu (x * 1 after the gate:
+     * exactly silu(x)). */
+    const compute_mat_t wq = row_range(&L->conv, 0, KD), wk = row_range(&L->conv, KD, KD);
+    const compute_mat_t wv = row_range(&L->conv, 2 * KD, VD);
+    for (int r0 = 0; r0 < n;) {
+        int r1 = r0 + 1;
+        while (r1 < n && rows[r1].seq == rows[r0].seq)
+            r1++;
+        layer_state_t st = layer_state(f, b->seqs[rows[r0].seq].state, l);
+        compute_short_conv(be, f->cq + (size_t)r0 * KD, f->lq + (size_t)r0 * KD, r1 - r0, wq, st.conv_q);
+        compute_short_conv(be, f->ck + (size_t)r0 * KD, f->lk + (size_t)r0 * KD, r1 - r0, wk, st.conv_k);
+        compute_short_conv(be, f->cv + (size_t)r0 * VD, f->lv + (size_t)r0 * VD, r1 - r0, wv, st.conv_v);
+        r0 = r1;
     }
     compute_glu(be, f->cq, f->cq, f->ones, (size_t)n * KD, COMPUTE_GLU_SILU);
     compute_glu(be, f->ck, f->ck, f->ones, (size_t)n * KD, COMPUTE_GLU_SILU);
@@ -262,13 +268,16 @@ static int check_backend(compute_backend_t *be, const q35_config_t *c, const q35
 {
     char err[160];
     if (!be->ops->host_memory) {
-        cairn_log(CAIRN_LOG_ERROR, "qwen35: the %s backend has no host memory (the GDN gates, the "
-                  "q/gate split and the conv run on the host)", be->ops->name);
+        cairn_log(CAIRN_LOG_ERROR, "qwen35: the %s backend has no host memory (the GDN gates and "
+                  "the q/gate split run on the host)", be->ops->name);
         return CAIRN_EUNSUPPORTED;
     }
     int rc = compute_backend_require(be, COMPUTE_OP_GET_ROWS, w->embed.dtype, err, sizeof(err));
     rc = rc ? rc : compute_backend_require(be, COMPUTE_OP_KV, kv_dtype, err, sizeof(err));
     rc = rc ? rc : compute_backend_require(be, COMPUTE_OP_DELTA_RULE, CAIRN_DTYPE_F32, err, sizeof(err));
+    for (int l = 0; !rc && l < c->base.n_layers; l++)
+        if (w->layers[l].conv.data)
+            rc = compute_backend_require(be, COMPUTE_OP_SHORT_CONV, w->layers[l].conv.dtype, err, sizeof(err));
     rc = rc ? rc : compute_backend_require(be, COMPUTE_OP_MATMUL, w->lm_head.dtype, err, sizeof(err));
     rc = rc ? rc : compute_backend_require(be, COMPUTE_OP_NORM, w->norm.dtype, err, sizeof(err));
     for (int l = 0; !rc && l < c->base.n_layers; l++) {

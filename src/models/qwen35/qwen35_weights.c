@@ -7,10 +7,9 @@
  * ("model.visual.*") and the multi-token-prediction head ("mtp.*"), which transformers
  * does not use for text either, and lm_head.weight of a tied checkpoint.
  *
- * Derived tables (float32, owned by q35_t), each computed as HF does in float32:
- * -exp(A_log), dt_bias widened, and the conv1d weight's q, k and v channels each
- * transposed to tap-major [K][channels] for the conv kernel. Norm weights stay as stored
- * (the backend's rmsnorm applies (1 + w) in float32).
+ * Derived tables (float32, owned by q35_t), computed as HF does in float32: -exp(A_log)
+ * and dt_bias widened. Every other tensor stays as stored (the backend's rmsnorm applies
+ * (1 + w) in float32; the conv reads conv1d.weight in HF's layout).
  *
  * Thread-safety: called once at open; the result is immutable.
  */
@@ -51,7 +50,7 @@ static size_t arena_floats(const q35_config_t *c)
 {
     const cairn_model_config_t *b = &c->base;
     (void)b;
-    size_t per_linear = (size_t)c->conv_kernel * q35_conv_dim(c) + 2 * (size_t)c->lin_v_heads;
+    size_t per_linear = 2 * (size_t)c->lin_v_heads;
     return per_linear * c->n_linear;
 }
 
@@ -102,7 +101,7 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
             (rc = bind(ts, lp, "mlp.down_proj.weight", 2, down, &L->w_down, err, err_len)))
             return rc;
         if (L->kind == Q35_LAYER_LINEAR) {
-            cairn_tensor_t conv_t, a_log, dt;
+            cairn_tensor_t a_log, dt;
             if ((rc = bind(ts, lp, "linear_attn.in_proj_qkv.weight", 2, qkv, &L->in_qkv, err,
                            err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.in_proj_z.weight", 2, zd, &L->in_z, err,
@@ -113,28 +112,11 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
                            err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.out_proj.weight", 2, od, &L->out_proj, err,
                            err_len)) ||
-                (rc = bind(ts, lp, "linear_attn.conv1d.weight", 3, conv, &conv_t, err, err_len)) ||
+                (rc = bind(ts, lp, "linear_attn.conv1d.weight", 3, conv, &L->conv, err, err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.A_log", 1, hv1, &a_log, err, err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.dt_bias", 1, hv1, &dt, err, err_len)) ||
                 (rc = bind(ts, lp, "linear_attn.norm.weight", 1, dv1, &L->gnorm, err, err_len)))
                 return rc;
-            /* conv1d.weight [C][1][K]: channels [0, KD) are q, [KD, 2KD) k, the rest v;
-             * each part goes tap-major, part[j][c] = w[c0 + c][j]. */
-            float *cw = cairn_malloc((size_t)(C * K) * sizeof(float));
-            if (!cw) {
-                st_errf(err, err_len, "%s: out of memory", fmt_tensors_dir(ts));
-                return CAIRN_ENOMEM;
-            }
-            compute_type_traits(conv_t.dtype)->to_f32(cw, conv_t.data, C * K);
-            const int64_t KD = q35_key_dim(c), c0[3] = {0, KD, 2 * KD}, w_[3] = {KD, KD, VD};
-            float **dst[3] = {&L->conv_wq, &L->conv_wk, &L->conv_wv};
-            for (int part = 0; part < 3; part++) {
-                float *p = *dst[part] = arena_take(m, (size_t)(w_[part] * K));
-                for (int64_t ch = 0; ch < w_[part]; ch++)
-                    for (int64_t j = 0; j < K; j++)
-                        p[j * w_[part] + ch] = cw[(c0[part] + ch) * K + j];
-            }
-            cairn_free(cw);
             L->neg_a = widen(m, &a_log, (size_t)Hv);
             for (int64_t i = 0; i < Hv; i++)
                 L->neg_a[i] = -expf(L->neg_a[i]); /* HF: -A_log.float().exp() */

@@ -1,8 +1,8 @@
 /*
- * delta_rule_x86.c — AVX-512 and AVX2 renditions of the Gated DeltaNet kernels.
+ * delta_rule_x86.c — AVX-512 and AVX2 renditions of the gated delta step.
  *
- * Lanes run over the value (or channel) index and every reduction over the row (or tap)
- * index, one fused multiply-add per step, so each element sees exactly the scalar
+ * Lanes run over the value index and every reduction over the row index, one fused
+ * multiply-add per step, so each element sees exactly the scalar
  * sequence of operations of delta_rule.c: the results are bit-identical for any vector
  * width. The delta step keeps a tile of up to 8 vectors of a state row's columns in
  * registers while it walks the dk rows; the tail of a row is masked (AVX-512) or run
@@ -23,20 +23,6 @@ enum { TILE = 8 }; /* vectors of one row held in registers */
 /* ---- AVX-512 ---- */
 
 T512 static inline __mmask16 tail_mask(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
-
-T512 void dr__conv_avx512(float *out, const float *state, const float *x, const float *w, int C, int K)
-{
-    for (int c = 0; c < C; c += 16) {
-        __mmask16 m = tail_mask(C - c);
-        __m512 acc = _mm512_setzero_ps();
-        for (int j = 0; j < K - 1; j++)
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + (size_t)j * C + c),
-                                  _mm512_maskz_loadu_ps(m, state + (size_t)j * C + c), acc);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + (size_t)(K - 1) * C + c),
-                              _mm512_maskz_loadu_ps(m, x + c), acc);
-        _mm512_mask_storeu_ps(out + c, m, acc);
-    }
-}
 
 T512 void dr__delta_avx512(float *S, const float *q, const float *k, const float *v, float decay,
                            float beta, int dk, int dv, float *o)
@@ -82,25 +68,6 @@ T512 void dr__delta_avx512(float *S, const float *q, const float *k, const float
 }
 
 /* ---- AVX2 ---- */
-
-T256 void dr__conv_avx2(float *out, const float *state, const float *x, const float *w, int C, int K)
-{
-    int c = 0;
-    for (; c + 8 <= C; c += 8) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < K - 1; j++)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)j * C + c),
-                                  _mm256_loadu_ps(state + (size_t)j * C + c), acc);
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)(K - 1) * C + c), _mm256_loadu_ps(x + c), acc);
-        _mm256_storeu_ps(out + c, acc);
-    }
-    for (; c < C; c++) {
-        float acc = 0.0f;
-        for (int j = 0; j < K - 1; j++)
-            acc = fmaf(w[(size_t)j * C + c], state[(size_t)j * C + c], acc);
-        out[c] = fmaf(w[(size_t)(K - 1) * C + c], x[c], acc);
-    }
-}
 
 T256 void dr__delta_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                          float beta, int dk, int dv, float *o)
