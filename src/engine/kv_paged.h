@@ -26,6 +26,12 @@ typedef struct kv_paged_seq kv_paged_seq_t;
 int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
                     int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
                     size_t err_len);
+/* The same with the KV core's recurrent checkpoint registry configured: capacity
+ * max_checkpoints (0: the core's default) and its eviction callback (engine/seq_state.h). */
+int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
+                         int block_tokens, size_t budget_mib, uint32_t max_checkpoints,
+                         cairn_kv_checkpoint_evict_fn on_evict, void *evict_user,
+                         kv_paged_t **out, char *err, size_t err_len);
 void kv_paged_destroy(kv_paged_t *kp);
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
 /* The same cache, mutable (the cold-tier bridge imports restored blocks into it). */
@@ -38,6 +44,8 @@ void kv_paged_seq_destroy(kv_paged_seq_t *s);
  * first append), for the cold-tier bridge. */
 const cairn_kv_hash_t *kv_paged_seq_domain(const kv_paged_seq_t *s);
 const cairn_kv_seq_t *kv_paged_seq_core(const kv_paged_seq_t *s);
+/* The core sequence, mutable (registering recurrent checkpoints). */
+cairn_kv_seq_t *kv_paged_seq_core_rw(kv_paged_seq_t *s);
 /*
  * Appends tokens and reserves their slots. The first append of a sequence begins it in the
  * core, attaching the longest cached prefix: *n_cached receives the tokens reused (0 on
