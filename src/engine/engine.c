@@ -379,6 +379,24 @@ int cairn_seq_n_pending(const cairn_seq_t *s) { return s->len - s->n_past; }
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s) { return s->tokens; }
 
 /*
+ * A truncation the paged path's sliding groups cannot do in place (CAIRN_ERANGE from the
+ * core: blocks the window of position n needs were already released): the sequence begins
+ * again over its first n tokens, attaching what the prefix cache still holds, and the rest
+ * becomes pending, recomputed by the next steps with the same bits as before. The flat
+ * path keeps every position and truncates in place.
+ */
+static int truncate_restart(cairn_seq_t *s, int n)
+{
+    int hit = 0, rc = kv_paged_seq_restart(s->paged, s->tokens, n, &hit);
+    if (rc)
+        return rc;
+    s->n_past = hit;
+    s->len = n;
+    s->e->counters.tokens_reused += (uint64_t)hit;
+    return CAIRN_OK;
+}
+
+/*
  * Rewinds a stateful sequence to n < n_past tokens: its state can only be had at a
  * checkpoint, so it restarts from the deepest checkpoint b <= n of its chain (or from
  * the empty state) and tokens [b, n) become pending again. On the paged path the core
@@ -420,6 +438,8 @@ int cairn_seq_truncate(cairn_seq_t *s, int n)
         return truncate_stateful(s, n);
     if (s->paged) {
         int rc = kv_paged_seq_truncate(s->paged, n);
+        if (rc == CAIRN_ERANGE)
+            return truncate_restart(s, n);
         if (rc)
             return rc;
     }

@@ -173,6 +173,23 @@ int kv_paged_seq_truncate(kv_paged_seq_t *s, int n)
     return cairn_kv_seq_truncate(s->seq, have - (size_t)n);
 }
 
+int kv_paged_seq_restart(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached)
+{
+    *n_cached = 0;
+    cairn_kv_seq_t *fresh = NULL;
+    size_t hit = 0;
+    if (n > 0) {
+        int rc = cairn_kv_seq_begin(s->kp->cache, &s->domain, NULL, 0, tokens, (size_t)n, &fresh,
+                                    &hit);
+        if (rc)
+            return rc;
+    }
+    cairn_kv_seq_release(s->seq, NULL);
+    s->seq = fresh;
+    *n_cached = (int)hit;
+    return CAIRN_OK;
+}
+
 int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out)
 {
     *out = NULL;

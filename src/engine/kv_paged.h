@@ -56,8 +56,18 @@ int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_
 int kv_paged_seq_commit(kv_paged_seq_t *s, int n_computed);
 /* Drops the uncomputed tokens, keeping the computed blocks live. */
 int kv_paged_seq_end_turn(kv_paged_seq_t *s);
-/* Keeps the first n tokens. */
+/* Keeps the first n tokens. CAIRN_ERANGE when a sliding group already released a block
+ * the window of the shorter sequence needs (nothing changes; see kv_paged_seq_restart). */
 int kv_paged_seq_truncate(kv_paged_seq_t *s, int n);
+/*
+ * Begins the sequence again over tokens [n] in its domain, as a first append does: a new
+ * core sequence attaches the longest cached prefix (*n_cached tokens, at most n - 1) and
+ * reserves the rest, then the old one is released. For a truncation a sliding window
+ * forbids: the shorter sequence's window blocks come back from the prefix cache where
+ * they are still cached, the rest is recomputed. CAIRN_EEXHAUSTED (the old sequence stays
+ * as it was) when the pool cannot hold both for the moment of the switch.
+ */
+int kv_paged_seq_restart(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached);
 /* *out shares every block of s (all of s's tokens must be computed). */
 int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out);
 /* attn_rows_fn over a kv_paged_seq_t: the rest of pos's block is contiguous; a null block

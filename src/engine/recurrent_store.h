@@ -1,7 +1,7 @@
 /*
  * engine/recurrent_store.h — the bytes of recurrent-state checkpoints, under a byte budget.
  *
- * Recurrent layers (LFM2's short convolutions, Qwen3.5's Gated DeltaNet) keep a fixed-size
+ * Recurrent layers (short convolutions, Gated DeltaNet linear attention) keep a fixed-size
  * state per sequence instead of K/V pages. The engine may save a copy of a sequence's
  * whole state at an exact block boundary P; the KV core's checkpoint registry holds the
  * key (cairn_kv_seq_checkpoint: the chain hash of the block ending at P, which covers the

@@ -795,13 +795,20 @@ static void run_model(int config, long steps, uint64_t seed)
             l[nl++] = i % 3 == 2 ? kvt_full(DIM / 2) : kvt_recurrent();
     } else { /* Gemma 3: five sliding layers, one full, then an alias of a sliding one */
         for (uint32_t i = 0; i < 6; i++)
-            l[nl++] = i == 5 ? kvt_full(DIM / 4) : kvt_sliding(DIM / 4, 9);
+            l[nl++] = i == 5 ? kvt_full(DIM) : kvt_sliding(DIM, 9);
         l[nl++] = kvt_shared(1);
     }
     cairn_kv_config_t cfg = kvt_config(l, nl, BS, 6, 1); /* 16 blocks growing to 96 */
     cfg.max_checkpoints = CKPT_CAP;
     cfg.on_checkpoint_evict = on_ckpt_evict;
     assert_int_equal(cairn_kv_cache_create(&cfg, &C), 0);
+    {
+        /* The reference's per-block arrays hold MAX_BLOCKS: a configuration whose pool can
+         * grow past that must fail here, not write past them. */
+        cairn_kv_stats_t st0;
+        cairn_kv_cache_stats(C, &st0);
+        assert_true(st0.blocks_max <= MAX_BLOCKS);
+    }
     C->evict_observer = on_evict;
     n_groups = C->n_groups;
     n_paged = 0;

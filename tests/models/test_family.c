@@ -82,7 +82,7 @@ static int nothing_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
     return 0;
 }
 
-static void nothing_describe(const cairn_model_t *m, cairn_cold_model_desc_t *d, char *extra,
+static void nothing_describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *extra,
                              size_t extra_len)
 {
     d->architecture = m->cfg.model_type;

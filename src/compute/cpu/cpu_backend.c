@@ -7,9 +7,9 @@
  * kernels.h (tests/compute/test_backend.c asserts it). Buffers are cairn_malloc'd host
  * memory (64-byte aligned through over-allocation) or wrapped caller memory.
  *
- * Optional ops: short_conv is src/compute/cpu/short_conv.c (LFM2); delta_rule is NULL
- * here until Qwen3.5's delta_rule.c (compute_supports reports it, so a family that needs
- * it fails at bind with a message); their contracts are in backend.h.
+ * Optional ops: short_conv is src/compute/cpu/short_conv.c (LFM2), delta_rule
+ * src/compute/cpu/delta_rule.c (Qwen3.5: dr__rule on the object's kernel table and pool);
+ * their contracts are in backend.h.
  *
  * Thread-safety: one thread at a time per object; ops use the object's pool.
  */
@@ -18,6 +18,7 @@
 
 #include "compute/cpu/attention_impl.h"
 #include "compute/cpu/cpu_backend.h"
+#include "compute/cpu/delta_rule_impl.h"
 #include "compute/cpu/short_conv.h"
 
 typedef struct {
@@ -65,7 +66,7 @@ static bool cpu_supports(const compute_backend_t *be, compute_op_t op, cairn_dty
     case COMPUTE_OP_NORM: return plain_type(t);                     /* kern__rmsnorm reads elements */
     case COMPUTE_OP_KV: return tt && tt->from_f32 && k->types[t].rows_to_f32;
     case COMPUTE_OP_SHORT_CONV: return plain_type(t);                /* short_conv.c widens taps */
-    case COMPUTE_OP_DELTA_RULE: return false;
+    case COMPUTE_OP_DELTA_RULE: return t == CAIRN_DTYPE_F32;        /* dr__rule: f32 operands */
     case COMPUTE_OP_COUNT: break;
     }
     return false;
@@ -264,6 +265,14 @@ static void cpu_attention(compute_backend_t *be, compute_attn_t *a, int layer, c
     kern__attn_forward(c->k, c->tp, &a->cfg, &a->math, layer, queries, n);
 }
 
+static void cpu_delta_rule(compute_backend_t *be, float *out, const float *q, const float *k, const float *v,
+                           const float *g, const float *beta, int n, int n_k_heads, int n_v_heads, int dk,
+                           int dv, float *state)
+{
+    cpu_backend_t *c = cpu(be);
+    dr__rule(c->k, c->tp, out, q, k, v, g, beta, n, n_k_heads, n_v_heads, dk, dv, state);
+}
+
 static const compute_backend_ops_t ops = {
     .name = "cpu",
     .host_memory = true,
@@ -290,7 +299,7 @@ static const compute_backend_ops_t ops = {
     .attn_destroy = cpu_attn_destroy,
     .attention = cpu_attention,
     .short_conv = cpu_short_conv,
-    .delta_rule = NULL, /* Qwen3.5's issue: src/compute/cpu/delta_rule.c */
+    .delta_rule = cpu_delta_rule,
 };
 
 static void set_err(char *err, size_t err_len, const char *msg, const char *arg)

@@ -39,7 +39,7 @@ static int cache_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
 
 /* Everything that changes a K/V row or the conv state: geometry, rope, and through
  * `extra` the widths, epsilon, conv taps and which layers attend. */
-static void describe(const cairn_model_t *m, cairn_cold_model_desc_t *d, char *extra,
+static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *extra,
                      size_t extra_len)
 {
     const lfm2_config_t *c = &lfm2_of(m)->cfg;
