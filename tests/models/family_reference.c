@@ -1,14 +1,17 @@
 /*
- * Gemma 3 against HF transformers (fixtures/models/gemma3, computed by transformers 5.17
- * in float32): the check-reference logic (src/tools/reference_check.c) through the
- * engine, on the flat and the paged K/V paths, 1 and 2 threads — last-position logits
- * within 2e-3, the teacher-forced argmax at every position whose reference top-2 margin
- * is >= 1e-3 by prefill and by token-at-a-time decode, the greedy continuation under the
- * same margin rule. On the paged path shared_prefix_672 is served 512 tokens from the
- * cache (the sliding layers' blocks inside the window, the full layer's whole chain).
+ * A model family against HF transformers (fixtures/models/<FIXTURE>, computed by
+ * transformers 5.17 in float32): the check-reference logic (src/tools/reference_check.c,
+ * what `cairn check-reference` runs) through the engine, on the flat and the paged K/V
+ * paths, 1 and 2 threads — last-position logits within 2e-3, the teacher-forced argmax at
+ * every position whose reference top-2 margin is >= 1e-3 by prefill and by
+ * token-at-a-time decode, the greedy continuation under the same margin rule. On the
+ * paged path a later case is served part of its prompt from the cache (shared_prefix_672
+ * shares 512 tokens with long_720: all of them for attention-only families, the deepest
+ * recurrent checkpoint below them for a family with recurrent layers).
  *
- * Usage: test_gemma3_reference [MODEL_DIR] (default: the fixture), so reference files of
- * the same format with other geometries run through the same checks.
+ * Usage: FAMILY_TEST MODEL_DIR — each family's tests/models/<family>/CMakeLists.txt passes
+ * its fixture; reference files of the same format with other geometries run through the
+ * same checks by passing their folder.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,7 +23,7 @@
 
 #include "tools/reference_check.h"
 
-static const char *model_dir = CAIRN_FIXTURES_DIR "/models/gemma3";
+static const char *model_dir;
 
 static void check(int threads, cairn_dtype_t kv)
 {
@@ -55,8 +58,11 @@ static void test_f32_kv_2_threads(void **state) { (void)state; check(2, CAIRN_DT
 
 int main(int argc, char **argv)
 {
-    if (argc > 1)
-        model_dir = argv[1];
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s MODEL_DIR\n", argv[0]);
+        return 2;
+    }
+    model_dir = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_kv_1_thread),
         cmocka_unit_test(test_f32_kv_2_threads),
