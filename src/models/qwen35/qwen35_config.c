@@ -30,7 +30,9 @@
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-/* A positive finite number (absent/null: dflt), as a double. */
+/* A positive finite number (absent/null: dflt), as a double; positive also once rounded
+ * to float32, which is what the forward pass computes with (an rms_norm_eps of 1e-60 would
+ * be 0 there). */
 static int get_pos(const cJSON *o, const char *key, double dflt, double *out, char *err,
                    size_t err_len)
 {
@@ -39,7 +41,7 @@ static int get_pos(const cJSON *o, const char *key, double dflt, double *out, ch
         *out = dflt;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0) ||
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !((float)v->valuedouble > 0) ||
         v->valuedouble > 3.0e38) {
         st_errf(err, err_len, "config.json: %s must be a positive number", key);
         return CAIRN_EFORMAT;

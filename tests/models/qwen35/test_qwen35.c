@@ -496,6 +496,9 @@ static void test_config_parse(void **state)
         {"\"layer_types\":[\"linear_attention\"]", "layer_types", CAIRN_EFORMAT},
         {"\"linear_num_key_heads\":3", "linear_num_value_heads", CAIRN_EFORMAT},
         {"\"partial_rotary_factor\":0.01", "rotary", CAIRN_EFORMAT},
+        /* positive, but 0 in float32: RMSNorm would divide by zero (fuzz_qwen35_config) */
+        {"\"rms_norm_eps\":1e-60", "rms_norm_eps", CAIRN_EFORMAT},
+        {"\"rope_parameters\":{\"rope_theta\":1e-50}", "rope_theta", CAIRN_EFORMAT},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(bad); i++) {
         char json[1024];
