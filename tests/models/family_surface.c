@@ -90,11 +90,18 @@ static void test_generate_greedy(void **state)
     static char ids[8192], expect[8192], cmd[16384], out[16384];
     join_ids(cJSON_GetObjectItem(c, "prompt_ids"), ids, sizeof ids);
     join_ids(greedy, expect, sizeof expect);
-    for (int threads = 1; threads <= 2; threads++) {
+    /* 1 and 2 threads without the cold tier; then as users run it, with a cache directory
+     * (the tier stays off for a family it cannot restore, and must not get in the way). */
+    char cache[] = "/tmp/cairn-surface-XXXXXX";
+    assert_non_null(mkdtemp(cache));
+    for (int run = 0; run < 3; run++) {
+        const int threads = run == 1 ? 2 : 1;
+        char cold[128];
+        snprintf(cold, sizeof cold, run == 2 ? "--cache-dir %s" : "--no-cold", cache);
         snprintf(cmd, sizeof cmd,
                  "%s generate %s --prompt-ids %s --max-tokens %d --temperature 0 --threads %d "
-                 "--no-cold --print-ids 2>/dev/null",
-                 CAIRN_BIN, g_dir, ids, cJSON_GetArraySize(greedy), threads);
+                 "%s --print-ids 2>/dev/null",
+                 CAIRN_BIN, g_dir, ids, cJSON_GetArraySize(greedy), threads, cold);
         FILE *p = popen(cmd, "r");
         assert_non_null(p);
         size_t n = fread(out, 1, sizeof out - 1, p);
@@ -102,9 +109,12 @@ static void test_generate_greedy(void **state)
         int st = pclose(p);
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         out[strcspn(out, "\n")] = 0;
-        fprintf(stderr, "%s, %d thread(s): cairn generate printed %s\n", g_fixture, threads, out);
+        fprintf(stderr, "%s, %d thread(s), %s: cairn generate printed %s\n", g_fixture, threads,
+                cold, out);
         assert_string_equal(out, expect);
     }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+    assert_int_equal(system(cmd), 0);
     cJSON_Delete(c);
 }
 
