@@ -96,8 +96,9 @@ static void test_generate_greedy(void **state)
     assert_non_null(mkdtemp(cache));
     for (int run = 0; run < 3; run++) {
         const int threads = run == 1 ? 2 : 1;
-        char cold[128];
-        snprintf(cold, sizeof cold, run == 2 ? "--cache-dir %s" : "--no-cold", cache);
+        char cold[128] = "--no-cold";
+        if (run == 2)
+            snprintf(cold, sizeof cold, "--cache-dir %s", cache);
         snprintf(cmd, sizeof cmd,
                  "%s generate %s --prompt-ids %s --max-tokens %d --temperature 0 --threads %d "
                  "%s --print-ids 2>/dev/null",
