@@ -101,7 +101,7 @@ static cairn_engine_t *make_engine(int pool_mib)
     cairn_engine_options_t eo;
     cairn_engine_options_default(&eo);
     eo.pool_mib = pool_mib;
-    eo.kv_dtype = CAIRN_DTYPE_F32; /* 16 KiB blocks: 63 per MiB */
+    eo.kv_dtype = CAIRN_DTYPE_F32; /* LFM2 fixture: 16 KiB blocks, Qwen3.5: 8 KiB */
     eo.cold = -1;
     cairn_engine_t *e = NULL;
     char err[256] = "";
