@@ -88,13 +88,17 @@ static bool grow_groups(compute_attn_t *a, int n)
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n)
+void cuda__attn_set_split(compute_attn_t *a, int split) { a->split = split; }
+
+bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
+                     cuda_attn_plan_t *plan)
 {
+    memset(plan, 0, sizeof(*plan));
     if (n <= 0)
-        return;
+        return false;
     if (!grow_groups(a, n)) {
         cuda__fail(b, CAIRN_ENOMEM, "attention work lists", 0);
-        return;
+        return false;
     }
     const int W = a->p.window, S = a->split, T = CUDA_ATTN_WARPS * a->tokens_per_warp;
     /* Groups: adjacent rows of one accessor. */
@@ -120,7 +124,7 @@ void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     const int P = kv0->rows(kv0->ctx, layer, 0, &k0, &v0);
     if (P < CUDA_ATTN_CHUNK || P % CUDA_ATTN_CHUNK) {
         cuda__fail(b, CAIRN_EUNSUPPORTED, "attention (K/V blocks must hold a multiple of 16 positions)", 0);
-        return;
+        return false;
     }
     size_t n_blocks = 0, n_records = 0, n_dec = 0, n_pre = 0;
     for (int g = 0; g < ng; g++) {
@@ -153,7 +157,7 @@ void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     int slot;
     unsigned char *h = cuda__stage(b, bytes, &slot);
     if (!h)
-        return;
+        return false;
     cuda_attn_row_t *rows = (cuda_attn_row_t *)h;
     cuda_attn_group_t *groups = (cuda_attn_group_t *)(h + off_groups);
     cuda_attn_item_t *dec = (cuda_attn_item_t *)(h + off_dec), *pre = (cuda_attn_item_t *)(h + off_pre);
@@ -171,7 +175,7 @@ void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
                 const int run = kv->rows(kv->ctx, layer, pos, &kp, &vp);
                 if (run < P && pos + run <= a->g_max[g]) {
                     cuda__fail(b, CAIRN_EUNSUPPORTED, "attention (a K/V run shorter than its block)", 0);
-                    return;
+                    return false;
                 }
             }
             table[2 * (size_t)(tab + blk)] = kp;
@@ -205,8 +209,8 @@ void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     unsigned char *d = cuda__stage_to_blob(b, slot, bytes);
     const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
     if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
-        return;
-    cuda_attn_args_t args = {
+        return false;
+    plan->args = (cuda_attn_args_t){
         .rows = (const cuda_attn_row_t *)d,
         .groups = (const cuda_attn_group_t *)(d + off_groups),
         .items = (const cuda_attn_item_t *)(d + off_dec),
@@ -226,11 +230,30 @@ void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .softcap = a->p.softcap,
         .n_rows = n,
     };
-    if (n_dec && !cuda__check(b, cuda_attn_decode(&args, a->p.head_dim, (int)n_dec, b->stream), "the decode attention kernel"))
+    plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
+    plan->n_dec = (int)n_dec;
+    plan->n_pre = (int)n_pre;
+    plan->head_dim = a->p.head_dim;
+    return true;
+}
+
+void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
+{
+    cuda_attn_args_t args = plan->args;
+    if (plan->n_dec &&
+        !cuda__check(b, cuda_attn_decode(&args, plan->head_dim, plan->n_dec, b->stream), "the decode attention kernel"))
         return;
-    args.items = (const cuda_attn_item_t *)(d + off_pre);
-    args.n_items = (int)n_pre;
-    if (n_pre && !cuda__check(b, cuda_attn_prefill(&args, a->p.head_dim, (int)n_pre, b->stream), "the prefill attention kernel"))
+    args.items = plan->items_pre;
+    args.n_items = plan->n_pre;
+    if (plan->n_pre &&
+        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream), "the prefill attention kernel"))
         return;
-    cuda__check(b, cuda_attn_merge(&args, a->p.head_dim, b->stream), "the attention merge kernel");
+    cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
+}
+
+void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n)
+{
+    cuda_attn_plan_t plan;
+    if (cuda__attn_plan(b, a, layer, q, n, &plan))
+        cuda__attn_run(b, &plan);
 }

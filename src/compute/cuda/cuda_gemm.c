@@ -164,6 +164,17 @@ static bool entry_init(cuda_backend_t *b, gemm_entry_t *e)
                 e->algo = algo;
                 e->ws = res[i].workspaceSize;
                 found = true;
+                int32_t id = 0, sk = 0;
+                uint32_t tile = 0, stages = 0;
+                size_t wr;
+                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &wr);
+                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &wr);
+                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages),
+                                                     &wr);
+                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk), &wr);
+                cairn_log(CAIRN_LOG_DEBUG, "cuda backend: %d x %d %s, %d rows: cuBLASLt algo %d tile %u stages %u "
+                          "split-k %d, workspace %zu", e->out, e->in, cairn_dtype_name(e->wtype), rows, id, tile,
+                          stages, sk, e->ws);
             }
         }
     }

@@ -104,7 +104,19 @@ void cuda__gemm_fini(cuda_backend_t *b);
 void cuda__gemm_id_suffix(const cuda_backend_t *b, char *buf, size_t len);
 void cuda__matmul(cuda_backend_t *b, const float *x, int rows, int in, const compute_mm_t *outs, int n);
 
-/* cuda_attention.c */
+/* cuda_attention.c. A plan is one call's work lists on the device (valid until the next
+ * op that uploads parameters) plus the kernels' arguments; cuda__attention plans and runs.
+ * Benchmarks plan once and run many times, and may set the split size (the invariant
+ * mode's is CUDA_ATTN_SPLIT). */
+typedef struct {
+    cuda_attn_args_t args;         /* items: the decode items */
+    const cuda_attn_item_t *items_pre;
+    int n_dec, n_pre, head_dim;
+} cuda_attn_plan_t;
+bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
+                     cuda_attn_plan_t *plan);
+void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
+void cuda__attn_set_split(compute_attn_t *a, int split);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
 void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a);
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n);
