@@ -35,6 +35,13 @@ static uint64_t rnd64(void)
     return rng;
 }
 
+static void log_stderr(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)user;
+    if (level >= CAIRN_LOG_INFO)
+        fprintf(stderr, "log: %s\n", msg);
+}
+
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -142,6 +149,7 @@ static void copy_ceiling(void)
 
 int main(int argc, char **argv)
 {
+    cairn_log_set_handler(log_stderr, NULL);
     const char *defaults[] = {"32:4096", "64:8192", "8:32768"};
     int n_shapes = argc > 1 ? argc - 1 : 3;
     char err[256] = "";

@@ -25,6 +25,13 @@
 
 #include "cairn/engine.h"
 
+static void log_stderr(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)user;
+    if (level >= CAIRN_LOG_INFO)
+        fprintf(stderr, "log: %s\n", msg);
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -137,6 +144,7 @@ static double ttft(cairn_engine_t *e, const int32_t *p, int n, float *logits, in
 
 int main(int argc, char **argv)
 {
+    cairn_log_set_handler(log_stderr, NULL);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_cuda_engine MODEL_DIR CACHE_DIR [--ttft-tokens N] [--decode-steps N] [--skip-ttft]\n");
         return 2;

@@ -41,6 +41,13 @@ static const shape_t shapes[] = {
 /* How often each product runs per layer (k and v, gate and up: twice); lm_head once. */
 static const int weight[] = {1, 2, 1, 2, 1, 1, 1, 2, 1, 2, 1, 1};
 
+static void log_stderr(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)user;
+    if (level >= CAIRN_LOG_INFO)
+        fprintf(stderr, "log: %s\n", msg);
+}
+
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -75,6 +82,7 @@ static float time_mm(compute_backend_t *be, const float *x, int rows, int in, vo
 
 int main(int argc, char **argv)
 {
+    cairn_log_set_handler(log_stderr, NULL);
     int rows_list[16] = {1, 8, 64, 512, 2048}, n_rows = 5;
     if (argc > 1) {
         n_rows = 0;

@@ -257,7 +257,8 @@ static void test_matmul(void **state)
         {1536, 1024, CAIRN_DTYPE_BF16}, {256, 4096, CAIRN_DTYPE_BF16}, {4096, 128, CAIRN_DTYPE_BF16},
         {300, 128, CAIRN_DTYPE_F32},
     };
-    for (size_t si = 0; si < CAIRN_ARRAY_LEN(shapes); si++) {
+    const bool sm = getenv("CAIRN_TEST_SMALL") != NULL;
+    for (size_t si = sm ? 2 : 0; si < CAIRN_ARRAY_LEN(shapes); si++) {
         const int out = shapes[si].out, in = shapes[si].in;
         const cairn_dtype_t t = shapes[si].t;
         float *x = rand_vec((size_t)MAXR * in, 2.0f), *wf = rand_vec((size_t)out * in, 0.05f);
@@ -514,8 +515,14 @@ static void test_attention(void **state)
         {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}},  /* a sliding window, null blocks, soft-cap */
         {16, 8, 128, 16, 0, 0.0f, {2100, 1, 1030}},   /* Qwen3-0.6B heads, a one-token sequence */
     };
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(cfgs); i++)
-        run_attention_config(&cfgs[i]);
+    /* CAIRN_TEST_SMALL (under compute-sanitizer): short sequences, every code path. */
+    const attn_cfg_t small[] = {
+        {32, 8, 128, 16, 0, 0.0f, {600, 530, 20}},
+        {4, 2, 32, 16, 40, 10.0f, {200, 90, 33}},
+    };
+    const bool sm = getenv("CAIRN_TEST_SMALL") != NULL;
+    for (size_t i = 0; i < (sm ? CAIRN_ARRAY_LEN(small) : CAIRN_ARRAY_LEN(cfgs)); i++)
+        run_attention_config(sm ? &small[i] : &cfgs[i]);
 }
 
 /* ---- the device K/V pool ---------------------------------------------------------------------- */

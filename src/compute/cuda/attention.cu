@@ -41,6 +41,7 @@
 namespace {
 
 constexpr int kStages = 3;
+constexpr int kPtrBytes = 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *);
 constexpr float kNegInf = -INFINITY;
 
 __device__ __forceinline__ float ex2(float x)
@@ -98,20 +99,19 @@ template <int HD> __device__ __forceinline__ void tile_reset(Tile<HD> &t)
     t.l[0] = t.l[1] = 0.0f;
 }
 
-/* Queues chunk `ci` (keys 16 ci ..) of K/V head `head` into stage: 2 x 16 rows x hd/8
- * units, threads tid, tid + nthr, ...; keys past kmax are zero-filled. */
+/* Queues a chunk (16 keys; kp, vp: its first key's K and V rows of this head) into stage:
+ * 2 x 16 rows x hd/8 units, threads tid, tid + nthr, ...; keys past kmax are zero-filled. */
 template <int HD>
-__device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb,
-                                            int slot0, int key0, int kmax, int head, int kv_stride, int tid,
-                                            int nthr)
+__device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp,
+                                            int key0, int kmax, int kv_stride, int tid, int nthr)
 {
     constexpr int U = HD / 8;
+#pragma unroll 4
     for (int idx = tid; idx < 2 * 16 * U; idx += nthr) {
         const int tensor = idx / (16 * U), rem = idx % (16 * U), row = rem / U, unit = rem % U;
-        const __nv_bfloat16 *base = tensor ? vb : kb;
+        const __nv_bfloat16 *base = tensor ? vp : kp;
         const bool valid = key0 + row <= kmax;
-        const unsigned char *src =
-            (const unsigned char *)(base + (size_t)(slot0 + row) * kv_stride + (size_t)head * HD) + unit * 16;
+        const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + unit * 16;
         unsigned char *dst = stage + tensor * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
         cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
     }
@@ -191,12 +191,16 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uin
 #pragma unroll
     for (int h = 0; h < 2; h++)
         t.l[h] = __fadd_rn(__fmul_rn(t.l[h], alpha[h]), psum[h]);
+    /* Rescaling by exactly 1 changes nothing: skipped when no row of the warp's max moved
+     * (most chunks once the max has settled), the same bits either way. */
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int j = 0; j < HD / 8; j++) {
-        t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
-        t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
-        t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
-        t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
+        for (int j = 0; j < HD / 8; j++) {
+            t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
+            t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
+            t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
+            t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
+        }
     }
 
     /* V rows 2c, 2c+1, 2c+8, 2c+9, dims DPT g .. DPT g + DPT - 1 (DPT / 2 words each). */
@@ -292,7 +296,7 @@ template <int HD, bool PREFILL>
 __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cuda_attn_args_t a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    constexpr int STAGE = 2 * 16 * HD * 2;
+    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int item_idx, head, tok0, ntok, tid, nthr;
     unsigned char *ring;
@@ -306,10 +310,12 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
         const int wpc = blockDim.x / 32, hg = a.n_kv_heads / wpc;
         item_idx = blockIdx.x / hg;
         head = (blockIdx.x % hg) * wpc + warp;
-        ring = smem + warp * kStages * STAGE;
+        ring = smem + warp * PART;
         tid = lane;
         nthr = 32;
     }
+    /* After the stages: each chunk's K and V row pointers for this head (NULL: no storage). */
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * STAGE);
     const cuda_attn_item_t it = a.items[item_idx];
     const int R = a.tokens_per_warp, G = a.group_size;
     tok0 = PREFILL ? warp * R : 0;
@@ -345,12 +351,20 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
     Tile<HD> t;
     tile_reset<HD>(t);
 
+    /* The chunk pointers, read from the block table once per item (the copies then never
+     * wait on a dependent load). */
     const void *const *table = a.table + 2 * (size_t)grp.table;
-    auto issue = [&](int ci, int st) {
-        const int key0 = ci * CUDA_ATTN_CHUNK, b = key0 / a.block;
+    for (int i = tid; i < c_hi - c_lo; i += nthr) {
+        const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
         const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
-        if (kb)
-            issue_chunk<HD>(ring + st * STAGE, kb, vb, key0 % a.block, key0, it.pos_hi, head, a.kv_stride, tid, nthr);
+        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + (size_t)head * HD;
+        cptr[2 * i] = kb ? kb + off : nullptr;
+        cptr[2 * i + 1] = kb ? vb + off : nullptr;
+    }
+    auto issue = [&](int ci, int st) {
+        const __nv_bfloat16 *kp = cptr[2 * (ci - c_lo)], *vp = cptr[2 * (ci - c_lo) + 1];
+        if (kp)
+            issue_chunk<HD>(ring + st * STAGE, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
     };
     auto sync = [] {
         if constexpr (PREFILL)
@@ -359,6 +373,7 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
             __syncwarp();
     };
 
+    sync();
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
         if (c_lo + st < c_hi)
@@ -372,8 +387,7 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
         if (nxt < c_hi)
             issue(nxt, (nxt - c_lo) % kStages);
         cp_commit();
-        const int b = ci * CUDA_ATTN_CHUNK / a.block;
-        if (ntok > 0 && table[2 * b])
+        if (ntok > 0 && cptr[2 * (ci - c_lo)])
             tile_chunk<HD>(ring + ((ci - c_lo) % kStages) * STAGE, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
     }
     cp_wait<0>();
@@ -390,10 +404,12 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
     }
 }
 
-/* One warp per (row, head): the row's splits merged in split order. */
+/* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
+ * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of 8
+ * splits are loaded before they are combined. */
 template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 {
-    constexpr int DPL = HD / 32;
+    constexpr int DPL = HD / 32, AHEAD = 8;
     const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (w >= a.n_rows * a.n_heads)
         return;
@@ -404,31 +420,46 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 #pragma unroll
     for (int d = 0; d < DPL; d++)
         acc[d] = 0.0f;
-    for (int k = 0; k < row.n_splits; k++) {
-        const float *rec = a.partials + ((size_t)(row.part + k) * a.n_heads + h) * CUDA_ATTN_REC(HD);
-        const float ms = rec[HD], ls = rec[HD + 1];
-        if (ms == kNegInf)
-            continue;
-        float v[DPL];
-#pragma unroll
-        for (int d = 0; d < DPL; d++)
-            v[d] = rec[lane * DPL + d];
-        if (first) {
-            M = ms;
-            L = ls;
-#pragma unroll
-            for (int d = 0; d < DPL; d++)
-                acc[d] = v[d];
-            first = false;
-            continue;
+    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
+    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
+    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
+        const int cnt = min(32, row.n_splits - k0);
+        float mk = kNegInf, lk = 0.0f;
+        if (lane < cnt) {
+            mk = base[(size_t)(k0 + lane) * stride + HD];
+            lk = base[(size_t)(k0 + lane) * stride + HD + 1];
         }
-        const float mn = fmaxf(M, ms);
-        const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
-        L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+        for (int kb = 0; kb < cnt; kb += AHEAD) {
+            float v[AHEAD][DPL];
 #pragma unroll
-        for (int d = 0; d < DPL; d++)
-            acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[d], a2));
-        M = mn;
+            for (int j = 0; j < AHEAD; j++)
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    v[j][d] = kb + j < cnt ? base[(size_t)(k0 + kb + j) * stride + lane * DPL + d] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
+                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
+                if (kb + j >= cnt || ms == kNegInf)
+                    continue;
+                if (first) {
+                    M = ms;
+                    L = ls;
+#pragma unroll
+                    for (int d = 0; d < DPL; d++)
+                        acc[d] = v[j][d];
+                    first = false;
+                    continue;
+                }
+                const float mn = fmaxf(M, ms);
+                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
+                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
+                M = mn;
+            }
+        }
     }
     float *out = row.out + (size_t)h * HD + lane * DPL;
 #pragma unroll
@@ -442,13 +473,13 @@ template <int HD, bool PREFILL> int launch(const cuda_attn_args_t *a, int n_item
 {
     if (n_items <= 0)
         return 0;
-    constexpr int STAGE = 2 * 16 * HD * 2;
+    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
     const int wpc = PREFILL ? CUDA_ATTN_WARPS : decode_wpc(a->n_kv_heads);
-    const size_t smem = (size_t)(PREFILL ? 1 : wpc) * kStages * STAGE;
+    const size_t smem = (size_t)(PREFILL ? 1 : wpc) * PART;
     static bool attr_set = false; /* per instantiation; set once per process (one device) */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, PREFILL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(CUDA_ATTN_WARPS * kStages * STAGE));
+                                             (int)(CUDA_ATTN_WARPS * PART));
         if (e != cudaSuccess)
             return (int)e;
         attr_set = true;

@@ -88,7 +88,11 @@ static bool grow_groups(compute_attn_t *a, int n)
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-void cuda__attn_set_split(compute_attn_t *a, int split) { a->split = split; }
+void cuda__attn_set_split(compute_attn_t *a, int split)
+{
+    CAIRN_ASSERT(split >= CUDA_ATTN_CHUNK && split <= CUDA_ATTN_MAX_SPLIT && split % CUDA_ATTN_CHUNK == 0);
+    a->split = split;
+}
 
 bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
                      cuda_attn_plan_t *plan)

@@ -25,14 +25,22 @@
 
 #define FAST_WS_BYTES ((size_t)32 << 20)
 
+/* Rows of W per product when a shape has no invariant algorithm as a whole (the lm_head's
+ * 151936 rows): the product runs as chunks of this many output rows, each its own shape.
+ * Fixed by the shape, never by the row count, so chunking keeps every bit. */
+#define CHUNK_M 32768
+
 typedef struct {
     cairn_dtype_t wtype;
-    int out, in;
+    int out, in, ldc;          /* m = out rows of W here; y's leading dimension */
     int rows_key;              /* 0 in the invariant mode; the row count in the fast mode */
+    bool chunked;              /* no algorithm for the whole: run CHUNK_M-row chunks */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
     size_t ws;
+    int lrows;                 /* the cached x / y layouts are for this many rows (0: none) */
+    cublasLtMatrixLayout_t bl, cl;
 } gemm_entry_t;
 
 struct cuda_gemm_cache {
@@ -40,6 +48,8 @@ struct cuda_gemm_cache {
     int n, cap;
     int ref_rows, algo_index;
 };
+
+static void layouts_free(cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl);
 
 int cuda__gemm_init(cuda_backend_t *b)
 {
@@ -73,6 +83,7 @@ void cuda__gemm_fini(cuda_backend_t *b)
         for (int i = 0; i < b->gemm->n; i++) {
             cublasLtMatmulDescDestroy(b->gemm->e[i].op);
             cublasLtMatrixLayoutDestroy(b->gemm->e[i].a);
+            layouts_free(b->gemm->e[i].bl, b->gemm->e[i].cl);
         }
         cairn_free(b->gemm->e);
         cairn_free(b->gemm);
@@ -88,12 +99,14 @@ void cuda__gemm_fini(cuda_backend_t *b)
 
 static cudaDataType_t dt(cairn_dtype_t t) { return t == CAIRN_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-/* The layout of x (k x rows) and y (out x rows); NULL-safe destroy by the caller. */
-static bool layouts(cairn_dtype_t wt, int out, int in, int rows, cublasLtMatrixLayout_t *bl, cublasLtMatrixLayout_t *cl)
+/* The layout of x (k x rows) and y (out x rows, leading dimension ldc); NULL-safe destroy
+ * by the caller. */
+static bool layouts(cairn_dtype_t wt, int out, int in, int ldc, int rows, cublasLtMatrixLayout_t *bl,
+                    cublasLtMatrixLayout_t *cl)
 {
     *bl = *cl = NULL;
     return cublasLtMatrixLayoutCreate(bl, dt(wt), (uint64_t)in, (uint64_t)rows, in) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatrixLayoutCreate(cl, CUDA_R_32F, (uint64_t)out, (uint64_t)rows, out) == CUBLAS_STATUS_SUCCESS;
+           cublasLtMatrixLayoutCreate(cl, CUDA_R_32F, (uint64_t)out, (uint64_t)rows, ldc) == CUBLAS_STATUS_SUCCESS;
 }
 
 static void layouts_free(cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl)
@@ -105,18 +118,82 @@ static void layouts_free(cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl)
 }
 
 /* Whether algo runs the shape for `rows` rows (cublasLtMatmulAlgoCheck). */
-static bool algo_ok(cuda_backend_t *b, const gemm_entry_t *e, const cublasLtMatmulAlgo_t *algo, int rows)
+static bool algo_ok(cuda_backend_t *b, const gemm_entry_t *e, const cublasLtMatmulAlgo_t *algo, int rows,
+                    size_t max_ws)
 {
     cublasLtMatrixLayout_t bl, cl;
-    bool ok = layouts(e->wtype, e->out, e->in, rows, &bl, &cl);
+    bool ok = layouts(e->wtype, e->out, e->in, e->ldc, rows, &bl, &cl);
     cublasLtMatmulHeuristicResult_t r;
     ok = ok && cublasLtMatmulAlgoCheck(b->lt, e->op, e->a, bl, cl, cl, algo, &r) == CUBLAS_STATUS_SUCCESS &&
-         r.workspaceSize <= (b->invariant ? 0 : b->ws_bytes);
+         r.workspaceSize <= max_ws;
     layouts_free(bl, cl);
     return ok;
 }
 
-/* Builds the entry's descriptors and picks its algorithm (see the top of the file). */
+/* Picks the entry's algorithm from the heuristic's answer for `rows` rows with at most
+ * max_ws bytes of workspace (see the top of the file). */
+static bool pick(cuda_backend_t *b, gemm_entry_t *e, int rows, uint64_t max_ws)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatrixLayout_t bl = NULL, cl = NULL;
+    bool found = false;
+    const uint32_t align = 16;
+    int got = 0, accepted = 0;
+    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)) &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof(align)) &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)) &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align)) &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)) &&
+        layouts(e->wtype, e->out, e->in, e->ldc, rows, &bl, &cl)) {
+        cublasLtMatmulHeuristicResult_t res[16];
+        if (cublasLtMatmulAlgoGetHeuristic(b->lt, e->op, e->a, bl, cl, cl, pref, 16, res, &got) !=
+            CUBLAS_STATUS_SUCCESS)
+            got = 0;
+        for (int i = 0; i < got && !found; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS)
+                continue;
+            cublasLtMatmulAlgo_t algo = res[i].algo;
+            if (b->invariant) {
+                /* One k-loop per output element: no split-K, nothing reduced afterwards. */
+                int32_t one = 1;
+                uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+                if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof(one)) ||
+                    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none,
+                                                         sizeof(none)) ||
+                    !algo_ok(b, e, &algo, rows, max_ws) || !algo_ok(b, e, &algo, 1, max_ws))
+                    continue;
+                if (accepted++ < b->gemm->algo_index)
+                    continue;
+            }
+            e->algo = algo;
+            e->ws = res[i].workspaceSize;
+            found = true;
+            int32_t id = 0, sk = 0;
+            uint32_t tile = 0, stages = 0;
+            size_t wr;
+            cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &wr);
+            cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &wr);
+            cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &wr);
+            cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk), &wr);
+            cairn_log(CAIRN_LOG_DEBUG,
+                      "cuda backend: %d x %d %s, %d rows: cuBLASLt algo %d tile %u stages %u split-k %d, workspace %zu",
+                      e->out, e->in, cairn_dtype_name(e->wtype), rows, id, tile, stages, sk, e->ws);
+        }
+    }
+    layouts_free(bl, cl);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (!found)
+        cairn_log(CAIRN_LOG_INFO, "cuda backend: %d x %d %s, %d rows, workspace <= %llu: %d heuristic answers, %d "
+                  "acceptable", e->out, e->in, cairn_dtype_name(e->wtype), rows, (unsigned long long)max_ws, got,
+                  accepted);
+    return found;
+}
+
+/* Builds the entry's descriptors and picks its algorithm. In the invariant mode a shape
+ * with no workspace-free algorithm is chunked (when it has more than CHUNK_M rows), and a
+ * chunk with none takes one with a workspace but still no split-K (logged). */
 static bool entry_init(cuda_backend_t *b, gemm_entry_t *e)
 {
     const cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
@@ -127,72 +204,30 @@ static bool entry_init(cuda_backend_t *b, gemm_entry_t *e)
         cublasLtMatrixLayoutCreate(&e->a, dt(e->wtype), (uint64_t)e->in, (uint64_t)e->out, e->in))
         return false;
     const int rows = e->rows_key ? e->rows_key : b->gemm->ref_rows;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatrixLayout_t bl = NULL, cl = NULL;
-    bool found = false;
-    const uint64_t ws = b->invariant ? 0 : b->ws_bytes;
-    const uint32_t align = 16;
-    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)) &&
-        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof(align)) &&
-        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)) &&
-        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align)) &&
-        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)) &&
-        layouts(e->wtype, e->out, e->in, rows, &bl, &cl)) {
-        cublasLtMatmulHeuristicResult_t res[16];
-        int got = 0;
-        if (cublasLtMatmulAlgoGetHeuristic(b->lt, e->op, e->a, bl, cl, cl, pref, 16, res, &got) ==
-            CUBLAS_STATUS_SUCCESS) {
-            int accepted = 0;
-            for (int i = 0; i < got && !found; i++) {
-                if (res[i].state != CUBLAS_STATUS_SUCCESS)
-                    continue;
-                cublasLtMatmulAlgo_t algo = res[i].algo;
-                if (b->invariant) {
-                    /* One k-loop per output element: no split-K, nothing reduced afterwards. */
-                    int32_t one = 1;
-                    uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-                    if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
-                                                             sizeof(one)) ||
-                        cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none,
-                                                             sizeof(none)) ||
-                        !algo_ok(b, e, &algo, rows) || !algo_ok(b, e, &algo, 1))
-                        continue;
-                    if (accepted++ < b->gemm->algo_index)
-                        continue;
-                }
-                e->algo = algo;
-                e->ws = res[i].workspaceSize;
-                found = true;
-                int32_t id = 0, sk = 0;
-                uint32_t tile = 0, stages = 0;
-                size_t wr;
-                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &wr);
-                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &wr);
-                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages),
-                                                     &wr);
-                cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk), &wr);
-                cairn_log(CAIRN_LOG_DEBUG, "cuda backend: %d x %d %s, %d rows: cuBLASLt algo %d tile %u stages %u "
-                          "split-k %d, workspace %zu", e->out, e->in, cairn_dtype_name(e->wtype), rows, id, tile,
-                          stages, sk, e->ws);
-            }
-        }
+    if (!b->invariant)
+        return pick(b, e, rows, b->ws_bytes);
+    if (pick(b, e, rows, 0))
+        return true;
+    if (e->out > CHUNK_M) {
+        e->chunked = true;
+        return true;
     }
-    layouts_free(bl, cl);
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (!found)
-        cairn_log(CAIRN_LOG_ERROR, "cuda backend: cuBLASLt has no %s algorithm for a %d x %d %s weight",
-                  b->invariant ? "batch-invariant" : "", e->out, e->in, cairn_dtype_name(e->wtype));
-    return found;
+    if (!b->ws && (cudaMalloc(&b->ws, FAST_WS_BYTES) != cudaSuccess || !(b->ws_bytes = FAST_WS_BYTES)))
+        return false;
+    if (!pick(b, e, rows, b->ws_bytes))
+        return false;
+    cairn_log(CAIRN_LOG_WARN, "cuda backend: the %d x %d %s product runs an algorithm with a workspace (split-K off)",
+              e->out, e->in, cairn_dtype_name(e->wtype));
+    return true;
 }
 
-static gemm_entry_t *entry(cuda_backend_t *b, cairn_dtype_t wt, int out, int in, int rows)
+static gemm_entry_t *entry(cuda_backend_t *b, cairn_dtype_t wt, int out, int in, int ldc, int rows)
 {
     cuda_gemm_cache_t *c = b->gemm;
     const int key = b->invariant ? 0 : rows;
     for (int i = 0; i < c->n; i++)
-        if (c->e[i].wtype == wt && c->e[i].out == out && c->e[i].in == in && c->e[i].rows_key == key)
+        if (c->e[i].wtype == wt && c->e[i].out == out && c->e[i].in == in && c->e[i].ldc == ldc &&
+            c->e[i].rows_key == key)
             return &c->e[i];
     if (c->n == c->cap) {
         int cap = c->cap ? 2 * c->cap : 16;
@@ -207,6 +242,7 @@ static gemm_entry_t *entry(cuda_backend_t *b, cairn_dtype_t wt, int out, int in,
     e->wtype = wt;
     e->out = out;
     e->in = in;
+    e->ldc = ldc;
     e->rows_key = key;
     if (!entry_init(b, e)) {
         if (e->op)
@@ -217,6 +253,44 @@ static gemm_entry_t *entry(cuda_backend_t *b, cairn_dtype_t wt, int out, int in,
     }
     c->n++;
     return e;
+}
+
+/* y [rows][ldc] (its first `out` columns) = x w^T for a weight of `out` rows at w. */
+static bool product(cuda_backend_t *b, cairn_dtype_t wt, const void *w, int out, int in, int ldc, const void *xin,
+                    float *y, int rows)
+{
+    gemm_entry_t *e = entry(b, wt, out, in, ldc, rows);
+    if (!e) {
+        cuda__fail(b, CAIRN_EUNSUPPORTED, "choosing a cuBLASLt algorithm", 0);
+        return false;
+    }
+    if (e->chunked) {
+        const size_t wrow = cairn_dtype_row_bytes(wt, in);
+        for (int m0 = 0; m0 < out; m0 += CHUNK_M) {
+            const int m = out - m0 < CHUNK_M ? out - m0 : CHUNK_M;
+            if (!product(b, wt, (const unsigned char *)w + (size_t)m0 * wrow, m, in, ldc, xin, y + m0, rows))
+                return false;
+        }
+        return true;
+    }
+    if (e->lrows != rows) {
+        layouts_free(e->bl, e->cl);
+        e->lrows = 0;
+        if (!layouts(wt, out, in, ldc, rows, &e->bl, &e->cl)) {
+            cuda__fail(b, CAIRN_ENOMEM, "a cuBLASLt layout", 0);
+            return false;
+        }
+        e->lrows = rows;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(b->lt, e->op, &alpha, w, e->a, xin, e->bl, &beta, y, e->cl, y, e->cl, &e->algo,
+                                       b->ws, e->ws, b->stream);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cairn_log(CAIRN_LOG_ERROR, "cuda backend: cublasLtMatmul (%d x %d, %d rows) returned %d", out, in, rows, (int)st);
+        cuda__fail(b, CAIRN_EIO, "a matrix product", 0);
+        return false;
+    }
+    return true;
 }
 
 void cuda__matmul(cuda_backend_t *b, const float *x, int rows, int in, const compute_mm_t *outs, int n)
@@ -237,27 +311,11 @@ void cuda__matmul(cuda_backend_t *b, const float *x, int rows, int in, const com
             }
             xin = xbf;
         }
-        gemm_entry_t *e = entry(b, w->type, w->rows, in, rows);
-        if (!e) {
-            cuda__fail(b, CAIRN_EUNSUPPORTED, "choosing a cuBLASLt algorithm", 0);
-            return;
-        }
         if (((uintptr_t)w->data | (uintptr_t)outs[i].y | (uintptr_t)xin) % 16) {
             cuda__fail(b, CAIRN_EINVAL, "a matmul operand not aligned to 16 bytes", 0);
             return;
         }
-        cublasLtMatrixLayout_t bl, cl;
-        const float alpha = 1.0f, beta = 0.0f;
-        cublasStatus_t st = CUBLAS_STATUS_INTERNAL_ERROR;
-        if (layouts(w->type, w->rows, in, rows, &bl, &cl))
-            st = cublasLtMatmul(b->lt, e->op, &alpha, w->data, e->a, xin, bl, &beta, outs[i].y, cl, outs[i].y, cl,
-                                &e->algo, b->ws, e->ws, b->stream);
-        layouts_free(bl, cl);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            cairn_log(CAIRN_LOG_ERROR, "cuda backend: cublasLtMatmul (%d x %d, %d rows) returned %d", w->rows, in,
-                      rows, (int)st);
-            cuda__fail(b, CAIRN_EIO, "a matrix product", 0);
+        if (!product(b, w->type, w->data, w->rows, in, w->rows, xin, outs[i].y, rows))
             return;
-        }
     }
 }

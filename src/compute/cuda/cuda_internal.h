@@ -25,6 +25,8 @@ extern "C" {
  * its bits never depend on the batch. 16-key chunks; 32 chunks per split. */
 #define CUDA_ATTN_SPLIT 512
 #define CUDA_ATTN_CHUNK 16
+/* The largest split the kernels take (their chunk pointer table holds this many keys). */
+#define CUDA_ATTN_MAX_SPLIT 2048
 /* Warps per block of the attention kernels. */
 #define CUDA_ATTN_WARPS 4
 
