@@ -9,8 +9,8 @@
  * walks the keys of ONE split (CUDA_ATTN_SPLIT keys in the invariant mode) in chunks of 16
  * keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
  * mask, running max and sum, P rounded to bf16, acc += P V — and writes the split's
- * partial (acc, m, l) per (row, head); the warp that stores a row's last split (an atomic
- * counter per row and K/V head) combines the row's splits in split order. K/V chunks are staged through shared memory by cp.async (three stages);
+ * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
+ * in split order. K/V chunks are staged through shared memory by cp.async (three stages);
  * in the decode kernel each warp streams its own split (one work item per warp, the warps
  * of a block are consecutive K/V heads of the same blocks), in the prefill kernel the four
  * warps of a block share each chunk (one item of up to 4 tiles of one sequence).
@@ -19,7 +19,7 @@
  * chunks in the same order (a chunk processed for another row of the tile but invisible to
  * this one leaves its state bit-for-bit unchanged: max unchanged, scale exactly 1, p = 0,
  * and keys past the tile's last position are zero-filled so 0 * V is 0), the same split
- * boundaries and the same merge (one function, whichever warp runs it). An mma output element depends only on its own row of A,
+ * boundaries and the same merge. An mma output element depends only on its own row of A,
  * so a row's bits do not depend on which other rows share its tile: decode, prefill in any
  * chunking, and any batch give the same logits. Arithmetic that must not be contracted
  * uses __f*_rn; exp is ex2.approx (one instruction, the same everywhere).
@@ -287,66 +287,6 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
     }
 }
 
-/* The splits of (row, query head h) merged in split order into the row's output, by one
- * warp (lane: dims lane * hd/32 ..). Loads run ahead of the (sequential) arithmetic: each
- * lane holds one split's m and l, and the accumulators of 8 splits are loaded before they
- * are combined. Partials come from L2 (__ldcg): other SMs wrote them in this launch. */
-template <int HD>
-__device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const cuda_attn_row_t &row, int h, int lane)
-{
-    constexpr int DPL = HD / 32, AHEAD = 8;
-    float acc[DPL], M = kNegInf, L = 0.0f;
-    bool first = true;
-#pragma unroll
-    for (int d = 0; d < DPL; d++)
-        acc[d] = 0.0f;
-    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
-    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
-    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
-        const int cnt = min(32, row.n_splits - k0);
-        float mk = kNegInf, lk = 0.0f;
-        if (lane < cnt) {
-            mk = __ldcg(base + (size_t)(k0 + lane) * stride + HD);
-            lk = __ldcg(base + (size_t)(k0 + lane) * stride + HD + 1);
-        }
-        for (int kb = 0; kb < cnt; kb += AHEAD) {
-            float v[AHEAD][DPL];
-#pragma unroll
-            for (int j = 0; j < AHEAD; j++)
-#pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    v[j][d] = kb + j < cnt ? __ldcg(base + (size_t)(k0 + kb + j) * stride + lane * DPL + d) : 0.0f;
-#pragma unroll
-            for (int j = 0; j < AHEAD; j++) {
-                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
-                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
-                if (kb + j >= cnt || ms == kNegInf)
-                    continue;
-                if (first) {
-                    M = ms;
-                    L = ls;
-#pragma unroll
-                    for (int d = 0; d < DPL; d++)
-                        acc[d] = v[j][d];
-                    first = false;
-                    continue;
-                }
-                const float mn = fmaxf(M, ms);
-                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
-                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
-#pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
-                M = mn;
-            }
-        }
-    }
-    float *out = row.out + (size_t)h * HD + lane * DPL;
-#pragma unroll
-    for (int d = 0; d < DPL; d++)
-        out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
-}
-
 /*
  * One work item's split for the tiles of this block. PREFILL: the block's four warps take
  * tokens [w R, (w+1) R) of the item and share each chunk; otherwise each warp runs its own
@@ -382,6 +322,7 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
     ntok = it.n_rows - tok0;
     ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
 
+    const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
     int key_lo = it.split * a.split;
     const int key_hi = min(key_lo + a.split, it.pos_hi + 1);
     if (a.window > 0)
@@ -412,7 +353,7 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
 
     /* The chunk pointers, read from the block table once per item (the copies then never
      * wait on a dependent load). */
-    const void *const *table = a.table + 2 * (size_t)it.table;
+    const void *const *table = a.table + 2 * (size_t)grp.table;
     for (int i = tid; i < c_hi - c_lo; i += nthr) {
         const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
         const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
@@ -451,37 +392,79 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
     }
     cp_wait<0>();
 
-    if (ntok == 0)
-        return;
-    if (qi_g >= 0)
-        store_partial<HD>(t, 0, a.rows[qi_g], it.split, head * G + g % G, a, lane);
-    else
-        store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
-    if (qi_g8 >= 0)
-        store_partial<HD>(t, 1, a.rows[qi_g8], it.split, head * G + (g + 8) % G, a, lane);
-    else
-        store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
-    /* The warp storing a (row, K/V head)'s last split merges that row's G query heads (the
-     * classic last-block pattern: partials, fence, count; the last counter sees them all),
-     * then resets the counter for the next call. */
-    __threadfence();
-    __syncwarp();
-    for (int tk = 0; tk < ntok; tk++) {
-        const int qi = it.row0 + tok0 + tk;
-        const cuda_attn_row_t row = a.rows[qi];
-        if (it.split < row.s_first || it.split >= row.s_first + row.n_splits)
-            continue;
-        int last = 0;
-        if (lane == 0)
-            last = atomicAdd(&a.counters[(size_t)qi * a.n_kv_heads + head], 1) == row.n_splits - 1;
-        if (!__shfl_sync(0xffffffffu, last, 0))
-            continue;
-        __threadfence();
-        for (int gi = 0; gi < G; gi++)
-            merge_row_head<HD>(a, row, head * G + gi, lane);
-        if (lane == 0)
-            a.counters[(size_t)qi * a.n_kv_heads + head] = 0;
+    if (ntok > 0) {
+        if (qi_g >= 0)
+            store_partial<HD>(t, 0, a.rows[qi_g], it.split, head * G + g % G, a, lane);
+        else
+            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+        if (qi_g8 >= 0)
+            store_partial<HD>(t, 1, a.rows[qi_g8], it.split, head * G + (g + 8) % G, a, lane);
+        else
+            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
     }
+}
+
+/* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
+ * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of 8
+ * splits are loaded before they are combined. */
+template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
+{
+    constexpr int DPL = HD / 32, AHEAD = 8;
+    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= a.n_rows * a.n_heads)
+        return;
+    const int r = w / a.n_heads, h = w % a.n_heads;
+    const cuda_attn_row_t row = a.rows[r];
+    float acc[DPL], M = kNegInf, L = 0.0f;
+    bool first = true;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        acc[d] = 0.0f;
+    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
+    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
+    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
+        const int cnt = min(32, row.n_splits - k0);
+        float mk = kNegInf, lk = 0.0f;
+        if (lane < cnt) {
+            mk = base[(size_t)(k0 + lane) * stride + HD];
+            lk = base[(size_t)(k0 + lane) * stride + HD + 1];
+        }
+        for (int kb = 0; kb < cnt; kb += AHEAD) {
+            float v[AHEAD][DPL];
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++)
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    v[j][d] = kb + j < cnt ? base[(size_t)(k0 + kb + j) * stride + lane * DPL + d] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
+                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
+                if (kb + j >= cnt || ms == kNegInf)
+                    continue;
+                if (first) {
+                    M = ms;
+                    L = ls;
+#pragma unroll
+                    for (int d = 0; d < DPL; d++)
+                        acc[d] = v[j][d];
+                    first = false;
+                    continue;
+                }
+                const float mn = fmaxf(M, ms);
+                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
+                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
+                M = mn;
+            }
+        }
+    }
+    float *out = row.out + (size_t)h * HD + lane * DPL;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
 }
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
@@ -528,6 +511,21 @@ int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaS
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
     return dispatch<true>(a, head_dim, n_items, s);
+}
+
+int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)
+{
+    const size_t warps = (size_t)a->n_rows * a->n_heads;
+    if (!warps)
+        return 0;
+    const unsigned blocks = (unsigned)((warps + 3) / 4);
+    switch (head_dim) {
+    case 32: merge_kernel<32><<<blocks, 128, 0, s>>>(*a); break;
+    case 64: merge_kernel<64><<<blocks, 128, 0, s>>>(*a); break;
+    case 128: merge_kernel<128><<<blocks, 128, 0, s>>>(*a); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
 }
 
 } // extern "C"

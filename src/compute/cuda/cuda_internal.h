@@ -56,8 +56,7 @@ typedef struct {
     int row0, n_rows;
     int split;
     int pos_lo, pos_hi; /* the first and last row's positions */
-    int table;          /* the group's first pointer table entry (its cuda_attn_group_t.table) */
-    int pad[2];
+    int pad[3];
 } cuda_attn_item_t;
 
 typedef struct {
@@ -66,7 +65,6 @@ typedef struct {
     const cuda_attn_item_t *items;
     const void *const *table; /* [2 * entries] K, V block base pointers */
     float *partials;          /* records [CUDA_ATTN_REC(head_dim)] floats: acc[head_dim], m, l */
-    int *counters;            /* [n_rows * n_kv_heads] splits stored so far, 0 between calls */
     int n_items;
     int n_heads, n_kv_heads;
     int group_size;           /* n_heads / n_kv_heads (<= 16) */
@@ -87,12 +85,12 @@ typedef struct {
 /* Head dims the attention kernels are built for. */
 static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
-/* The decode kernel (one work item per warp; warps of a block are consecutive K/V heads)
- * and the prefill kernel (one item of up to 4 * tokens_per_warp rows per block, the warps
- * sharing each K/V chunk). Both store split partials; the warp that stores a (row, K/V
- * head)'s last split merges its splits into the output (counters). */
+/* The decode kernel (one work item per warp; warps of a block are consecutive K/V heads),
+ * the prefill kernel (one item of up to 4 * tokens_per_warp rows per block, the warps
+ * sharing each K/V chunk), and the merge of every row's splits into its output. */
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
+int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s);
 
 /* ---- elementwise and row kernels (kernels.cu) ------------------------------------------ */
 
