@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compute/cuda/cuda_host.h"
+#include "util/util.h"
 
 struct compute_attn {
     compute_attn_params_t p;
@@ -68,19 +69,15 @@ void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a)
     cairn_free(a);
 }
 
+/* The four per-group arrays grown together to n entries (a->g_cap counts all four). */
 static bool grow_groups(compute_attn_t *a, int n)
 {
-    if (n <= a->g_cap)
-        return true;
-    int cap = a->g_cap ? a->g_cap : 64;
-    while (cap < n)
-        cap *= 2;
     int **arr[4] = {&a->g_first, &a->g_count, &a->g_min, &a->g_max};
+    int cap = a->g_cap;
     for (int i = 0; i < 4; i++) {
-        int *p = cairn_realloc(*arr[i], (size_t)cap * sizeof(int));
-        if (!p)
+        cap = a->g_cap; /* each array grows from the same capacity to the same new one */
+        if (cairn_grow_array_int((void **)arr[i], &cap, n, sizeof(int), 64))
             return false;
-        *arr[i] = p;
     }
     a->g_cap = cap;
     return true;

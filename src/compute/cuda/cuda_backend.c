@@ -21,6 +21,7 @@
 
 #include "compute/cuda/cuda_host.h"
 #include "compute/type_traits.h"
+#include "util/util.h"
 
 static cuda_backend_t *cu(compute_backend_t *be) { return (cuda_backend_t *)be; }
 
@@ -441,12 +442,6 @@ static const compute_backend_ops_t ops = {
     .delta_rule = NULL,
 };
 
-static void set_err(char *err, size_t err_len, const char *fmt, const char *a, const char *b2)
-{
-    if (err && err_len)
-        snprintf(err, err_len, fmt, a, b2);
-}
-
 int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err, size_t err_len)
 {
     (void)opt;
@@ -454,28 +449,28 @@ int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t 
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess || n_dev < 1) {
-        set_err(err, err_len, "cuda backend: no CUDA device (%s%s)",
-                e != cudaSuccess ? cudaGetErrorString(e) : "none found", "");
+        cairn_errf(err, err_len, "cuda backend: no CUDA device (%s)",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "none found");
         (void)cudaGetLastError();
         return CAIRN_EUNSUPPORTED;
     }
     const int dev = (int)cairn_knob_int("CAIRN_CUDA_DEVICE", false, 0, 0, 0, 1023);
     if (dev >= n_dev) {
-        set_err(err, err_len, "cuda backend: CAIRN_CUDA_DEVICE names a device this machine lacks%s%s", "", "");
+        cairn_errf(err, err_len, "cuda backend: CAIRN_CUDA_DEVICE names a device this machine lacks (it has %d)", n_dev);
         return CAIRN_EUNSUPPORTED;
     }
     struct cudaDeviceProp prop;
     if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess || (e = cudaSetDevice(dev)) != cudaSuccess) {
-        set_err(err, err_len, "cuda backend: cannot use the device (%s%s)", cudaGetErrorString(e), "");
+        cairn_errf(err, err_len, "cuda backend: cannot use the device (%s)", cudaGetErrorString(e));
         return CAIRN_EUNSUPPORTED;
     }
     if (prop.major < 9) {
-        set_err(err, err_len, "cuda backend: %s is not sm_90 or newer (this build targets Hopper)%s", prop.name, "");
+        cairn_errf(err, err_len, "cuda backend: %s is not sm_90 or newer (this build targets Hopper)", prop.name);
         return CAIRN_EUNSUPPORTED;
     }
     cuda_backend_t *b = cairn_calloc(1, sizeof(*b));
     if (!b) {
-        set_err(err, err_len, "cuda backend: out of memory%s%s", "", "");
+        cairn_errf(err, err_len, "%s", "cuda backend: out of memory");
         return CAIRN_ENOMEM;
     }
     b->base.ops = &ops;
