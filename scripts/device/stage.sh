@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Stages what a run on the GPU device needs into DEST (default /work/main/.devcarry): the
-# CUDA build's binaries (debug info stripped), the non-system shared libraries they load,
-# the dense fixtures, the SDPA baseline and the run scripts. Usage:
-#   scripts/device/stage.sh [BUILD_DIR] [DEST]
+# Stages what a run on the GPU device needs into DEST: the CUDA build's binaries (debug
+# info stripped), the non-system shared libraries they load, the dense fixtures, the SDPA
+# baseline and the run scripts. Usage:
+#   scripts/device/stage.sh BUILD_DIR DEST
+# The device tool carries the checkout its session was started in (plus the git-ignored
+# folders named in its `carry`), so DEST must be an ignored folder of THAT checkout; there
+# is no default, since that checkout may be someone else's (the lead's /work/main), where
+# nothing may be written without asking.
 set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: scripts/device/stage.sh BUILD_DIR DEST" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/../.."
-BUILD=${1:-build-cuda}
-DEST=${2:-/work/main/.devcarry}
+BUILD=$1
+DEST=$2
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/fixtures/models"
 for b in src/cairn tests/compute/test_cuda_backend tests/engine/test_cuda_engine \
