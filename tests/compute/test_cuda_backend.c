@@ -87,7 +87,7 @@ static int setup(void **state)
     char err[256] = "";
     int rc = compute_backend_create("cuda", NULL, &gpu, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "cuda backend: %s\n", err);
+        fprintf(stderr, "%s\n", err); /* names the backend and the cause */
         return -1;
     }
     return compute_backend_create("cpu", NULL, &cpu, err, sizeof(err));

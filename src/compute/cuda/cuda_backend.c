@@ -354,15 +354,9 @@ static void cuda_kv_store(compute_backend_t *be, void *dst, cairn_dtype_t type, 
 {
     cuda_backend_t *b = cu(be);
     CAIRN_ASSERT(type == CAIRN_DTYPE_BF16); /* checked at bind (COMPUTE_OP_KV) */
-    if (b->kv_n == b->kv_cap) {
-        int cap = b->kv_cap ? 2 * b->kv_cap : 1024;
-        cuda_kv_store_t *p = cairn_realloc(b->kv_pending, (size_t)cap * sizeof(*p));
-        if (!p) {
-            cuda__fail(b, CAIRN_ENOMEM, "queueing a K/V store", 0);
-            return;
-        }
-        b->kv_pending = p;
-        b->kv_cap = cap;
+    if (cairn_grow_array_int((void **)&b->kv_pending, &b->kv_cap, b->kv_n + 1, sizeof(*b->kv_pending), 1024)) {
+        cuda__fail(b, CAIRN_ENOMEM, "queueing a K/V store", 0);
+        return;
     }
     b->kv_pending[b->kv_n++] = (cuda_kv_store_t){dst, src, n, 0};
 }

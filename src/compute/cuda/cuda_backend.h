@@ -13,8 +13,10 @@
  * the other rows of a call. Each GEMM shape runs one cuBLASLt algorithm chosen once, with
  * no split-K and no workspace, whatever the number of rows; attention splits every row's
  * keys at multiples of CUDA_ATTN_SPLIT and merges the splits in order, whatever the batch.
- * CAIRN_CUDA_INVARIANT=0 is the fastest mode: cuBLASLt's heuristic per row count (split-K,
- * workspace) and a split size fitted to the batch; its numerics id ends in "-fast".
+ * CAIRN_CUDA_INVARIANT=0 is the fast mode: cuBLASLt's heuristic per row count (split-K,
+ * workspace); its numerics id ends in "-fast". Attention keeps the fixed split in both
+ * modes (bench_cuda_attention's split sweep measures what a split fitted to the batch
+ * would gain).
  *
  * Thread-safety: as backend.h (one thread at a time per object).
  */

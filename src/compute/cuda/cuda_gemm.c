@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "compute/cuda/cuda_host.h"
+#include "util/util.h"
 
 #define FAST_WS_BYTES ((size_t)32 << 20)
 
@@ -229,14 +230,8 @@ static gemm_entry_t *entry(cuda_backend_t *b, cairn_dtype_t wt, int out, int in,
         if (c->e[i].wtype == wt && c->e[i].out == out && c->e[i].in == in && c->e[i].ldc == ldc &&
             c->e[i].rows_key == key)
             return &c->e[i];
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 16;
-        gemm_entry_t *p = cairn_realloc(c->e, (size_t)cap * sizeof(*p));
-        if (!p)
-            return NULL;
-        c->e = p;
-        c->cap = cap;
-    }
+    if (cairn_grow_array_int((void **)&c->e, &c->cap, c->n + 1, sizeof(*c->e), 16))
+        return NULL;
     gemm_entry_t *e = &c->e[c->n];
     memset(e, 0, sizeof(*e));
     e->wtype = wt;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "compute/cuda/cuda_host.h"
+#include "util/util.h"
 
 static bool drv_ok(cuda_kv_storage_t *s, CUresult r, const char *what)
 {
@@ -86,14 +87,8 @@ static int kvs_commit(void *ctx, uint8_t *base, size_t old_bytes, size_t new_byt
     if (new_bytes <= old_bytes)
         return CAIRN_OK;
     cudaSetDevice(s->be->device);
-    if (s->n_maps == s->cap_maps) {
-        int cap = s->cap_maps ? 2 * s->cap_maps : 16;
-        struct cuda_map *m = cairn_realloc(s->maps, (size_t)cap * sizeof(*m));
-        if (!m)
-            return CAIRN_ENOMEM;
-        s->maps = m;
-        s->cap_maps = cap;
-    }
+    if (cairn_grow_array_int((void **)&s->maps, &s->cap_maps, s->n_maps + 1, sizeof(*s->maps), 16))
+        return CAIRN_ENOMEM;
     const size_t size = new_bytes - old_bytes;
     const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(base + old_bytes);
     CUmemAllocationProp p = alloc_prop(s);
