@@ -175,7 +175,7 @@ static void test_wrapper_runs_the_text_model(void **state)
     (void)state;
     cairn_checkpoint_t *text = fixture_open(g_fixture);
     const cairn_model_config_t *tc = cairn_checkpoint_config(text);
-    int n;
+    int n = 0;
     int32_t *ids = fixture_prompt(g_fixture, "chat_short", &n);
     float *want = logits_of(text, ids, n);
 
