@@ -12,10 +12,14 @@
  * straight into the caller's destination, pool memory for a restore: no reply-sized
  * allocation), are dropped (a prefetched reply no read wants any more) or are kept.
  * After any fault (timeout, reset, protocol error, out of memory) a hiredis context is
- * unusable; the store closes it and connects anew.
+ * unusable; the store closes it and connects anew. Writing to a connection the server
+ * closed raises SIGPIPE, whose default action ends the process; a library must not change
+ * the process's dispositions, so every write runs with SIGPIPE blocked in the calling
+ * thread and a SIGPIPE it raised is consumed before the mask is restored (EPIPE remains).
  * Thread-safety: a connection is used by one thread at a time (its owner's lock).
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -153,6 +157,38 @@ static redis_fault_t fault_of(const redisContext *ctx, int saved_errno)
     return REDIS_FAULT_IO;
 }
 
+/* ---- SIGPIPE ---- */
+
+typedef struct {
+    sigset_t old;
+    bool was_pending;
+} pipe_guard_t;
+
+static void pipe_block(pipe_guard_t *g)
+{
+    sigset_t pipe_set, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigemptyset(&pending);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old);
+    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+}
+
+static void pipe_restore(pipe_guard_t *g)
+{
+    sigset_t pipe_set, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigemptyset(&pending);
+    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        const struct timespec zero = {0, 0};
+        int saved = errno;
+        (void)sigtimedwait(&pipe_set, NULL, &zero);
+        errno = saved;
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
 /* ---- connection ---- */
 
 static struct timeval tv_of(uint32_t ms)
@@ -250,20 +286,31 @@ int redis_conn_append(redis_conn_t *c, int argc, const char **argv, const size_t
 redis_fault_t redis_conn_send(redis_conn_t *c)
 {
     int done = 0;
+    redis_fault_t f = REDIS_FAULT_NONE;
+    pipe_guard_t g;
+    pipe_block(&g);
     do {
         errno = 0;
-        if (redisBufferWrite(c->ctx, &done) != REDIS_OK)
-            return fault_of(c->ctx, errno);
+        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
+            f = fault_of(c->ctx, errno);
+            break;
+        }
     } while (!done);
-    return REDIS_FAULT_NONE;
+    pipe_restore(&g);
+    return f;
 }
 
 rreply_t *redis_conn_reply(redis_conn_t *c, redis_fault_t *fault)
 {
     void *r = NULL;
+    pipe_guard_t g;
+    pipe_block(&g);
     errno = 0;
-    if (redisGetReply(c->ctx, &r) != REDIS_OK || !r) {
-        *fault = fault_of(c->ctx, errno);
+    int rc = redisGetReply(c->ctx, &r);
+    int saved = errno;
+    pipe_restore(&g);
+    if (rc != REDIS_OK || !r) {
+        *fault = fault_of(c->ctx, saved);
         return NULL;
     }
     *fault = REDIS_FAULT_NONE;

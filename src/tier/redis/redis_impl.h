@@ -159,7 +159,7 @@ typedef struct redis_store {
     uint64_t queued_bytes;     /* of queued and in-flight jobs */
     redis_known_t *known;      /* [REDIS_KNOWN_SETS * REDIS_KNOWN_WAYS] */
     cairn_shared_tier_stats_t c;
-    bool server_error_run;     /* an error reply was logged; cleared by the next success */
+    char logged_errors[8][16]; /* error reply codes ("OOM", "READONLY") logged since the last connect */
     uint64_t down_since_ms;
 
     /* I/O thread (its own). */
@@ -179,6 +179,9 @@ void redis__known_clear_locked(redis_store_t *s);
 /* The server became unreachable (an op failed with `f`, or a connection attempt): counts
  * the fault and, on the transition, the outage (logged once). Caller holds mu. */
 void redis__fault_locked(redis_store_t *s, redis_fault_t f, const char *what);
+/* Whether an error reply with this text is the first of its code since the last connect
+ * (then it is remembered and should be logged). Caller holds mu. */
+bool redis__first_error_locked(redis_store_t *s, const char *text);
 /* Read side: drops the read connection after a fault (caller holds rd_mu, not mu). */
 void redis__drop_reader(redis_store_t *s, redis_fault_t f, const char *what);
 

@@ -206,18 +206,33 @@ void redis__drop_reader(redis_store_t *s, redis_fault_t f, const char *what)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* An error reply: counted, logged when a run of them begins. */
+bool redis__first_error_locked(redis_store_t *s, const char *text)
+{
+    char code[16];
+    size_t n = strcspn(text, " ");
+    n = n < sizeof code - 1 ? n : sizeof code - 1;
+    memcpy(code, text, n);
+    code[n] = '\0';
+    size_t i = 0;
+    for (; i < CAIRN_ARRAY_LEN(s->logged_errors) && s->logged_errors[i][0]; i++)
+        if (!strcmp(s->logged_errors[i], code))
+            return false;
+    if (i < CAIRN_ARRAY_LEN(s->logged_errors))
+        memcpy(s->logged_errors[i], code, n + 1);
+    return true; /* a full table logs every further new code: still bounded by its kinds */
+}
+
+/* An error reply: counted; logged the first time its code is seen since the last connect. */
 static void server_error(redis_store_t *s, const char *what, const char *text)
 {
     pthread_mutex_lock(&s->mu);
     s->c.server_errors++;
     s->c.faults++;
-    bool log = !s->server_error_run;
-    s->server_error_run = true;
+    bool log = redis__first_error_locked(s, text);
     pthread_mutex_unlock(&s->mu);
     if (log)
-        cairn_log(CAIRN_LOG_WARN, "shared tier: %s refused by %s: %s (further refusals are counted, not logged)",
-                  what, s->url.text, text);
+        cairn_log(CAIRN_LOG_WARN, "shared tier: %s refused by %s: %s (further %.*s refusals are counted, not logged)",
+                  what, s->url.text, text, (int)strcspn(text, " "), text);
 }
 
 static void unavailable(redis_store_t *s)
@@ -532,7 +547,6 @@ static int rs_get(cairn_tier_store_t *t, const cairn_tier_object_t *want, cairn_
         s->c.tier.hits++;
         s->c.tier.reads++;
         s->c.tier.bytes_restored += g.payload;
-        s->server_error_run = false;
         redis__known_set_locked(s, &want->key, KNOWN_PRESENT);
     } else if (rc == CAIRN_ENOENT) {
         s->c.tier.misses++;

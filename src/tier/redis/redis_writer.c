@@ -69,7 +69,7 @@ int redis__connect(redis_store_t *s, char *err, size_t err_len)
     bool was_down = s->c.outages > 0;
     double down_s = was_down ? (double)(redis__now_ms() - s->down_since_ms) / 1e3 : 0;
     s->up = true;
-    s->server_error_run = false;
+    memset(s->logged_errors, 0, sizeof s->logged_errors);
     /* The server may have restarted empty or evicted while we could not see it. */
     redis__known_clear_locked(s);
     if (was_down)
@@ -259,7 +259,6 @@ static void write_batch(redis_store_t *s)
         bool done = true;
         if (r && r->type == REDIS_REPLY_STATUS) {
             s->c.tier.bytes_written += j->len;
-            s->server_error_run = false;
             redis__known_set_locked(s, &j->key, KNOWN_PRESENT);
         } else if (r && r->type == REDIS_REPLY_NIL) {
             redis__known_set_locked(s, &j->key, KNOWN_PRESENT); /* held already: not rewritten */
@@ -267,8 +266,9 @@ static void write_batch(redis_store_t *s)
             s->c.tier.write_errors++;
             s->c.server_errors++;
             s->c.faults++;
-            if (!s->server_error_run && !first_error[0])
-                snprintf(first_error, sizeof first_error, "%s", r->type == REDIS_REPLY_ERROR ? r->text : "unexpected reply");
+            const char *text = r->type == REDIS_REPLY_ERROR ? r->text : "unexpected reply";
+            if (!first_error[0] && redis__first_error_locked(s, text))
+                snprintf(first_error, sizeof first_error, "%s", text);
             redis__known_set_locked(s, &j->key, KNOWN_NONE);
         } else if (++j->tries < 2) {
             done = false; /* no reply: sent again after the reconnect */
@@ -293,8 +293,6 @@ static void write_batch(redis_store_t *s)
         if (!s->tail)
             s->tail = j;
     }
-    if (first_error[0])
-        s->server_error_run = true;
     if (f)
         redis__fault_locked(s, f, "SET");
     pthread_cond_broadcast(&s->cv_room);
@@ -302,8 +300,8 @@ static void write_batch(redis_store_t *s)
         pthread_cond_broadcast(&s->cv_idle);
     if (first_error[0]) {
         pthread_mutex_unlock(&s->mu);
-        cairn_log(CAIRN_LOG_WARN, "shared tier: write refused by %s: %s (further refusals are counted, not logged)",
-                  s->url.text, first_error);
+        cairn_log(CAIRN_LOG_WARN, "shared tier: write refused by %s: %s (further %.*s refusals are counted, not logged)",
+                  s->url.text, first_error, (int)strcspn(first_error, " "), first_error);
         pthread_mutex_lock(&s->mu);
     }
 }
