@@ -303,12 +303,17 @@ redis_fault_t redis_conn_send(redis_conn_t *c)
 rreply_t *redis_conn_reply(redis_conn_t *c, redis_fault_t *fault)
 {
     void *r = NULL;
+    /* Only a pending output buffer is written (its commands start with '*'); a read
+     * needs no guard, and a restore reads far more replies than it sends commands. */
+    bool writes = c->ctx->obuf && c->ctx->obuf[0];
     pipe_guard_t g;
-    pipe_block(&g);
+    if (writes)
+        pipe_block(&g);
     errno = 0;
     int rc = redisGetReply(c->ctx, &r);
     int saved = errno;
-    pipe_restore(&g);
+    if (writes)
+        pipe_restore(&g);
     if (rc != REDIS_OK || !r) {
         *fault = fault_of(c->ctx, saved);
         return NULL;

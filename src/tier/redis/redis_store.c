@@ -736,7 +736,8 @@ static int with_items(redis_store_t *s, int (*fn)(redis_store_t *s, maint_list_t
     maint_list_t L = {0};
     int rc = !s->rd ? CAIRN_EIO : collect(s, &L);
     if (rc == CAIRN_OK) {
-        qsort(L.items, L.n, sizeof *L.items, by_idle_desc);
+        if (L.n)
+            qsort(L.items, L.n, sizeof *L.items, by_idle_desc);
         rc = fn(s, &L, user);
     }
     pthread_mutex_unlock(&s->rd_mu);
