@@ -240,12 +240,16 @@ void engine_cold_close(engine_cold_t *c)
     /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
      * finishes at most the queue depth of blocks still queued (the shared store: what
      * it can write while the server answers). A lent store is only drained: its owner
-     * destroys it. The layered store's queue length is both tiers'. */
+     * destroys it. */
     double deadline = now_seconds() + c->drain_ms / 1e3;
     for (;;) {
         cairn_tier_stats_t st;
-        cairn_tier_store_stats(c->store, &st);
-        if (st.queue_len == 0 || now_seconds() >= deadline)
+        cairn_tier_store_stats(c->local, &st);
+        /* An unreachable shared tier keeps its queue: waiting for it would only delay
+         * the exit by the whole deadline. */
+        cairn_shared_tier_stats_t sh;
+        bool shared_busy = cairn_shared_tier_stats(c->shared, &sh) == CAIRN_OK && sh.connected && sh.tier.queue_len;
+        if ((st.queue_len == 0 && !shared_busy) || now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
