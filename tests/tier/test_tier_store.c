@@ -45,7 +45,10 @@ static void fs_damage(void *ctx, cairn_tier_store_t *s, const cairn_tier_key_t *
     (void)s;
     char hex[65], path[4096];
     cairn_tier_hash_hex(&key->hash, hex);
-    snprintf(path, sizeof path, "%s/%.2s/%s.kv", cairn_cold_store_dir(c->fs), hex, hex);
+    if (key->kind == CAIRN_TIER_STATE)
+        snprintf(path, sizeof path, "%s/%.2s/%s.%u.st", cairn_cold_store_dir(c->fs), hex, hex, key->group);
+    else
+        snprintf(path, sizeof path, "%s/%.2s/%s.kv", cairn_cold_store_dir(c->fs), hex, hex);
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     struct stat st;
