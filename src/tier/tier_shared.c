@@ -15,17 +15,12 @@
 #include <string.h>
 
 #include "cairn/shared_tier.h"
+#include "util/util.h"
 
 #define AUTH_MAX 4096
 
 int tier_shared_parse_auth(const char *text, size_t len, char **username, char **password, char *err,
                            size_t err_len);
-
-static void say(char *err, size_t err_len, const char *fmt, const char *what)
-{
-    if (err && err_len)
-        snprintf(err, err_len, fmt, what);
-}
 
 static bool blank(char c) { return c == ' ' || c == '\t'; }
 
@@ -48,12 +43,12 @@ int tier_shared_parse_auth(const char *text, size_t len, char **username, char *
         while (j < end && !blank(text[j]))
             j++;
         if (n == 2) {
-            say(err, err_len, "%s: expected 'PASSWORD' or 'USERNAME PASSWORD' on the first line", "shared tier auth");
+            cairn_errf(err, err_len, "shared tier auth: expected 'PASSWORD' or 'USERNAME PASSWORD' on the first line");
             return CAIRN_EINVAL;
         }
         for (size_t k = i; k < j; k++)
             if ((unsigned char)text[k] < 0x20 || text[k] == 0x7f) {
-                say(err, err_len, "%s: control characters in the credentials", "shared tier auth");
+                cairn_errf(err, err_len, "shared tier auth: control characters in the credentials");
                 return CAIRN_EINVAL;
             }
         w[n] = text + i;
@@ -61,7 +56,7 @@ int tier_shared_parse_auth(const char *text, size_t len, char **username, char *
         i = j;
     }
     if (!n) {
-        say(err, err_len, "%s: empty (expected 'PASSWORD' or 'USERNAME PASSWORD')", "shared tier auth");
+        cairn_errf(err, err_len, "shared tier auth: empty (expected 'PASSWORD' or 'USERNAME PASSWORD')");
         return CAIRN_EINVAL;
     }
     char *u = n == 2 ? cairn_strndup(w[0], wl[0]) : NULL;
@@ -69,7 +64,7 @@ int tier_shared_parse_auth(const char *text, size_t len, char **username, char *
     if (!p || (n == 2 && !u)) {
         cairn_free(u);
         cairn_free(p);
-        say(err, err_len, "%s: out of memory", "shared tier auth");
+        cairn_errf(err, err_len, "shared tier auth: out of memory");
         return CAIRN_ENOMEM;
     }
     *username = u;
@@ -89,13 +84,13 @@ int cairn_shared_tier_read_auth(const char *file, char **username, char **passwo
     FILE *f = fopen(file, "re");
     if (!f) {
         if (err && err_len)
-            snprintf(err, err_len, "shared tier auth file %s: %s", file, strerror(errno));
+            cairn_errf(err, err_len, "shared tier auth file %s: %s", file, strerror(errno));
         return CAIRN_EIO;
     }
     char *buf = cairn_malloc(AUTH_MAX);
     if (!buf) {
         fclose(f);
-        say(err, err_len, "%s: out of memory", "shared tier auth");
+        cairn_errf(err, err_len, "shared tier auth: out of memory");
         return CAIRN_ENOMEM;
     }
     size_t n = fread(buf, 1, AUTH_MAX, f);
@@ -104,7 +99,7 @@ int cairn_shared_tier_read_auth(const char *file, char **username, char **passwo
     int rc;
     if (failed) {
         if (err && err_len)
-            snprintf(err, err_len, "shared tier auth file %s: read error", file);
+            cairn_errf(err, err_len, "shared tier auth file %s: read error", file);
         rc = CAIRN_EIO;
     } else {
         rc = tier_shared_parse_auth(buf, n, username, password, err, err_len);

@@ -14,6 +14,8 @@
  *      conversation to B neither hits (nothing restored) nor reads (no command that names
  *      a key of alpha's domain reaches Redis: MONITOR) nor overwrites (alpha's values are
  *      byte-identical afterwards) alpha's keys; alpha on B still restores them.
+ *   4. `cairn cache stats --shared-tier` shows the server, its policy and the model's keys;
+ *      `cairn cache verify --shared-tier` deletes a value damaged on the server.
  * Every child is killed on failure paths; nothing talks to any non-loopback address.
  */
 #include <poll.h>
@@ -444,6 +446,68 @@ static void test_tenants_apart(void **state)
     cJSON_Delete(msgs);
 }
 
+/* Runs `cairn cache ARGS` and returns its stdout (malloc'd) and exit status. */
+static char *cache_cli(const char *args, int *status)
+{
+    char cmdline[512];
+    snprintf(cmdline, sizeof cmdline, "'%s' cache %s 2>/dev/null", CAIRN_BIN, args);
+    FILE *p = popen(cmdline, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    size_t n;
+    while ((n = fread(out + len, 1, cap - 1 - len, p)) > 0)
+        len += n;
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/* `cairn cache` shows and maintains the tier: stats name the server, its policy and this
+ * model's keys; verify reads every value and deletes one that was damaged. */
+static void test_cache_cli(void **state)
+{
+    (void)state;
+    size_t keys = wait_keys(1); /* the servers' last captures have landed */
+    assert_true(keys > 0);
+    char args[300];
+    int status;
+    snprintf(args, sizeof args, "stats --json --dir '%s' --shared-tier %s", g_dir_b, g_redis.url);
+    char *out = cache_cli(args, &status);
+    fprintf(stderr, "cairn cache stats:\n%s", out);
+    assert_int_equal(status, 0);
+    char want[128];
+    snprintf(want, sizeof want, "{\"shared_tier\":\"%s/0\"", g_redis.url);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "\"maxmemory_policy\":\"noeviction\"")); /* the test server's default */
+    const char *shared = strstr(out, "\"tier\":\"shared\"");
+    assert_non_null(shared);
+    const char *objs = strstr(shared, "\"objects\":");
+    assert_non_null(objs);
+    assert_int_equal(strtoull(objs + strlen("\"objects\":"), NULL, 10), keys);
+    free(out);
+    /* One value damaged on the server: verify finds it, deletes it, exits 1. */
+    redisReply *all = rcmd("KEYS cairn:*");
+    assert_true(all->elements > 0);
+    redisReply *v = rcmd("GET %s", all->element[0]->str);
+    v->str[v->len - 1] ^= 0x01;
+    freeReplyObject(rcmd("SET %s %b", all->element[0]->str, v->str, v->len));
+    freeReplyObject(v);
+    snprintf(args, sizeof args, "verify --shared-tier %s", g_redis.url);
+    out = cache_cli(args, &status);
+    fprintf(stderr, "cairn cache verify:\n%s", out);
+    assert_int_equal(status, 1);
+    assert_non_null(strstr(out, "1 invalid deleted"));
+    free(out);
+    redisReply *e = rcmd("EXISTS %s", all->element[0]->str);
+    assert_int_equal(e->integer, 0);
+    freeReplyObject(e);
+    freeReplyObject(all);
+    assert_int_equal(count_keys(), keys - 1);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -485,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_conversation_moves_to_b),
         cmocka_unit_test(test_redis_restarted_empty),
         cmocka_unit_test(test_tenants_apart),
+        cmocka_unit_test(test_cache_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

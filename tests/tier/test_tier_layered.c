@@ -8,7 +8,8 @@
  *   - a block the local store finds invalid is read from the remote store into the same
  *     destination (asked for once);
  *   - captures reach both tiers, a remote refusal never fails them;
- *   - a STATE object the local tier refuses lives in the remote one.
+ *   - over the filesystem store: a block of a group it does not hold lives in the remote
+ *     tier alone; STATE sidecars, which it holds, follow the same order as blocks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,10 +199,13 @@ static void test_put_both(void **state)
     cairn_tier_store_destroy(R);
 }
 
-static void *one_buf(void *user, size_t size) { return size == T_PAYLOAD ? user : NULL; }
+static void *one_buf(void *user, size_t size) { return size <= T_PAYLOAD ? user : NULL; }
 
-/* The local SSD store refuses STATE objects: they live in the remote tier alone. */
-static void test_state_in_remote_only(void **state)
+/* Over the filesystem store as the local tier: a BLOCK of a group it does not hold (it
+ * keeps group 0 only) lives in the remote tier alone, read from there and never counted as
+ * a failed promotion; STATE sidecars, which it holds, follow the tier order like blocks
+ * (captured to both, a local hit never asks the remote tier, a remote-only one promoted). */
+static void test_kinds_over_fs(void **state)
 {
     (void)state;
     char *root = t_mkroot();
@@ -211,21 +215,18 @@ static void test_state_in_remote_only(void **state)
     cairn_tier_store_t *L = cairn_cold_store_tier(fs), *R, *S;
     assert_int_equal(tier_mem_create(NULL, &R), CAIRN_OK);
     assert_int_equal(cairn_tier_layered_create(L, R, &S), CAIRN_OK);
+    /* A group-1 block: the remote tier's alone. */
     cairn_tier_object_t o;
     int32_t tk[T_TOKENS];
     uint8_t pay[T_PAYLOAD];
     t_object(SEED, 1, &o, tk, pay);
-    static const uint8_t layout[] = "bf16;1;[64]";
-    o.key.kind = CAIRN_TIER_STATE;
-    o.tokens = NULL;
-    o.n_tokens = 0;
-    o.boundary = 2 * T_TOKENS;
-    o.layout = layout;
-    o.layout_size = sizeof layout;
+    o.key.group = 1;
     bool q = false;
     assert_int_equal(cairn_tier_store_put(S, &o, 0, &q), CAIRN_OK);
     assert_true(q);
+    cairn_tier_store_flush(S);
     assert_true(cairn_tier_store_contains(R, &o.key));
+    assert_false(cairn_tier_store_contains(L, &o.key));
     assert_int_equal(cairn_tier_store_chain_length(S, &o.key, 1), 1);
     uint8_t got[T_PAYLOAD];
     cairn_tier_object_t want = o;
@@ -238,6 +239,40 @@ static void test_state_in_remote_only(void **state)
     assert_int_equal(c.remote_hits, 1);
     assert_int_equal(c.promoted, 0);
     assert_int_equal(c.promote_drops, 0); /* a kind the local tier does not hold: no drop */
+    /* A sidecar captured through the layered store: both tiers; read locally. */
+    cairn_tier_object_t st;
+    uint8_t lay[T_STATE_LAYOUT], spay[T_PAYLOAD];
+    t_state(SEED, 2, 1, &st, lay, spay);
+    assert_int_equal(cairn_tier_store_put(S, &st, 1000, &q), CAIRN_OK);
+    assert_true(q);
+    cairn_tier_store_flush(S);
+    assert_true(cairn_tier_store_contains(L, &st.key));
+    assert_true(cairn_tier_store_contains(R, &st.key));
+    tier_mem_calls_t r0, r1;
+    tier_mem_calls(R, &r0);
+    want = st;
+    want.payload = NULL;
+    want.payload_size = 0;
+    assert_int_equal(cairn_tier_store_get(S, &want, one_buf, got), CAIRN_OK);
+    assert_memory_equal(got, spay, st.payload_size);
+    tier_mem_calls(R, &r1);
+    assert_int_equal(r1.get, r0.get);
+    /* A sidecar only the remote tier holds: read from it, then promoted to the disk. */
+    t_state(SEED, 3, 1, &st, lay, spay);
+    assert_int_equal(cairn_tier_store_put(R, &st, 1000, &q), CAIRN_OK);
+    cairn_tier_store_flush(R);
+    assert_false(cairn_tier_store_contains(L, &st.key));
+    want = st;
+    want.payload = NULL;
+    want.payload_size = 0;
+    memset(got, 0, sizeof got);
+    assert_int_equal(cairn_tier_store_get(S, &want, one_buf, got), CAIRN_OK);
+    assert_memory_equal(got, spay, st.payload_size);
+    cairn_tier_layered_counters(S, &c);
+    assert_int_equal(c.remote_hits, 2);
+    assert_int_equal(c.promoted, 1);
+    cairn_tier_store_flush(S);
+    assert_true(cairn_tier_store_contains(L, &st.key));
     cairn_tier_store_destroy(S);
     cairn_tier_store_destroy(R);
     cairn_cold_store_destroy(fs);
@@ -264,7 +299,7 @@ int main(void)
         cmocka_unit_test(test_order_and_promotion),
         cmocka_unit_test(test_local_corrupt_falls_back),
         cmocka_unit_test(test_put_both),
-        cmocka_unit_test(test_state_in_remote_only),
+        cmocka_unit_test(test_kinds_over_fs),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

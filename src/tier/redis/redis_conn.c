@@ -204,12 +204,12 @@ static int setup_call(redis_conn_t *c, const char *what, int argc, const char **
     redis_fault_t f = REDIS_FAULT_NONE;
     rreply_t *r = redis_conn_call(c, &f, argc, argv, lens);
     if (!r) {
-        snprintf(err, err_len, "%s: %s (%s)", what, redis_fault_name(f), c->ctx->errstr);
+        cairn_errf(err, err_len, "%s: %s (%s)", what, redis_fault_name(f), c->ctx->errstr);
         return f == REDIS_FAULT_NOMEM ? CAIRN_ENOMEM : CAIRN_EIO;
     }
     int rc = CAIRN_OK;
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, err_len, "%s refused: %s", what, r->text);
+        cairn_errf(err, err_len, "%s refused: %s", what, r->text);
         rc = CAIRN_EIO;
     }
     rreply_free(r);
@@ -222,22 +222,22 @@ int redis_conn_open(const redis_url_t *u, const char *username, const char *pass
     *out = NULL;
     redis_conn_t *c = cairn_calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, err_len, "out of memory");
+        cairn_errf(err, err_len, "out of memory");
         return CAIRN_ENOMEM;
     }
     int rc = CAIRN_EIO;
     c->ctx = redisConnectWithTimeout(u->host, u->port, tv_of(timeout_ms));
     if (!c->ctx) {
-        snprintf(err, err_len, "cannot allocate a connection");
+        cairn_errf(err, err_len, "cannot allocate a connection");
         rc = CAIRN_ENOMEM;
         goto fail;
     }
     if (c->ctx->err) {
-        snprintf(err, err_len, "cannot connect to %s:%d: %s", u->host, u->port, c->ctx->errstr);
+        cairn_errf(err, err_len, "cannot connect to %s:%d: %s", u->host, u->port, c->ctx->errstr);
         goto fail;
     }
     if (redisSetTimeout(c->ctx, tv_of(timeout_ms)) != REDIS_OK) {
-        snprintf(err, err_len, "cannot set the I/O timeout: %s", c->ctx->errstr);
+        cairn_errf(err, err_len, "cannot set the I/O timeout: %s", c->ctx->errstr);
         goto fail;
     }
     (void)redisEnableKeepAlive(c->ctx);

@@ -24,6 +24,7 @@
 
 #include "cairn/shared_tier.h"
 #include "tier/tier_object.h"
+#include "util/util.h"
 
 /* ---- URL (redis_url.c) ------------------------------------------------------------ */
 
@@ -169,7 +170,8 @@ typedef struct redis_store {
     uint32_t backoff_ms;
 } redis_store_t;
 
-uint64_t redis__now_ms(void);
+/* Milliseconds on the monotonic clock (util's), as the store's integer stamps. */
+static inline uint64_t redis__now_ms(void) { return (uint64_t)cairn_now_ms(); }
 /* Writes the key text of k into out (REDIS_KEY_MAX); returns its length. */
 size_t redis__key_text(const redis_store_t *s, const cairn_tier_key_t *k, char *out);
 /* Key cache. Caller holds mu. */

@@ -37,19 +37,13 @@
 #include <xxhash.h>
 
 #include "tier/redis/redis_impl.h"
+#include "util/util.h"
 
 #define EXISTS_BATCH 64
 #define SCAN_COUNT "512"
 #define MAINT_BATCH 128
 
 static redis_store_t *rs_of(cairn_tier_store_t *t) { return (redis_store_t *)t; }
-
-uint64_t redis__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* ---- keys ---- */
 
@@ -662,15 +656,9 @@ static int collect(redis_store_t *s, maint_list_t *L)
             cairn_tier_key_t key;
             if (!k || !k->str || !key_parse(s, k->str, k->len, &key))
                 continue;
-            if (L->n == L->cap) {
-                size_t nc = L->cap ? 2 * L->cap : 256;
-                maint_item_t *ni = cairn_realloc(L->items, nc * sizeof *ni);
-                if (!ni) {
-                    rreply_free(r);
-                    return CAIRN_ENOMEM;
-                }
-                L->items = ni;
-                L->cap = nc;
+            if (cairn_grow_array((void **)&L->items, &L->cap, L->n + 1, sizeof *L->items, 256)) {
+                rreply_free(r);
+                return CAIRN_ENOMEM;
             }
             maint_item_t *it = &L->items[L->n++];
             memset(it, 0, sizeof *it);
@@ -970,7 +958,7 @@ static int copy_layout(redis_store_t *s, const cairn_tier_layout_t *L, char *err
         return CAIRN_OK;
     if (!L->groups || L->n_groups > 64 || !cairn_dtype_size(L->dtype) || !L->block_tokens ||
         L->block_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS) {
-        snprintf(err, err_len, "shared tier: bad block layout (element type, tokens per block or groups)");
+        cairn_errf(err, err_len, "shared tier: bad block layout (element type, tokens per block or groups)");
         return CAIRN_EINVAL;
     }
     if (!(s->groups = cairn_calloc(L->n_groups, sizeof *s->groups)))
@@ -979,7 +967,7 @@ static int copy_layout(redis_store_t *s, const cairn_tier_layout_t *L, char *err
     for (uint32_t g = 0; g < L->n_groups; g++) {
         const cairn_tier_group_layout_t *in = &L->groups[g];
         if (!in->n_layers || in->n_layers > TIER_OBJECT_MAX_LAYERS || !in->layer_bytes) {
-            snprintf(err, err_len, "shared tier: bad block layout of cache group %u", g);
+            cairn_errf(err, err_len, "shared tier: bad block layout of cache group %u", g);
             return CAIRN_EINVAL;
         }
         redis_group_t *o = &s->groups[g];
@@ -991,7 +979,7 @@ static int copy_layout(redis_store_t *s, const cairn_tier_layout_t *L, char *err
             o->payload_bytes += in->layer_bytes[l];
         }
         if (!o->payload_bytes || o->payload_bytes > TIER_OBJECT_MAX_PAYLOAD) {
-            snprintf(err, err_len, "shared tier: block payload of cache group %u out of range", g);
+            cairn_errf(err, err_len, "shared tier: block payload of cache group %u out of range", g);
             return CAIRN_EINVAL;
         }
     }
@@ -1011,7 +999,7 @@ int cairn_shared_tier_open(const cairn_shared_tier_config_t *cfg, const cairn_ti
         return CAIRN_EINVAL;
     *out = NULL;
     if (!cfg || !layout) {
-        snprintf(err, err_len, "shared tier: no configuration");
+        cairn_errf(err, err_len, "shared tier: no configuration");
         return CAIRN_EINVAL;
     }
     redis_url_t u;
@@ -1072,7 +1060,7 @@ int cairn_shared_tier_open(const cairn_shared_tier_config_t *cfg, const cairn_ti
         cairn_log(CAIRN_LOG_INFO, "shared tier: %s (key TTL %u s)", s->url.text, s->ttl_s);
     }
     if ((rc = redis__writer_start(s))) {
-        snprintf(err, err_len, "shared tier: cannot start its I/O thread");
+        cairn_errf(err, err_len, "shared tier: cannot start its I/O thread");
         goto fail;
     }
     *out = &s->base;
@@ -1193,7 +1181,7 @@ int cairn_shared_tier_list_models(const cairn_shared_tier_config_t *cfg,
         rreply_t *r = redis_conn_call(c, &f, 6, argv, lens);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !r->element[0] || !r->element[0]->str ||
             !r->element[1] || r->element[1]->type != REDIS_REPLY_ARRAY) {
-            snprintf(err, err_len, "shared tier %s: SCAN failed (%s)", u.text,
+            cairn_errf(err, err_len, "shared tier %s: SCAN failed (%s)", u.text,
                      r ? (r->type == REDIS_REPLY_ERROR ? r->text : "unexpected reply") : redis_fault_name(f));
             rreply_free(r);
             rc = r || f != REDIS_FAULT_NOMEM ? CAIRN_EIO : CAIRN_ENOMEM;
@@ -1215,15 +1203,9 @@ int cairn_shared_tier_list_models(const cairn_shared_tier_config_t *cfg,
                 dup = !memcmp(seen[j].bytes, fp.bytes, 32);
             if (dup)
                 continue;
-            if (n_seen == cap) {
-                size_t nc = cap ? 2 * cap : 16;
-                cairn_tier_hash_t *ns = cairn_realloc(seen, nc * sizeof *ns);
-                if (!ns) {
-                    rc = CAIRN_ENOMEM;
-                    break;
-                }
-                seen = ns;
-                cap = nc;
+            if (cairn_grow_array((void **)&seen, &cap, n_seen + 1, sizeof *seen, 16)) {
+                rc = CAIRN_ENOMEM;
+                break;
             }
             seen[n_seen++] = fp;
         }

@@ -18,8 +18,7 @@
 
 static void say(char *err, size_t err_len, const char *url, const char *why)
 {
-    if (err && err_len)
-        snprintf(err, err_len, "shared tier URL '%.120s': %s", url, why);
+    cairn_errf(err, err_len, "shared tier URL '%.120s': %s", url, why);
 }
 
 static bool host_char(char c)
@@ -147,7 +146,7 @@ int redis_url_supported(const redis_url_t *u, char *err, size_t err_len)
         return CAIRN_OK;
     /* hiredis gained TLS (the separate hiredis_ssl library) in 1.0; Debian 12 ships 0.14. */
     if (err && err_len)
-        snprintf(err, err_len,
+        cairn_errf(err, err_len,
                  "shared tier URL '%s': TLS (rediss://) needs hiredis built with SSL support (hiredis >= 1.0 "
                  "with hiredis_ssl); this build uses hiredis %d.%d.%d without it. Use redis:// on a trusted "
                  "network or a TLS tunnel (stunnel, spiped) to the server",

@@ -72,12 +72,14 @@ int redis__connect(redis_store_t *s, char *err, size_t err_len)
     memset(s->logged_errors, 0, sizeof s->logged_errors);
     /* The server may have restarted empty or evicted while we could not see it. */
     redis__known_clear_locked(s);
-    if (was_down)
+    /* Logged under mu, as the outage is: whoever sees the store reachable again also
+     * finds the reconnect logged. */
+    if (was_down) {
         s->c.reconnects++;
+        cairn_log(CAIRN_LOG_WARN, "shared tier: reconnected to %s after %.1f s", s->url.text, down_s);
+    }
     pthread_cond_broadcast(&s->cv_room);
     pthread_mutex_unlock(&s->mu);
-    if (was_down)
-        cairn_log(CAIRN_LOG_WARN, "shared tier: reconnected to %s after %.1f s", s->url.text, down_s);
     return CAIRN_OK;
 }
 

@@ -3,12 +3,14 @@
  * redis-server (redis_server.h): the URL and credentials, the key format of both kinds,
  * tenant domains kept apart, pipelined reads through the tier's restore walk, and every
  * fault the issue names — the server down at start, killed mid-run, restarted empty, slow
- * (CLIENT PAUSE), a value truncated, replaced with another model's or another block's
- * bytes, write refusals (maxmemory with noeviction) and wrong credentials. For each: the
+ * (CLIENT PAUSE, and replies delayed by a proxy), a value truncated, replaced with another model's or another block's
+ * bytes, write refusals (maxmemory with noeviction), eviction by Redis (maxmemory with
+ * allkeys-lru) and wrong credentials. For each: the
  * store keeps answering (a miss, never an error that reaches inference), nothing invalid
  * is handed out, the fault is counted and logged once, and the store reconnects.
  * The general contract (round trip, holes, declines, maintenance) is test_tier_store.c.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -20,6 +22,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "tier/redis/latency_proxy.h"
 #include "tier/redis/redis_server.h"
 #include "tier/tier_test_util.h"
 
@@ -31,31 +34,41 @@ int tier_shared_parse_auth(const char *text, size_t len, char **username, char *
 
 /* ---- a log that remembers ---- */
 
+/* The stores log from their I/O threads too: the buffer is under g_log_mu. */
 static char g_log[64 * 1024];
 static size_t g_log_len;
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void log_to_buffer(cairn_log_level_t level, const char *msg, void *user)
 {
     (void)level;
     (void)user;
+    pthread_mutex_lock(&g_log_mu);
     int n = snprintf(g_log + g_log_len, sizeof g_log - g_log_len, "%s\n", msg);
     if (n > 0 && g_log_len + (size_t)n < sizeof g_log)
         g_log_len += (size_t)n;
+    pthread_mutex_unlock(&g_log_mu);
 }
 
 static void log_reset(void)
 {
+    pthread_mutex_lock(&g_log_mu);
     g_log_len = 0;
     g_log[0] = '\0';
+    pthread_mutex_unlock(&g_log_mu);
 }
 
 static int log_count(const char *needle)
 {
     int n = 0;
+    pthread_mutex_lock(&g_log_mu);
     for (const char *p = g_log; (p = strstr(p, needle)); p++)
         n++;
+    pthread_mutex_unlock(&g_log_mu);
     return n;
 }
+
+static bool log_has(const char *needle) { return log_count(needle) > 0; }
 
 /* ---- helpers ---- */
 
@@ -248,9 +261,9 @@ static void test_auth_server(void **state)
     assert_false(sstats(s).connected);
     assert_int_equal(get_block(s, SEED, 1, NULL), CAIRN_ENOENT);
     assert_int_equal(log_count("unreachable at start"), 1);
-    assert_non_null(strstr(g_log, "AUTH"));
-    assert_null(strstr(g_log, "wrongpw"));
-    assert_null(strstr(g_log, "rightpw"));
+    assert_true(log_has("AUTH"));
+    assert_false(log_has("wrongpw"));
+    assert_false(log_has("rightpw"));
     cairn_tier_store_destroy(s);
     test_redis_stop(&srv);
 }
@@ -628,11 +641,85 @@ static void test_slow_server(void **state)
     assert_true(st.timeouts >= 1);
     assert_int_equal(st.outages, 1);
     assert_int_equal(log_count("unreachable"), 1);
-    assert_non_null(strstr(g_log, "timeout"));
+    assert_true(log_has("timeout"));
     assert_true(wait_connected(s, true, 10000));
     assert_int_equal(get_block(s, SEED, 0, NULL), CAIRN_OK);
     redisFree(admin);
     cairn_tier_store_destroy(s);
+}
+
+/* Slow by latency (every reply delayed on the way back, by a proxy in front of the
+ * server): below the timeout the store serves everything, bit-exact, and the walk's
+ * pipelining keeps a chain of 40 blocks at a few round trips, not 40; above it a read
+ * gives up at the timeout (a miss: counted, logged once), puts return at once, and the
+ * store reconnects once the latency drops. */
+static void test_latency(void **state)
+{
+    (void)state;
+    flushall(&g_srv);
+    log_reset();
+    enum { L = 40, RTT = 40 };
+    test_proxy_t px;
+    assert_int_equal(test_proxy_start(&px, g_srv.port, 0), 0);
+    cairn_shared_tier_config_t cfg = {.url = px.url, .timeout_ms = 300};
+    cairn_tier_store_t *s = test_redis_store(px.url, 0, &cfg);
+    assert_non_null(s);
+    put_chain(s, SEED, L);
+    test_proxy_set_delay(&px, RTT);
+    cairn_tier_key_t keys[L];
+    int32_t tokens[L * T_TOKENS];
+    t_chain(SEED, L, keys, tokens);
+    static uint8_t bufs[L][T_PAYLOAD];
+    sink_t k = {bufs, 0, 0};
+    cairn_tier_chain_t chain = {keys, tokens, T_TOKENS, L};
+    cairn_tier_restore_sink_t sink = {prep, sink_dest, &k};
+    cairn_tier_restore_result_t res;
+    double t0 = now_ms();
+    assert_int_equal(cairn_tier_restore_chain(s, &chain, 0, &sink, &res), CAIRN_OK);
+    double took = now_ms() - t0;
+    print_message("latency: %d blocks restored through a %d ms reply delay in %.0f ms\n", L, RTT, took);
+    assert_int_equal(res.loaded, L);
+    for (size_t i = 0; i < L; i++) {
+        cairn_tier_object_t o;
+        int32_t tk[T_TOKENS];
+        uint8_t pay[T_PAYLOAD];
+        t_object(SEED, i, &o, tk, pay);
+        assert_memory_equal(bufs[i], pay, T_PAYLOAD);
+    }
+    assert_true(took < L * RTT / 2); /* pipelined: serial GETs would take L round trips */
+    assert_int_equal(sstats(s).faults, 0);
+    /* Past the timeout. */
+    test_proxy_set_delay(&px, 1500);
+    t0 = now_ms();
+    int rc = get_block(s, SEED, 3, NULL);
+    took = now_ms() - t0;
+    assert_true(rc == CAIRN_EIO || rc == CAIRN_ENOENT);
+    assert_true(took < 1000); /* the timeout, not the delay */
+    for (size_t i = 0; i < N; i++) {
+        cairn_tier_object_t o;
+        int32_t tk[T_TOKENS];
+        uint8_t pay[T_PAYLOAD];
+        t_object(SEED + 13, i, &o, tk, pay);
+        t0 = now_ms();
+        rc = cairn_tier_store_put(s, &o, 0, NULL);
+        assert_true(now_ms() - t0 < 100);
+        assert_true(rc == CAIRN_OK || rc == CAIRN_EEXHAUSTED);
+    }
+    t0 = now_ms();
+    assert_int_equal(cairn_tier_store_chain_length(s, keys, L), 0); /* unreachable: absent, at once */
+    assert_true(now_ms() - t0 < 100);
+    cairn_shared_tier_stats_t st = sstats(s);
+    assert_true(st.timeouts >= 1);
+    assert_int_equal(st.outages, 1);
+    assert_false(st.connected);
+    assert_int_equal(log_count("unreachable"), 1);
+    test_proxy_set_delay(&px, 0);
+    assert_true(wait_connected(s, true, 15000));
+    assert_int_equal(get_block(s, SEED, 3, NULL), CAIRN_OK);
+    assert_int_equal(log_count("unreachable"), 1);
+    assert_int_equal(log_count("reconnected"), 1);
+    cairn_tier_store_destroy(s);
+    test_proxy_stop(&px);
 }
 
 /* A write-paused server (CLIENT PAUSE WRITE): reads go on, writes wait in the queue and
@@ -708,7 +795,7 @@ static void test_bad_values(void **state)
         int before = log_count("deleted invalid value");
         assert_int_equal(get_block(s, SEED, i, NULL), CAIRN_ECORRUPT);
         assert_int_equal(log_count("deleted invalid value"), before + 1);
-        assert_non_null(strstr(g_log, why[i]));
+        assert_true(log_has(why[i]));
         redisReply *e = cmd(&g_srv, "EXISTS %s", k[i]);
         assert_int_equal(e->integer, 0);
         freeReplyObject(e);
@@ -757,7 +844,134 @@ static void test_write_refused(void **state)
     assert_true(st.server_errors > 0);
     assert_true(st.connected);
     assert_int_equal(log_count("write refused"), 1);
-    assert_non_null(strstr(g_log, "OOM"));
+    assert_true(log_has("OOM"));
+    cairn_tier_store_destroy(s);
+    test_redis_stop(&srv);
+}
+
+/* A restore sink whose prepare step deletes one key on the server (after the walk's
+ * chain length, before its reads). */
+typedef struct {
+    sink_t k;
+    test_redis_t *srv;
+    const cairn_tier_key_t *victim;
+} evict_ctx_t;
+
+static void prep_evict(void *user, size_t start, size_t expected)
+{
+    evict_ctx_t *e = user;
+    prep(&e->k, start, expected);
+    char name[256];
+    key_name(e->victim, 0, name, sizeof name);
+    freeReplyObject(cmd(e->srv, "DEL %s", name));
+}
+
+static void *evict_dest(void *user, size_t i, size_t size) { return sink_dest(&((evict_ctx_t *)user)->k, i, size); }
+
+/* Eviction by Redis (maxmemory with allkeys-lru, the documented policy): keys vanish under
+ * the store without it being told. A chain's length stops at the first evicted key, the
+ * walk loads exactly the keys still there (each bit-exact), a key gone between its EXISTS
+ * and its GET is a plain miss, and none of it is a fault or an outage. */
+static void test_evicted_by_lru(void **state)
+{
+    (void)state;
+    log_reset();
+    enum { L = 24, FLOOD = 1200 }; /* ~5 MB of objects into 2 MB */
+    test_redis_t srv;
+    assert_int_equal(test_redis_start(&srv, "--maxmemory 2mb --maxmemory-policy allkeys-lru"), 0);
+    cairn_tier_store_t *s = test_redis_store(srv.url, 0, NULL);
+    assert_non_null(s);
+    put_chain(s, SEED, L);
+    for (size_t i = 0; i < FLOOD; i++) {
+        cairn_tier_object_t o;
+        int32_t tk[T_TOKENS];
+        uint8_t pay[T_PAYLOAD];
+        t_object(SEED + 11, i, &o, tk, pay);
+        assert_int_equal(cairn_tier_store_put(s, &o, 5000, NULL), CAIRN_OK);
+    }
+    cairn_tier_store_flush(s);
+    cairn_shared_tier_server_t info;
+    assert_int_equal(cairn_shared_tier_server_info(s, &info), CAIRN_OK);
+    assert_true(info.evicted_keys > 0);
+    assert_string_equal(info.policy, "allkeys-lru");
+    assert_true(count_keys(&srv, "cairn:*") < L + FLOOD);
+    /* What is left of the chain, as the server sees it. */
+    cairn_tier_key_t keys[L];
+    int32_t tokens[L * T_TOKENS];
+    t_chain(SEED, L, keys, tokens);
+    size_t lead = 0, present = 0;
+    bool hole = false;
+    for (size_t i = 0; i < L; i++) {
+        char k[256];
+        key_name(&keys[i], 0, k, sizeof k);
+        redisReply *e = cmd(&srv, "EXISTS %s", k);
+        present += e->integer == 1;
+        hole = hole || e->integer != 1;
+        lead += !hole;
+        freeReplyObject(e);
+    }
+    print_message("evicted_by_lru: %zu of the chain's %d keys left, leading run %zu; server evicted %llu\n", present,
+                  L, lead, (unsigned long long)info.evicted_keys);
+    assert_int_equal(cairn_tier_store_chain_length(s, keys, L), lead);
+    static uint8_t bufs[L][T_PAYLOAD];
+    sink_t k = {bufs, 0, 0};
+    cairn_tier_chain_t chain = {keys, tokens, T_TOKENS, L};
+    cairn_tier_restore_sink_t sink = {prep, sink_dest, &k};
+    cairn_tier_restore_result_t res;
+    assert_int_equal(cairn_tier_restore_chain(s, &chain, 0, &sink, &res), CAIRN_OK);
+    assert_int_equal(res.loaded, lead);
+    for (size_t i = 0; i < lead; i++) {
+        cairn_tier_object_t o;
+        int32_t tk[T_TOKENS];
+        uint8_t pay[T_PAYLOAD];
+        t_object(SEED, i, &o, tk, pay);
+        assert_memory_equal(bufs[i], pay, T_PAYLOAD);
+    }
+    /* Every key of the chain read one by one: the right bytes or a miss. A miss forgets
+     * the key, so once Redis has room again the next capture of the chain writes the
+     * evicted blocks again (at maxmemory they would evict each other: LRU idle times have
+     * a resolution of a second). */
+    for (size_t i = 0; i < L; i++) {
+        int rc = get_block(s, SEED, i, NULL);
+        assert_true(rc == CAIRN_OK || rc == CAIRN_ENOENT);
+    }
+    freeReplyObject(cmd(&srv, "CONFIG SET maxmemory 0"));
+    put_chain(s, SEED, L);
+    assert_int_equal(cairn_tier_store_chain_length(s, keys, L), L);
+    memset(bufs, 0, sizeof bufs);
+    assert_int_equal(cairn_tier_restore_chain(s, &chain, 0, &sink, &res), CAIRN_OK);
+    assert_int_equal(res.loaded, L);
+    for (size_t i = 0; i < L; i++) {
+        cairn_tier_object_t o;
+        int32_t tk[T_TOKENS];
+        uint8_t pay[T_PAYLOAD];
+        t_object(SEED, i, &o, tk, pay);
+        assert_memory_equal(bufs[i], pay, T_PAYLOAD);
+    }
+    /* Gone between EXISTS and GET (what an eviction in the middle of a walk does): the
+     * walk's prepare step, which runs after its chain length, deletes the second key; the
+     * walk expected the whole run, finds the hole, keeps the first block. */
+    flushall(&srv);
+    put_chain(s, SEED + 12, 4);
+    t_chain(SEED + 12, 4, keys, tokens);
+    evict_ctx_t ev = {{bufs, 0, 0}, &srv, &keys[1]};
+    cairn_tier_chain_t chain4 = {keys, tokens, T_TOKENS, 4};
+    cairn_tier_restore_sink_t evict_sink = {prep_evict, evict_dest, &ev};
+    cairn_tier_stats_t st0;
+    cairn_tier_store_stats(s, &st0);
+    assert_int_equal(cairn_tier_restore_chain(s, &chain4, 0, &evict_sink, &res), CAIRN_OK);
+    assert_int_equal(res.expected, 4);
+    assert_int_equal(res.loaded, 1);
+    assert_int_equal(res.stop, CAIRN_ENOENT);
+    cairn_tier_stats_t st1;
+    cairn_tier_store_stats(s, &st1);
+    assert_int_equal(st1.misses - st0.misses, 1);
+    cairn_shared_tier_stats_t st = sstats(s);
+    assert_int_equal(st.tier.corruptions, 0);
+    assert_int_equal(st.faults, 0);
+    assert_int_equal(st.outages, 0);
+    assert_true(st.connected);
+    assert_int_equal(log_count("unreachable") + log_count("invalid") + log_count("refused"), 0);
     cairn_tier_store_destroy(s);
     test_redis_stop(&srv);
 }
@@ -790,9 +1004,11 @@ int main(void)
         cmocka_unit_test(test_killed_and_restarted_empty),
         cmocka_unit_test(test_killed_while_writing),
         cmocka_unit_test(test_slow_server),
+        cmocka_unit_test(test_latency),
         cmocka_unit_test(test_write_paused),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_write_refused),
+        cmocka_unit_test(test_evicted_by_lru),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
