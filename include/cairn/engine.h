@@ -87,9 +87,13 @@ typedef struct {
      * cairn_engine_create only. Failing to open it (a bad URL) logs a warning and runs
      * without it; an unreachable server is not a failure (the store reconnects). */
     const cairn_shared_tier_config_t *shared_tier;
+    /* The compute backend the forward pass runs on: "cpu" (NULL: the default) or "cuda"
+     * (a build with -DCAIRN_CUDA=ON and a GPU; paged K/V only, the pool in device memory,
+     * bf16 K/V; docs/DESIGN.md, "CUDA backend"). */
+    const char *backend;
 } cairn_engine_options_t;
 
-/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
+/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math, the cpu backend). */
 CAIRN_API void cairn_engine_options_default(cairn_engine_options_t *o);
 
 typedef struct cairn_engine cairn_engine_t;

@@ -50,6 +50,7 @@ static void usage(FILE *out)
             "  --http-threads N     HTTP worker threads (default 4)\n"
             "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
             "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --backend B          compute backend: cpu (default) or cuda (a CUDA build)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
             "  --max-queued N       waiting requests before 429 (default 64)\n"
@@ -229,6 +230,8 @@ static int cmd_serve(int argc, char **argv)
             }
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
+        else if (!strcmp(a, "--backend"))
+            eo.backend = val;
         else if (!strcmp(a, "--request-log"))
             so.request_log_path = val;
         else if (!strcmp(a, "--model-id"))
