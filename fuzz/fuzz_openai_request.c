@@ -49,7 +49,7 @@ static void check_request(const gen_request_t *r)
 
 static void render(const api_adapter_t *a, const gen_request_t *req)
 {
-    api_render_t r = {req, "fuzz-1", 1700000000, "fuzz", {0}, NULL};
+    api_render_t r = {.req = req, .id = "fuzz-1", .created = 1700000000, .model = "fuzz"};
     cairn_finish_reason_t finish[API_MAX_N];
     int rc = a->begin(&r);
     for (int i = 0; !rc && i < req->n; i++) {
@@ -57,7 +57,10 @@ static void render(const api_adapter_t *a, const gen_request_t *req)
         rc = a->delta(&r, &d);
         finish[i] = i & 1 ? CAIRN_FINISH_LENGTH : CAIRN_FINISH_STOP;
     }
-    api_end_t end = {.finish = finish, .usage = {7, 3, 4, 2}};
+    int calls[API_MAX_N] = {0};
+    api_end_t end = {.finish = finish, .tool_calls = calls,
+                     .usage = {.prompt_tokens = 7, .completion_tokens = 3, .cached_tokens = 6,
+                               .hot_tokens = 4, .restored_tokens = 2}};
     if (!rc)
         rc = a->end(&r, &end);
     if (rc || !r.out.p || !r.out.len)

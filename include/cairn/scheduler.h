@@ -98,7 +98,8 @@ typedef struct {
     const int32_t *tokens;       /* DELTA: tokens accepted since the last delta */
     int n_tokens;
     cairn_finish_reason_t finish;/* DONE: why it stopped */
-    const cairn_req_usage_t *usage; /* DONE/ERROR: usage so far */
+    const cairn_req_usage_t *usage; /* usage so far (DELTA too: the prompt's figures are
+                                     * final from admission on) */
     int status;                  /* ERROR: a CAIRN_E* code */
     const char *message;         /* ERROR: a one-line message */
     bool final;                  /* DONE/ERROR: the request's last event (see "Events") */

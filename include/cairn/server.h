@@ -45,6 +45,9 @@ typedef struct {
     const char *model_id;         /* the id /v1/models reports and responses echo; default "cairn" */
     const char *api_keys_file;    /* NULL: no authentication; else one key per line */
     const char *request_log_path; /* NULL: no request log; else JSON lines appended */
+    /* Tool-call format of the model's output: NULL detects it from the chat template;
+     * "none" never parses calls; else "hermes", "llama3_json" or "pythonic". */
+    const char *tool_parser;
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */
     /* The APIs to serve, in routing order (the first renders errors of unknown routes);
      * borrowed, they must outlive the server. NULL (and n_apis 0): the built-in registry,

@@ -62,6 +62,7 @@
 
 #include "cairn/chat_template.h"
 #include "cairn/server.h"
+#include "server/output/output.h"
 #include "server/server_impl.h"
 
 typedef enum {
@@ -91,6 +92,8 @@ struct cairn_server {
     long long started;
     int vocab, max_context;
     cairn_chat_template_t *tmpl;
+    const tool_format_t *tool_format; /* the model's tool-call format, or NULL */
+    bool reasons;               /* the template renders reasoning as <think> blocks */
     prompt_ctx_t prompt;
     tenancy_t *ten;
     metrics_t *met;
@@ -128,6 +131,8 @@ typedef struct conn {
     char id[48];
     api_render_t render;        /* the adapter's; one HTTP thread at a time */
     bool began;                 /* the adapter's begin was called (release is due) */
+    output_parser_t *parser[API_MAX_N]; /* per choice, or NULL: text passes as is */
+    bool opens_reasoning;       /* the prompt ends inside a <think> block */
 
     /* Shared with the engine thread (under mu). */
     bool suspended;
@@ -163,6 +168,8 @@ static void conn_unref(conn_t *c)
     pthread_mutex_destroy(&c->mu);
     if (c->began)
         c->api->release(&c->render);
+    for (int i = 0; i < API_MAX_N; i++)
+        output_parser_destroy(c->parser[i]);
     api_buf_free(&c->render.out);
     api_buf_free(&c->body);
     for (int i = 0; i < API_MAX_N; i++)
@@ -276,32 +283,95 @@ static enum MHD_Result queue_body(conn_t *c, api_buf_t *b)
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max);
 static void stream_free(void *cls) { conn_unref(cls); }
 
+/* Usage as clients read it: cached = every prompt token not computed (hot + cold). */
 static api_usage_t usage_of(const conn_t *c)
 {
-    api_usage_t u = {0, 0, 0, 0};
+    api_usage_t u = {0, 0, 0, 0, 0};
     if (c->have_usage) {
         u.prompt_tokens = c->usage.prompt_tokens;
         u.completion_tokens = c->usage.completion_tokens;
-        u.cached_tokens = c->usage.cached_tokens;
+        u.hot_tokens = c->usage.cached_tokens;
         u.restored_tokens = c->usage.restored_tokens;
+        u.cached_tokens = u.hot_tokens + u.restored_tokens;
     }
     return u;
 }
 
-static int begin_render(conn_t *c)
+/* Called with the usage known so far (c->mu held by the caller or the request final). */
+static int begin_render(conn_t *c, const api_usage_t *u)
 {
     c->began = true;
+    c->render.usage = *u;
+    c->render.usage.completion_tokens = 0;
     return c->api->begin(&c->render);
 }
 
-/*
- * One choice's new text, to the adapter. This is where output parsing goes (issue 13:
- * reasoning split from <think>, tool calls), turning text into typed deltas.
- */
+typedef struct {
+    conn_t *c;
+    int choice;
+} emit_ctx_t;
+
+/* A tool call's id: the response id's random part, the choice and the call index. */
+static void tool_id(const conn_t *c, int choice, int tool, char out[64])
+{
+    const char *dash = strrchr(c->id, '-');
+    snprintf(out, 64, "call_%s%02x%02x", dash ? dash + 1 : c->id, choice & 0xff, tool & 0xff);
+}
+
+/* One parser event as the adapter's delta. */
+static int emit_delta(void *ctx, const out_event_t *ev)
+{
+    emit_ctx_t *x = ctx;
+    char id[64] = "";
+    api_delta_t d = {.choice = x->choice, .text = ev->text, .len = ev->len, .tool = ev->tool,
+                     .tool_id = id};
+    switch (ev->kind) {
+    case OUT_TEXT:
+        d.kind = API_DELTA_TEXT;
+        break;
+    case OUT_REASONING:
+        d.kind = API_DELTA_REASONING;
+        break;
+    case OUT_TOOL_BEGIN:
+        d.kind = API_DELTA_TOOL_CALL_BEGIN;
+        break;
+    case OUT_TOOL_ARGS:
+        d.kind = API_DELTA_TOOL_CALL_ARGS;
+        break;
+    case OUT_TOOL_END:
+        d.kind = API_DELTA_TOOL_CALL_END;
+        break;
+    }
+    if (d.kind >= API_DELTA_TOOL_CALL_BEGIN)
+        tool_id(x->c, x->choice, ev->tool, id);
+    return x->c->api->delta(&x->c->render, &d);
+}
+
+/* One choice's new text, to the adapter: through the choice's output parser (reasoning,
+ * tool calls) when it has one, else as answer text. */
 static int deliver_text(conn_t *c, int choice, const char *text, size_t len)
 {
-    api_delta_t d = {.kind = API_DELTA_TEXT, .choice = choice, .text = text, .len = len};
-    return c->api->delta(&c->render, &d);
+    emit_ctx_t x = {c, choice};
+    if (c->parser[choice])
+        return output_parser_feed(c->parser[choice], text, len, emit_delta, &x);
+    out_event_t ev = {.kind = OUT_TEXT, .tool = 0, .text = text, .len = len};
+    return emit_delta(&x, &ev);
+}
+
+/* Every choice's output is complete: parsers release what they held. Fills calls[n]. */
+static int finish_parsers(conn_t *c, int calls[API_MAX_N])
+{
+    int rc = 0;
+    for (int i = 0; i < c->req.n; i++) {
+        calls[i] = 0;
+        if (!c->parser[i])
+            continue;
+        emit_ctx_t x = {c, i};
+        if (!rc)
+            rc = output_parser_finish(c->parser[i], emit_delta, &x);
+        calls[i] = output_parser_tool_calls(c->parser[i]);
+    }
+    return rc;
 }
 
 /* Non-streaming: called with c->mu held after the final event (the engine thread is done
@@ -310,11 +380,15 @@ static enum MHD_Result finish_full(conn_t *c)
 {
     if (!c->ok)
         return queue_error(c, &c->gen_err, NULL);
-    int rc = begin_render(c);
+    api_usage_t usage = usage_of(c);
+    int rc = begin_render(c, &usage);
     for (int i = 0; !rc && i < c->req.n; i++)
         if (c->pend[i].len)
             rc = deliver_text(c, i, c->pend[i].p, c->pend[i].len);
-    api_end_t end = {.finish = c->finish, .usage = usage_of(c)};
+    int calls[API_MAX_N];
+    if (!rc)
+        rc = finish_parsers(c, calls);
+    api_end_t end = {.finish = c->finish, .tool_calls = calls, .usage = usage};
     if (!rc)
         rc = c->api->end(&c->render, &end);
     if (rc)
@@ -323,9 +397,10 @@ static enum MHD_Result finish_full(conn_t *c)
 }
 
 /*
- * Stream content reader. Runs the adapter's begin on its first call, then steals pending
- * text under the lock, renders outside it, and suspends the connection when there is
- * nothing to send and the request is still live.
+ * Stream content reader. Steals pending text under the lock, renders outside it, and
+ * suspends the connection when there is nothing to send and the request is still live.
+ * The adapter's begin runs with the first text (or the end), once the request was
+ * admitted, so a stream's opening event can report the cached prompt tokens.
  */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 {
@@ -344,11 +419,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
         out->len = c->out_off = 0;
         if (c->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!c->began) {
-            if (begin_render(c) != 0)
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
-        }
 
         api_buf_t taken[API_MAX_N];
         pthread_mutex_lock(&c->mu);
@@ -369,17 +439,22 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
         api_error_t gen_err = c->gen_err;
         cairn_finish_reason_t finish[API_MAX_N];
         memcpy(finish, c->finish, sizeof finish);
-        api_end_t end = {.finish = finish, .usage = usage_of(c)};
+        api_usage_t usage = usage_of(c);
         pthread_mutex_unlock(&c->mu);
 
-        int rc = 0;
+        int rc = c->began ? 0 : begin_render(c, &usage);
         for (int i = 0; i < n; i++) {
             if (!rc && taken[i].len > 0)
                 rc = deliver_text(c, i, taken[i].p, taken[i].len);
             api_buf_free(&taken[i]);
         }
         if (!rc && final) {
-            rc = ok ? c->api->end(&c->render, &end) : c->api->fail(&c->render, &gen_err);
+            int calls[API_MAX_N];
+            if (ok)
+                rc = finish_parsers(c, calls);
+            api_end_t end = {.finish = finish, .tool_calls = calls, .usage = usage};
+            if (!rc)
+                rc = ok ? c->api->end(&c->render, &end) : c->api->fail(&c->render, &gen_err);
             c->ended = true;
         }
         if (rc)
@@ -491,7 +566,7 @@ static enum MHD_Result start_request(conn_t *c)
     }
     int32_t *ids = NULL;
     int n_ids = 0;
-    if (prompt_build(&s->prompt, r, &ids, &n_ids, &e) != 0) {
+    if (prompt_build(&s->prompt, r, &ids, &n_ids, &c->opens_reasoning, &e) != 0) {
         cairn_free(salt);
         return queue_error(c, &e, NULL);
     }
@@ -510,6 +585,19 @@ static enum MHD_Result start_request(conn_t *c)
         cairn_free(ids);
         cairn_free(salt);
         return queue_error(c, &e, NULL);
+    }
+
+    /* Output parsing: reasoning where the template reasons, calls where tools were given. */
+    bool calls = s->tool_format && !r->no_tool_calls && cJSON_GetArraySize(r->tools) > 0;
+    if (r->prompt_kind == GEN_PROMPT_MESSAGES && (s->reasons || calls)) {
+        output_options_t oo = {.reasoning = s->reasons, .in_reasoning = c->opens_reasoning,
+                               .tools = calls ? s->tool_format : NULL};
+        for (int i = 0; i < r->n; i++)
+            if (output_parser_create(&oo, &c->parser[i]) != 0) {
+                cairn_free(ids);
+                cairn_free(salt);
+                return queue_oom(c);
+            }
     }
 
     make_id(c);
@@ -957,6 +1045,23 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
             s->tmpl = NULL;
         }
     }
+    /* Output parsing follows the template unless the operator named a format. */
+    s->reasons = output_template_reasons(src);
+    if (opt->tool_parser && !strcmp(opt->tool_parser, "none")) {
+        s->tool_format = NULL;
+    } else if (opt->tool_parser) {
+        if (!(s->tool_format = tool_format_find(opt->tool_parser))) {
+            snprintf(err, err_len, "unknown tool parser '%s' (hermes, llama3_json, pythonic, none)",
+                     opt->tool_parser);
+            rc = CAIRN_EINVAL;
+            goto fail;
+        }
+    } else {
+        s->tool_format = tool_format_detect(src);
+    }
+    if (s->tool_format || s->reasons)
+        cairn_log(CAIRN_LOG_INFO, "output parsing: tool calls %s, reasoning %s",
+                  s->tool_format ? s->tool_format->name : "off", s->reasons ? "<think>" : "off");
     s->prompt = (prompt_ctx_t){.tok = tok, .tmpl = s->tmpl, .vocab = s->vocab};
     if ((rc = cairn_sched_create(engine, tok, &opt->sched, &s->sched))) {
         snprintf(err, err_len, "cannot start the scheduler: %s", cairn_strerror(rc));

@@ -57,6 +57,8 @@ static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char 
     if (ok && r->tools)
         ok = cJSON_AddItemReferenceToObject(ctx, "tools", r->tools);
     ok = ok && cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
+    if (ok && r->enable_thinking >= 0 && !cJSON_GetObjectItemCaseSensitive(ctx, "enable_thinking"))
+        ok = cJSON_AddBoolToObject(ctx, "enable_thinking", r->enable_thinking > 0);
     const char *bos = cairn_tokenizer_bos_token(pc->tok), *eos = cairn_tokenizer_eos_token(pc->tok);
     if (ok && bos && !cJSON_GetObjectItemCaseSensitive(ctx, "bos_token"))
         ok = cJSON_AddStringToObject(ctx, "bos_token", bos);
@@ -82,11 +84,21 @@ oom:
     return CAIRN_ENOMEM;
 }
 
+/* Whether text ends inside an open <think> block (the template opened it for the model). */
+static bool ends_in_think(const char *text, size_t len)
+{
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        len--;
+    return len >= 7 && !memcmp(text + len - 7, "<think>", 7);
+}
+
 int prompt_build(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **ids, int *n_ids,
-                 api_error_t *e)
+                 bool *opens_reasoning, api_error_t *e)
 {
     *ids = NULL;
     *n_ids = 0;
+    if (opens_reasoning)
+        *opens_reasoning = false;
     char *text = NULL;
     size_t len = 0;
     bool add_special = r->add_special, known = false;
@@ -99,6 +111,8 @@ int prompt_build(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **ids, 
             return rc;
         add_special = false; /* the template wrote them */
         known = true;
+        if (opens_reasoning)
+            *opens_reasoning = ends_in_think(text, len);
         break;
     }
     case GEN_PROMPT_TEXT:

@@ -280,6 +280,7 @@ static void emit_delta(sched_run_t *u, const char *text, size_t len)
     ev.text_len = len;
     ev.tokens = u->toks + n_prompt_of(u) + u->delta_from;
     ev.n_tokens = u->n_gen - u->delta_from;
+    ev.usage = &r->usage; /* prompt, cached and restored tokens are known from admission */
     u->delta_from = u->n_gen;
     r->on_event(r->user, &ev);
 }

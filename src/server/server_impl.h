@@ -34,11 +34,12 @@ typedef struct {
  * the tokenizer, as transformers' apply_chat_template(tokenize=True)); TEXT through the
  * tokenizer; IDS checked against the vocabulary. Returns 0 with *ids (cairn_malloc'd,
  * caller frees) and *n_ids, or a negative code with the client-facing error in *e naming
- * r->prompt_param (400; 503 out of memory). Thread-safe. Cost: the template and the
+ * r->prompt_param (400; 503 out of memory). *opens_reasoning (may be NULL) tells whether a
+ * rendered chat prompt ends inside an open <think> block. Thread-safe. Cost: the template and the
  * tokenizer, linear in the prompt.
  */
 int prompt_build(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **ids, int *n_ids,
-                 api_error_t *e);
+                 bool *opens_reasoning, api_error_t *e);
 
 /* ---- Tenancy ----------------------------------------------------------------------- */
 

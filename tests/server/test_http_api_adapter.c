@@ -115,6 +115,11 @@ static int echo_delta(api_render_t *r, const api_delta_t *d)
         int rc = api_buf_printf(&r->out, "delta %d %zu\n", d->choice, d->len);
         rc = rc ? rc : api_buf_append(&r->out, d->text, d->len);
         return rc ? rc : api_buf_append(&r->out, "\n", 1);
+    case API_DELTA_REASONING:
+    case API_DELTA_TOOL_CALL_BEGIN:
+    case API_DELTA_TOOL_CALL_ARGS:
+    case API_DELTA_TOOL_CALL_END:
+        return CAIRN_EINVAL; /* the echo API's requests never give tools */
     }
     return CAIRN_EINVAL;
 }

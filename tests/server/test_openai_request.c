@@ -227,11 +227,12 @@ static void test_render(void **state)
     gen_request_t req;
     gen_request_init(&req);
     req.n = 2;
-    api_render_t m = {&req, "chatcmpl-1", 1700000000, "qwen3", {0}, NULL};
+    api_render_t m = {.req = &req, .id = "chatcmpl-1", .created = 1700000000, .model = "qwen3"};
     char *texts[2] = {"he\"llo\n", "x"};
     size_t lens[2] = {7, 1};
     cairn_finish_reason_t f[2] = {CAIRN_FINISH_STOP, CAIRN_FINISH_LENGTH};
-    api_usage_t u = {10, 3, 8, 32};
+    api_usage_t u = {.prompt_tokens = 10, .completion_tokens = 3, .cached_tokens = 40,
+                     .hot_tokens = 8, .restored_tokens = 32};
     char *full = render_full(OAI_CHAT, &req, &m, 2, texts, lens, f, &u);
     cJSON *j = cJSON_Parse(full);
     assert_non_null(j);
@@ -243,7 +244,9 @@ static void test_render(void **state)
     cJSON *usage = cJSON_GetObjectItem(j, "usage");
     assert_int_equal(cJSON_GetObjectItem(usage, "total_tokens")->valueint, 13);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
-                                         "cached_tokens")->valueint, 8);
+                                         "cached_tokens")->valueint, 40);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
+                                         "hot_cached_tokens")->valueint, 8);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
                                          "cold_restored_tokens")->valueint, 32);
     cJSON_Delete(j);

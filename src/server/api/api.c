@@ -106,6 +106,7 @@ void gen_request_init(gen_request_t *r)
 {
     memset(r, 0, sizeof *r);
     r->n = 1;
+    r->enable_thinking = -1;
     cairn_sampling_params_init(&r->sampling);
     r->sampling.stop = (const char *const *)r->stop_store;
     r->prompt_param = "prompt";

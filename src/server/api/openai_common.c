@@ -496,8 +496,10 @@ int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix
     return rc;
 }
 
-cJSON *oai_finish_json(cairn_finish_reason_t f)
+cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls)
 {
+    if (f == CAIRN_FINISH_STOP && tool_calls > 0)
+        return cJSON_CreateString("tool_calls");
     const char *name = cairn_finish_reason_name(f);
     return name ? cJSON_CreateString(name) : cJSON_CreateNull();
 }
@@ -511,6 +513,7 @@ cJSON *oai_usage_json(const api_usage_t *u)
     ok = ok && oai_add(o, "total_tokens",
                        cJSON_CreateNumber(u->prompt_tokens + u->completion_tokens));
     ok = ok && oai_add(d, "cached_tokens", cJSON_CreateNumber(u->cached_tokens));
+    ok = ok && oai_add(d, "hot_cached_tokens", cJSON_CreateNumber(u->hot_tokens));
     ok = ok && oai_add(d, "cold_restored_tokens", cJSON_CreateNumber(u->restored_tokens));
     if (ok) {
         ok = oai_add(o, "prompt_tokens_details", d);
@@ -541,6 +544,31 @@ cJSON *oai_envelope(const api_render_t *r, const char *object)
 int oai_emit_chunk(api_render_t *r, bool chat, int index, const char *text, size_t len,
                    bool with_role, cairn_finish_reason_t finish)
 {
+    return oai_emit_chunk_calls(r, chat, index, text, len, with_role, finish, 0);
+}
+
+int oai_emit_chunk_calls(api_render_t *r, bool chat, int index, const char *text, size_t len,
+                         bool with_role, cairn_finish_reason_t finish, int tool_calls)
+{
+    cJSON *d = NULL;
+    if (chat) {
+        d = cJSON_CreateObject();
+        bool ok = d != NULL;
+        if (ok && with_role)
+            ok = oai_add(d, "role", cJSON_CreateString("assistant"));
+        if (ok && (len > 0 || with_role))
+            ok = oai_add(d, "content", oai_string_n(text, len));
+        if (!ok) {
+            cJSON_Delete(d);
+            return CAIRN_ENOMEM;
+        }
+    }
+    return oai_emit_delta(r, chat, index, d, text, len, finish, tool_calls);
+}
+
+int oai_emit_delta(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                   size_t len, cairn_finish_reason_t finish, int tool_calls)
+{
     cJSON *o = oai_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_CreateArray();
     cJSON *c = cJSON_CreateObject();
@@ -548,22 +576,17 @@ int oai_emit_chunk(api_render_t *r, bool chat, int index, const char *text, size
     if (!ok)
         cJSON_Delete(c);
     ok = ok && oai_add(c, "index", cJSON_CreateNumber(index));
-    if (ok && chat) {
-        cJSON *d = cJSON_CreateObject();
-        ok = d != NULL;
-        if (ok && with_role)
-            ok = oai_add(d, "role", cJSON_CreateString("assistant"));
-        if (ok && (len > 0 || with_role))
-            ok = oai_add(d, "content", oai_string_n(text, len));
+    if (chat) {
         if (ok)
-            ok = oai_add(c, "delta", d);
+            ok = oai_add(c, "delta", delta);
         else
-            cJSON_Delete(d);
+            cJSON_Delete(delta);
+        delta = NULL;
     } else if (ok) {
         ok = oai_add(c, "text", oai_string_n(text, len));
     }
     ok = ok && oai_add(c, "logprobs", cJSON_CreateNull())
-         && oai_add(c, "finish_reason", oai_finish_json(finish));
+         && oai_add(c, "finish_reason", oai_finish_json(finish, tool_calls));
     if (ok) {
         ok = oai_add(o, "choices", choices);
         choices = NULL;
@@ -582,7 +605,8 @@ int oai_emit_stream_end(api_render_t *r, bool chat, const api_end_t *e)
 {
     int rc = 0;
     for (int i = 0; !rc && i < r->req->n; i++)
-        rc = oai_emit_chunk(r, chat, i, "", 0, false, e->finish[i]);
+        rc = oai_emit_chunk_calls(r, chat, i, "", 0, false, e->finish[i],
+                                  e->tool_calls ? e->tool_calls[i] : 0);
     if (!rc && r->req->include_usage) {
         cJSON *o = oai_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
         bool ok = o && oai_add(o, "choices", cJSON_CreateArray())
@@ -692,7 +716,48 @@ int oai_accumulate(api_render_t *r, const api_delta_t *d)
     oai_state_t *st = r->state;
     if (d->choice < 0 || d->choice >= r->req->n)
         return CAIRN_EINVAL;
-    return api_buf_append(&st->text[d->choice], d->text, d->len);
+    int i = d->choice;
+    switch (d->kind) {
+    case API_DELTA_TEXT:
+        return api_buf_append(&st->text[i], d->text, d->len);
+    case API_DELTA_REASONING:
+        return api_buf_append(&st->reasoning[i], d->text, d->len);
+    case API_DELTA_TOOL_CALL_BEGIN: {
+        if (!st->calls[i] && !(st->calls[i] = cJSON_CreateArray()))
+            return CAIRN_ENOMEM;
+        cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+        bool ok = call && fn && oai_add(call, "id", cJSON_CreateString(d->tool_id))
+                  && oai_add(call, "type", cJSON_CreateString("function"))
+                  && oai_add(fn, "name", oai_string_n(d->text, d->len))
+                  && oai_add(fn, "arguments", cJSON_CreateString(""));
+        if (ok) {
+            ok = oai_add(call, "function", fn);
+            fn = NULL;
+        }
+        if (ok && cJSON_AddItemToArray(st->calls[i], call))
+            call = NULL;
+        else
+            ok = false;
+        cJSON_Delete(call);
+        cJSON_Delete(fn);
+        api_buf_free(&st->args);
+        return ok ? 0 : CAIRN_ENOMEM;
+    }
+    case API_DELTA_TOOL_CALL_ARGS:
+        return api_buf_append(&st->args, d->text, d->len);
+    case API_DELTA_TOOL_CALL_END: {
+        cJSON *call = cJSON_GetArrayItem(st->calls[i], cJSON_GetArraySize(st->calls[i]) - 1);
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        cJSON *a = oai_string_n(st->args.p, st->args.len);
+        api_buf_free(&st->args);
+        if (!fn || !a || !cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", a)) {
+            cJSON_Delete(a);
+            return CAIRN_ENOMEM;
+        }
+        return 0;
+    }
+    }
+    return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
 
 void oai_release(api_render_t *r)
@@ -700,8 +765,12 @@ void oai_release(api_render_t *r)
     oai_state_t *st = r->state;
     if (!st)
         return;
-    for (int i = 0; i < API_MAX_N; i++)
+    for (int i = 0; i < API_MAX_N; i++) {
         api_buf_free(&st->text[i]);
+        api_buf_free(&st->reasoning[i]);
+        cJSON_Delete(st->calls[i]);
+    }
+    api_buf_free(&st->args);
     cairn_free(st);
     r->state = NULL;
 }

@@ -113,6 +113,12 @@ static int completions_delta(api_render_t *r, const api_delta_t *d)
         if (!r->req->stream)
             return oai_accumulate(r, d);
         return oai_emit_chunk(r, false, d->choice, d->text, d->len, false, CAIRN_FINISH_NONE);
+    case API_DELTA_REASONING:
+    case API_DELTA_TOOL_CALL_BEGIN:
+    case API_DELTA_TOOL_CALL_ARGS:
+    case API_DELTA_TOOL_CALL_END:
+        /* A raw prompt's output is never parsed (only chat prompts are): not produced. */
+        return CAIRN_EINVAL;
     }
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
@@ -133,7 +139,7 @@ static int completions_full(api_render_t *r, const api_end_t *e)
         ok = oai_add(c, "index", cJSON_CreateNumber(i))
              && oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
              && oai_add(c, "logprobs", cJSON_CreateNull())
-             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i]));
+             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
     }
     if (ok) {
         ok = oai_add(o, "choices", choices);
