@@ -314,8 +314,9 @@ typedef struct {
 /* A tool call's id: the response id's random part, the choice and the call index. */
 static void tool_id(const conn_t *c, int choice, int tool, char out[64])
 {
-    const char *dash = strrchr(c->id, '-');
-    snprintf(out, 64, "call_%s%02x%02x", dash ? dash + 1 : c->id, choice & 0xff, tool & 0xff);
+    size_t n = strlen(c->id);
+    const char *hex = n > 24 ? c->id + n - 24 : c->id; /* make_id's 24 hex digits */
+    snprintf(out, 64, "call_%s%02x%02x", hex, choice & 0xff, tool & 0xff);
 }
 
 /* One parser event as the adapter's delta. */
@@ -470,8 +471,10 @@ static void make_id(conn_t *c)
     uint64_t k = atomic_fetch_add(&s->next_id, 1) + 1;
     uint64_t x = (k ^ s->id_mix) * 0x9E3779B97F4A7C15ull;
     x ^= x >> 31;
-    snprintf(c->id, sizeof c->id, "%s-%016llx%08llx", c->api->id_prefix, (unsigned long long)x,
-             (unsigned long long)k & 0xffffffffull);
+    size_t pl = strlen(c->api->id_prefix);
+    bool sep = pl && c->api->id_prefix[pl - 1] == '_'; /* "msg_": the prefix has its own */
+    snprintf(c->id, sizeof c->id, "%s%s%016llx%08llx", c->api->id_prefix, sep ? "" : "-",
+             (unsigned long long)x, (unsigned long long)k & 0xffffffffull);
 }
 
 static const char *header_of(void *ctx, const char *name)

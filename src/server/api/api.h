@@ -264,7 +264,8 @@ struct cairn_api_adapter {
     size_t n_routes;
     const api_auth_t *auth;          /* [n_auth], tried in order; n_auth >= 1 */
     size_t n_auth;
-    const char *id_prefix;           /* response ids: "chatcmpl", "cmpl", "msg", ... */
+    const char *id_prefix;           /* response ids: "chatcmpl" -> "chatcmpl-<24 hex>"; a
+                                      * prefix ending in '_' ("msg_") takes no '-' */
     const char *content_type;        /* non-streaming bodies and errors */
     const char *stream_content_type; /* streams: "text/event-stream" */
     const char *oom_body;            /* static error body (503) for when rendering itself

@@ -5,6 +5,7 @@
  *
  *   openai_chat.c         POST /v1/chat/completions, GET /v1/models (api_openai_chat)
  *   openai_completions.c  POST /v1/completions      (api_openai_completions)
+ *   openai_responses.c    POST /v1/responses        (api_openai_responses)
  *
  * Shapes follow the OpenAI API (docs/API.md). Thread-safety: pure functions.
  */
@@ -15,6 +16,7 @@
 
 extern const api_adapter_t api_openai_chat;
 extern const api_adapter_t api_openai_completions;
+extern const api_adapter_t api_openai_responses;
 
 /* Where both OpenAI endpoints read the API key: Authorization: Bearer KEY. */
 extern const api_auth_t oai_auth[1];
