@@ -10,6 +10,7 @@
 #ifndef CAIRN_TESTS_AGENT_MODEL_H
 #define CAIRN_TESTS_AGENT_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define AGENT_EOT 151643        /* <|endoftext|>: an eos id of the agent model */
@@ -18,11 +19,14 @@
 #define AGENT_T_CALL2 151671    /* "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>" */
 #define AGENT_T_ANSWER 151672   /* "It is sunny in Paris." */
 #define AGENT_T_BAD 151673      /* "<tool_call>\n{not json}\n</tool_call>" */
+#define AGENT_HELLO 9707        /* "Hello": the quick_stop model's whole answer */
 #define AGENT_VOCAB 151680      /* embedding rows (the tokenizer has 151674 ids) */
 
 /* Writes the model into dir (created; reused when dir/.complete exists): n_layers layers,
- * max_pos positions. Returns 0 or -1 with a message on stderr. */
-int agent_model_write(const char *dir, int n_layers, int max_pos);
+ * max_pos positions. quick_stop: the weights are patched so that every answer is "Hello"
+ * then <|im_end|> (for clients that cannot force the answer, like an agent CLI;
+ * logit_bias no longer steers it). Returns 0 or -1 with a message on stderr. */
+int agent_model_write(const char *dir, int n_layers, int max_pos, bool quick_stop);
 
 /* The logit_bias JSON object that forces the tool-call answer (reasoning, then the
  * get_weather call, then eos), or the text answer, e.g. {"151669": 100, ...}. Static. */

@@ -34,7 +34,7 @@ static void test_agent_clients(void **state)
     assert_int_equal(rc, 0);
 
     const char *dir = CAIRN_BINARY_DIR "/tests/server/agent-model";
-    assert_int_equal(agent_model_write(dir, 2, 4096), 0);
+    assert_int_equal(agent_model_write(dir, 2, 4096, false), 0);
     test_server_t ts;
     assert_int_equal(test_server_start_dir(&ts, dir, "agent", NULL, 64, 4096), 0);
     snprintf(cmd, sizeof cmd,

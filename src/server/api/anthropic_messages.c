@@ -476,8 +476,15 @@ static int convert_messages(const ant_body_t *b, gen_request_t *r, api_error_t *
             rc = user_turn(content, param, r->messages, err);
         else if (!strcmp(role->valuestring, "assistant"))
             rc = assistant_turn(content, param, r->messages, err);
-        else {
-            BAD(param, "%s.role must be user or assistant, got '%s'", param, role->valuestring);
+        else if (!strcmp(role->valuestring, "system")) { /* Claude Code sends these */
+            api_buf_t s = {0};
+            rc = text_of(content, param, &s, err);
+            if (!rc)
+                rc = add_message(r->messages, "system", s.p, s.len, NULL);
+            api_buf_free(&s);
+        } else {
+            BAD(param, "%s.role must be user, assistant or system, got '%s'", param,
+                role->valuestring);
             return CAIRN_EINVAL;
         }
         if (rc)
