@@ -49,7 +49,14 @@ static void usage(FILE *out)
             "  --threads N          engine compute threads (default: online CPUs, max 16)\n"
             "  --http-threads N     HTTP worker threads (default 4)\n"
             "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
-            "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --pool-mib N         KV pool size in MiB (default: one full context of the model,\n"
+            "                       at least 256, clamped to MemAvailable minus the weights and\n"
+            "                       headroom)\n"
+            "  --memory-mib N       one budget for weights + KV pool: the pool gets what the\n"
+            "                       weights leave (with --pool-mib: checked against it)\n"
+            "  --tool-parser NAME   tool-call format of the model's output: hermes,\n"
+            "                       llama3_json, pythonic or none (default: from the chat\n"
+            "                       template)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
             "  --max-queued N       waiting requests before 429 (default 64)\n"
@@ -149,6 +156,80 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
     return 0;
 }
 
+/* MemAvailable from /proc/meminfo in MiB, or 0 when it cannot be read. */
+static uint64_t mem_available_mib(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib / 1024;
+}
+
+/*
+ * The KV pool's size when the operator did not give one (docs/API.md, "Memory"): enough
+ * for one full context of the served model (and at least the historical 256 MiB), within
+ * what is left of the budget after the weights: --memory-mib when given, else
+ * MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes per block are
+ * measured on a probe engine with a minimal pool (the family decides the cache layout).
+ * Returns the MiB (>= 1) or 0 with a message printed.
+ */
+static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t *eo_in,
+                     long memory_mib, int *pool_mib)
+{
+    cairn_engine_options_t eo = *eo_in;
+    eo.pool_mib = 1;
+    eo.cold = -1;
+    cairn_engine_t *probe = NULL;
+    char err[512] = "";
+    int rc = cairn_engine_create(ck, &eo, &probe, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
+        return rc;
+    }
+    cairn_kv_stats_t kv;
+    cairn_engine_kv_stats(probe, &kv);
+    int ctx = cairn_engine_options(probe)->max_context;
+    int bt = cairn_engine_options(probe)->block_tokens;
+    cairn_engine_destroy(probe);
+    uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
+    uint64_t need = (((uint64_t)ctx + (uint64_t)bt - 1) / (uint64_t)bt + 2) * kv.block_bytes;
+    uint64_t need_mib = (need + (1u << 20) - 1) >> 20;
+    uint64_t want = need_mib > 256 ? need_mib : 256, room;
+    if (memory_mib > 0) {
+        room = (uint64_t)memory_mib > weights_mib ? (uint64_t)memory_mib - weights_mib : 0;
+        want = room; /* one budget: the pool gets what the weights leave */
+    } else {
+        uint64_t avail = mem_available_mib();
+        uint64_t headroom = avail / 10 > 1024 ? avail / 10 : 1024;
+        room = avail > weights_mib + headroom ? avail - weights_mib - headroom : 0;
+        if (avail == 0)
+            room = want; /* no /proc: trust the model */
+    }
+    if (want > room)
+        want = room;
+    if (want < 1) {
+        fprintf(stderr, "cairn serve: no memory left for the KV pool (weights %llu MiB, %s %llu MiB); "
+                        "set --pool-mib or raise --memory-mib\n",
+                (unsigned long long)weights_mib, memory_mib > 0 ? "--memory-mib" : "room",
+                (unsigned long long)(memory_mib > 0 ? (uint64_t)memory_mib : room));
+        return CAIRN_ENOMEM;
+    }
+    if (want > (1u << 20))
+        want = 1u << 20;
+    if (want < need_mib)
+        fprintf(stderr, "cairn serve: warning: the KV pool (%llu MiB) holds less than one full "
+                        "context (%d tokens need %llu MiB); max_model_len is cut to what it holds\n",
+                (unsigned long long)want, ctx, (unsigned long long)need_mib);
+    *pool_mib = (int)want;
+    return 0;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     cairn_server_options_t so;
@@ -158,7 +239,8 @@ static int cmd_serve(int argc, char **argv)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
     const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
-    long drain_ms = 5000, v;
+    long drain_ms = 5000, memory_mib = 0, v;
+    bool pool_given = false;
     int verbose = 0;
     bool no_cold = false;
 
@@ -198,8 +280,13 @@ static int cmd_serve(int argc, char **argv)
             eo.n_threads = (int)v;
         else if (!strcmp(a, "--http-threads") && !(rc = parse_int(a, val, 1, 256, &v)))
             so.http_threads = (int)v;
-        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v)))
+        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v))) {
             eo.pool_mib = (int)v;
+            pool_given = true;
+        } else if (!strcmp(a, "--memory-mib") && !(rc = parse_int(a, val, 1, 1L << 30, &v)))
+            memory_mib = v;
+        else if (!strcmp(a, "--tool-parser"))
+            so.tool_parser = val;
         else if (!strcmp(a, "--max-context") && !(rc = parse_int(a, val, 16, 1 << 20, &v)))
             eo.max_context = (int)v;
         else if (!strcmp(a, "--max-running") && !(rc = parse_int(a, val, 1, 4096, &v)))
@@ -278,6 +365,14 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cairn serve: tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
+    uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
+    if (pool_given && memory_mib > 0 && (uint64_t)eo.pool_mib + weights_mib > (uint64_t)memory_mib) {
+        fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights (%llu MiB) and "
+                        "--pool-mib %d\n", memory_mib, (unsigned long long)weights_mib, eo.pool_mib);
+        goto out;
+    }
+    if (!pool_given && size_pool(ck, &eo, memory_mib, &eo.pool_mib))
+        goto out;
     if (no_cold)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
@@ -292,6 +387,8 @@ static int cmd_serve(int argc, char **argv)
     }
     int port = cairn_server_port(srv);
     const char *host = so.host;
+    printf("cairn serve: memory: weights %llu MiB, KV pool %d MiB (max_model_len %d tokens)\n",
+           (unsigned long long)weights_mib, eo.pool_mib, cairn_server_max_model_len(srv));
     printf("cairn serve: model '%s' from %s\n"
            "cairn serve: listening on http://%s:%d (Ctrl-C to stop)\n"
            "try:\n"

@@ -90,7 +90,10 @@ struct cairn_server {
     size_t max_body;
     char *model_id;
     long long started;
-    int vocab, max_context;
+    int vocab;
+    int max_context;          /* tokens one sequence may hold: the engine's context, or less
+                               * when the KV pool holds less (max_model_len) */
+    int engine_context;       /* the engine's max_context */
     cairn_chat_template_t *tmpl;
     const tool_format_t *tool_format; /* the model's tool-call format, or NULL */
     bool reasons;               /* the template renders reasoning as <think> blocks */
@@ -493,13 +496,16 @@ static void check_fit(const cairn_server_t *s, const gen_request_t *r, int n_ids
                       "The prompt is empty");
     } else if (n_ids >= s->max_context
                || (max_tokens > 0 && (int64_t)n_ids + max_tokens > s->max_context)) {
+        bool pool = s->max_context < s->engine_context;
         api_error_set(e, 400, API_ERR_INVALID_REQUEST,
                       max_tokens > 0 && n_ids < s->max_context ? r->max_tokens_param
                                                                : r->prompt_param,
                       "context_length_exceeded",
-                      "This model's maximum context length is %d tokens; the request has %d "
+                      "This model's maximum context length is %d tokens%s; the request has %d "
                       "prompt tokens and asks for %d more",
-                      s->max_context, n_ids, max_tokens > 0 ? max_tokens : 1);
+                      s->max_context,
+                      pool ? " (what the KV pool holds: raise --pool-mib or --memory-mib)" : "",
+                      n_ids, max_tokens > 0 ? max_tokens : 1);
     } else if (cairn_sampling_params_validate(&r->sampling, s->vocab, verr, sizeof verr) != 0) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, NULL, NULL, "%s", verr);
     }
@@ -615,6 +621,10 @@ static enum MHD_Result start_request(conn_t *c)
     p.n_prompt = n_ids;
     p.cache_salt = salt;
     p.sampling = r->sampling;
+    /* "Until the context limit" means the limit the pool can hold, so a lone request
+     * never outgrows the pool. */
+    if (p.sampling.max_tokens < 0 && s->max_context < s->engine_context)
+        p.sampling.max_tokens = s->max_context - n_ids;
     p.n = r->n;
     p.on_event = on_event;
     p.user = c;
@@ -1018,6 +1028,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     s->max_context = cairn_engine_options(engine)->max_context;
     if (s->max_context <= 0)
         s->max_context = cairn_engine_config(engine)->max_pos;
+    s->engine_context = s->max_context;
     if (getrandom(&s->id_mix, sizeof s->id_mix, 0) != (ssize_t)sizeof s->id_mix)
         s->id_mix = (uint64_t)s->started * 0x2545F4914F6CDD1Dull;
     rc = CAIRN_ENOMEM;
@@ -1070,6 +1081,12 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         snprintf(err, err_len, "cannot start the scheduler: %s", cairn_strerror(rc));
         goto fail;
     }
+    /* max_model_len: what one sequence can hold in the pool (whole blocks). */
+    cairn_sched_stats_t st;
+    cairn_sched_stats(s->sched, &st);
+    uint64_t pool_tokens = st.pool_blocks_total * (uint64_t)cairn_engine_options(engine)->block_tokens;
+    if (pool_tokens < (uint64_t)s->max_context)
+        s->max_context = (int)pool_tokens;
     s->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME
                                 | MHD_USE_ERROR_LOG,
                             0, NULL, NULL, handle, s,
@@ -1097,6 +1114,8 @@ fail:
 }
 
 int cairn_server_port(const cairn_server_t *s) { return s->port; }
+
+int cairn_server_max_model_len(const cairn_server_t *s) { return s->max_context; }
 
 cairn_sched_t *cairn_server_sched(cairn_server_t *s) { return s->sched; }
 

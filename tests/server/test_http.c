@@ -556,6 +556,45 @@ static void test_queue_full(void **state)
     test_server_stop(&ts);
 }
 
+/* A pool smaller than one context: /v1/models reports what it holds, a request past it
+ * is a 400 naming the pool, and a request without max_tokens stops at that limit instead
+ * of outgrowing the pool. */
+static void test_pool_limits_model_len(void **state)
+{
+    test_server_t ts;
+    assert_int_equal(test_server_start(&ts, "qwen3", NULL, 1), 0);
+    int len = cairn_server_max_model_len(ts.srv);
+    cairn_sched_stats_t st;
+    cairn_sched_stats(cairn_server_sched(ts.srv), &st);
+    assert_int_equal(len, (int)st.pool_blocks_total * 16);
+    assert_true(len < 8192);
+    http_resp_t r;
+    assert_int_equal(http_request(ts.port, "GET", "/v1/models", NULL, NULL, 0, &r), 0);
+    cJSON *j = http_json(&r);
+    cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "max_model_len")), len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"go\",\"max_tokens\":%d}", len);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/completions", NULL, body, strlen(body), &r), 0);
+    assert_non_null(strstr(r.body, "KV pool"));
+    expect_error(&r, 400, "max_tokens", "context_length_exceeded");
+
+    const char *open = "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+                       "\"ignore_eos\":true,\"temperature\":0}";
+    assert_int_equal(http_request(ts.port, "POST", "/v1/chat/completions", NULL, open, strlen(open), &r), 0);
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "length");
+    assert_int_equal(usage_field(j, "prompt_tokens") + usage_field(j, "completion_tokens"), len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    test_server_stop(&ts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -569,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_request_log),
         cmocka_unit_test(test_api_keys),
         cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_pool_limits_model_len),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
