@@ -48,6 +48,15 @@ typedef struct {
     /* Tool-call format of the model's output: NULL detects it from the chat template;
      * "none" never parses calls; else "hermes", "llama3_json" or "pythonic". */
     const char *tool_parser;
+    /* Robustness. A stream whose client stops reading is canceled once more than
+     * max_pending_bytes wait for it (default 4 MiB) or bytes have waited stall_ms
+     * (default 30000) without a read; a non-streaming request whose client disconnects is
+     * canceled within 200 ms. Idle connections close after connection_timeout_s (default
+     * 120); at most max_connections (default 512) are open at once. */
+    int stall_ms;
+    size_t max_pending_bytes;
+    int connection_timeout_s;
+    int max_connections;
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */
     /* The APIs to serve, in routing order (the first renders errors of unknown routes);
      * borrowed, they must outlive the server. NULL (and n_apis 0): the built-in registry,

@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -109,6 +110,15 @@ struct cairn_server {
     atomic_uint_fast64_t next_id;
     uint64_t id_mix;
     atomic_int live_generations; /* submitted requests whose connection is not complete */
+
+    /* The watchdog (see "Robustness"): submitted requests whose connection is live. */
+    pthread_mutex_t live_mu;
+    struct conn *live;          /* list through conn.live_next/prev, under live_mu */
+    pthread_t watchdog;
+    bool watchdog_started, watchdog_stop; /* stop: under live_mu */
+    pthread_cond_t watchdog_cv;
+    int stall_ms;
+    size_t max_pending;
 };
 
 typedef struct conn {
@@ -152,7 +162,20 @@ typedef struct conn {
     /* Streaming reader's own state (one MHD thread at a time). */
     size_t out_off;             /* bytes of render.out already handed to MHD */
     bool ended;
+
+    /* The watchdog's (live list under srv->live_mu; the rest under mu). */
+    struct conn *live_next, *live_prev;
+    bool listed;                /* in the live list */
+    bool abandoned;             /* the watchdog canceled it (client gone or not reading) */
+    double last_read_ms;        /* streams: when MHD last asked the reader for bytes */
 } conn_t;
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static void conn_ref(conn_t *c)
 {
@@ -411,6 +434,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
     conn_t *c = cls;
     api_buf_t *out = &c->render.out;
     (void)pos;
+    pthread_mutex_lock(&c->mu);
+    c->last_read_ms = mono_ms();
+    pthread_mutex_unlock(&c->mu);
     for (;;) {
         if (c->out_off < out->len) {
             size_t n = out->len - c->out_off;
@@ -644,6 +670,17 @@ static enum MHD_Result start_request(conn_t *c)
     }
     c->submitted = true;
     atomic_fetch_add(&s->live_generations, 1);
+    pthread_mutex_lock(&c->mu);
+    c->last_read_ms = mono_ms();
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&s->live_mu);
+    c->live_next = s->live;
+    c->live_prev = NULL;
+    if (s->live)
+        s->live->live_prev = c;
+    s->live = c;
+    c->listed = true;
+    pthread_mutex_unlock(&s->live_mu);
     if (!r->stream)
         return MHD_YES; /* the caller suspends until the final event */
 
@@ -870,6 +907,18 @@ static void completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
+    /* Off the watchdog's list first: it never sees a completed connection. */
+    pthread_mutex_lock(&s->live_mu);
+    if (c->listed) {
+        if (c->live_prev)
+            c->live_prev->live_next = c->live_next;
+        else
+            s->live = c->live_next;
+        if (c->live_next)
+            c->live_next->live_prev = c->live_prev;
+        c->listed = false;
+    }
+    pthread_mutex_unlock(&s->live_mu);
     pthread_mutex_lock(&c->mu);
     c->mhd = NULL;
     bool live = c->submitted && !c->final;
@@ -886,7 +935,9 @@ static void completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
     char errmsg[512] = "";
     if (c->submitted && !ok)
         snprintf(errmsg, sizeof errmsg, "%s",
-                 live ? "client disconnected" : c->gen_err.message);
+                 live ? "client disconnected"
+                 : c->abandoned ? "abandoned: the client went away or stopped reading"
+                                : c->gen_err.message);
     pthread_mutex_unlock(&c->mu);
 
     if (live) {
@@ -927,6 +978,88 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     cairn_log(CAIRN_LOG_WARN, "http: %s", msg);
 }
 
+/* ---- Robustness: the watchdog ------------------------------------------------------- */
+
+/* Whether the peer of a suspended connection has closed (or reset) its socket. */
+static bool peer_gone(struct MHD_Connection *mhd)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mhd, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+    if (poll(&p, 1, 0) != 1)
+        return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR))
+        return true;
+    char b;
+    return (p.revents & POLLIN) && recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/*
+ * Every 200 ms: a non-streaming request whose client closed its socket (MHD does not
+ * watch suspended connections), and a stream whose client stopped reading (more than
+ * max_pending bytes waiting, or bytes waiting and no read for stall_ms), are canceled,
+ * so neither holds pool blocks to the end of its generation. Cancellation is the
+ * scheduler's (its final event then resumes and ends the connection).
+ */
+static void *watchdog_main(void *arg)
+{
+    cairn_server_t *s = arg;
+    pthread_mutex_lock(&s->live_mu);
+    while (!s->watchdog_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->watchdog_cv, &s->live_mu, &ts);
+        double now = mono_ms();
+        for (conn_t *c = s->live; c && !s->watchdog_stop; c = c->live_next) {
+            bool cancel = false;
+            pthread_mutex_lock(&c->mu);
+            if (!c->final && !c->abandoned && c->mhd) {
+                if (!c->req.stream) {
+                    cancel = c->suspended && peer_gone(c->mhd);
+                } else {
+                    size_t pending = 0;
+                    for (int i = 0; i < c->req.n; i++)
+                        pending += c->pend[i].len;
+                    cancel = pending > s->max_pending
+                             || (pending > 0 && !c->suspended && now - c->last_read_ms > s->stall_ms);
+                }
+                c->abandoned = cancel;
+            }
+            uint64_t id = c->sched_id;
+            pthread_mutex_unlock(&c->mu);
+            if (!cancel)
+                continue;
+            cairn_log(CAIRN_LOG_INFO, "http: canceling %s: the client %s", c->id,
+                      c->req.stream ? "stopped reading" : "disconnected");
+            pthread_rwlock_rdlock(&s->mu);
+            if (!s->stopping)
+                cairn_sched_cancel(s->sched, id);
+            pthread_rwlock_unlock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&s->live_mu);
+    return NULL;
+}
+
+static void watchdog_stop(cairn_server_t *s)
+{
+    if (!s->watchdog_started)
+        return;
+    pthread_mutex_lock(&s->live_mu);
+    s->watchdog_stop = true;
+    pthread_cond_signal(&s->watchdog_cv);
+    pthread_mutex_unlock(&s->live_mu);
+    pthread_join(s->watchdog, NULL);
+    s->watchdog_started = false;
+}
+
 /* ---- Public API ---------------------------------------------------------------------- */
 
 void cairn_server_options_default(cairn_server_options_t *o)
@@ -939,6 +1072,10 @@ void cairn_server_options_default(cairn_server_options_t *o)
     o->model_id = "cairn";
     o->apis = NULL;
     o->n_apis = 0;
+    o->stall_ms = 30000;
+    o->max_pending_bytes = (size_t)4 << 20;
+    o->connection_timeout_s = 120;
+    o->max_connections = 512;
     cairn_sched_options_default(&o->sched);
 }
 
@@ -985,6 +1122,8 @@ static void server_free(cairn_server_t *s)
     cairn_free(s->apis);
     cairn_free(s->model_id);
     pthread_rwlock_destroy(&s->mu);
+    pthread_mutex_destroy(&s->live_mu);
+    pthread_cond_destroy(&s->watchdog_cv);
     cairn_free(s);
 }
 
@@ -1020,6 +1159,10 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     if (!s)
         return CAIRN_ENOMEM;
     pthread_rwlock_init(&s->mu, NULL);
+    pthread_mutex_init(&s->live_mu, NULL);
+    pthread_cond_init(&s->watchdog_cv, NULL);
+    s->stall_ms = opt->stall_ms > 0 ? opt->stall_ms : 30000;
+    s->max_pending = opt->max_pending_bytes > 0 ? opt->max_pending_bytes : (size_t)4 << 20;
     s->engine = engine;
     s->tok = tok;
     s->max_body = opt->max_body_bytes;
@@ -1094,8 +1237,10 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)opt->http_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)512,
+                            MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned int)(opt->connection_timeout_s > 0 ? opt->connection_timeout_s : 120),
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned int)(opt->max_connections > 0 ? opt->max_connections : 512),
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_len, "cannot listen on %s:%d (in use, or not permitted)", host,
@@ -1105,6 +1250,14 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : opt->port;
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+        snprintf(err, err_len, "cannot start the watchdog thread");
+        rc = CAIRN_EIO;
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+        goto fail;
+    }
+    s->watchdog_started = true;
     *out = s;
     return 0;
 fail:
@@ -1137,6 +1290,7 @@ void cairn_server_destroy(cairn_server_t *s, int deadline_ms)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    watchdog_stop(s);
     MHD_stop_daemon(s->d);
     server_free(s);
 }
