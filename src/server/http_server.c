@@ -52,6 +52,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,29 @@ struct cairn_server {
     size_t max_pending;
 };
 
+/* A growing list of token logprobs (the scheduler's records). */
+typedef struct {
+    cairn_token_logprob_t *v;
+    int n, cap;
+} lp_list_t;
+
+static int lp_append(lp_list_t *l, const cairn_token_logprob_t *v, int n)
+{
+    if (l->n + n > l->cap) {
+        int cap = l->cap ? l->cap : 16;
+        while (cap < l->n + n)
+            cap *= 2;
+        cairn_token_logprob_t *nv = cairn_realloc(l->v, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return CAIRN_ENOMEM;
+        l->v = nv;
+        l->cap = cap;
+    }
+    memcpy(l->v + l->n, v, (size_t)n * sizeof *v);
+    l->n += n;
+    return 0;
+}
+
 typedef struct conn {
     cairn_server_t *srv;
     struct MHD_Connection *mhd; /* NULL once MHD reported completion */
@@ -154,6 +178,7 @@ typedef struct conn {
     int n_done;
     api_error_t gen_err;
     api_buf_t pend[API_MAX_N];  /* stream: not yet sent; non-stream: the whole text */
+    lp_list_t pend_lp[API_MAX_N]; /* logprobs of those tokens (when asked for) */
     cairn_finish_reason_t finish[API_MAX_N];
     cairn_req_usage_t usage;
     bool have_usage;
@@ -198,8 +223,10 @@ static void conn_unref(conn_t *c)
         output_parser_destroy(c->parser[i]);
     api_buf_free(&c->render.out);
     api_buf_free(&c->body);
-    for (int i = 0; i < API_MAX_N; i++)
+    for (int i = 0; i < API_MAX_N; i++) {
         api_buf_free(&c->pend[i]);
+        cairn_free(c->pend_lp[i].v);
+    }
     if (c->have_req)
         gen_request_fini(&c->req);
     cairn_free(c);
@@ -215,6 +242,8 @@ static void on_event(void *user, const cairn_req_event_t *ev)
     switch (ev->kind) {
     case CAIRN_REQ_EVENT_DELTA:
         if (ev->text_len && api_buf_append(&c->pend[idx], ev->text, ev->text_len) != 0)
+            c->oom = true;
+        if (ev->logprobs && lp_append(&c->pend_lp[idx], ev->logprobs, ev->n_tokens) != 0)
             c->oom = true;
         break;
     case CAIRN_REQ_EVENT_DONE:
@@ -385,6 +414,49 @@ static int deliver_text(conn_t *c, int choice, const char *text, size_t len)
     return emit_delta(&x, &ev);
 }
 
+/* One choice's token logprobs, with each candidate's bytes, to the adapter. */
+static int deliver_logprobs(conn_t *c, int choice, const lp_list_t *l)
+{
+    if (l->n == 0)
+        return 0;
+    const cairn_tokenizer_t *tok = c->srv->tok;
+    api_logprob_t *v = cairn_calloc((size_t)l->n, sizeof *v);
+    api_buf_t arena = {0};
+    int rc = v ? 0 : CAIRN_ENOMEM;
+    /* Pieces go into one arena; their offsets become pointers once it stops growing. */
+    for (int i = 0; !rc && i < l->n; i++) {
+        const cairn_token_logprob_t *t = &l->v[i];
+        v[i].n_top = t->n_top;
+        for (int k = -1; !rc && k < t->n_top; k++) {
+            api_token_lp_t *d = k < 0 ? &v[i].token : &v[i].top[k];
+            int32_t id = k < 0 ? t->token : t->top_ids[k];
+            char piece[256];
+            size_t len = 0;
+            if (cairn_tokenizer_token_to_piece(tok, id, piece, sizeof piece, &len) != 0)
+                len = 0;
+            if (len > sizeof piece)
+                len = sizeof piece; /* a 256-byte token: its bytes are cut there */
+            d->bytes = (const char *)(uintptr_t)arena.len;
+            d->len = len;
+            d->logprob = k < 0 ? t->logprob : t->top_logprobs[k];
+            rc = api_buf_append(&arena, piece, len);
+        }
+    }
+    for (int i = 0; !rc && i < l->n; i++)
+        for (int k = -1; k < v[i].n_top; k++) {
+            api_token_lp_t *d = k < 0 ? &v[i].token : &v[i].top[k];
+            d->bytes = arena.p + (uintptr_t)d->bytes;
+        }
+    if (!rc) {
+        api_delta_t d = {.kind = API_DELTA_LOGPROBS, .choice = choice, .text = "", .len = 0,
+                         .tool_id = "", .logprobs = v, .n_logprobs = l->n};
+        rc = c->api->delta(&c->render, &d);
+    }
+    api_buf_free(&arena);
+    cairn_free(v);
+    return rc;
+}
+
 /* Every choice's output is complete: parsers release what they held. Fills calls[n]. */
 static int finish_parsers(conn_t *c, int calls[API_MAX_N])
 {
@@ -409,9 +481,11 @@ static enum MHD_Result finish_full(conn_t *c)
         return queue_error(c, &c->gen_err, NULL);
     api_usage_t usage = usage_of(c);
     int rc = begin_render(c, &usage);
-    for (int i = 0; !rc && i < c->req.n; i++)
-        if (c->pend[i].len)
+    for (int i = 0; !rc && i < c->req.n; i++) {
+        rc = deliver_logprobs(c, i, &c->pend_lp[i]);
+        if (!rc && c->pend[i].len)
             rc = deliver_text(c, i, c->pend[i].p, c->pend[i].len);
+    }
     int calls[API_MAX_N];
     if (!rc)
         rc = finish_parsers(c, calls);
@@ -451,6 +525,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
 
         api_buf_t taken[API_MAX_N];
+        lp_list_t taken_lp[API_MAX_N];
         pthread_mutex_lock(&c->mu);
         bool final = c->final, ok = c->ok;
         int n = c->req.n;
@@ -458,7 +533,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
         for (int i = 0; i < n; i++) {
             taken[i] = c->pend[i];
             memset(&c->pend[i], 0, sizeof c->pend[i]);
-            any |= taken[i].len > 0;
+            taken_lp[i] = c->pend_lp[i];
+            memset(&c->pend_lp[i], 0, sizeof c->pend_lp[i]);
+            any |= taken[i].len > 0 || taken_lp[i].n > 0;
         }
         if (!any && !final) {
             c->suspended = true;
@@ -474,9 +551,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 
         int rc = c->began ? 0 : begin_render(c, &usage);
         for (int i = 0; i < n; i++) {
+            if (!rc)
+                rc = deliver_logprobs(c, i, &taken_lp[i]);
             if (!rc && taken[i].len > 0)
                 rc = deliver_text(c, i, taken[i].p, taken[i].len);
             api_buf_free(&taken[i]);
+            cairn_free(taken_lp[i].v);
         }
         if (!rc && final) {
             int calls[API_MAX_N];
@@ -652,6 +732,8 @@ static enum MHD_Result start_request(conn_t *c)
     if (p.sampling.max_tokens < 0 && s->max_context < s->engine_context)
         p.sampling.max_tokens = s->max_context - n_ids;
     p.n = r->n;
+    p.logprobs = r->logprobs;
+    p.top_logprobs = r->top_logprobs;
     p.on_event = on_event;
     p.user = c;
     char serr[256] = "";

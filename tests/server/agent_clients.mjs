@@ -96,6 +96,24 @@ assert.ok(none.choices[0].message.content.includes('<tool_call>'));
 assert.equal(none.choices[0].finish_reason, 'stop');
 check('chat: malformed call and tool_choice none stay text');
 
+// Logprobs, whole and streamed: one entry per generated token, each with its alternatives.
+const lpFull = await oai.chat.completions.create({
+  model, messages: chatMsgs, tools: chatTools, max_tokens: 16, logprobs: true, top_logprobs: 3,
+  ...force(bias.call),
+});
+const lpc = lpFull.choices[0].logprobs.content;
+assert.equal(lpc.length, lpFull.usage.completion_tokens);
+assert.equal(lpc[0].token, `<think>\n${REASONING}\n</think>\n\n`);
+assert.equal(lpc[0].top_logprobs.length, 3);
+assert.ok(lpc.every((t) => t.logprob <= 0 && Array.isArray(t.bytes)));
+const lpStream = await oai.chat.completions.stream({
+  model, messages: chatMsgs, tools: chatTools, max_tokens: 16, logprobs: true, top_logprobs: 3,
+  ...force(bias.call),
+}).finalChatCompletion();
+assert.deepEqual(lpStream.choices[0].logprobs.content.map((t) => t.token), lpc.map((t) => t.token));
+assert.deepEqual(lpStream.choices[0].logprobs.content.map((t) => t.logprob), lpc.map((t) => t.logprob));
+check('chat: logprobs with top_logprobs, streamed equal to whole');
+
 // ---- OpenAI Responses ----------------------------------------------------------------
 const respTools = [{
   type: 'function', name: 'get_weather', description: 'Current weather of a city',

@@ -119,7 +119,8 @@ static int echo_delta(api_render_t *r, const api_delta_t *d)
     case API_DELTA_TOOL_CALL_BEGIN:
     case API_DELTA_TOOL_CALL_ARGS:
     case API_DELTA_TOOL_CALL_END:
-        return CAIRN_EINVAL; /* the echo API's requests never give tools */
+    case API_DELTA_LOGPROBS:
+        return CAIRN_EINVAL; /* the echo API's requests never give tools nor ask logprobs */
     }
     return CAIRN_EINVAL;
 }

@@ -898,6 +898,8 @@ static int stream_delta(api_render_t *r, const api_delta_t *d)
         break;
     case API_DELTA_TOOL_CALL_END:
         return stream_close(r);
+    case API_DELTA_LOGPROBS:
+        return 0; /* this API never asks for them (gen_request_t.logprobs stays false) */
     }
     if (rc || !dtype)
         return rc ? rc : CAIRN_EINVAL;
@@ -977,6 +979,8 @@ static int full_delta(ant_state_t *st, const api_delta_t *d)
         }
         return 0;
     }
+    case API_DELTA_LOGPROBS:
+        return 0; /* this API never asks for them (gen_request_t.logprobs stays false) */
     }
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }

@@ -224,6 +224,37 @@ bool api_utf8_valid(const char *str, size_t n)
     return true;
 }
 
+int api_utf8_lossy(api_buf_t *out, const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        /* The longest valid run from i, character by character. */
+        while (j < n) {
+            size_t k = 1;
+            unsigned c = (unsigned char)s[j];
+            if (c >= 0xC2 && c <= 0xDF)
+                k = 2;
+            else if (c >= 0xE0 && c <= 0xEF)
+                k = 3;
+            else if (c >= 0xF0 && c <= 0xF4)
+                k = 4;
+            else if (c >= 0x80)
+                break;
+            if (j + k > n || !api_utf8_valid(s + j, k))
+                break;
+            j += k;
+        }
+        int rc = api_buf_append(out, s + i, j - i);
+        if (!rc && j < n)
+            rc = api_buf_append(out, "\xEF\xBF\xBD", 3);
+        if (rc)
+            return rc;
+        i = j < n ? j + 1 : j;
+    }
+    return out->p ? 0 : api_buf_append(out, "", 0);
+}
+
 /* Every decoded key and string must be UTF-8 too. cJSON refuses lone surrogate escapes
  * today; this keeps the guarantee independent of it. Depth: cJSON's nesting limit. */
 static bool strings_valid(const cJSON *v)

@@ -124,6 +124,8 @@ typedef struct {
     cJSON *template_kwargs;   /* MESSAGES: extra template variables (enable_thinking) or NULL */
     bool no_tool_calls;       /* tool_choice "none": the output is not parsed for calls
                                * (calls are parsed when tools is a non-empty array) */
+    bool logprobs;            /* report the generated tokens' log-probabilities */
+    int top_logprobs;         /* and this many alternatives each (0..20) */
     int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its
                                * enable_thinking switch (0/1) unless template_kwargs set it
                                * (reasoning_effort, Anthropic's thinking, ...) */
@@ -172,7 +174,24 @@ typedef enum {
     API_DELTA_TOOL_CALL_BEGIN = 2, /* a tool call starts: tool, tool_id, text = its name */
     API_DELTA_TOOL_CALL_ARGS = 3,  /* a fragment of its arguments' JSON text */
     API_DELTA_TOOL_CALL_END = 4,   /* the call is complete (its arguments are valid JSON) */
+    API_DELTA_LOGPROBS = 5,        /* log-probabilities of the tokens generated since the
+                                    * last one (only when the request asked: req->logprobs) */
 } api_delta_kind_t;
+
+/* One candidate token: the bytes it decodes to (possibly part of a UTF-8 character; not
+ * NUL-terminated) and its log-probability. */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    float logprob;
+} api_token_lp_t;
+
+/* A generated token and its most likely alternatives (n_top = req->top_logprobs). */
+typedef struct {
+    api_token_lp_t token;
+    api_token_lp_t top[CAIRN_SCHED_MAX_TOP_LOGPROBS];
+    int n_top;
+} api_logprob_t;
 
 /* One piece of output for one choice. Deltas of different choices may interleave; those
  * of one choice come in order, and a call's BEGIN, ARGS* and END are never interleaved
@@ -185,6 +204,8 @@ typedef struct {
     int tool;                 /* TOOL_CALL_*: the call's index within the choice, from 0 */
     const char *tool_id;      /* TOOL_CALL_*: a stable id, unique per server run
                                * ("call_<hex>"); NUL-terminated */
+    const api_logprob_t *logprobs; /* LOGPROBS: [n_logprobs], in generation order */
+    int n_logprobs;
 } api_delta_t;
 
 typedef struct {
@@ -323,6 +344,10 @@ int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t
 
 /* True if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points > 0x10FFFF). */
 bool api_utf8_valid(const char *s, size_t n);
+
+/* Appends s[0..n) with every byte that is not part of a well-formed UTF-8 character
+ * replaced by U+FFFD (a token's bytes may be a fragment of one). 0 or CAIRN_ENOMEM. */
+int api_utf8_lossy(api_buf_t *out, const char *s, size_t n);
 
 /*
  * Parses an untrusted body as one JSON object: UTF-8 (bytes and every decoded string),

@@ -120,7 +120,16 @@ typedef struct {
     api_buf_t reasoning[API_MAX_N];
     cJSON *calls[API_MAX_N];  /* chat tool_calls objects, or NULL */
     api_buf_t args;           /* the arguments of the call being received */
+    bool chat;                /* chat completions (else completions) */
+    cJSON *lp[API_MAX_N];     /* logprobs so far: chat content items / completions object */
+    long long offset[API_MAX_N]; /* completions: bytes of the choice's text so far */
 } oai_state_t;
+
+/* A stream chunk carrying a LOGPROBS delta (chat: an empty delta and logprobs.content;
+ * completions: empty text and the legacy tokens/token_logprobs/top_logprobs/text_offset). */
+int oai_emit_logprobs(api_render_t *r, bool chat, const api_delta_t *d);
+/* A whole response's logprobs for choice i (null when not asked for); takes them. */
+cJSON *oai_logprobs_final(api_render_t *r, bool chat, int i);
 
 int oai_begin(api_render_t *r);
 /* Non-streaming: adds the delta to its choice (text, reasoning, tool calls). */

@@ -212,11 +212,29 @@ static int f_modalities(const cJSON *v, gen_request_t *r, api_error_t *err)
     return CAIRN_EUNSUPPORTED;
 }
 
-/* Accepted at their default value only (docs/API.md). */
+static int f_logprobs(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        BAD("logprobs", "logprobs must be a boolean");
+        return CAIRN_EINVAL;
+    }
+    r->logprobs = cJSON_IsTrue(v);
+    return 0;
+}
+
 static int f_top_logprobs(const cJSON *v, gen_request_t *r, api_error_t *err)
 {
-    (void)r;
-    return oai_default_int(v, 0, err);
+    long long x;
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!oai_get_int(v, 0, 20, &x)) {
+        BAD("top_logprobs", "top_logprobs must be an integer in [0, 20]");
+        return CAIRN_EINVAL;
+    }
+    r->top_logprobs = (int)x;
+    return 0;
 }
 
 static int f_parallel_tool_calls(const cJSON *v, gen_request_t *r, api_error_t *err)
@@ -279,6 +297,7 @@ static const oai_field_t chat_fields[] = {
     {"tools", f_tools},
     {"chat_template_kwargs", f_template_kwargs},
     {"max_completion_tokens", oai_field_max_tokens},
+    {"logprobs", f_logprobs},
     {"top_logprobs", f_top_logprobs},
     {"response_format", f_response_format},
     {"tool_choice", f_tool_choice},
@@ -299,7 +318,13 @@ static int chat_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
     gen_request_init(r);
     r->prompt_kind = GEN_PROMPT_MESSAGES;
     r->prompt_param = "messages";
-    return oai_parse_body(in, chat_fields, CAIRN_ARRAY_LEN(chat_fields), "messages", r, err);
+    int rc = oai_parse_body(in, chat_fields, CAIRN_ARRAY_LEN(chat_fields), "messages", r, err);
+    if (!rc && r->top_logprobs > 0 && !r->logprobs) {
+        BAD("top_logprobs", "top_logprobs requires logprobs: true");
+        gen_request_fini(r);
+        return CAIRN_EINVAL;
+    }
+    return rc;
 }
 
 /* ---- Response ---------------------------------------------------------------------- */
@@ -307,6 +332,8 @@ static int chat_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
 static int chat_begin(api_render_t *r)
 {
     int rc = oai_begin(r);
+    if (!rc)
+        ((oai_state_t *)r->state)->chat = true;
     for (int i = 0; !rc && r->req->stream && i < r->req->n; i++)
         rc = oai_emit_chunk(r, true, i, "", 0, true, CAIRN_FINISH_NONE);
     return rc;
@@ -370,6 +397,8 @@ static int chat_delta(api_render_t *r, const api_delta_t *d)
         return stream_call(r, d, false);
     case API_DELTA_TOOL_CALL_END:
         return 0; /* a chat stream has no end-of-call event */
+    case API_DELTA_LOGPROBS:
+        return oai_emit_logprobs(r, true, d);
     }
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
@@ -406,7 +435,7 @@ static int chat_full(api_render_t *r, const api_end_t *e)
             ok = oai_add(c, "message", msg);
         else
             cJSON_Delete(msg);
-        ok = ok && oai_add(c, "logprobs", cJSON_CreateNull())
+        ok = ok && oai_add(c, "logprobs", oai_logprobs_final(r, true, i))
              && oai_add(c, "finish_reason",
                         oai_finish_json(e->finish[i], e->tool_calls ? e->tool_calls[i] : 0));
     }

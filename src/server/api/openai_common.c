@@ -369,12 +369,6 @@ static int f_user(const cJSON *v, gen_request_t *r, api_error_t *err)
     return (r->user = cairn_strdup(v->valuestring)) ? 0 : CAIRN_ENOMEM;
 }
 
-static int f_logprobs(const cJSON *v, gen_request_t *r, api_error_t *err)
-{
-    (void)r;
-    return oai_default_bool(v, false, err);
-}
-
 const oai_field_t oai_common_fields[] = {
     {"model", f_model},
     {"stream", f_stream},
@@ -396,7 +390,6 @@ const oai_field_t oai_common_fields[] = {
     {"n", f_n},
     {"cache_salt", f_cache_salt},
     {"user", f_user},
-    {"logprobs", f_logprobs},
 };
 const size_t oai_common_count = CAIRN_ARRAY_LEN(oai_common_fields);
 
@@ -566,8 +559,180 @@ int oai_emit_chunk_calls(api_render_t *r, bool chat, int index, const char *text
     return oai_emit_delta(r, chat, index, d, text, len, finish, tool_calls);
 }
 
+static int emit_delta_lp(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                         size_t len, cairn_finish_reason_t finish, int tool_calls, cJSON *lp);
+
 int oai_emit_delta(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
                    size_t len, cairn_finish_reason_t finish, int tool_calls)
+{
+    return emit_delta_lp(r, chat, index, delta, text, len, finish, tool_calls, NULL);
+}
+
+/* ---- Logprobs ---------------------------------------------------------------------- */
+
+/* The token's text (its bytes, U+FFFD for a partial character) as a JSON string. */
+static cJSON *token_string(const api_token_lp_t *t)
+{
+    api_buf_t b = {0};
+    cJSON *j = api_utf8_lossy(&b, t->bytes, t->len) ? NULL : cJSON_CreateString(b.p);
+    api_buf_free(&b);
+    return j;
+}
+
+static cJSON *bytes_json(const api_token_lp_t *t)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < t->len; i++)
+        if (!cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)t->bytes[i]))) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    return a;
+}
+
+static cJSON *chat_lp_entry(const api_token_lp_t *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && oai_add(o, "token", token_string(t))
+              && oai_add(o, "logprob", cJSON_CreateNumber(t->logprob))
+              && oai_add(o, "bytes", bytes_json(t));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Appends chat logprobs.content items for d's tokens to arr. */
+static bool chat_lp_items(cJSON *arr, const api_delta_t *d)
+{
+    for (int i = 0; i < d->n_logprobs; i++) {
+        const api_logprob_t *lp = &d->logprobs[i];
+        cJSON *o = chat_lp_entry(&lp->token), *top = cJSON_CreateArray();
+        bool ok = o && top;
+        for (int k = 0; ok && k < lp->n_top; k++) {
+            cJSON *e = chat_lp_entry(&lp->top[k]);
+            ok = e && cJSON_AddItemToArray(top, e);
+            if (!ok)
+                cJSON_Delete(e);
+        }
+        if (ok) {
+            ok = oai_add(o, "top_logprobs", top);
+            top = NULL;
+        }
+        cJSON_Delete(top);
+        if (!ok || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Appends legacy completions logprobs for d's tokens to the four arrays of lp. */
+static bool comp_lp_items(cJSON *lp, const api_delta_t *d, long long *offset)
+{
+    cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    cJSON *vals = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+    cJSON *offs = cJSON_GetObjectItemCaseSensitive(lp, "text_offset");
+    for (int i = 0; i < d->n_logprobs; i++) {
+        const api_logprob_t *e = &d->logprobs[i];
+        cJSON *top = cJSON_CreateObject();
+        bool ok = top != NULL;
+        for (int k = 0; ok && k < e->n_top; k++) {
+            api_buf_t b = {0};
+            ok = !api_utf8_lossy(&b, e->top[k].bytes, e->top[k].len)
+                 && !cJSON_GetObjectItemCaseSensitive(top, b.p) /* keep the likelier */
+                 ? oai_add(top, b.p, cJSON_CreateNumber(e->top[k].logprob))
+                 : b.p != NULL;
+            api_buf_free(&b);
+        }
+        cJSON *t = token_string(&e->token);
+        ok = ok && t && cJSON_AddItemToArray(toks, t);
+        if (!ok)
+            cJSON_Delete(t);
+        ok = ok && cJSON_AddItemToArray(vals, cJSON_CreateNumber(e->token.logprob))
+             && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        if (ok && cJSON_AddItemToArray(tops, top))
+            top = NULL;
+        else
+            ok = false;
+        cJSON_Delete(top);
+        if (!ok)
+            return false;
+        *offset += (long long)e->token.len;
+    }
+    return true;
+}
+
+static cJSON *new_comp_lp(void)
+{
+    cJSON *lp = cJSON_CreateObject();
+    if (!lp || !oai_add(lp, "tokens", cJSON_CreateArray())
+        || !oai_add(lp, "token_logprobs", cJSON_CreateArray())
+        || !oai_add(lp, "top_logprobs", cJSON_CreateArray())
+        || !oai_add(lp, "text_offset", cJSON_CreateArray())) {
+        cJSON_Delete(lp);
+        return NULL;
+    }
+    return lp;
+}
+
+static cJSON *chat_lp_object(cJSON *content)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !content || !oai_add(o, "content", content) || !oai_add(o, "refusal", cJSON_CreateNull())) {
+        if (o && !cJSON_GetObjectItemCaseSensitive(o, "content"))
+            cJSON_Delete(content);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int oai_emit_logprobs(api_render_t *r, bool chat, const api_delta_t *d)
+{
+    oai_state_t *st = r->state;
+    cJSON *lp;
+    if (chat) {
+        cJSON *content = cJSON_CreateArray();
+        if (!content || !chat_lp_items(content, d)) {
+            cJSON_Delete(content);
+            return CAIRN_ENOMEM;
+        }
+        lp = chat_lp_object(content);
+    } else {
+        lp = new_comp_lp();
+        if (lp && !comp_lp_items(lp, d, &st->offset[d->choice])) {
+            cJSON_Delete(lp);
+            lp = NULL;
+        }
+    }
+    if (!lp)
+        return CAIRN_ENOMEM;
+    cJSON *delta = chat ? cJSON_CreateObject() : NULL;
+    if (chat && !delta) {
+        cJSON_Delete(lp);
+        return CAIRN_ENOMEM;
+    }
+    return emit_delta_lp(r, chat, d->choice, delta, "", 0, CAIRN_FINISH_NONE, 0, lp);
+}
+
+cJSON *oai_logprobs_final(api_render_t *r, bool chat, int i)
+{
+    oai_state_t *st = r->state;
+    if (!r->req->logprobs)
+        return cJSON_CreateNull();
+    cJSON *v = st->lp[i];
+    st->lp[i] = NULL;
+    if (!v)
+        v = chat ? cJSON_CreateArray() : new_comp_lp();
+    return chat ? chat_lp_object(v) : v;
+}
+
+static int emit_delta_lp(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                         size_t len, cairn_finish_reason_t finish, int tool_calls, cJSON *lp)
 {
     cJSON *o = oai_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_CreateArray();
@@ -585,8 +750,12 @@ int oai_emit_delta(api_render_t *r, bool chat, int index, cJSON *delta, const ch
     } else if (ok) {
         ok = oai_add(c, "text", oai_string_n(text, len));
     }
-    ok = ok && oai_add(c, "logprobs", cJSON_CreateNull())
-         && oai_add(c, "finish_reason", oai_finish_json(finish, tool_calls));
+    if (ok)
+        ok = oai_add(c, "logprobs", lp ? lp : cJSON_CreateNull());
+    else
+        cJSON_Delete(lp);
+    lp = NULL;
+    ok = ok && oai_add(c, "finish_reason", oai_finish_json(finish, tool_calls));
     if (ok) {
         ok = oai_add(o, "choices", choices);
         choices = NULL;
@@ -745,6 +914,13 @@ int oai_accumulate(api_render_t *r, const api_delta_t *d)
     }
     case API_DELTA_TOOL_CALL_ARGS:
         return api_buf_append(&st->args, d->text, d->len);
+    case API_DELTA_LOGPROBS: {
+        bool chat = st->chat;
+        if (!st->lp[i] && !(st->lp[i] = chat ? cJSON_CreateArray() : new_comp_lp()))
+            return CAIRN_ENOMEM;
+        bool ok = chat ? chat_lp_items(st->lp[i], d) : comp_lp_items(st->lp[i], d, &st->offset[i]);
+        return ok ? 0 : CAIRN_ENOMEM;
+    }
     case API_DELTA_TOOL_CALL_END: {
         cJSON *call = cJSON_GetArrayItem(st->calls[i], cJSON_GetArraySize(st->calls[i]) - 1);
         cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
@@ -769,6 +945,7 @@ void oai_release(api_render_t *r)
         api_buf_free(&st->text[i]);
         api_buf_free(&st->reasoning[i]);
         cJSON_Delete(st->calls[i]);
+        cJSON_Delete(st->lp[i]);
     }
     api_buf_free(&st->args);
     cairn_free(st);

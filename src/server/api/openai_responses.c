@@ -805,6 +805,8 @@ static int resp_delta(api_render_t *r, const api_delta_t *d)
         return item_text(r, "response.function_call_arguments.delta", d, false);
     case API_DELTA_TOOL_CALL_END:
         return item_close(r);
+    case API_DELTA_LOGPROBS:
+        return 0; /* not requested by this adapter (top_logprobs is 0 only) */
     }
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
