@@ -79,10 +79,10 @@ typedef struct {
  * unless no_writer. Cost: one directory walk plus one small header read per object.
  * Errors: CAIRN_EINVAL (bad layout), CAIRN_EIO (root unusable), CAIRN_ENOMEM.
  */
-int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t **out);
+CAIRN_API int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t **out);
 
 /* Writes every queued block, stops the writer thread and frees the store. NULL is a no-op. */
-void cairn_cold_store_destroy(cairn_cold_store_t *s);
+CAIRN_API void cairn_cold_store_destroy(cairn_cold_store_t *s);
 
 /*
  * The store behind the tier interface (cairn/tier_store.h): what the tier logic, the
@@ -93,22 +93,22 @@ void cairn_cold_store_destroy(cairn_cold_store_t *s);
  * prefetch() opens the objects and hints the kernel to read them ahead
  * (POSIX_FADV_WILLNEED), keeping at most 32 descriptors for the reads that follow.
  */
-cairn_tier_store_t *cairn_cold_store_tier(cairn_cold_store_t *s);
+CAIRN_API cairn_tier_store_t *cairn_cold_store_tier(cairn_cold_store_t *s);
 
 /* Blocks until the queue is empty and the writer idle (tests, shutdown, tools). */
-void cairn_cold_store_flush(cairn_cold_store_t *s);
+CAIRN_API void cairn_cold_store_flush(cairn_cold_store_t *s);
 
 /* The model directory (<root>/<fingerprint hex>); owned by the store. */
-const char *cairn_cold_store_dir(const cairn_cold_store_t *s);
+CAIRN_API const char *cairn_cold_store_dir(const cairn_cold_store_t *s);
 
 /* Whether the index holds the object (queued blocks excluded). No I/O, no counter. */
-bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_tier_hash_t *hash);
+CAIRN_API bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_tier_hash_t *hash);
 
 /*
  * How many leading blocks of hashes[0..n) the index holds: the first i with hashes[i]
  * absent. Answered from the index alone, never reading a payload; no counter changes.
  */
-size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_tier_hash_t *hashes, size_t n);
+CAIRN_API size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_tier_hash_t *hashes, size_t n);
 
 /* ---- Writing ----------------------------------------------------------------------- */
 
@@ -132,7 +132,7 @@ typedef struct {
  * Errors: CAIRN_EEXHAUSTED (no slot before the deadline; queue_drops counted),
  * CAIRN_EINVAL (size or token count disagrees with the layout, or no writer), CAIRN_ENOMEM.
  */
-int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *blk, uint32_t wait_ms,
+CAIRN_API int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *blk, uint32_t wait_ms,
                              bool *queued);
 
 /* ---- Reading ----------------------------------------------------------------------- */
@@ -146,19 +146,19 @@ int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *bl
  * CAIRN_ECORRUPT when invalid: the file is deleted and a corruption counted, and dst's
  * contents are unspecified. CAIRN_ERANGE when dst is too small, CAIRN_EIO on a read error.
  */
-int cairn_cold_store_read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash,
+CAIRN_API int cairn_cold_store_read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash,
                           const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
                           void *dst, size_t dst_size);
 
 /* Counts a restore the engine refused for its own reasons (restore_declines). */
-void cairn_cold_store_note_decline(cairn_cold_store_t *s);
+CAIRN_API void cairn_cold_store_note_decline(cairn_cold_store_t *s);
 
 /* ---- Maintenance (tools) ----------------------------------------------------------- */
 
 /* Calls fn for each indexed object in LRU order (least recent first); fn returns non-zero
  * to stop. The store lock is held during the calls: fn must not call into the store.
  * Entries have kind BLOCK, group 0 and an all-zero domain (not stored). */
-void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
+CAIRN_API void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
                               void *user);
 
 /*
@@ -166,30 +166,30 @@ void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const
  * store's layout when it has one); invalid ones are deleted and counted. *checked and
  * *bad (may be NULL) receive the counts. Errors: CAIRN_ENOMEM.
  */
-int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad);
+CAIRN_API int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad);
 
 /* Evicts least-recently-used unpinned objects until the total is <= quota_bytes.
  * *evicted (may be NULL) receives the count. */
-void cairn_cold_store_prune(cairn_cold_store_t *s, uint64_t quota_bytes, size_t *evicted);
+CAIRN_API void cairn_cold_store_prune(cairn_cold_store_t *s, uint64_t quota_bytes, size_t *evicted);
 
 /* Deletes every unpinned object of this model. *removed (may be NULL) receives the count. */
-void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed);
+CAIRN_API void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed);
 
 /*
  * Resolves the cache root: config_root, else CAIRN_CACHE_DIR, else $XDG_CACHE_HOME/cairn,
  * else $HOME/.cache/cairn. Returns a string the caller frees with cairn_free, or NULL
  * (ENOMEM, or no HOME).
  */
-char *cairn_cold_default_root(const char *config_root);
+CAIRN_API char *cairn_cold_default_root(const char *config_root);
 
 /* Calls fn for each model fingerprint directory under root. Errors: CAIRN_ENOENT (no root). */
-int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_tier_hash_t *fp),
+CAIRN_API int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_tier_hash_t *fp),
                            void *user);
 
 /* ---- Telemetry --------------------------------------------------------------------- */
 
 /* Copies the counters. s may be NULL (enabled false, all zero). */
-void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out);
+CAIRN_API void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out);
 
 #ifdef __cplusplus
 }

@@ -74,7 +74,7 @@ typedef struct {
 } cairn_engine_options_t;
 
 /* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
-void cairn_engine_options_default(cairn_engine_options_t *o);
+CAIRN_API void cairn_engine_options_default(cairn_engine_options_t *o);
 
 typedef struct cairn_engine cairn_engine_t;
 typedef struct cairn_seq cairn_seq_t;
@@ -88,13 +88,13 @@ typedef struct cairn_seq cairn_seq_t;
  * one-line message goes to err. Cost: allocates the scratch of one sub-batch
  * (max_step_tokens rows) and, for the paged path, maps the K/V pool.
  */
-int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
+CAIRN_API int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
                         cairn_engine_t **out, char *err, size_t err_len);
 /* Destroys the engine and every sequence still alive. NULL is a no-op. */
-void cairn_engine_destroy(cairn_engine_t *e);
+CAIRN_API void cairn_engine_destroy(cairn_engine_t *e);
 /* The options in effect (defaults resolved). */
-const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e);
-const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
+CAIRN_API const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e);
+CAIRN_API const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
 
 /* ---- Sequences --------------------------------------------------------------------- */
 
@@ -112,34 +112,34 @@ const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
  * (paged: the pool cannot hold the prompt even after eviction), CAIRN_ENOMEM. The sequence
  * belongs to the engine; release it with cairn_seq_release().
  */
-int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+CAIRN_API int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
                     int n_tokens, cairn_seq_t **out, int *n_cached);
 /* Appends n pending tokens (a sampled token, the next user turn); with the paged path
  * their K/V slots are reserved here. CAIRN_ERANGE past max_context, CAIRN_EEXHAUSTED when
  * the pool is full; on error nothing changes. */
-int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n);
+CAIRN_API int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n);
 /* Tokens with K/V stored. */
-int cairn_seq_n_past(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_n_past(const cairn_seq_t *s);
 /* Tokens appended but not yet computed. */
-int cairn_seq_n_pending(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_n_pending(const cairn_seq_t *s);
 /* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
-const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
+CAIRN_API const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
 /* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length.
  * CAIRN_EUNSUPPORTED for a model with recurrent layers when n < n_past (the state would
  * have to be rewound; nothing changes). */
-int cairn_seq_truncate(cairn_seq_t *s, int n);
+CAIRN_API int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
  * continuation (feed the next turn). With the paged path, full blocks are published to
  * the prefix cache as each step computes them, so other sequences with the same salt and
  * prefix can reuse them while this one lives and after it is released.
  */
-int cairn_seq_end_turn(cairn_seq_t *s);
+CAIRN_API int cairn_seq_end_turn(cairn_seq_t *s);
 /* A new sequence with the same tokens and K/V (paged: shared blocks, copy-on-write;
  * flat: a copy). CAIRN_ESTATE while s has pending tokens. */
-int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
+CAIRN_API int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
 /* Frees the sequence and its K/V references. NULL is a no-op. */
-void cairn_seq_release(cairn_seq_t *s);
+CAIRN_API void cairn_seq_release(cairn_seq_t *s);
 
 /* ---- Steps ------------------------------------------------------------------------- */
 
@@ -164,7 +164,7 @@ typedef struct {
  * CAIRN_EINVAL (bad item), CAIRN_ENOMEM (flat K/V growth); on error no sequence has
  * advanced.
  */
-int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
+CAIRN_API int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
                       const float **logits, int *n_rows);
 
 typedef struct {
@@ -176,12 +176,12 @@ typedef struct {
     double forward_seconds;    /* wall time inside steps */
 } cairn_engine_counters_t;
 
-void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
+CAIRN_API void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
 
 /* Snapshot of the paged pool's KV cache core counters (cairn_kv_cache_stats: blocks in
  * use, cached, free, total, bytes, grows, evictions, hits and misses). Engine thread
  * only, O(1). Errors: CAIRN_EUNSUPPORTED on the flat path (*out zeroed). */
-int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
+CAIRN_API int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
 
 /* ---- Cold tier ---------------------------------------------------------------------- */
 
@@ -191,13 +191,13 @@ int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
  * proven by tests/engine/test_cold_restart.c, which iterates this same list. A family off
  * the list never persists nor restores. Pure function.
  */
-bool cairn_cold_family_eligible(const char *model_type);
+CAIRN_API bool cairn_cold_family_eligible(const char *model_type);
 /* The eligible model_types, NULL-terminated (static). */
-const char *const *cairn_cold_eligible_families(void);
+CAIRN_API const char *const *cairn_cold_eligible_families(void);
 
 /* Tokens of the sequence's prompt restored from the cold tier by cairn_seq_begin (they
  * count in cairn_seq_n_past, not in *n_cached, which is the hot prefix only). */
-int cairn_seq_restored_tokens(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_restored_tokens(const cairn_seq_t *s);
 
 typedef struct {
     bool enabled;              /* a store is open */
@@ -212,9 +212,9 @@ typedef struct {
 } cairn_engine_cold_counters_t;
 
 /* Snapshot of the cold-tier counters (all zero, enabled false, when the tier is off). */
-void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
+CAIRN_API void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
 /* Blocks until every queued block is written (tests, tools). No-op when the tier is off. */
-void cairn_engine_cold_flush(cairn_engine_t *e);
+CAIRN_API void cairn_engine_cold_flush(cairn_engine_t *e);
 
 #ifdef __cplusplus
 }

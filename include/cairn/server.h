@@ -66,7 +66,7 @@ typedef struct {
 } cairn_server_options_t;
 
 /* Fills *o with the defaults above. */
-void cairn_server_options_default(cairn_server_options_t *o);
+CAIRN_API void cairn_server_options_default(cairn_server_options_t *o);
 
 /*
  * Creates the scheduler over engine and tok (both must outlive the server; the server is
@@ -77,26 +77,26 @@ void cairn_server_options_default(cairn_server_options_t *o);
  * log file), CAIRN_EFORMAT (an empty key file), CAIRN_EIO (bind/listen failed: port in
  * use), CAIRN_ENOMEM; a one-line message goes to err.
  */
-int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+CAIRN_API int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                         const cairn_server_options_t *opt, cairn_server_t **out, char *err,
                         size_t err_len);
 
 /* The TCP port the server listens on (the chosen one when options.port was 0). */
-int cairn_server_port(const cairn_server_t *s);
+CAIRN_API int cairn_server_port(const cairn_server_t *s);
 
 /* Tokens one sequence may hold (/v1/models' max_model_len): the engine's max_context, or
  * what the KV pool holds when that is less. Requests past it get a 400. */
 int cairn_server_max_model_len(const cairn_server_t *s);
 
 /* The server's scheduler (for statistics; do not destroy it). */
-cairn_sched_t *cairn_server_sched(cairn_server_t *s);
+CAIRN_API cairn_sched_t *cairn_server_sched(cairn_server_t *s);
 
 /*
  * Graceful stop: closes the listening socket (no new connections), lets in-flight
  * requests finish until deadline_ms has passed, cancels the rest (streams end with an
  * error event), then stops the HTTP threads and frees everything. NULL is a no-op.
  */
-void cairn_server_destroy(cairn_server_t *s, int deadline_ms);
+CAIRN_API void cairn_server_destroy(cairn_server_t *s, int deadline_ms);
 
 #ifdef __cplusplus
 }

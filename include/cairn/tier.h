@@ -67,10 +67,10 @@ typedef struct {
 
 /* SHA-256 over the files' names, headers and sizes, in the order given (the caller sorts
  * by name; docs/FORMAT.md 1.5). Cheap: no tensor data is read. Errors: CAIRN_EINVAL. */
-int cairn_tier_weights_digest(const cairn_tier_weights_file_t *files, size_t n, uint8_t out[32]);
+CAIRN_API int cairn_tier_weights_digest(const cairn_tier_weights_file_t *files, size_t n, uint8_t out[32]);
 
 /* SHA-256 of the canonical serialization of *desc. Errors: CAIRN_EINVAL, CAIRN_ENOMEM. */
-int cairn_tier_fingerprint(const cairn_tier_model_desc_t *desc, cairn_tier_hash_t *out);
+CAIRN_API int cairn_tier_fingerprint(const cairn_tier_model_desc_t *desc, cairn_tier_hash_t *out);
 
 /* ---- Chains --------------------------------------------------------------------------- */
 
@@ -121,7 +121,7 @@ typedef struct {
  * may be NULL (knobs; the environment wins over a given budget). A deadline stop is
  * logged. Returns 0 (the result says why it stopped) or CAIRN_EINVAL.
  */
-int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_fn fn, void *user,
+CAIRN_API int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_fn fn, void *user,
                              const cairn_tier_capture_budget_t *budget, cairn_tier_capture_result_t *res);
 
 /* ---- Restore --------------------------------------------------------------------------- */
@@ -155,7 +155,7 @@ typedef struct {
  * Errors: CAIRN_EINVAL (bad arguments); CAIRN_ENOMEM (a read ran out of memory: res says
  * what was loaded before, and callers discard it). Otherwise 0, whatever the walk found.
  */
-int cairn_tier_restore_chain(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
+CAIRN_API int cairn_tier_restore_chain(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
                              const cairn_tier_restore_sink_t *sink, cairn_tier_restore_result_t *res);
 
 /* ---- Trace ------------------------------------------------------------------------------ */
@@ -166,15 +166,15 @@ typedef struct cairn_tier_trace cairn_tier_trace_t;
  * Opens a per-turn trace: knob CAIRN_COLD_TRACE > path > none. *out is NULL when there is
  * no trace (every trace call then does nothing). Errors: CAIRN_ENOMEM.
  */
-int cairn_tier_trace_create(const char *path, cairn_tier_trace_t **out);
-void cairn_tier_trace_destroy(cairn_tier_trace_t *t);
+CAIRN_API int cairn_tier_trace_create(const char *path, cairn_tier_trace_t **out);
+CAIRN_API void cairn_tier_trace_destroy(cairn_tier_trace_t *t);
 
 /*
  * Appends one JSON line {"turn": label, "cold": {store counter deltas since the previous
  * line}} (docs/FORMAT.md 1.6); the first line's deltas count from the store's opening.
  * Write errors are logged, never returned. Thread-safe.
  */
-void cairn_tier_trace_turn(cairn_tier_trace_t *t, cairn_tier_store_t *s, const char *label);
+CAIRN_API void cairn_tier_trace_turn(cairn_tier_trace_t *t, cairn_tier_store_t *s, const char *label);
 
 #ifdef __cplusplus
 }

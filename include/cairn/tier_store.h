@@ -48,9 +48,9 @@ extern "C" {
 typedef struct { uint8_t bytes[CAIRN_TIER_HASH_BYTES]; } cairn_tier_hash_t;
 
 /* Writes 64 lowercase hex digits and a NUL into out (65 bytes). */
-void cairn_tier_hash_hex(const cairn_tier_hash_t *h, char out[65]);
+CAIRN_API void cairn_tier_hash_hex(const cairn_tier_hash_t *h, char out[65]);
 /* Parses exactly 64 hex digits. Errors: CAIRN_EINVAL. */
-int cairn_tier_hash_parse(const char *hex, cairn_tier_hash_t *out);
+CAIRN_API int cairn_tier_hash_parse(const char *hex, cairn_tier_hash_t *out);
 
 /* ---- Objects -------------------------------------------------------------------- */
 
@@ -117,7 +117,7 @@ typedef struct {
 /* Renders stats as one JSON object (no newline); the caller frees with cairn_free. With
  * `delta` non-NULL the counters are cur - delta and the gauges used_bytes, objects and
  * queue_len are left out. Errors: NULL on ENOMEM. Format: docs/FORMAT.md 1.6. */
-char *cairn_tier_stats_json(const cairn_tier_stats_t *cur, const cairn_tier_stats_t *delta);
+CAIRN_API char *cairn_tier_stats_json(const cairn_tier_stats_t *cur, const cairn_tier_stats_t *delta);
 
 /* One object as a store's maintenance walk reports it. */
 typedef struct {
@@ -205,25 +205,25 @@ struct cairn_tier_store {
  * CAIRN_ENOENT, put CAIRN_EINVAL, flush/destroy no-ops, stats all zero (enabled false).
  * Thread-safety and cost: those of the op.
  */
-bool cairn_tier_store_contains(cairn_tier_store_t *s, const cairn_tier_key_t *key);
-size_t cairn_tier_store_chain_length(cairn_tier_store_t *s, const cairn_tier_key_t *keys, size_t n);
-int cairn_tier_store_put(cairn_tier_store_t *s, const cairn_tier_object_t *obj, uint32_t wait_ms, bool *queued);
-int cairn_tier_store_get(cairn_tier_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest,
+CAIRN_API bool cairn_tier_store_contains(cairn_tier_store_t *s, const cairn_tier_key_t *key);
+CAIRN_API size_t cairn_tier_store_chain_length(cairn_tier_store_t *s, const cairn_tier_key_t *keys, size_t n);
+CAIRN_API int cairn_tier_store_put(cairn_tier_store_t *s, const cairn_tier_object_t *obj, uint32_t wait_ms, bool *queued);
+CAIRN_API int cairn_tier_store_get(cairn_tier_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest,
                          void *user);
-void cairn_tier_store_prefetch(cairn_tier_store_t *s, const cairn_tier_key_t *keys, size_t n);
-void cairn_tier_store_flush(cairn_tier_store_t *s);
-void cairn_tier_store_stats(cairn_tier_store_t *s, cairn_tier_stats_t *out);
-void cairn_tier_store_destroy(cairn_tier_store_t *s);
+CAIRN_API void cairn_tier_store_prefetch(cairn_tier_store_t *s, const cairn_tier_key_t *keys, size_t n);
+CAIRN_API void cairn_tier_store_flush(cairn_tier_store_t *s);
+CAIRN_API void cairn_tier_store_stats(cairn_tier_store_t *s, cairn_tier_stats_t *out);
+CAIRN_API void cairn_tier_store_destroy(cairn_tier_store_t *s);
 /* The store's name ("fs", "mem"), or "none" for NULL. */
-const char *cairn_tier_store_name(const cairn_tier_store_t *s);
+CAIRN_API const char *cairn_tier_store_name(const cairn_tier_store_t *s);
 
 /* Maintenance dispatchers (CAIRN_EUNSUPPORTED when the store has not the op). The count
  * outputs may be NULL. */
-int cairn_tier_store_foreach(cairn_tier_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
+CAIRN_API int cairn_tier_store_foreach(cairn_tier_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
                              void *user);
-int cairn_tier_store_verify(cairn_tier_store_t *s, size_t *checked, size_t *bad);
-int cairn_tier_store_prune(cairn_tier_store_t *s, uint64_t quota_bytes, size_t *evicted);
-int cairn_tier_store_clear(cairn_tier_store_t *s, size_t *removed);
+CAIRN_API int cairn_tier_store_verify(cairn_tier_store_t *s, size_t *checked, size_t *bad);
+CAIRN_API int cairn_tier_store_prune(cairn_tier_store_t *s, uint64_t quota_bytes, size_t *evicted);
+CAIRN_API int cairn_tier_store_clear(cairn_tier_store_t *s, size_t *removed);
 
 #ifdef __cplusplus
 }
