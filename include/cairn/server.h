@@ -86,7 +86,7 @@ CAIRN_API int cairn_server_port(const cairn_server_t *s);
 
 /* Tokens one sequence may hold (/v1/models' max_model_len): the engine's max_context, or
  * what the KV pool holds when that is less. Requests past it get a 400. */
-int cairn_server_max_model_len(const cairn_server_t *s);
+CAIRN_API int cairn_server_max_model_len(const cairn_server_t *s);
 
 /* The server's scheduler (for statistics; do not destroy it). */
 CAIRN_API cairn_sched_t *cairn_server_sched(cairn_server_t *s);
