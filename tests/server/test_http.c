@@ -348,8 +348,8 @@ static void test_request_errors(void **state)
     r = post("/v1/completions", "{\"prompt\":\"x\",\"messages\":[]}");
     expect_error(&r, 400, "messages", "unknown_parameter");
     r = post("/v1/chat/completions",
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}");
-    expect_error(&r, 400, "logprobs", "unsupported_parameter");
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}");
+    expect_error(&r, 400, "response_format", "unsupported_parameter");
     r = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}");
     expect_error(&r, 400, "messages[0]", NULL);
     r = post("/v1/chat/completions", "{\"max_tokens\":3}");

@@ -13,7 +13,7 @@
  * the start, when the prompt already opened the block: in_reasoning); the newlines right
  * inside the tags and right after </think> are dropped, as the chat templates that
  * render reasoning_content back write them. Tool calls follow the model's native format
- * (a tool_format_t: Hermes/Qwen <tool_call> JSON, Llama 3 JSON, LFM2's pythonic list),
+ * (a tool_format_t: <tool_call> JSON, a JSON answer, a pythonic call list; docs/API.md),
  * chosen from the chat template or by name. A call is reported once it is complete and
  * valid (its arguments are the model's own bytes, so a client sending them back renders
  * the same prompt); a malformed or unfinished call is reported as the text it was, never

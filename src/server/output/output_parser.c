@@ -13,7 +13,7 @@
  *
  * START decides whether a reasoning block opens; *_NL drop the newlines after a tag;
  * ANSWER_START decides whether the answer opens with a call section (formats whose calls
- * are the whole answer, like Llama 3's JSON); ANSWER emits text up to the next call's
+ * are the whole answer, like llama3_json); ANSWER emits text up to the next call's
  * open marker; CALL buffers the section until its close marker (or the end) and has the
  * format parse it. Invariant: bytes leave buf exactly once, as an event or as a dropped
  * marker/whitespace.

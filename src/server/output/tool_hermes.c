@@ -1,6 +1,6 @@
 /*
- * tool_hermes.c — Hermes-style tool calls, as Qwen2.5, Qwen3 and Qwen3.5 (and the Hermes
- * models) write them: one JSON object per section,
+ * tool_hermes.c — Hermes-style tool calls (docs/API.md names the models that write them):
+ * one JSON object per section,
  *
  *     <tool_call>
  *     {"name": "get_weather", "arguments": {"city": "Paris"}}

@@ -1,6 +1,7 @@
 /*
- * tool_llama3.c — Llama 3.1/3.2/3.3 JSON tool calls: the whole answer is one or more call
- * objects (separated by ';' or whitespace), optionally after <|python_tag|>:
+ * tool_llama3.c — the llama3_json format (docs/API.md names the models): the whole answer
+ * is one or more call objects (separated by ';' or whitespace), optionally after
+ * <|python_tag|>:
  *
  *     {"name": "get_weather", "parameters": {"city": "Paris"}}
  *

@@ -1,12 +1,12 @@
 /*
- * tool_pythonic.c — tool calls as a Python list of calls, as LFM2 writes them:
+ * tool_pythonic.c — tool calls as a Python list of calls (docs/API.md names the models):
  *
  *     <|tool_call_start|>[get_weather(city="Paris"), get_time(tz='CET')]<|tool_call_end|>
  *
  * Each call is NAME(KEY=VALUE, ...) with Python literal values: strings ('...' or "..."
  * with backslash escapes), numbers, True/False/None, lists, tuples and dicts. The
  * arguments are reported as the equivalent JSON object ({"city": "Paris"}); anything else
- * (positional arguments, expressions) makes the section text. Detected by LFM2's
+ * (positional arguments, expressions) makes the section text. Detected by
  * "<|tool_list_start|>" in the template.
  *
  * Thread-safety: pure.
