@@ -75,10 +75,12 @@ typedef enum {
 } route_kind_t;
 
 typedef struct {
-    const char *path;          /* also the metrics and request-log label */
+    const char *path;          /* also the request-log label (and the metrics one, with
+                                * the required header when there is one) */
     route_kind_t kind;
     const api_adapter_t *api;  /* ROUTE_API: the adapter serving it */
     api_op_t op;               /* ROUTE_API: what it does */
+    const char *when_header;   /* ROUTE_API: a header the request must carry, or NULL */
 } route_t;
 
 struct cairn_server {
@@ -812,14 +814,15 @@ static void sched_stats(cairn_server_t *s, cairn_sched_stats_t *st)
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
-static int route_of(const cairn_server_t *s, const char *url)
+static int route_of(const cairn_server_t *s, const char *url, struct MHD_Connection *mhd)
 {
     for (int i = 0; i < s->n_routes - 1; i++) {
         const route_t *r = &s->routes[i];
         size_t n = strlen(r->path);
         if (!strncmp(url, r->path, n)
             && (url[n] == '\0'
-                || (url[n] == '/' && r->kind == ROUTE_API && r->op == API_OP_LIST_MODELS)))
+                || (url[n] == '/' && r->kind == ROUTE_API && r->op == API_OP_LIST_MODELS))
+            && (!r->when_header || MHD_lookup_connection_value(mhd, MHD_HEADER_KIND, r->when_header)))
             return i;
     }
     return s->n_routes - 1;
@@ -866,7 +869,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
         c->refs = 1; /* the connection's */
         c->srv = s;
         c->mhd = mhd;
-        c->route = route_of(s, url);
+        c->route = route_of(s, url, mhd);
         c->rt = &s->routes[c->route];
         c->api = c->rt->api ? c->rt->api : s->apis[0];
         c->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
@@ -1174,22 +1177,36 @@ static int build_routes(cairn_server_t *s)
     if (!s->routes || !s->route_labels)
         return CAIRN_ENOMEM;
     int k = 0, n_gen = 0;
-    for (int pass = 0; pass < 2; pass++)
+    /* Generation and count routes, then model lists: those that need a header before the
+     * one that does not (routing takes the first match). */
+    for (int pass = 0; pass < 3; pass++)
         for (size_t i = 0; i < s->n_apis; i++)
             for (size_t j = 0; j < s->apis[i]->n_routes; j++) {
                 const api_route_t *ar = &s->apis[i]->routes[j];
-                if ((ar->op == API_OP_LIST_MODELS) != (pass == 1))
+                int want = ar->op != API_OP_LIST_MODELS ? 0 : ar->when_header ? 1 : 2;
+                if (want != pass)
                     continue;
-                s->routes[k] = (route_t){ar->path, ROUTE_API, s->apis[i], ar->op};
+                s->routes[k] = (route_t){ar->path, ROUTE_API, s->apis[i], ar->op, ar->when_header};
                 k++;
                 n_gen += pass == 0;
             }
-    s->routes[k++] = (route_t){"/health", ROUTE_HEALTH, NULL, API_OP_GENERATE};
-    s->routes[k++] = (route_t){"/metrics", ROUTE_METRICS, NULL, API_OP_GENERATE};
-    s->routes[k++] = (route_t){"other", ROUTE_OTHER, NULL, API_OP_GENERATE};
+    s->routes[k++] = (route_t){"/health", ROUTE_HEALTH, NULL, API_OP_GENERATE, NULL};
+    s->routes[k++] = (route_t){"/metrics", ROUTE_METRICS, NULL, API_OP_GENERATE, NULL};
+    s->routes[k++] = (route_t){"other", ROUTE_OTHER, NULL, API_OP_GENERATE, NULL};
     s->n_routes = k;
-    for (int i = 0; i < k; i++)
-        s->route_labels[i] = s->routes[i].path;
+    for (int i = 0; i < k; i++) {
+        const char *h = s->routes[i].when_header;
+        if (!h) {
+            s->route_labels[i] = s->routes[i].path;
+            continue;
+        }
+        size_t len = strlen(s->routes[i].path) + strlen(h) + 4;
+        char *l = cairn_malloc(len);
+        if (!l)
+            return CAIRN_ENOMEM;
+        snprintf(l, len, "%s [%s]", s->routes[i].path, h);
+        s->route_labels[i] = l;
+    }
     return n_gen;
 }
 
@@ -1199,6 +1216,9 @@ static void server_free(cairn_server_t *s)
     reqlog_close(s->log);
     tenancy_destroy(s->ten);
     metrics_destroy(s->met);
+    for (int i = 0; s->route_labels && i < s->n_routes; i++)
+        if (s->routes[i].when_header)
+            cairn_free((char *)s->route_labels[i]);
     cairn_free(s->routes);
     cairn_free(s->route_labels);
     cairn_free(s->apis);

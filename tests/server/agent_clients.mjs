@@ -194,9 +194,12 @@ const a3 = await ant.messages.create({
 assert.equal(a3.stop_reason, 'end_turn');
 assert.equal(a3.content[0].text, ANSWER);
 assert.ok(a3.usage.cache_read_input_tokens >= 16, JSON.stringify(a3.usage));
+const antModels = await ant.models.list();
+assert.equal(antModels.data[0].id, model);
+assert.equal(antModels.data[0].type, 'model');
 const count = await ant.messages.countTokens({ model, messages: antReq.messages, system: 'x' });
 assert.ok(count.input_tokens > 0);
-check('anthropic: tool_result turn, cache_read_input_tokens, count_tokens');
+check('anthropic: tool_result turn, cache_read_input_tokens, count_tokens, models.list');
 
 try {
   await ant.messages.create({ model, messages: antReq.messages });

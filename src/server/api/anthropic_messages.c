@@ -29,13 +29,15 @@
  * (stop_reason, usage) and message_stop; a failure after it began is an `error` event.
  * Errors are {"type": "error", "error": {"type", "message"}}.
  *
- * Keys: x-api-key, or Authorization: Bearer.
+ * Keys: x-api-key, or Authorization: Bearer. GET /v1/models with an anthropic-version
+ * header (Anthropic's clients send one) lists the model in Anthropic's shape.
  *
  * Thread-safety: pure functions over the request's own render state (api.h).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/api/api.h"
 #include "server/api/openai.h"
@@ -1048,9 +1050,56 @@ static int ant_render_count(const gen_request_t *req, int n_tokens, api_buf_t *o
     return api_buf_printf(out, "{\"input_tokens\":%d}", n_tokens);
 }
 
+/* GET /v1/models with anthropic-version (what Anthropic clients send): the one served
+ * model as {"type": "model", "id", "display_name", "created_at"}. */
+static int ant_render_models(const api_model_t *m, const char *want, api_buf_t *out,
+                             api_error_t *err)
+{
+    if (want && strcmp(want, m->id) != 0) {
+        api_error_set(err, 404, API_ERR_NOT_FOUND, "model", "model_not_found",
+                      "model: %s", want);
+        return CAIRN_ENOENT;
+    }
+    char created[32];
+    time_t t = (time_t)m->created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *mo = cJSON_CreateObject();
+    bool ok = mo && add(mo, "type", cJSON_CreateString("model"))
+              && add(mo, "id", cJSON_CreateString(m->id))
+              && add(mo, "display_name", cJSON_CreateString(m->id))
+              && add(mo, "created_at", cJSON_CreateString(created))
+              && add(mo, "max_input_tokens", cJSON_CreateNumber(m->max_model_len));
+    if (!ok) {
+        cJSON_Delete(mo);
+        return CAIRN_ENOMEM;
+    }
+    if (want)
+        return emit(out, mo, "", "");
+    cJSON *root = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    if (!root || !data)
+        cJSON_Delete(mo);
+    ok = root && data && push(data, mo); /* push frees mo when it fails */
+    if (ok) {
+        ok = add(root, "data", data);
+        data = NULL;
+    }
+    cJSON_Delete(data);
+    ok = ok && add(root, "has_more", cJSON_CreateFalse())
+         && add(root, "first_id", cJSON_CreateString(m->id))
+         && add(root, "last_id", cJSON_CreateString(m->id));
+    if (!ok) {
+        cJSON_Delete(root);
+        return CAIRN_ENOMEM;
+    }
+    return emit(out, root, "", "");
+}
+
 static const api_route_t ant_routes[] = {
-    {"/v1/messages", API_OP_GENERATE},
-    {"/v1/messages/count_tokens", API_OP_COUNT_TOKENS},
+    {"/v1/messages", API_OP_GENERATE, NULL},
+    {"/v1/messages/count_tokens", API_OP_COUNT_TOKENS, NULL},
+    {"/v1/models", API_OP_LIST_MODELS, "anthropic-version"},
 };
 
 const api_adapter_t api_anthropic_messages = {
@@ -1071,5 +1120,5 @@ const api_adapter_t api_anthropic_messages = {
     .fail = ant_fail,
     .release = ant_release,
     .render_count = ant_render_count,
-    .render_models = NULL,
+    .render_models = ant_render_models,
 };

@@ -175,9 +175,12 @@ int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t
                          a->name, p, (int)op);
                 return CAIRN_EINVAL;
             }
+            const char *h = a->routes[r].when_header;
             for (size_t j = 0; j <= i; j++)
                 for (size_t s = 0; s < (j == i ? r : apis[j]->n_routes); s++)
-                    if (!strcmp(apis[j]->routes[s].path, p)) {
+                    if (!strcmp(apis[j]->routes[s].path, p)
+                        && (h == NULL) == (apis[j]->routes[s].when_header == NULL)
+                        && (!h || !strcasecmp(h, apis[j]->routes[s].when_header))) {
                         snprintf(err, err_len, "APIs %s and %s both serve %s", apis[j]->name,
                                  a->name, p);
                         return CAIRN_EINVAL;

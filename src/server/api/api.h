@@ -250,6 +250,10 @@ typedef enum {
 typedef struct {
     const char *path;         /* exact path, e.g. "/v1/chat/completions" */
     api_op_t op;              /* which also fixes the method */
+    /* NULL, or a request header (case-insensitive name) this route requires: a path may
+     * then also be served by one route without it, which answers requests lacking it
+     * (Anthropic's GET /v1/models carries anthropic-version; OpenAI's does not). */
+    const char *when_header;
 } api_route_t;
 
 /* The served model, for API_OP_LIST_MODELS. */
@@ -334,9 +338,10 @@ extern const size_t api_registry_count;
 
 /*
  * Checks that an adapter list can be served: every adapter complete (all functions and
- * strings set, render_count / render_models where such a route exists), paths unique and
- * distinct from the server's own (/health, /metrics). Returns 0 or CAIRN_EINVAL with a
- * message in err.
+ * strings set, render_count / render_models where such a route exists), paths distinct
+ * from the server's own (/health, /metrics) and unique, except that one path may have at
+ * most one route without when_header and any number with distinct when_headers. Returns
+ * 0 or CAIRN_EINVAL with a message in err.
  */
 int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t err_len);
 

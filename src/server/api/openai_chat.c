@@ -459,8 +459,8 @@ static int chat_end(api_render_t *r, const api_end_t *e)
 
 /* The model list is OpenAI's too; it lives with chat, the API every OpenAI client uses. */
 static const api_route_t chat_routes[] = {
-    {"/v1/chat/completions", API_OP_GENERATE},
-    {"/v1/models", API_OP_LIST_MODELS},
+    {"/v1/chat/completions", API_OP_GENERATE, NULL},
+    {"/v1/models", API_OP_LIST_MODELS, NULL},
 };
 
 const api_adapter_t api_openai_chat = {

@@ -179,7 +179,7 @@ static int completions_end(api_render_t *r, const api_end_t *e)
     return r->req->stream ? oai_emit_stream_end(r, false, e) : completions_full(r, e);
 }
 
-static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE}};
+static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE, NULL}};
 
 const api_adapter_t api_openai_completions = {
     .name = "openai.completions",

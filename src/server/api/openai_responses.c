@@ -865,7 +865,7 @@ static void resp_release(api_render_t *r)
     r->state = NULL;
 }
 
-static const api_route_t resp_routes[] = {{"/v1/responses", API_OP_GENERATE}};
+static const api_route_t resp_routes[] = {{"/v1/responses", API_OP_GENERATE, NULL}};
 
 const api_adapter_t api_openai_responses = {
     .name = "openai.responses",
