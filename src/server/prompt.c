@@ -37,6 +37,39 @@ static int from_ids(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **id
     return 0;
 }
 
+/*
+ * Continuing the final (assistant) message: the prompt ends right after its content, as
+ * transformers' continue_final_message does (the last occurrence of the content in the
+ * rendering; what the template writes after it, its end-of-turn, is cut).
+ */
+static int cut_after_final(const gen_request_t *r, char *text, size_t *len, api_error_t *e)
+{
+    const cJSON *last = cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(last, "content");
+    if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0
+        || !cJSON_IsString(content) || !content->valuestring[0]) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, NULL,
+                      "To continue the final message it must be an assistant message with "
+                      "text content");
+        return CAIRN_EINVAL;
+    }
+    size_t cl = strlen(content->valuestring);
+    const char *hit = NULL;
+    for (const char *p = text; (p = memmem(p, *len - (size_t)(p - text), content->valuestring, cl));
+         p++)
+        hit = p;
+    if (!hit) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, NULL,
+                      "The chat template does not render the final message's content "
+                      "verbatim, so it cannot be continued");
+        return CAIRN_EINVAL;
+    }
+    *len = (size_t)(hit - text) + cl;
+    text[*len] = '\0';
+    return 0;
+}
+
 /* Renders the chat template into *text (cairn_malloc'd). */
 static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char **text,
                            size_t *len, api_error_t *e)
@@ -56,7 +89,8 @@ static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char 
     bool ok = cJSON_AddItemReferenceToObject(ctx, "messages", r->messages);
     if (ok && r->tools)
         ok = cJSON_AddItemReferenceToObject(ctx, "tools", r->tools);
-    ok = ok && cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
+    ok = ok && cJSON_AddBoolToObject(ctx, "add_generation_prompt",
+                                     !r->continue_final && !r->no_generation_prompt);
     if (ok && r->enable_thinking >= 0 && !cJSON_GetObjectItemCaseSensitive(ctx, "enable_thinking"))
         ok = cJSON_AddBoolToObject(ctx, "enable_thinking", r->enable_thinking > 0);
     const char *bos = cairn_tokenizer_bos_token(pc->tok), *eos = cairn_tokenizer_eos_token(pc->tok);
@@ -76,6 +110,11 @@ static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char 
     if (rc) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, NULL,
                       "The chat template failed: %s", terr[0] ? terr : cairn_strerror(rc));
+        return rc;
+    }
+    if (r->continue_final && (rc = cut_after_final(r, *text, len, e))) {
+        cairn_free(*text);
+        *text = NULL;
         return rc;
     }
     return 0;

@@ -556,6 +556,46 @@ static void test_queue_full(void **state)
     test_server_stop(&ts);
 }
 
+/* An assistant prefill is continued: Anthropic's final assistant turn and chat's
+ * continue_final_message give exactly what the raw ChatML prompt ending in the prefill
+ * gives through /v1/completions (greedy). */
+static void test_prefill_continues(void **state)
+{
+    http_resp_t r = post("/v1/completions",
+                         "{\"prompt\":\"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nSure\","
+                         "\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    cJSON *j = http_json(&r);
+    char *want = strdup(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0),
+                                            "text")->valuestring);
+    int want_prompt = usage_field(j, "prompt_tokens");
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    r = post("/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+             "\"content\":\"Sure\"}],\"continue_final_message\":true,\"add_generation_prompt\":false,"
+             "\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(chat_text(j, 0), want);
+    assert_int_equal(usage_field(j, "prompt_tokens"), want_prompt);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    r = post("/v1/messages",
+             "{\"model\":\"qwen3\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},"
+             "{\"role\":\"assistant\",\"content\":\"Sure\"}],\"max_tokens\":6,\"temperature\":0,"
+             "\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "content"), 0),
+                                            "text")->valuestring, want);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    free(want);
+}
+
 /* A pool smaller than one context: /v1/models reports what it holds, a request past it
  * is a 400 naming the pool, and a request without max_tokens stops at that limit instead
  * of outgrowing the pool. */
@@ -609,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_api_keys),
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_pool_limits_model_len),
+        cmocka_unit_test(test_prefill_continues),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,8 @@
  * convention): text blocks join into `content`, `thinking` blocks into
  * `reasoning_content`, `tool_use` blocks into the assistant's `tool_calls` (arguments:
  * the input object, which templates print with tojson), and each `tool_result` block into
- * a `tool` message (tool_call_id, its text) placed before the user text of its turn.
+ * a `tool` message (tool_call_id, its text) placed before the user text of its turn. A
+ * final assistant turn is a prefill: the model continues its text.
  * `tools` become {"type": "function", "function": {name, description, parameters}}.
  * `tool_choice` none turns call parsing off (auto/any/tool are accepted; the output is not
  * constrained); `thinking` enabled/disabled sets the template's enable_thinking;
@@ -492,6 +493,10 @@ static int convert_messages(const ant_body_t *b, gen_request_t *r, api_error_t *
         if (rc)
             return rc;
     }
+    /* A final assistant turn is a prefill: the model continues it. */
+    const cJSON *last = cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    r->continue_final = cJSON_IsString(role) && !strcmp(role->valuestring, "assistant");
     return 0;
 }
 

@@ -124,6 +124,10 @@ typedef struct {
     cJSON *template_kwargs;   /* MESSAGES: extra template variables (enable_thinking) or NULL */
     bool no_tool_calls;       /* tool_choice "none": the output is not parsed for calls
                                * (calls are parsed when tools is a non-empty array) */
+    bool continue_final;      /* MESSAGES: the last message is an assistant turn to continue
+                               * (prefill): no generation prompt, the prompt ends right
+                               * after its content */
+    bool no_generation_prompt;/* MESSAGES: render with add_generation_prompt false */
     bool logprobs;            /* report the generated tokens' log-probabilities */
     int top_logprobs;         /* and this many alternatives each (0..20) */
     int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its

@@ -292,6 +292,32 @@ static int f_metadata(const cJSON *v, gen_request_t *r, api_error_t *err)
     return CAIRN_EINVAL;
 }
 
+/* vLLM's extensions: continue_final_message (the last message is an assistant prefill to
+ * continue) and add_generation_prompt (false: no assistant header). */
+static int f_continue_final(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        BAD(v->string, "continue_final_message must be a boolean");
+        return CAIRN_EINVAL;
+    }
+    r->continue_final = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int f_add_generation_prompt(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        BAD(v->string, "add_generation_prompt must be a boolean");
+        return CAIRN_EINVAL;
+    }
+    r->no_generation_prompt = cJSON_IsFalse(v);
+    return 0;
+}
+
 static const oai_field_t chat_fields[] = {
     {"messages", f_messages},
     {"tools", f_tools},
@@ -311,6 +337,8 @@ static const oai_field_t chat_fields[] = {
     {"service_tier", f_ignored_string},
     {"verbosity", f_ignored_string},
     {"modalities", f_modalities},
+    {"continue_final_message", f_continue_final},
+    {"add_generation_prompt", f_add_generation_prompt},
 };
 
 static int chat_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
