@@ -64,6 +64,8 @@ static void usage(FILE *out)
             "                       FILE (one per line); each key is its own cache domain\n"
             "  --request-log FILE   append one JSON line per request to FILE\n"
             "  --max-body-bytes N   larger request bodies get 413 (default 4194304)\n"
+            "  --idle-timeout-s N   close connections idle this long (default 120)\n"
+            "  --max-connections N  open connections at most (default 512)\n"
             "  --model-id NAME      model id in /v1/models and responses (default: the\n"
             "                       folder's name)\n"
             "  --drain-ms N         on SIGINT/SIGTERM, let requests finish this long (default 5000)\n"
@@ -295,6 +297,10 @@ static int cmd_serve(int argc, char **argv)
             so.sched.max_queued = (int)v;
         else if (!strcmp(a, "--max-body-bytes") && !(rc = parse_int(a, val, 1024, 1L << 30, &v)))
             so.max_body_bytes = (size_t)v;
+        else if (!strcmp(a, "--idle-timeout-s") && !(rc = parse_int(a, val, 1, 86400, &v)))
+            so.connection_timeout_s = (int)v;
+        else if (!strcmp(a, "--max-connections") && !(rc = parse_int(a, val, 1, 65536, &v)))
+            so.max_connections = (int)v;
         else if (!strcmp(a, "--drain-ms") && !(rc = parse_int(a, val, 0, 3600000, &v)))
             drain_ms = v;
         else if (!strcmp(a, "--kv-dtype")) {

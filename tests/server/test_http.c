@@ -501,6 +501,26 @@ static void test_api_keys(void **state)
     assert_true(cached[2] > 0);
     assert_true(cached[3] > 0);
 
+    /* The same tenancy on the Anthropic route: x-api-key names the tenant, and alpha's
+     * prompt (the same rendering) is cached there too; an unknown key is a 401 in
+     * Anthropic's shape. */
+    const char *ant = "{\"model\":\"qwen3\",\"system\":\"" SYS_PROMPT " Keys.\",\"messages\":"
+                      "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"temperature\":0}";
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", "x-api-key: key-alpha\r\n", ant,
+                                  strlen(ant), &r), 0);
+    assert_int_equal(r.status, 200);
+    cJSON *aj = http_json(&r);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(aj, "usage"),
+                                                                   "cache_read_input_tokens")),
+                     cached[2]);
+    cJSON_Delete(aj);
+    http_resp_free(&r);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", "x-api-key: key-gamma\r\n", ant,
+                                  strlen(ant), &r), 0);
+    assert_int_equal(r.status, 401);
+    assert_non_null(strstr(r.body, "\"authentication_error\""));
+    http_resp_free(&r);
+
     /* A client salt cannot reach another tenant: beta naming alpha's digest as salt misses. */
     const char *salted = "{\"messages\":[{\"role\":\"system\",\"content\":\"" SYS_PROMPT
                          " Keys.\"},{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
