@@ -1310,7 +1310,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         s->tool_format = NULL;
     } else if (opt->tool_parser) {
         if (!(s->tool_format = tool_format_find(opt->tool_parser))) {
-            snprintf(err, err_len, "unknown tool parser '%s' (hermes, llama3_json, pythonic, none)",
+            snprintf(err, err_len, "unknown tool parser '%s' (hermes, llama3_json, pythonic, tool_code, none)",
                      opt->tool_parser);
             rc = CAIRN_EINVAL;
             goto fail;

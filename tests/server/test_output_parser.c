@@ -220,6 +220,19 @@ static void test_pythonic(void **state)
                         "T[<|tool_call_start|>[g(a=1.)]<|tool_call_end|>]");
 }
 
+static void test_tool_code(void **state)
+{
+    output_options_t o = opts(false, "tool_code");
+    int n = 0;
+    assert_string_equal(parse_all(&o, "Let me look.\n```tool_code\nget_weather(city=\"Paris\")\n```\n", &n),
+                        "T[Let me look.\n]B0[get_weather]A0[{\"city\":\"Paris\"}]E0[]");
+    assert_int_equal(n, 1);
+    /* Another fence is text; a fence that is not a call is text. */
+    assert_string_equal(parse_all(&o, "```python\nx = 1\n```", NULL), "T[```python\nx = 1\n```]");
+    assert_string_equal(parse_all(&o, "```tool_code\nprint(1)\n```", NULL),
+                        "T[```tool_code\nprint(1)\n```]");
+}
+
 static void test_detection(void **state)
 {
     assert_string_equal(tool_format_detect("... <tool_call>\\n{\"name\": ...")->name, "hermes");
@@ -264,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_hermes_malformed_is_text),
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_pythonic),
+        cmocka_unit_test(test_tool_code),
         cmocka_unit_test(test_detection),
         cmocka_unit_test(test_callback_error),
     };

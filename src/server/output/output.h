@@ -13,7 +13,8 @@
  * the start, when the prompt already opened the block: in_reasoning); the newlines right
  * inside the tags and right after </think> are dropped, as the chat templates that
  * render reasoning_content back write them. Tool calls follow the model's native format
- * (a tool_format_t: <tool_call> JSON, a JSON answer, a pythonic call list; docs/API.md),
+ * (a tool_format_t: <tool_call> JSON, a JSON answer, a pythonic call list, a tool_code
+ * fence; docs/API.md),
  * chosen from the chat template or by name. A call is reported once it is complete and
  * valid (its arguments are the model's own bytes, so a client sending them back renders
  * the same prompt); a malformed or unfinished call is reported as the text it was, never
@@ -130,6 +131,10 @@ int output_emit_call(int index, const char *name, const char *args, size_t args_
  */
 int output_json_call(const char *s, size_t n, int index, bool emit_it, out_emit_fn emit,
                      void *ctx);
+
+/* A pythonic call list ("[f(a=1), g()]") or one call ("f(a=1)") in body[0..len): the
+ * calls, or CAIRN_EFORMAT (tool_pythonic.c; the tool_code format uses it too). */
+int output_pythonic_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx);
 
 /*
  * The raw bytes of member `key` of the JSON object text s[0..n) (which must be a valid

@@ -305,7 +305,7 @@ out:
     return rc;
 }
 
-static int pythonic_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx)
+int output_pythonic_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx)
 {
     int rc = walk(body, len, first, false, emit, ctx);
     return rc < 0 ? rc : walk(body, len, first, true, emit, ctx);
@@ -318,5 +318,5 @@ const tool_format_t tool_format_pythonic = {
     .close = "<|tool_call_end|>",
     .open_at_start = false,
     .starts = NULL,
-    .parse = pythonic_parse,
+    .parse = output_pythonic_parse,
 };
