@@ -3,7 +3,8 @@
  * reasoning blocks and every tool-call format over arbitrary text. The first byte picks
  * the format (none, then each of tool_formats[]) and the reasoning flags, the second
  * seeds how the rest is cut into pieces. Every input must parse without error, and the
- * events (adjacent text pieces merged) must be the same whole and cut.
+ * events (adjacent text, reasoning and argument pieces merged) must be the same whole
+ * and cut.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@ typedef struct {
 static int record(void *ctx, const out_event_t *ev)
 {
     rec_t *r = ctx;
-    bool merge = (ev->kind == OUT_TEXT || ev->kind == OUT_REASONING) && r->last == (int)ev->kind;
+    bool merge = (ev->kind == OUT_TEXT || ev->kind == OUT_REASONING || ev->kind == OUT_TOOL_ARGS)
+                 && r->last == (int)ev->kind;
     char head[16] = {(char)('0' + ev->kind), (char)('a' + (ev->tool & 15)), ':', 0};
     if (!merge && api_buf_append(&r->b, "\x01", 1))
         return CAIRN_ENOMEM;

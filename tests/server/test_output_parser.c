@@ -16,7 +16,7 @@
 #include "server/output/output.h"
 
 /* Events rendered as one string: T[text] R[reasoning] B0[name] A0[args] E0; adjacent
- * TEXT or REASONING pieces merge, so the string does not depend on the chunking. */
+ * TEXT, REASONING or ARGS pieces merge, so the string does not depend on the chunking. */
 typedef struct {
     char s[8192];
     size_t n;
@@ -27,7 +27,8 @@ static int record(void *ctx, const out_event_t *ev)
 {
     rec_t *r = ctx;
     char head[32];
-    bool merge = (ev->kind == OUT_TEXT || ev->kind == OUT_REASONING) && r->last == (int)ev->kind;
+    bool merge = (ev->kind == OUT_TEXT || ev->kind == OUT_REASONING || ev->kind == OUT_TOOL_ARGS)
+                 && r->last == (int)ev->kind;
     if (merge)
         r->n--; /* reopen the bracket */
     else if (ev->kind == OUT_TEXT)
@@ -181,6 +182,40 @@ static void test_hermes_malformed_is_text(void **state)
                         "T[<tool_call>\n{\"name\":\"f\",\"argu]");
 }
 
+/* Hermes calls stream: the name and the arguments go out as they are generated. */
+static void test_hermes_streams_arguments(void **state)
+{
+    output_options_t o = opts(false, "hermes");
+    output_parser_t *p;
+    rec_t r;
+    memset(&r, 0, sizeof r);
+    r.last = -1;
+    assert_int_equal(output_parser_create(&o, &p), 0);
+    const char *head = "Hi<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"line one";
+    assert_int_equal(output_parser_feed(p, head, strlen(head), record, &r), 0);
+    assert_string_equal(r.s, "T[Hi]B0[write]A0[{\"text\": \"line one]");
+    const char *rest = ", line two\"}}\n</tool_call>";
+    assert_int_equal(output_parser_feed(p, rest, strlen(rest), record, &r), 0);
+    assert_int_equal(output_parser_finish(p, record, &r), 0);
+    assert_string_equal(r.s, "T[Hi]B0[write]A0[{\"text\": \"line one, line two\"}]E0[]");
+    output_parser_destroy(p);
+
+    /* The close marker inside a string does not end the arguments. */
+    assert_string_equal(parse_all(&o, "<tool_call>{\"name\":\"w\",\"arguments\":{\"s\":\"</tool_call>\"}}</tool_call>", NULL),
+                        "B0[w]A0[{\"s\":\"</tool_call>\"}]E0[]");
+    /* Escaped quotes and nesting. */
+    assert_string_equal(parse_all(&o, "<tool_call>{\"name\":\"w\",\"arguments\":{\"s\":\"a\\\"}\",\"n\":[{\"x\":[1]}]}}</tool_call>", NULL),
+                        "B0[w]A0[{\"s\":\"a\\\"}\",\"n\":[{\"x\":[1]}]}]E0[]");
+    /* Junk after the arguments stays text; a call cut off mid-arguments still ends. */
+    assert_string_equal(parse_all(&o, "<tool_call>{\"name\":\"f\",\"arguments\":{}} extra</tool_call>", NULL),
+                        "B0[f]A0[{}]E0[]T[extra]");
+    assert_string_equal(parse_all(&o, "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1", NULL),
+                        "B0[f]A0[{\"a\":1]E0[]");
+    /* Another key order is not streamed, but parsed whole. */
+    assert_string_equal(parse_all(&o, "<tool_call>{\"arguments\":{\"a\":1},\"name\":\"f\"}</tool_call>", NULL),
+                        "B0[f]A0[{\"a\":1}]E0[]");
+}
+
 static void test_llama3_json(void **state)
 {
     output_options_t o = opts(false, "llama3_json");
@@ -275,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_hermes_calls),
         cmocka_unit_test(test_hermes_malformed_is_text),
+        cmocka_unit_test(test_hermes_streams_arguments),
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_pythonic),
         cmocka_unit_test(test_tool_code),

@@ -42,6 +42,7 @@
 
 #include "server/api/api.h"
 #include "server/api/openai.h"
+#include "util/json.h"
 
 #define BAD(param, ...) \
     api_error_set(err, 400, API_ERR_INVALID_REQUEST, param, NULL, __VA_ARGS__)
@@ -974,8 +975,16 @@ static int full_delta(ant_state_t *st, const api_delta_t *d)
     case API_DELTA_TOOL_CALL_ARGS:
         return api_buf_append(&st->args, d->text, d->len);
     case API_DELTA_TOOL_CALL_END: {
-        cJSON *input = cJSON_ParseWithLength(st->args.p ? st->args.p : "{}",
-                                             st->args.p ? st->args.len : 2);
+        /* A call cut off mid-arguments has no valid JSON: its input is then {}. */
+        cJSON *input = NULL;
+        if (st->args.p && cairn_json_parse(st->args.p, st->args.len, NULL, &input, NULL) == CAIRN_ENOMEM) {
+            api_buf_free(&st->args);
+            return CAIRN_ENOMEM;
+        }
+        if (!cJSON_IsObject(input)) {
+            cJSON_Delete(input);
+            input = cJSON_CreateObject();
+        }
         api_buf_free(&st->args);
         cJSON *b = st->call;
         st->call = NULL;

@@ -9,6 +9,11 @@
  *      "<think>\nplan\n</think>\n\nOK<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>"
  *        -> REASONING "plan"  TEXT "OK"  TOOL_BEGIN 0 "f"  TOOL_ARGS 0 "{\"a\": 1}"  TOOL_END 0
  *
+ * Arguments of the JSON call formats stream as they are generated (several TOOL_ARGS);
+ * a call whose head (name, start of the arguments) was streamed and that then breaks
+ * off or turns malformed still ends with TOOL_END, its arguments as far as they went,
+ * and anything after them in the section as text.
+ *
  * Reasoning is the text between <think> and </think> at the start of the output (or from
  * the start, when the prompt already opened the block: in_reasoning); the newlines right
  * inside the tags and right after </think> are dropped, as the chat templates that
@@ -17,8 +22,8 @@
  * fence; docs/API.md),
  * chosen from the chat template or by name. A call is reported once it is complete and
  * valid (its arguments are the model's own bytes, so a client sending them back renders
- * the same prompt); a malformed or unfinished call is reported as the text it was, never
- * dropped and never an error. Whitespace between consecutive calls is dropped.
+ * the same prompt); a call that is malformed before its arguments begin is reported as
+ * the text it was, never dropped and never an error. Whitespace between consecutive calls is dropped.
  *
  * Invariants: the concatenation of every TEXT, REASONING and (re-rendered) tool call is
  * the input minus the markers and the dropped whitespace; events never split a UTF-8
@@ -66,12 +71,19 @@ typedef int (*out_emit_fn)(void *ctx, const out_event_t *ev);
  * into calls through emit (TOOL_BEGIN/ARGS/END with tool = first, first+1, ...) and
  * returns how many, or CAIRN_EFORMAT when the body is not a valid call list (then nothing
  * was emitted), or the callback's code.
+ *
+ * stream_json: sections are one {"name": ..., "arguments": {...}} object (with `close`),
+ * and the parser streams it: once the name and the opening of the arguments object are
+ * in, TOOL_BEGIN goes out and the arguments follow as they arrive (their JSON structure
+ * tracked, so a close marker inside a string does not end them); sections that do not
+ * start that way are settled whole by parse.
  */
 typedef struct tool_format {
     const char *name;                  /* "hermes", "llama3_json", "pythonic" */
     const char *template_marker;       /* a chat template containing this uses the format */
     const char *open, *close;          /* section markers (close NULL: end of output) */
     bool open_at_start;                /* sections open only at the start of the answer */
+    bool stream_json;                  /* stream the arguments (see above) */
     const char *const *starts;         /* open_at_start: prefixes that open a section */
     int (*parse)(const char *body, size_t len, int first, out_emit_fn emit, void *ctx);
 } tool_format_t;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "server/output/output.h"
+#include "util/json.h"
 
 typedef enum {
     ST_START = 0,
@@ -32,6 +33,8 @@ typedef enum {
     ST_ANSWER_START,
     ST_ANSWER,
     ST_CALL,
+    ST_CALL_ARGS,   /* stream_json: the arguments are streaming */
+    ST_CALL_TAIL,   /* stream_json: the arguments closed; the section's rest */
 } out_state_t;
 
 struct output_parser {
@@ -42,6 +45,9 @@ struct output_parser {
     int n_tools;
     bool after_call;    /* in ANSWER right after a call: whitespace is held, then dropped */
     bool finished;
+    /* ST_CALL_ARGS: the JSON scanner's state over the streamed arguments. */
+    int depth;
+    bool in_string, escaped;
 };
 
 static const char THINK_OPEN[] = "<think>";
@@ -155,6 +161,195 @@ static int settle_call(output_parser_t *p, const char *body, size_t n, bool clos
     return rc;
 }
 
+/* ---- Streamed JSON calls ----------------------------------------------------------- */
+
+typedef enum { HEAD_WAIT, HEAD_NO, HEAD_YES } head_t;
+
+/* Skips spaces from *i; false when the buffer ends there. */
+static bool ws_at(const char *s, size_t n, size_t *i)
+{
+    while (*i < n && is_space(s[*i]))
+        (*i)++;
+    return *i < n;
+}
+
+/* Whether s[i..n) starts with lit (HEAD_YES, *i advanced), could still (HEAD_WAIT) or not. */
+static head_t lit_at(const char *s, size_t n, size_t *i, const char *lit)
+{
+    size_t l = strlen(lit), k = 0;
+    while (k < l && *i + k < n && s[*i + k] == lit[k])
+        k++;
+    if (k == l) {
+        *i += l;
+        return HEAD_YES;
+    }
+    return *i + k == n ? HEAD_WAIT : HEAD_NO;
+}
+
+/*
+ * The head of a streamed call in s[0..n): ws '{' ws "name" ws ':' ws STRING ws ',' ws
+ * ("arguments"|"parameters") ws ':' ws '{'. HEAD_YES: the name's string literal at
+ * *name_at (*name_len bytes), the arguments' '{' at *args_at.
+ */
+static head_t call_head(const char *s, size_t n, size_t *name_at, size_t *name_len, size_t *args_at)
+{
+    size_t i = 0;
+    head_t h;
+#define STEP(expr)                       \
+    do {                                 \
+        if (!ws_at(s, n, &i))            \
+            return HEAD_WAIT;            \
+        if ((h = (expr)) != HEAD_YES)    \
+            return h;                    \
+    } while (0)
+    STEP(lit_at(s, n, &i, "{"));
+    STEP(lit_at(s, n, &i, "\"name\""));
+    STEP(lit_at(s, n, &i, ":"));
+    if (!ws_at(s, n, &i))
+        return HEAD_WAIT;
+    if (s[i] != '"')
+        return HEAD_NO;
+    size_t b = i++;
+    for (; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+            i++;
+    if (i >= n)
+        return HEAD_WAIT;
+    *name_at = b;
+    *name_len = ++i - b;
+    STEP(lit_at(s, n, &i, ","));
+    if (!ws_at(s, n, &i))
+        return HEAD_WAIT;
+    size_t save = i;
+    h = lit_at(s, n, &i, "\"arguments\"");
+    if (h == HEAD_NO) {
+        i = save;
+        h = lit_at(s, n, &i, "\"parameters\"");
+    }
+    if (h != HEAD_YES)
+        return h;
+    STEP(lit_at(s, n, &i, ":"));
+    if (!ws_at(s, n, &i))
+        return HEAD_WAIT;
+    if (s[i] != '{')
+        return HEAD_NO;
+    *args_at = i;
+    return HEAD_YES;
+#undef STEP
+}
+
+/* Emits a TOOL_ARGS fragment of the current call. */
+static int emit_args(output_parser_t *p, const char *s, size_t n, out_emit_fn emit, void *ctx)
+{
+    if (n == 0)
+        return 0;
+    out_event_t ev = {.kind = OUT_TOOL_ARGS, .tool = p->n_tools, .text = s, .len = n};
+    return emit(ctx, &ev);
+}
+
+/* Ends the current streamed call. */
+static int end_call(output_parser_t *p, out_emit_fn emit, void *ctx)
+{
+    out_event_t ev = {.kind = OUT_TOOL_END, .tool = p->n_tools, .text = "", .len = 0};
+    p->n_tools++;
+    p->after_call = true;
+    return emit(ctx, &ev);
+}
+
+/* ST_CALL of a stream_json format: waits for the head, then begins the call. Returns
+ * 1 when the section is not a streamable call (the caller settles it whole). */
+static int stream_head(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = find(p->buf, p->len, f->close);
+    size_t limit = m ? (size_t)(m - p->buf) : p->len;
+    size_t name_at = 0, name_len = 0, args_at = 0;
+    head_t h = call_head(p->buf, limit, &name_at, &name_len, &args_at);
+    if (h == HEAD_NO || (h == HEAD_WAIT && (m || final)))
+        return 1;
+    if (h == HEAD_WAIT)
+        return 0;
+    cJSON *name = NULL;
+    int rc = cairn_json_parse(p->buf + name_at, name_len, NULL, &name, NULL);
+    if (rc == CAIRN_ENOMEM)
+        return rc;
+    if (rc || !cJSON_IsString(name) || !name->valuestring[0]) {
+        cJSON_Delete(name);
+        return 1;
+    }
+    out_event_t ev = {.kind = OUT_TOOL_BEGIN, .tool = p->n_tools, .text = name->valuestring,
+                      .len = strlen(name->valuestring)};
+    rc = emit(ctx, &ev);
+    cJSON_Delete(name);
+    consume(p, args_at);
+    p->depth = 0;
+    p->in_string = p->escaped = false;
+    p->st = ST_CALL_ARGS;
+    *more = true;
+    return rc;
+}
+
+/* ST_CALL_ARGS: streams the arguments up to where their object closes. */
+static int stream_args(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    size_t i = 0;
+    bool closed = false;
+    for (; i < p->len && !closed; i++) {
+        char c = p->buf[i];
+        if (p->in_string) {
+            if (p->escaped)
+                p->escaped = false;
+            else if (c == '\\')
+                p->escaped = true;
+            else if (c == '"')
+                p->in_string = false;
+        } else if (c == '"') {
+            p->in_string = true;
+        } else if (c == '{' || c == '[') {
+            p->depth++;
+        } else if ((c == '}' || c == ']') && --p->depth == 0) {
+            closed = true;
+        }
+    }
+    int rc = emit_args(p, p->buf, i, emit, ctx);
+    consume(p, i);
+    if (rc)
+        return rc;
+    if (closed) {
+        p->st = ST_CALL_TAIL;
+        *more = true;
+    } else if (final) {
+        rc = end_call(p, emit, ctx); /* cut off: the arguments as far as they went */
+        p->st = ST_ANSWER;
+    }
+    return rc;
+}
+
+/* ST_CALL_TAIL: the object's '}' and the close marker end the call; anything else in the
+ * section is kept as text after it. */
+static int stream_tail(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = find(p->buf, p->len, f->close);
+    if (!m && !final)
+        return 0;
+    size_t k = m ? (size_t)(m - p->buf) : p->len;
+    size_t i = 0;
+    ws_at(p->buf, k, &i);
+    if (i < k && p->buf[i] == '}')
+        i++;
+    ws_at(p->buf, k, &i);
+    int rc = end_call(p, emit, ctx);
+    if (!rc && i < k) { /* junk after the object: the text it was */
+        p->after_call = false;
+        rc = emit_kind(emit, ctx, OUT_TEXT, p->buf + i, k - i);
+    }
+    consume(p, m ? k + strlen(f->close) : k);
+    p->st = ST_ANSWER;
+    *more = true;
+    return rc;
+}
+
 /* ---- The state machine -------------------------------------------------------------- */
 
 /* Consumes what it can of buf; `final`: no more input will come. Returns 0 or an error;
@@ -259,7 +454,16 @@ static int step(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, boo
         consume(p, k);
         return rc;
     }
+    case ST_CALL_ARGS:
+        return stream_args(p, final, emit, ctx, more);
+    case ST_CALL_TAIL:
+        return stream_tail(p, final, emit, ctx, more);
     case ST_CALL: {
+        if (f->stream_json) {
+            rc = stream_head(p, final, emit, ctx, more);
+            if (rc != 1)
+                return rc; /* streaming, waiting, or an error */
+        }
         const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
         if (m) {
             size_t k = (size_t)(m - p->buf);

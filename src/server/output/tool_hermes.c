@@ -72,6 +72,7 @@ const tool_format_t tool_format_hermes = {
     .open = "<tool_call>",
     .close = "</tool_call>",
     .open_at_start = false,
+    .stream_json = true,
     .starts = NULL,
     .parse = hermes_parse,
 };
