@@ -55,6 +55,7 @@ typedef struct {
      * 120); at most max_connections (default 512) are open at once. */
     int stall_ms;
     size_t max_pending_bytes;
+    int keepalive_ms;             /* a stream silent this long gets ": keepalive" (15000) */
     int connection_timeout_s;
     int max_connections;
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */

@@ -122,6 +122,7 @@ struct cairn_server {
     pthread_cond_t watchdog_cv;
     int stall_ms;
     size_t max_pending;
+    int keepalive_ms;
 };
 
 /* A growing list of token logprobs (the scheduler's records). */
@@ -195,6 +196,8 @@ typedef struct conn {
     bool listed;                /* in the live list */
     bool abandoned;             /* the watchdog canceled it (client gone or not reading) */
     double last_read_ms;        /* streams: when MHD last asked the reader for bytes */
+    double last_sent_ms;        /* streams: when the reader last handed MHD bytes */
+    bool keepalive_due;         /* streams: the watchdog asks for a keepalive comment */
 } conn_t;
 
 static double mono_ms(void)
@@ -520,6 +523,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
                 n = max;
             memcpy(dst, out->p + c->out_off, n);
             c->out_off += n;
+            pthread_mutex_lock(&c->mu);
+            c->last_sent_ms = mono_ms();
+            pthread_mutex_unlock(&c->mu);
             return (ssize_t)n;
         }
         out->len = c->out_off = 0;
@@ -538,6 +544,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
             taken_lp[i] = c->pend_lp[i];
             memset(&c->pend_lp[i], 0, sizeof c->pend_lp[i]);
             any |= taken[i].len > 0 || taken_lp[i].n > 0;
+        }
+        if (!any && !final && c->keepalive_due) {
+            /* Nothing to say for a while (a long prefill, a queue): an SSE comment, which
+             * every client's parser skips, keeps the connection and its proxies alive. */
+            c->keepalive_due = false;
+            pthread_mutex_unlock(&c->mu);
+            if (api_buf_append(out, ": keepalive\n\n", 13) != 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
         }
         if (!any && !final) {
             c->suspended = true;
@@ -755,7 +770,7 @@ static enum MHD_Result start_request(conn_t *c)
     c->submitted = true;
     atomic_fetch_add(&s->live_generations, 1);
     pthread_mutex_lock(&c->mu);
-    c->last_read_ms = mono_ms();
+    c->last_read_ms = c->last_sent_ms = mono_ms();
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&s->live_mu);
     c->live_next = s->live;
@@ -1086,7 +1101,9 @@ static bool peer_gone(struct MHD_Connection *mhd)
  * watch suspended connections), and a stream whose client stopped reading (more than
  * max_pending bytes waiting, or bytes waiting and no read for stall_ms), are canceled,
  * so neither holds pool blocks to the end of its generation. Cancellation is the
- * scheduler's (its final event then resumes and ends the connection).
+ * scheduler's (its final event then resumes and ends the connection). A stream that has
+ * sent nothing for keepalive_ms (waiting in the queue, a long prefill) is resumed with a
+ * keepalive due: its reader sends an SSE comment.
  */
 static void *watchdog_main(void *arg)
 {
@@ -1114,6 +1131,12 @@ static void *watchdog_main(void *arg)
                         pending += c->pend[i].len;
                     cancel = pending > s->max_pending
                              || (pending > 0 && !c->suspended && now - c->last_read_ms > s->stall_ms);
+                    if (!cancel && c->suspended && now - c->last_sent_ms > s->keepalive_ms) {
+                        c->keepalive_due = true;
+                        c->last_sent_ms = now;
+                        c->suspended = false;
+                        MHD_resume_connection(c->mhd);
+                    }
                 }
                 c->abandoned = cancel;
             }
@@ -1158,6 +1181,7 @@ void cairn_server_options_default(cairn_server_options_t *o)
     o->apis = NULL;
     o->n_apis = 0;
     o->stall_ms = 30000;
+    o->keepalive_ms = 15000;
     o->max_pending_bytes = (size_t)4 << 20;
     o->connection_timeout_s = 120;
     o->max_connections = 512;
@@ -1265,6 +1289,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     pthread_cond_init(&s->watchdog_cv, NULL);
     s->stall_ms = opt->stall_ms > 0 ? opt->stall_ms : 30000;
     s->max_pending = opt->max_pending_bytes > 0 ? opt->max_pending_bytes : (size_t)4 << 20;
+    s->keepalive_ms = opt->keepalive_ms > 0 ? opt->keepalive_ms : 15000;
     s->engine = engine;
     s->tok = tok;
     s->max_body = opt->max_body_bytes;

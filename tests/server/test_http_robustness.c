@@ -3,7 +3,8 @@
  * a non-streaming request whose client closes its socket mid-generation is canceled
  * (MHD does not watch suspended connections; the server's watchdog does), and a stream
  * whose client never reads is canceled once its pending output passes the bound. Both
- * end with no pool block in use. Loopback only, bounded waits.
+ * end with no pool block in use; a stream with nothing to say yet gets keepalive
+ * comments. Loopback only, bounded waits.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -88,12 +89,40 @@ static void test_stalled_stream_cancels(void **state)
     test_server_stop(&ts);
 }
 
+/* A stream waiting behind another request gets keepalive comments, then its answer. */
+static void test_keepalive_while_waiting(void **state)
+{
+    cairn_server_options_t o;
+    cairn_server_options_default(&o);
+    o.port = 0;
+    o.keepalive_ms = 300;
+    o.sched.max_running = 1;
+    test_server_t ts;
+    assert_int_equal(test_server_start(&ts, "qwen3", &o, 64), 0);
+    const char *longreq = "{\"prompt\":\"go\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0}";
+    int busy = http_send(ts.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq));
+    assert_true(busy >= 0);
+    assert_true(wait_for(&ts, true, 5000));
+    const char *body = "{\"prompt\":\"hi\",\"max_tokens\":2,\"stream\":true}";
+    int fd = http_send(ts.port, "POST", "/v1/completions", NULL, body, strlen(body));
+    assert_true(fd >= 0);
+    int found = 0;
+    http_read_until(fd, ": keepalive", 5000, &found);
+    assert_true(found);
+    close(busy); /* the watchdog cancels it; the stream then runs */
+    http_read_until(fd, "data: [DONE]", 10000, &found);
+    assert_true(found);
+    close(fd);
+    test_server_stop(&ts);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonstream_disconnect_cancels),
         cmocka_unit_test(test_stalled_stream_cancels),
+        cmocka_unit_test(test_keepalive_while_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
