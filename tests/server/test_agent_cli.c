@@ -26,6 +26,12 @@
 #error "CAIRN_SOURCE_DIR must be defined"
 #endif
 
+#ifndef CAIRN_TIMEOUT_SCALE
+#define CAIRN_TIMEOUT_SCALE 1
+#endif
+/* Seconds one `claude -p` run may take (sanitized and scalar builds prefill slower). */
+#define RUN_TIMEOUT_S (240 * CAIRN_TIMEOUT_SCALE)
+
 #define NPM CAIRN_BINARY_DIR "/tests/server/npm-claude"
 #define WORK CAIRN_BINARY_DIR "/tests/server/claude-run"
 
@@ -60,10 +66,10 @@ static cJSON *claude(int port, const char *prompt, int run)
              "ANTHROPIC_DEFAULT_HAIKU_MODEL=agent ANTHROPIC_DEFAULT_SONNET_MODEL=agent "
              "ANTHROPIC_DEFAULT_OPUS_MODEL=agent CLAUDE_CODE_MAX_OUTPUT_TOKENS=64 "
              "DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 "
-             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 "
-             "timeout 240 '" NPM "/node_modules/.bin/claude' -p '%s' --model agent "
+             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 API_TIMEOUT_MS=%d "
+             "timeout %d '" NPM "/node_modules/.bin/claude' -p '%s' --model agent "
              "--output-format json --max-turns 1 < /dev/null > '%s' 2> '" WORK "/run%d.err'",
-             port, prompt, out, run);
+             port, RUN_TIMEOUT_S * 1000, RUN_TIMEOUT_S, prompt, out, run);
     int rc = system(cmd);
     char *text = slurp(out);
     if (rc != 0) {
