@@ -152,7 +152,9 @@ static void test_agent_fields(void **state)
                                      "\"safety_identifier\":\"s\",\"verbosity\":\"low\","
                                      "\"tool_choice\":\"none\",\"logprobs\":true,\"top_logprobs\":3,"
                                      "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                                     "\"max_completion_tokens\":5}", &r, &e), 0);
+                                     "\"max_completion_tokens\":5,\"audio\":null,\"functions\":[],"
+                                     "\"function_call\":\"none\",\"prediction\":null,"
+                                     "\"web_search_options\":null}", &r, &e), 0);
     assert_int_equal(r.enable_thinking, 0);
     assert_true(r.no_tool_calls);
     assert_true(r.logprobs);
@@ -284,6 +286,9 @@ static void test_rejections(void **state)
     expect_bad(OAI_CHAT, BODY("\"tool_choice\":5"), 400, "tool_choice");
     expect_bad(OAI_CHAT, BODY("\"prompt_cache_key\":5"), 400, "prompt_cache_key");
     expect_bad(OAI_CHAT, BODY("\"modalities\":[\"audio\"]"), 400, "modalities");
+    expect_bad(OAI_CHAT, BODY("\"audio\":{\"voice\":\"x\"}"), 400, "audio");
+    expect_bad(OAI_CHAT, BODY("\"functions\":[{\"name\":\"f\"}]"), 400, "functions");
+    expect_bad(OAI_CHAT, BODY("\"prediction\":{\"type\":\"content\"}"), 400, "prediction");
     expect_bad(OAI_CHAT, BODY("\"response_format\":{\"type\":\"json_object\"}"), 400, "response_format");
     expect_bad(OAI_CHAT, BODY("\"stream_options\":{\"include_usage\":true}"), 400, "stream_options");
     expect_bad(OAI_CHAT, BODY("\"stream\":true,\"stream_options\":{\"x\":1}"), 400, "stream_options");

@@ -292,6 +292,18 @@ static int f_metadata(const cJSON *v, gen_request_t *r, api_error_t *err)
     return CAIRN_EINVAL;
 }
 
+/* Fields of the API with nothing to do here, accepted only when null or empty: audio
+ * output, predicted outputs, web search, and the deprecated functions/function_call
+ * (send tools). Anything else names the field in a 400. */
+static int f_null_only(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    (void)r;
+    if (cJSON_IsNull(v) || (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0)
+        || (cJSON_IsString(v) && !strcmp(v->string, "function_call") && !strcmp(v->valuestring, "none")))
+        return 0;
+    return oai_unsupported(v, err);
+}
+
 /* vLLM's extensions: continue_final_message (the last message is an assistant prefill to
  * continue) and add_generation_prompt (false: no assistant header). */
 static int f_continue_final(const cJSON *v, gen_request_t *r, api_error_t *err)
@@ -338,6 +350,11 @@ static const oai_field_t chat_fields[] = {
     {"verbosity", f_ignored_string},
     {"modalities", f_modalities},
     {"continue_final_message", f_continue_final},
+    {"audio", f_null_only},
+    {"prediction", f_null_only},
+    {"web_search_options", f_null_only},
+    {"functions", f_null_only},
+    {"function_call", f_null_only},
     {"add_generation_prompt", f_add_generation_prompt},
 };
 
