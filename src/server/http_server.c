@@ -16,8 +16,11 @@
  * on_event, which only appends the delta's bytes to the per-choice pending buffer (or
  * records the finish), under the request's mutex, and resumes the connection if it is
  * suspended. Nothing on the engine thread renders or touches a socket.
- *  - Streams: the content reader calls the adapter's begin once, then steals the pending
- *    text and hands it to the adapter as deltas (deliver_text), and at the final event
+ *  - Streams: the content reader steals the pending text (and logprobs), calls the
+ *    adapter's begin with the first of it (the request is admitted by then, so begin
+ *    knows the cached prompt tokens), runs each choice's text through its output parser
+ *    (src/server/output/: reasoning, tool calls) and hands the typed events to the
+ *    adapter as deltas (deliver_text), and at the final event finishes the parsers and
  *    calls end or fail; when nothing is pending it suspends the connection from inside
  *    the reader and returns 0, so an idle stream costs no CPU.
  *  - Non-streaming: the access handler suspends the connection after submitting and is
@@ -36,7 +39,11 @@
  *    stream reader, or the access handler of a non-streaming request after the final
  *    event; never by the engine thread.
  *  - A client that disconnects mid-stream is noticed at the next write; the completion
- *    callback then cancels the request, and the scheduler frees its blocks.
+ *    callback then cancels the request, and the scheduler frees its blocks. The
+ *    watchdog thread (see "Robustness") cancels what MHD cannot notice: a non-streaming
+ *    client gone while its connection is suspended, a stream nobody reads; and sends
+ *    keepalive comments on silent streams.
+ *  - Lock order: srv->live_mu (the watchdog's list), then a request's mu.
  *
  * Shutdown (cairn_server_destroy): close the listening socket, refuse new submissions
  * (503), destroy the scheduler with the deadline (every request gets its final event, so
@@ -1078,7 +1085,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     cairn_log(CAIRN_LOG_WARN, "http: %s", msg);
 }
 
-/* ---- Robustness: the watchdog ------------------------------------------------------- */
+/* ---- Robustness: the watchdog -------------------------------------------------------- */
 
 /* Whether the peer of a suspended connection has closed (or reset) its socket. */
 static bool peer_gone(struct MHD_Connection *mhd)
