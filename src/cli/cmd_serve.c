@@ -177,13 +177,16 @@ static uint64_t mem_available_mib(void)
 /*
  * The KV pool's size when the operator did not give one (docs/API.md, "Memory"): enough
  * for one full context of the served model (and at least the historical 256 MiB), within
- * what is left of the budget after the weights: --memory-mib when given, else
- * MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes per block are
- * measured on a probe engine with a minimal pool (the family decides the cache layout).
- * Returns the MiB (>= 1) or 0 with a message printed.
+ * what is left of the budget after the weights and the recurrent-state checkpoints (their
+ * own budget, state_ckpt_mib; 0 for models without recurrent layers): --memory-mib when
+ * given, else MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes
+ * per block and the checkpoint budget are measured on a probe engine with a minimal pool
+ * (the family decides the cache layout). *ckpt_mib receives the checkpoint budget. With
+ * pool_given, *pool_mib is kept and only checked against --memory-mib. Returns 0, or a
+ * code with a message printed.
  */
 static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t *eo_in,
-                     long memory_mib, int *pool_mib)
+                     long memory_mib, bool pool_given, int *pool_mib, uint64_t *ckpt_mib)
 {
     cairn_engine_options_t eo = *eo_in;
     eo.pool_mib = 1;
@@ -197,10 +200,22 @@ static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     cairn_kv_stats_t kv;
     cairn_engine_kv_stats(probe, &kv);
+    cairn_engine_counters_t ec;
+    cairn_engine_counters(probe, &ec);
     int ctx = cairn_engine_options(probe)->max_context;
     int bt = cairn_engine_options(probe)->block_tokens;
     cairn_engine_destroy(probe);
-    uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
+    *ckpt_mib = (ec.ckpt_budget + (1u << 20) - 1) >> 20;
+    uint64_t weights_mib = ((cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20) + *ckpt_mib;
+    if (pool_given) {
+        if (memory_mib > 0 && (uint64_t)*pool_mib + weights_mib > (uint64_t)memory_mib) {
+            fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights and state "
+                            "checkpoints (%llu MiB) and --pool-mib %d\n", memory_mib,
+                    (unsigned long long)weights_mib, *pool_mib);
+            return CAIRN_EINVAL;
+        }
+        return 0;
+    }
     uint64_t need = (((uint64_t)ctx + (uint64_t)bt - 1) / (uint64_t)bt + 2) * kv.block_bytes;
     uint64_t need_mib = (need + (1u << 20) - 1) >> 20;
     uint64_t want = need_mib > 256 ? need_mib : 256, room;
@@ -373,12 +388,9 @@ static int cmd_serve(int argc, char **argv)
         goto out;
     }
     uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
-    if (pool_given && memory_mib > 0 && (uint64_t)eo.pool_mib + weights_mib > (uint64_t)memory_mib) {
-        fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights (%llu MiB) and "
-                        "--pool-mib %d\n", memory_mib, (unsigned long long)weights_mib, eo.pool_mib);
-        goto out;
-    }
-    if (!pool_given && size_pool(ck, &eo, memory_mib, &eo.pool_mib))
+    uint64_t ckpt_mib = 0;
+    if ((!pool_given || memory_mib > 0)
+        && size_pool(ck, &eo, memory_mib, pool_given, &eo.pool_mib, &ckpt_mib))
         goto out;
     if (no_cold)
         eo.cold = -1;
@@ -394,8 +406,10 @@ static int cmd_serve(int argc, char **argv)
     }
     int port = cairn_server_port(srv);
     const char *host = so.host;
-    printf("cairn serve: memory: weights %llu MiB, KV pool %d MiB (max_model_len %d tokens)\n",
-           (unsigned long long)weights_mib, eo.pool_mib, cairn_server_max_model_len(srv));
+    printf("cairn serve: memory: weights %llu MiB, KV pool %d MiB (max_model_len %d tokens), "
+           "recurrent state checkpoints %llu MiB\n",
+           (unsigned long long)weights_mib, eo.pool_mib, cairn_server_max_model_len(srv),
+           (unsigned long long)ckpt_mib);
     printf("cairn serve: model '%s' from %s\n"
            "cairn serve: listening on http://%s:%d (Ctrl-C to stop)\n"
            "try:\n"

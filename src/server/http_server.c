@@ -72,6 +72,7 @@
 #include "cairn/chat_template.h"
 #include "cairn/server.h"
 #include "server/output/output.h"
+#include "util/util.h"
 #include "server/server_impl.h"
 
 typedef enum {
@@ -207,12 +208,6 @@ typedef struct conn {
     bool keepalive_due;         /* streams: the watchdog asks for a keepalive comment */
 } conn_t;
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void conn_ref(conn_t *c)
 {
@@ -521,7 +516,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
     api_buf_t *out = &c->render.out;
     (void)pos;
     pthread_mutex_lock(&c->mu);
-    c->last_read_ms = mono_ms();
+    c->last_read_ms = cairn_now_ms();
     pthread_mutex_unlock(&c->mu);
     for (;;) {
         if (c->out_off < out->len) {
@@ -531,7 +526,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
             memcpy(dst, out->p + c->out_off, n);
             c->out_off += n;
             pthread_mutex_lock(&c->mu);
-            c->last_sent_ms = mono_ms();
+            c->last_sent_ms = cairn_now_ms();
             pthread_mutex_unlock(&c->mu);
             return (ssize_t)n;
         }
@@ -777,7 +772,7 @@ static enum MHD_Result start_request(conn_t *c)
     c->submitted = true;
     atomic_fetch_add(&s->live_generations, 1);
     pthread_mutex_lock(&c->mu);
-    c->last_read_ms = c->last_sent_ms = mono_ms();
+    c->last_read_ms = c->last_sent_ms = cairn_now_ms();
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&s->live_mu);
     c->live_next = s->live;
@@ -1125,7 +1120,7 @@ static void *watchdog_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&s->watchdog_cv, &s->live_mu, &ts);
-        double now = mono_ms();
+        double now = cairn_now_ms();
         for (conn_t *c = s->live; c && !s->watchdog_stop; c = c->live_next) {
             bool cancel = false;
             pthread_mutex_lock(&c->mu);

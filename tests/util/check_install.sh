@@ -53,7 +53,10 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-cc -std=c11 -o "$tmp/user" "$tmp/user.c" $(pkg-config --cflags --libs cairn) || fail "cannot build against the installed library"
+san=""
+# A sanitized build installs a sanitized library: the program must carry the same runtime.
+if ldd "$lib" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
+cc -std=c11 $san -o "$tmp/user" "$tmp/user.c" $(pkg-config --cflags --libs cairn) || fail "cannot build against the installed library"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user") || fail "the user program failed: $out"
 LD_LIBRARY_PATH="$libdir" ldd "$tmp/user" | grep -q "$libdir/libcairn.so.0" || fail "the user program is not linked to the installed libcairn.so"
 echo "$out"
