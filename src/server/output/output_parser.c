@@ -104,16 +104,18 @@ static size_t partial_suffix(const char *s, size_t n, const char *marker)
 static bool proper_prefix(const char *s, size_t n, const char *marker)
 {
     size_t m = strlen(marker);
-    return n < m && !memcmp(s, marker, n);
+    return n < m && (n == 0 || !memcmp(s, marker, n));
 }
 
 static const char *find(const char *s, size_t n, const char *marker)
 {
-    return memmem(s, n, marker, strlen(marker));
+    return n ? memmem(s, n, marker, strlen(marker)) : NULL;
 }
 
 static void consume(output_parser_t *p, size_t n)
 {
+    if (n == 0)
+        return;
     memmove(p->buf, p->buf + n, p->len - n);
     p->len -= n;
 }
