@@ -56,6 +56,7 @@ typedef struct {
     int stall_ms;
     size_t max_pending_bytes;
     int keepalive_ms;             /* a stream silent this long gets ": keepalive" (15000) */
+    size_t socket_send_buffer;    /* each connection's SO_SNDBUF; 0: the kernel's (default) */
     int connection_timeout_s;
     int max_connections;
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */

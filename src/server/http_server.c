@@ -131,6 +131,7 @@ struct cairn_server {
     int stall_ms;
     size_t max_pending;
     int keepalive_ms;
+    int sndbuf;                 /* SO_SNDBUF of each connection; 0: the kernel's */
 };
 
 /* A growing list of token logprobs (the scheduler's records). */
@@ -1069,6 +1070,22 @@ static void completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
     conn_unref(c);
 }
 
+/* A new connection: its kernel send buffer is bounded when the operator asked, so a
+ * client that stops reading is felt (pending output grows, the watchdog acts) after that
+ * many bytes rather than after the kernel's autotuned megabytes. */
+static void connection_started(void *cls, struct MHD_Connection *mhd, void **socket_ctx,
+                               enum MHD_ConnectionNotificationCode toe)
+{
+    const cairn_server_t *s = cls;
+    (void)socket_ctx;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED || s->sndbuf <= 0)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mhd, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        (void)setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &s->sndbuf, sizeof s->sndbuf);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
@@ -1292,6 +1309,8 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     s->stall_ms = opt->stall_ms > 0 ? opt->stall_ms : 30000;
     s->max_pending = opt->max_pending_bytes > 0 ? opt->max_pending_bytes : (size_t)4 << 20;
     s->keepalive_ms = opt->keepalive_ms > 0 ? opt->keepalive_ms : 15000;
+    s->sndbuf = opt->socket_send_buffer > 0 && opt->socket_send_buffer <= (1 << 30)
+                    ? (int)opt->socket_send_buffer : 0;
     s->engine = engine;
     s->tok = tok;
     s->max_body = opt->max_body_bytes;
@@ -1366,6 +1385,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)opt->http_threads,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, connection_started, s,
                             MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned int)(opt->connection_timeout_s > 0 ? opt->connection_timeout_s : 120),
                             MHD_OPTION_CONNECTION_LIMIT,
