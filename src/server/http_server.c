@@ -1367,7 +1367,8 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     if (s->tool_format || s->reasons)
         cairn_log(CAIRN_LOG_INFO, "output parsing: tool calls %s, reasoning %s",
                   s->tool_format ? s->tool_format->name : "off", s->reasons ? "<think>" : "off");
-    s->prompt = (prompt_ctx_t){.tok = tok, .tmpl = s->tmpl, .vocab = s->vocab};
+    s->prompt = (prompt_ctx_t){.tok = tok, .tmpl = s->tmpl, .vocab = s->vocab,
+                               .args_as_objects = src && !strstr(src, "arguments is string")};
     if ((rc = cairn_sched_create(engine, tok, &opt->sched, &s->sched))) {
         snprintf(err, err_len, "cannot start the scheduler: %s", cairn_strerror(rc));
         goto fail;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "server/server_impl.h"
+#include "util/json.h"
 
 static int from_ids(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **ids, int *n_ids,
                     api_error_t *e)
@@ -70,6 +71,47 @@ static int cut_after_final(const gen_request_t *r, char *text, size_t *len, api_
     return 0;
 }
 
+/*
+ * A copy of the messages whose tool-call arguments given as JSON object text are the
+ * objects themselves (for templates that print arguments as a mapping). NULL with
+ * *changed false when nothing needs converting; NULL with *changed true: out of memory.
+ */
+static cJSON *args_to_objects(const cJSON *messages, bool *changed)
+{
+    *changed = false;
+    const cJSON *m, *tc;
+    bool any = false;
+    cJSON_ArrayForEach(m, messages) {
+        cJSON_ArrayForEach(tc, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            any |= cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn ? fn : tc, "arguments"));
+        }
+    }
+    if (!any)
+        return NULL;
+    *changed = true;
+    cJSON *copy = cJSON_Duplicate(messages, true);
+    cJSON *mm, *t;
+    cJSON_ArrayForEach(mm, copy) {
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(mm, "tool_calls")) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            cJSON *holder = fn ? fn : t;
+            cJSON *a = cJSON_GetObjectItemCaseSensitive(holder, "arguments");
+            if (!cJSON_IsString(a))
+                continue;
+            cJSON *obj = NULL;
+            int rc = cairn_json_parse(a->valuestring, strlen(a->valuestring), NULL, &obj, NULL);
+            if (rc == CAIRN_ENOMEM) {
+                cJSON_Delete(copy);
+                return NULL;
+            }
+            if (rc || !cJSON_IsObject(obj) || !cJSON_ReplaceItemInObjectCaseSensitive(holder, "arguments", obj))
+                cJSON_Delete(obj); /* not an object: left as the client sent it */
+        }
+    }
+    return copy;
+}
+
 /* Renders the chat template into *text (cairn_malloc'd). */
 static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char **text,
                            size_t *len, api_error_t *e)
@@ -86,7 +128,16 @@ static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char 
     cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
     cJSON_DeleteItemFromObjectCaseSensitive(ctx, "tools");
     cJSON_DeleteItemFromObjectCaseSensitive(ctx, "add_generation_prompt");
-    bool ok = cJSON_AddItemReferenceToObject(ctx, "messages", r->messages);
+    cJSON *converted = NULL;
+    bool changed = false;
+    if (pc->args_as_objects && !(converted = args_to_objects(r->messages, &changed)) && changed) {
+        cJSON_Delete(ctx);
+        goto oom;
+    }
+    bool ok = converted ? cJSON_AddItemToObject(ctx, "messages", converted)
+                        : cJSON_AddItemReferenceToObject(ctx, "messages", r->messages);
+    if (!ok)
+        cJSON_Delete(converted);
     if (ok && r->tools)
         ok = cJSON_AddItemReferenceToObject(ctx, "tools", r->tools);
     ok = ok && cJSON_AddBoolToObject(ctx, "add_generation_prompt",

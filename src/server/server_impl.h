@@ -26,6 +26,11 @@ typedef struct {
     const cairn_tokenizer_t *tok;
     const cairn_chat_template_t *tmpl; /* NULL: the model has no usable chat template */
     int vocab;
+    /* The template prints tool-call arguments as a mapping (tojson, |items) and has no
+     * branch for a string: arguments sent as JSON text (what OpenAI clients send) are
+     * given to it parsed. Templates that test "arguments is string" get them as sent,
+     * which renders exactly the bytes the model generated. */
+    bool args_as_objects;
 } prompt_ctx_t;
 
 /*
