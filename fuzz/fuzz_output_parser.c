@@ -2,7 +2,8 @@
  * fuzz_output_parser.c — libFuzzer target for the output parser (src/server/output/):
  * reasoning blocks and every tool-call format over arbitrary text. The first byte picks
  * the format (none, then each of tool_formats[]) and the reasoning flags, the second
- * seeds how the rest is cut into pieces. Every input must parse without error, and the
+ * seeds how the rest is cut into pieces. The request's tool schemas are a fixed list
+ * (function f, parameters a..e of each JSON type) for the formats that type values. Every input must parse without error, and the
  * events (adjacent text, reasoning and argument pieces merged) must be the same whole
  * and cut.
  */
@@ -54,8 +55,17 @@ static void run(const output_options_t *o, const uint8_t *s, size_t n, unsigned 
     output_parser_destroy(p);
 }
 
+static const char SCHEMAS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},"
+    "\"c\":{\"type\":\"object\"},\"d\":{\"type\":[\"number\",\"null\"]},"
+    "\"e\":{\"type\":\"string\"}}}}}]";
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static cJSON *schemas;
+    if (!schemas && !(schemas = cJSON_Parse(SCHEMAS)))
+        abort();
     if (size < 2)
         return 0;
     size_t n_formats = 0;
@@ -67,6 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .in_reasoning = (pick >> 1) & 1,
         .tools = (pick >> 2) % (n_formats + 1) ? tool_formats[(pick >> 2) % (n_formats + 1) - 1]
                                                : NULL,
+        .tool_schemas = schemas,
     };
     rec_t whole = {{0}, -1}, cut = {{0}, -1};
     int c1 = 0, c2 = 0;

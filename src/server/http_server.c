@@ -726,7 +726,8 @@ static enum MHD_Result start_request(conn_t *c)
     bool calls = s->tool_format && !r->no_tool_calls && cJSON_GetArraySize(r->tools) > 0;
     if (r->prompt_kind == GEN_PROMPT_MESSAGES && (s->reasons || calls)) {
         output_options_t oo = {.reasoning = s->reasons, .in_reasoning = c->opens_reasoning,
-                               .tools = calls ? s->tool_format : NULL};
+                               .tools = calls ? s->tool_format : NULL,
+                               .tool_schemas = r->tools};
         for (int i = 0; i < r->n; i++)
             if (output_parser_create(&oo, &c->parser[i]) != 0) {
                 cairn_free(ids);
@@ -1356,8 +1357,10 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         s->tool_format = NULL;
     } else if (opt->tool_parser) {
         if (!(s->tool_format = tool_format_find(opt->tool_parser))) {
-            snprintf(err, err_len, "unknown tool parser '%s' (hermes, llama3_json, pythonic, tool_code, none)",
-                     opt->tool_parser);
+            char names[256] = "";
+            for (const tool_format_t *const *f = tool_formats; *f; f++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s, ", (*f)->name);
+            snprintf(err, err_len, "unknown tool parser '%s' (%snone)", opt->tool_parser, names);
             rc = CAIRN_EINVAL;
             goto fail;
         }

@@ -1,8 +1,8 @@
 /*
  * test_output_parser.c — the output parser (src/server/output/): reasoning blocks, the
- * Hermes, Llama 3 JSON and pythonic tool-call formats, malformed calls kept as text, and
- * independence from how the text is cut (every input fed whole, byte by byte and in
- * every two-piece split gives the same events).
+ * Hermes, Qwen3-Coder XML, Llama 3 JSON, pythonic and tool_code tool-call formats,
+ * malformed calls kept as text, and independence from how the text is cut (every input
+ * fed whole, byte by byte and in every two-piece split gives the same events).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -268,8 +268,93 @@ static void test_tool_code(void **state)
                         "T[```tool_code\nprint(1)\n```]");
 }
 
+/* Qwen3-Coder / Qwen3.5 XML calls: values typed by the request's schema. */
+static void test_qwen3_coder(void **state)
+{
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+        "\"days\":{\"type\":\"integer\"},\"metric\":{\"type\":\"boolean\"},"
+        "\"where\":{\"type\":\"object\"},\"zip\":{\"type\":\"string\"},"
+        "\"limit\":{\"type\":[\"number\",\"null\"]}}}}}]");
+    assert_non_null(tools);
+    output_options_t o = opts(true, "qwen3_coder");
+    o.tool_schemas = tools;
+    int n = 0;
+    assert_string_equal(
+        parse_all(&o, "<think>\nplan\n</think>\n\nChecking.\n<tool_call>\n<function=get_weather>\n"
+                      "<parameter=city>\nSan \"Fran\"\ncisco\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+                      "<parameter=metric>\ntrue\n</parameter>\n<parameter=zip>\n01234\n</parameter>\n"
+                      "<parameter=where>\n{\"lat\": 1.5}\n</parameter>\n<parameter=limit>\nnull\n</parameter>\n"
+                      "<parameter=extra>\n7\n</parameter>\n</function>\n</tool_call>", &n),
+        "R[plan]T[Checking.\n]B0[get_weather]A0[{\"city\":\"San \\\"Fran\\\"\\ncisco\",\"days\":3,"
+        "\"metric\":true,\"zip\":\"01234\",\"where\":{\"lat\":1.5},\"limit\":null,\"extra\":\"7\"}]E0[]");
+    assert_int_equal(n, 1);
+    /* A value that is not its declared type stays a string; no parameters is {}. */
+    assert_string_equal(parse_all(&o, "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n"
+                                      "</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                                      "<function=now>\n</function>\n</tool_call>", &n),
+                        "B0[get_weather]A0[{\"days\":\"three\"}]E0[]B1[now]A1[{}]E1[]");
+    assert_int_equal(n, 2);
+    /* Without a schema every value is a string. */
+    o.tool_schemas = NULL;
+    assert_string_equal(parse_all(&o, "<tool_call><function=f><parameter=a>1</parameter></function></tool_call>", NULL),
+                        "B0[f]A0[{\"a\":\"1\"}]E0[]");
+    /* The hermes JSON form in the same section is a call too. */
+    assert_string_equal(parse_all(&o, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", NULL),
+                        "B0[f]A0[{\"a\": 1}]E0[]");
+    /* The call streams: it begins at the function tag, each parameter goes out as it
+     * closes. */
+    output_parser_t *p;
+    rec_t r;
+    memset(&r, 0, sizeof r);
+    r.last = -1;
+    o.tool_schemas = tools;
+    assert_int_equal(output_parser_create(&o, &p), 0);
+    const char *part = "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n"
+                       "<parameter=city>\nPar";
+    assert_int_equal(output_parser_feed(p, part, strlen(part), record, &r), 0);
+    assert_string_equal(r.s, "B0[get_weather]A0[{\"days\":3]");
+    part = "is\n</parameter>\n</function>\n</tool_call>";
+    assert_int_equal(output_parser_feed(p, part, strlen(part), record, &r), 0);
+    assert_string_equal(r.s, "B0[get_weather]A0[{\"days\":3,\"city\":\"Paris\"}]E0[]");
+    assert_int_equal(output_parser_finish(p, record, &r), 0);
+    output_parser_destroy(p);
+    o.tool_schemas = NULL;
+    /* Once begun, a call always ends with a valid object: at the close marker without
+     * </function>, before text that is not a parameter, at the end of the output (an
+     * unfinished parameter is text). A repeated parameter is passed on as written. */
+    assert_string_equal(parse_all(&o, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>x", &n),
+                        "B0[f]A0[{\"a\":\"1\"}]E0[]T[x]");
+    assert_string_equal(parse_all(&o, "<tool_call>\n<function=f>\n</function>\ntrailing\n</tool_call>", &n),
+                        "B0[f]A0[{}]E0[]T[trailing\n]");
+    assert_string_equal(parse_all(&o, "<tool_call>\n<function=f>\nnot a parameter</tool_call>", &n),
+                        "B0[f]A0[{}]E0[]T[not a parameter]");
+    assert_string_equal(parse_all(&o, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>", &n),
+                        "B0[f]A0[{}]E0[]T[<parameter=a>\n1\n</function>\n]");
+    assert_string_equal(parse_all(&o, "<tool_call><function=f><parameter=a>1</parameter><parameter=a>2</parameter></function></tool_call>", &n),
+                        "B0[f]A0[{\"a\":\"1\",\"a\":\"2\"}]E0[]");
+    assert_int_equal(n, 1);
+    /* Malformed before the call begins: the text it was. */
+    const char *bad[] = {
+        "<tool_call>\n<function=>\n</function>\n</tool_call>",
+        "<tool_call>\nfunction=f\n</tool_call>",
+        "<tool_call>\n<function=f",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char want[512];
+        snprintf(want, sizeof want, "T[%s]", bad[i]);
+        assert_string_equal(parse_all(&o, bad[i], &n), want);
+        assert_int_equal(n, 0);
+    }
+    cJSON_Delete(tools);
+}
+
 static void test_detection(void **state)
 {
+    assert_string_equal(
+        tool_format_detect("<tool_call>\\n<function=example_function_name>\\n<parameter=")->name,
+        "qwen3_coder");
     assert_string_equal(tool_format_detect("... <tool_call>\\n{\"name\": ...")->name, "hermes");
     assert_string_equal(tool_format_detect("List of tools: <|tool_list_start|>[")->name, "pythonic");
     assert_string_equal(
@@ -314,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_pythonic),
         cmocka_unit_test(test_tool_code),
+        cmocka_unit_test(test_qwen3_coder),
         cmocka_unit_test(test_detection),
         cmocka_unit_test(test_callback_error),
     };

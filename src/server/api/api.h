@@ -56,7 +56,7 @@
 /* ---- Byte buffers -------------------------------------------------------------------- */
 
 /* A growing byte buffer, always NUL-terminated when p is not NULL. Zero-initialize. */
-typedef struct {
+typedef struct api_buf_s {
     char *p;
     size_t len, cap;
 } api_buf_t;

@@ -39,6 +39,7 @@
 #ifndef CAIRN_SERVER_OUTPUT_H
 #define CAIRN_SERVER_OUTPUT_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -70,22 +71,32 @@ typedef int (*out_emit_fn)(void *ctx, const out_event_t *ev);
  * ends at `close` (NULL: at the end of the output). parse turns a complete section body
  * into calls through emit (TOOL_BEGIN/ARGS/END with tool = first, first+1, ...) and
  * returns how many, or CAIRN_EFORMAT when the body is not a valid call list (then nothing
- * was emitted), or the callback's code.
+ * was emitted), or the callback's code. tools is the request's tool list (OpenAI chat
+ * shape, possibly NULL), for formats whose argument values need the schema's types.
  *
  * stream_json: sections are one {"name": ..., "arguments": {...}} object (with `close`),
  * and the parser streams it: once the name and the opening of the arguments object are
  * in, TOOL_BEGIN goes out and the arguments follow as they arrive (their JSON structure
  * tracked, so a close marker inside a string does not end them); sections that do not
  * start that way are settled whole by parse.
+ *
+ * stream_xml: sections are <function=NAME> <parameter=KEY>VALUE</parameter>...
+ * </function> (tool_qwen3_coder.c), streamed a parameter at a time: TOOL_BEGIN once the
+ * function tag is in, then `{"KEY":VALUE` and `,"KEY":VALUE` as each parameter closes
+ * (typed by the request's schema), `}` at </function> (or at the close marker, or where
+ * the section stops being parameters: what follows is text; or at the end of the
+ * output: an unfinished parameter is text).
  */
 typedef struct tool_format {
-    const char *name;                  /* "hermes", "llama3_json", "pythonic" */
+    const char *name;                  /* "hermes", "qwen3_coder", "llama3_json", ... */
     const char *template_marker;       /* a chat template containing this uses the format */
     const char *open, *close;          /* section markers (close NULL: end of output) */
     bool open_at_start;                /* sections open only at the start of the answer */
-    bool stream_json;                  /* stream the arguments (see above) */
+    bool stream_json;                  /* stream JSON arguments (see above) */
+    bool stream_xml;                   /* stream XML parameters (see above) */
     const char *const *starts;         /* open_at_start: prefixes that open a section */
-    int (*parse)(const char *body, size_t len, int first, out_emit_fn emit, void *ctx);
+    int (*parse)(const char *body, size_t len, int first, const cJSON *tools, out_emit_fn emit,
+                 void *ctx);
 } tool_format_t;
 
 /* The known formats, NULL-terminated, in template-detection order. */
@@ -108,6 +119,8 @@ typedef struct {
     bool reasoning;             /* split a leading <think>...</think> block */
     bool in_reasoning;          /* the prompt opened <think>: the output starts inside it */
     const tool_format_t *tools; /* NULL: no tool-call parsing */
+    const cJSON *tool_schemas;  /* the request's tools (OpenAI chat shape) or NULL; borrowed,
+                                 * must outlive the parser */
 } output_options_t;
 
 /* Creates a parser. Errors: CAIRN_EINVAL (NULL out), CAIRN_ENOMEM. */
@@ -144,9 +157,38 @@ int output_emit_call(int index, const char *name, const char *args, size_t args_
 int output_json_call(const char *s, size_t n, int index, bool emit_it, out_emit_fn emit,
                      void *ctx);
 
+/* ---- XML calls (tool_qwen3_coder.c) ------------------------------------------------ */
+
+/* Whether text could still become a match (WAIT), is one (YES) or cannot be (NO). */
+typedef enum { OUT_MATCH_WAIT = 0, OUT_MATCH_NO = 1, OUT_MATCH_YES = 2 } out_match_t;
+
+/* Longest function or parameter name, plus one. */
+#define OUT_NAME_MAX 256
+
+/* Spaces, then "<function=NAME>" in s[0..n): the name at s + *name_at (*name_len bytes),
+ * *end past the '>'. */
+out_match_t output_xml_function(const char *s, size_t n, size_t *name_at, size_t *name_len,
+                                size_t *end);
+
+/* Spaces, then "<parameter=KEY>VALUE</parameter>" in s[0..n): the key and the value (one
+ * newline at each end dropped) as offsets into s, *end past the close tag. */
+out_match_t output_xml_parameter(const char *s, size_t n, size_t *key_at, size_t *key_len,
+                                 size_t *val_at, size_t *val_len, size_t *end);
+
+/* Whether s[0..n) is spaces then "</function>" (*end past it); *wait when more text could
+ * still make it so. */
+bool output_xml_function_end(const char *s, size_t n, size_t *end, bool *wait);
+
+/* Appends `"KEY":VALUE` to out: the value typed by function fn's schema in tools (OpenAI
+ * chat shape, may be NULL; see tool_qwen3_coder.c). Returns 0 or CAIRN_ENOMEM. */
+struct api_buf_s;
+int output_xml_member(const cJSON *tools, const char *fn, const char *key, size_t kl,
+                      const char *v, size_t vn, struct api_buf_s *out);
+
 /* A pythonic call list ("[f(a=1), g()]") or one call ("f(a=1)") in body[0..len): the
  * calls, or CAIRN_EFORMAT (tool_pythonic.c; the tool_code format uses it too). */
-int output_pythonic_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx);
+int output_pythonic_parse(const char *body, size_t len, int first, const cJSON *tools,
+                          out_emit_fn emit, void *ctx);
 
 /*
  * The raw bytes of member `key` of the JSON object text s[0..n) (which must be a valid

@@ -15,13 +15,16 @@
  * ANSWER_START decides whether the answer opens with a call section (formats whose calls
  * are the whole answer, like llama3_json); ANSWER emits text up to the next call's
  * open marker; CALL buffers the section until its close marker (or the end) and has the
- * format parse it. Invariant: bytes leave buf exactly once, as an event or as a dropped
- * marker/whitespace.
+ * format parse it, or, for formats that stream (output.h), begins the call and moves to
+ * CALL_ARGS -> CALL_TAIL (JSON arguments) or XML_PARAMS -> XML_TAIL (XML parameters).
+ * Invariant: bytes leave buf exactly once, as an event (XML parameters as the JSON they
+ * convert to) or as a dropped marker/whitespace.
  *
  * Thread-safety: one thread per parser (output.h).
  */
 #include <string.h>
 
+#include "server/api/api.h"
 #include "server/output/output.h"
 #include "util/json.h"
 
@@ -35,6 +38,8 @@ typedef enum {
     ST_CALL,
     ST_CALL_ARGS,   /* stream_json: the arguments are streaming */
     ST_CALL_TAIL,   /* stream_json: the arguments closed; the section's rest */
+    ST_XML_PARAMS,  /* stream_xml: between parameters of a streaming call */
+    ST_XML_TAIL,    /* stream_xml: the call ended; the section's rest */
 } out_state_t;
 
 struct output_parser {
@@ -48,6 +53,9 @@ struct output_parser {
     /* ST_CALL_ARGS: the JSON scanner's state over the streamed arguments. */
     int depth;
     bool in_string, escaped;
+    /* ST_XML_*: the streaming call's function name and parameters so far. */
+    char fn[OUT_NAME_MAX];
+    int n_params;
 };
 
 static const char THINK_OPEN[] = "<think>";
@@ -144,7 +152,7 @@ static int settle_call(output_parser_t *p, const char *body, size_t n, bool clos
                        out_emit_fn emit, void *ctx)
 {
     const tool_format_t *f = p->o.tools;
-    int got = f->parse(body, n, p->n_tools, emit, ctx);
+    int got = f->parse(body, n, p->n_tools, p->o.tool_schemas, emit, ctx);
     if (got > 0) {
         p->n_tools += got;
         p->after_call = true;
@@ -352,6 +360,110 @@ static int stream_tail(output_parser_t *p, bool final, out_emit_fn emit, void *c
     return rc;
 }
 
+/* ---- Streamed XML calls ------------------------------------------------------------ */
+
+/* ST_CALL of a stream_xml format: waits for the function tag, then begins the call.
+ * Returns 1 when the section is not an XML call (the caller settles it whole). */
+static int xml_head(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = find(p->buf, p->len, f->close);
+    size_t limit = m ? (size_t)(m - p->buf) : p->len;
+    size_t at = 0, len = 0, end = 0;
+    out_match_t h = output_xml_function(p->buf, limit, &at, &len, &end);
+    if (h == OUT_MATCH_NO || (h == OUT_MATCH_WAIT && (m || final)))
+        return 1;
+    if (h == OUT_MATCH_WAIT)
+        return 0;
+    memcpy(p->fn, p->buf + at, len);
+    p->fn[len] = '\0';
+    out_event_t ev = {.kind = OUT_TOOL_BEGIN, .tool = p->n_tools, .text = p->fn, .len = len};
+    int rc = emit(ctx, &ev);
+    consume(p, end);
+    p->n_params = 0;
+    p->st = ST_XML_PARAMS;
+    *more = true;
+    return rc;
+}
+
+/* Closes the streaming XML call's arguments object and ends the call. */
+static int xml_end_call(output_parser_t *p, out_emit_fn emit, void *ctx)
+{
+    int rc = emit_args(p, p->n_params ? "}" : "{}", p->n_params ? 1 : 2, emit, ctx);
+    return rc ? rc : end_call(p, emit, ctx);
+}
+
+/* ST_XML_PARAMS: the next parameter, </function>, the close marker, or the end. */
+static int xml_params(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    size_t end = 0;
+    bool fn_wait = false;
+    int rc;
+    if (output_xml_function_end(p->buf, p->len, &end, &fn_wait)) {
+        rc = xml_end_call(p, emit, ctx);
+        consume(p, end);
+        p->st = ST_XML_TAIL;
+        *more = true;
+        return rc;
+    }
+    size_t i = 0, cl = strlen(f->close);
+    while (i < p->len && is_space(p->buf[i]))
+        i++;
+    if (p->len - i >= cl && !memcmp(p->buf + i, f->close, cl)) { /* no </function> */
+        rc = xml_end_call(p, emit, ctx);
+        consume(p, i + cl);
+        p->st = ST_ANSWER;
+        *more = true;
+        return rc;
+    }
+    bool close_wait = proper_prefix(p->buf + i, p->len - i, f->close);
+    size_t ka = 0, kl = 0, va = 0, vl = 0;
+    out_match_t m = output_xml_parameter(p->buf, p->len, &ka, &kl, &va, &vl, &end);
+    if (m == OUT_MATCH_YES) {
+        api_buf_t frag = {0};
+        rc = api_buf_append(&frag, p->n_params ? "," : "{", 1);
+        if (!rc)
+            rc = output_xml_member(p->o.tool_schemas, p->fn, p->buf + ka, kl, p->buf + va, vl,
+                                   &frag);
+        if (!rc)
+            rc = emit_args(p, frag.p, frag.len, emit, ctx);
+        api_buf_free(&frag);
+        p->n_params++;
+        consume(p, end);
+        *more = true;
+        return rc;
+    }
+    if (!final && (m == OUT_MATCH_WAIT || fn_wait || close_wait))
+        return 0;
+    /* Not a parameter, or the output ended inside one: the call ends, the rest is text. */
+    rc = xml_end_call(p, emit, ctx);
+    p->st = ST_XML_TAIL;
+    *more = true;
+    return rc;
+}
+
+/* ST_XML_TAIL: up to the close marker; anything but spaces there is text after the call. */
+static int xml_tail(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = find(p->buf, p->len, f->close);
+    if (!m && !final)
+        return 0;
+    size_t k = m ? (size_t)(m - p->buf) : p->len;
+    size_t i = 0;
+    ws_at(p->buf, k, &i);
+    int rc = 0;
+    if (i < k) {
+        p->after_call = false;
+        rc = emit_kind(emit, ctx, OUT_TEXT, p->buf + i, k - i);
+    }
+    consume(p, m ? k + strlen(f->close) : k);
+    p->st = ST_ANSWER;
+    *more = true;
+    return rc;
+}
+
 /* ---- The state machine -------------------------------------------------------------- */
 
 /* Consumes what it can of buf; `final`: no more input will come. Returns 0 or an error;
@@ -460,11 +572,20 @@ static int step(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, boo
         return stream_args(p, final, emit, ctx, more);
     case ST_CALL_TAIL:
         return stream_tail(p, final, emit, ctx, more);
+    case ST_XML_PARAMS:
+        return xml_params(p, final, emit, ctx, more);
+    case ST_XML_TAIL:
+        return xml_tail(p, final, emit, ctx, more);
     case ST_CALL: {
         if (f->stream_json) {
             rc = stream_head(p, final, emit, ctx, more);
             if (rc != 1)
                 return rc; /* streaming, waiting, or an error */
+        }
+        if (f->stream_xml) {
+            rc = xml_head(p, final, emit, ctx, more);
+            if (rc != 1)
+                return rc;
         }
         const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
         if (m) {

@@ -11,12 +11,14 @@
 
 #include "server/output/output.h"
 
+extern const tool_format_t tool_format_qwen3_coder;
 extern const tool_format_t tool_format_hermes;
 extern const tool_format_t tool_format_llama3_json;
 extern const tool_format_t tool_format_pythonic;
 extern const tool_format_t tool_format_tool_code;
 
 const tool_format_t *const tool_formats[] = {
+    &tool_format_qwen3_coder, /* before hermes: its templates contain <tool_call> too */
     &tool_format_hermes,
     &tool_format_pythonic,
     &tool_format_llama3_json,

@@ -57,8 +57,10 @@ out:
     return rc;
 }
 
-static int hermes_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx)
+static int hermes_parse(const char *body, size_t len, int first, const cJSON *tools,
+                        out_emit_fn emit, void *ctx)
 {
+    (void)tools;
     int rc = output_json_call(body, len, first, false, emit, ctx);
     if (rc)
         return rc;

@@ -49,8 +49,10 @@ static int walk(const char *s, size_t n, int first, bool emit_it, out_emit_fn em
     return count ? count : CAIRN_EFORMAT;
 }
 
-static int llama3_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx)
+static int llama3_parse(const char *body, size_t len, int first, const cJSON *tools,
+                        out_emit_fn emit, void *ctx)
 {
+    (void)tools;
     int rc = walk(body, len, first, false, emit, ctx);
     return rc < 0 ? rc : walk(body, len, first, true, emit, ctx);
 }

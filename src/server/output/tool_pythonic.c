@@ -305,8 +305,10 @@ out:
     return rc;
 }
 
-int output_pythonic_parse(const char *body, size_t len, int first, out_emit_fn emit, void *ctx)
+int output_pythonic_parse(const char *body, size_t len, int first, const cJSON *tools,
+                          out_emit_fn emit, void *ctx)
 {
+    (void)tools;
     int rc = walk(body, len, first, false, emit, ctx);
     return rc < 0 ? rc : walk(body, len, first, true, emit, ctx);
 }
