@@ -214,6 +214,30 @@ static void test_anthropic_and_responses(void **state)
     api_input_t in = {.op = API_OP_COUNT_TOKENS, .body = noMax, .len = strlen(noMax)};
     assert_int_equal(api_anthropic_messages.parse(&in, &r, &e), 0);
     gen_request_fini(&r);
+    /* Claude Code's per-request billing header is not part of the prompt (block or first
+     * line); a system of only the header is no system message. */
+    const char *billing[][2] = {
+        {"[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cc_version=2.1.197.abc; "
+         "cch=1f2e3;\"},{\"type\":\"text\",\"text\":\"You are Claude Code.\"},"
+         "{\"type\":\"text\",\"text\":\"Rules.\"}]",
+         "[{\"role\":\"system\",\"content\":\"You are Claude Code.\\nRules.\"},"
+         "{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"\"x-anthropic-billing-header: cch=00000;\\nYou are Claude Code.\"",
+         "[{\"role\":\"system\",\"content\":\"You are Claude Code.\"},{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cch=00000;\"}]",
+         "[{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"\"\"", "[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"x\"}]"},
+    };
+    for (size_t i = 0; i < sizeof billing / sizeof *billing; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":1,\"system\":%s,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", billing[i][0]);
+        assert_int_equal(parse(&api_anthropic_messages, body, &r, &e), 0);
+        m = cJSON_PrintUnformatted(r.messages);
+        assert_string_equal(m, billing[i][1]);
+        cJSON_free(m);
+        gen_request_fini(&r);
+    }
     assert_int_not_equal(parse(&api_anthropic_messages, noMax, &r, &e), 0);
     assert_string_equal(e.param, "max_tokens");
     assert_int_not_equal(parse(&api_anthropic_messages,

@@ -95,12 +95,36 @@ static const char *type_of(const cJSON *block)
 
 /* ---- Request: content blocks --------------------------------------------------------- */
 
-/* Appends the text of a string or of an array of text blocks to b (blocks joined by
- * newlines). Other block types are a 400 naming `what`. */
-static int text_of(const cJSON *v, const char *what, api_buf_t *b, api_error_t *err)
+/*
+ * Claude Code (2.1.36 on) opens `system` with a text block "x-anthropic-billing-header:
+ * cc_version=...; cc_entrypoint=...; cch=XXXXX;" whose cch changes with every request.
+ * It means nothing to the model and, rendered first, would make every prompt's prefix
+ * new: no turn would ever hit the prefix cache. Such blocks (and such a first line of a
+ * string system) are dropped.
+ */
+static const char BILLING_HEADER[] = "x-anthropic-billing-header:";
+
+static bool is_billing_header(const char *text)
 {
-    if (cJSON_IsString(v))
-        return api_buf_append(b, v->valuestring, strlen(v->valuestring));
+    return !strncmp(text, BILLING_HEADER, sizeof BILLING_HEADER - 1);
+}
+
+/* Appends the text of a string or of an array of text blocks to b (blocks joined by
+ * newlines). Other block types are a 400 naming `what`. With dropped != NULL, billing
+ * headers (above) are left out and *dropped says whether there was one. */
+static int text_of_blocks(const cJSON *v, const char *what, bool *dropped, api_buf_t *b,
+                          api_error_t *err)
+{
+    bool drop_billing = dropped != NULL;
+    if (cJSON_IsString(v)) {
+        const char *t = v->valuestring;
+        if (drop_billing && is_billing_header(t)) {
+            *dropped = true;
+            const char *nl = strchr(t, '\n');
+            t = nl ? nl + 1 : t + strlen(t);
+        }
+        return api_buf_append(b, t, strlen(t));
+    }
     if (!cJSON_IsArray(v)) {
         BAD(what, "%s must be a string or an array of text blocks", what);
         return CAIRN_EINVAL;
@@ -114,6 +138,10 @@ static int text_of(const cJSON *v, const char *what, api_buf_t *b, api_error_t *
             BAD(what, "%s: only text blocks are supported here (got %s)", what, t ? t : "no type");
             return CAIRN_EINVAL;
         }
+        if (drop_billing && is_billing_header(text->valuestring)) {
+            *dropped = true;
+            continue;
+        }
         int rc = first ? 0 : api_buf_append(b, "\n", 1);
         rc = rc ? rc : api_buf_append(b, text->valuestring, strlen(text->valuestring));
         if (rc)
@@ -121,6 +149,12 @@ static int text_of(const cJSON *v, const char *what, api_buf_t *b, api_error_t *
         first = false;
     }
     return 0;
+}
+
+/* text_of_blocks keeping every block. */
+static int text_of(const cJSON *v, const char *what, api_buf_t *b, api_error_t *err)
+{
+    return text_of_blocks(v, what, NULL, b, err);
 }
 
 /* A template message {"role": role, "content": text[0..n)} appended to msgs; *out the
@@ -458,8 +492,9 @@ static int convert_messages(const ant_body_t *b, gen_request_t *r, api_error_t *
     int rc = 0;
     if (b->system && !cJSON_IsNull(b->system)) {
         api_buf_t s = {0};
-        rc = text_of(b->system, "system", &s, err);
-        if (!rc)
+        bool billing = false;
+        rc = text_of_blocks(b->system, "system", &billing, &s, err);
+        if (!rc && (s.len || !billing)) /* a system of only the header is none */
             rc = add_message(r->messages, "system", s.p, s.len, NULL);
         api_buf_free(&s);
         if (rc)
