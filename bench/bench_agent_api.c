@@ -277,7 +277,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (o.sessions < 1 || o.turns < 1 || agent_model_write(o.dir, 2, 32768, false))
+    if (o.sessions < 1 || o.turns < 1 || agent_model_write(o.dir, 2, 32768))
         return 1;
     char *system = words(o.system, 7, "You are a coding agent. Follow these rules.\n");
     printf("bench_agent_api: %d sessions x %d turns, system ~%d tokens, tool results ~%d tokens\n",

@@ -2,12 +2,13 @@
 // agent test model (tests/server/agent_model.h): tool calls, reasoning and cached prompt
 // tokens through chat completions, the Responses API and Anthropic Messages, streamed and
 // not. The model's answer is forced by logit_bias (see agent_model.h), so every check is
-// exact. Usage: node agent_clients.mjs PORT NPM_PREFIX MODEL_ID BIAS_JSON
-// BIAS_JSON: {"call": {...}, "answer": {...}, "bad": {...}}. Exits 0 when all pass.
+// exact. Usage: node agent_clients.mjs PORT NPM_PREFIX MODEL_ID BIAS_JSON XML_PORT
+// BIAS_JSON: {"call": {...}, "answer": {...}, "bad": {...}, "xml": {...}}; XML_PORT: the
+// same model served with --tool-parser qwen3_coder. Exits 0 when all pass.
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 
-const [port, prefix, model, biasJson] = process.argv.slice(2);
+const [port, prefix, model, biasJson, xmlPort] = process.argv.slice(2);
 const bias = JSON.parse(biasJson);
 const require = createRequire(prefix + '/');
 const OpenAI = require('openai');
@@ -209,6 +210,40 @@ try {
   assert.equal(e.error?.error?.type, 'invalid_request_error');
 }
 check('anthropic: errors in Anthropic shape');
+
+// ---- The qwen3_coder (XML) format: parameters stream one by one, typed by the schema --
+const xoai = new OpenAI({ baseURL: `http://127.0.0.1:${xmlPort}/v1`, apiKey: 'unused', maxRetries: 0 });
+const xant = new Anthropic({ baseURL: `http://127.0.0.1:${xmlPort}`, apiKey: 'unused', maxRetries: 0 });
+const xmlTools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'Weather forecast of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } } },
+  },
+}];
+const argPieces = [];
+const xrun = xoai.chat.completions.stream({
+  model, messages: chatMsgs, tools: xmlTools, max_tokens: 16, ...force(bias.xml),
+});
+xrun.on('chunk', (c) => {
+  for (const tc of c.choices[0]?.delta?.tool_calls ?? []) {
+    if (tc.function?.arguments) argPieces.push(tc.function.arguments);
+  }
+});
+const xs = await xrun.finalChatCompletion();
+assert.equal(xs.choices[0].finish_reason, 'tool_calls');
+assert.equal(xs.choices[0].message.reasoning_content, REASONING);
+assert.equal(xs.choices[0].message.tool_calls[0].function.name, 'get_weather');
+assert.deepEqual(JSON.parse(xs.choices[0].message.tool_calls[0].function.arguments),
+  { city: 'Paris', days: 3 });
+assert.ok(argPieces.length >= 2, `arguments in ${argPieces.length} deltas`);
+const xa = await xant.messages.stream({
+  model, max_tokens: 16, messages: antReq.messages, ...force(bias.xml),
+  tools: [{ name: 'get_weather', input_schema: xmlTools[0].function.parameters }],
+}).finalMessage();
+assert.equal(xa.stop_reason, 'tool_use');
+assert.deepEqual(xa.content.find((b) => b.type === 'tool_use').input, { city: 'Paris', days: 3 });
+check('qwen3_coder: XML call streamed per parameter, typed by the schema (chat, anthropic)');
 
 for (const c of checks) console.log('ok -', c);
 console.log(`agent clients: ${checks.length} checks passed`);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "tools/synth.h"
 
@@ -18,7 +17,15 @@ static const char *const extra_tokens[] = {
     "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
     "It is sunny in Paris.",
     "<tool_call>\n{not json}\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"echo cairn-tool-ok\", "
+    "\"description\": \"Print the marker\"}}\n</tool_call>",
+    "cairn-tool-ok",
 };
+
+/* Written into dir/.complete: a folder written by another version is rewritten. */
+static const char VERSION[] = "agent-model 3";
 
 const char *agent_bias_tool_call(void)
 {
@@ -28,6 +35,11 @@ const char *agent_bias_tool_call(void)
 const char *agent_bias_answer(void) { return "{\"151672\": 100, \"151643\": 70}"; }
 
 const char *agent_bias_bad_call(void) { return "{\"151673\": 100, \"151643\": 70}"; }
+
+const char *agent_bias_xml_call(void)
+{
+    return "{\"151669\": 100, \"151674\": 90, \"151675\": 80, \"151643\": 70}";
+}
 
 static char *slurp_cmd(const char *cmd, size_t *len)
 {
@@ -108,8 +120,8 @@ static int patch_ids(const char *dir, const char *name)
     cJSON_DeleteItemFromObject(j, "eos_token_id");
     cJSON_DeleteItemFromObject(j, "bos_token_id");
     cJSON_DeleteItemFromObject(j, "pad_token_id");
-    int ids[2] = {151645, AGENT_EOT};
-    cJSON_AddItemToObject(j, "eos_token_id", cJSON_CreateIntArray(ids, 2));
+    int ids[3] = {151645, AGENT_EOT, AGENT_T_MARKER};
+    cJSON_AddItemToObject(j, "eos_token_id", cJSON_CreateIntArray(ids, 3));
     cJSON_AddNullToObject(j, "bos_token_id");
     cJSON_AddNumberToObject(j, "pad_token_id", AGENT_EOT);
     int rc = write_json(dir, name, j);
@@ -117,79 +129,19 @@ static int patch_ids(const char *dir, const char *name)
     return rc;
 }
 
-/* Where a bf16 [rows, cols] tensor's data starts in dir/model.safetensors. */
-static int tensor_at(FILE *f, const char *name, long *base, long *rows, long *cols)
-{
-    unsigned char len8[8];
-    if (fseek(f, 0, SEEK_SET) || fread(len8, 1, 8, f) != 8)
-        return -1;
-    unsigned long long hl = 0;
-    for (int i = 7; i >= 0; i--)
-        hl = hl << 8 | len8[i];
-    char *hdr = malloc(hl + 1);
-    if (!hdr || fread(hdr, 1, hl, f) != hl) {
-        free(hdr);
-        return -1;
-    }
-    hdr[hl] = '\0';
-    cJSON *h = cJSON_Parse(hdr);
-    free(hdr);
-    cJSON *t = cJSON_GetObjectItem(h, name);
-    cJSON *shape = cJSON_GetObjectItem(t, "shape"), *offs = cJSON_GetObjectItem(t, "data_offsets");
-    const cJSON *dt = cJSON_GetObjectItem(t, "dtype");
-    int rc = -1;
-    if (t && cJSON_IsString(dt) && !strcmp(dt->valuestring, "BF16") && cJSON_GetArraySize(shape) == 2) {
-        *rows = (long)cJSON_GetArrayItem(shape, 0)->valuedouble;
-        *cols = (long)cJSON_GetArrayItem(shape, 1)->valuedouble;
-        *base = 8 + (long)hl + (long)cJSON_GetArrayItem(offs, 0)->valuedouble;
-        rc = 0;
-    }
-    cJSON_Delete(h);
-    return rc;
-}
-
-static int put_bf16(FILE *f, long at, unsigned short v)
-{
-    return fseek(f, at, SEEK_SET) || fwrite(&v, 2, 1, f) != 1 ? -1 : 0;
-}
-
-/*
- * Makes every answer "Hello" then <|im_end|> (untied embeddings). The input embedding's
- * first dimension is -50 for "\n" and +50 for every other token, so after the template's
- * "<|im_start|>assistant\n" the final norm's first dimension is negative and after any
- * other token positive. The output rows of "Hello" and <|im_end|> are -100 and +100 in
- * that dimension (0 elsewhere): after the prompt "Hello" wins, after "Hello" the end.
- */
-static int patch_quick_stop(const char *dir)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    if (!f)
-        return -1;
-    const unsigned short pos50 = 0x4248, neg50 = 0xC248, p100 = 0x42C8, n100 = 0xC2C8;
-    long base, rows, cols;
-    int rc = tensor_at(f, "model.embed_tokens.weight", &base, &rows, &cols);
-    for (long r = 0; !rc && r < rows; r++)
-        rc = put_bf16(f, base + r * cols * 2, r == 198 ? neg50 : pos50);
-    if (!rc)
-        rc = tensor_at(f, "lm_head.weight", &base, &rows, &cols);
-    const long out_rows[2] = {AGENT_HELLO, 151645};
-    for (int k = 0; !rc && k < 2; k++)
-        for (long c = 0; !rc && c < cols; c++)
-            rc = put_bf16(f, base + (out_rows[k] * cols + c) * 2, c ? 0 : k ? p100 : n100);
-    if (fclose(f))
-        rc = -1;
-    return rc;
-}
-
-int agent_model_write(const char *dir, int n_layers, int max_pos, bool quick_stop)
+int agent_model_write(const char *dir, int n_layers, int max_pos)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/.complete", dir);
-    struct stat st;
-    if (stat(path, &st) == 0)
-        return 0;
+    char seen[64] = "";
+    FILE *cf = fopen(path, "rb");
+    if (cf) {
+        size_t got = fread(seen, 1, sizeof seen - 1, cf);
+        seen[got] = '\0';
+        fclose(cf);
+        if (!strcmp(seen, VERSION))
+            return 0;
+    }
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
     if (system(cmd) != 0)
@@ -201,7 +153,7 @@ int agent_model_write(const char *dir, int n_layers, int max_pos, bool quick_sto
     o.n_layers = n_layers;
     o.vocab = AGENT_VOCAB;
     o.max_pos = max_pos;
-    o.tied = !quick_stop; /* quick_stop patches the output rows apart from the input ones */
+    o.tied = true;
     o.seed = 13;
     char err[512] = "";
     if (cairn_synth_write(dir, &o, err, sizeof err) != 0) {
@@ -257,12 +209,8 @@ int agent_model_write(const char *dir, int n_layers, int max_pos, bool quick_sto
     cJSON_Delete(cfg);
     rc = rc ? rc : patch_ids(dir, "config.json");
     rc = rc ? rc : patch_ids(dir, "generation_config.json");
-    if (!rc && quick_stop && patch_quick_stop(dir)) {
-        fprintf(stderr, "agent_model: cannot patch %s/model.safetensors\n", dir);
-        return -1;
-    }
     snprintf(path, sizeof path, "%s/.complete", dir);
-    rc = rc ? rc : write_file(dir, ".complete", "");
+    rc = rc ? rc : write_file(dir, ".complete", VERSION);
     if (rc)
         fprintf(stderr, "agent_model: writing %s failed: %s\n", dir, strerror(errno));
     return rc;

@@ -3,7 +3,8 @@
  * the official clients: an in-process server over the agent test model (agent_model.h,
  * whose answers a request forces), tests/server/setup_client.sh installs `openai` and
  * `@anthropic-ai/sdk` into the build tree, and agent_clients.mjs drives chat completions,
- * the Responses API and Anthropic Messages. No node, npm or registry is a failure, not a
+ * the Responses API and Anthropic Messages, and a second server with the qwen3_coder (XML)
+ * tool parser for the streamed XML calls. No node, npm or registry is a failure, not a
  * skip.
  */
 #include <setjmp.h>
@@ -34,15 +35,22 @@ static void test_agent_clients(void **state)
     assert_int_equal(rc, 0);
 
     const char *dir = CAIRN_BINARY_DIR "/tests/server/agent-model";
-    assert_int_equal(agent_model_write(dir, 2, 4096, false), 0);
-    test_server_t ts;
+    assert_int_equal(agent_model_write(dir, 2, 4096), 0);
+    test_server_t ts, xml;
     assert_int_equal(test_server_start_dir(&ts, dir, "agent", NULL, 64, 4096), 0);
+    /* The same model with the qwen3_coder (XML) tool parser, as a Qwen3.5 template picks. */
+    cairn_server_options_t so;
+    cairn_server_options_default(&so);
+    so.port = 0;
+    so.tool_parser = "qwen3_coder";
+    assert_int_equal(test_server_start_dir(&xml, dir, "agent", &so, 64, 4096), 0);
     snprintf(cmd, sizeof cmd,
              "node '%s/tests/server/agent_clients.mjs' %d '%s' agent "
-             "'{\"call\": %s, \"answer\": %s, \"bad\": %s}'",
+             "'{\"call\": %s, \"answer\": %s, \"bad\": %s, \"xml\": %s}' %d",
              CAIRN_SOURCE_DIR, ts.port, prefix, agent_bias_tool_call(), agent_bias_answer(),
-             agent_bias_bad_call());
+             agent_bias_bad_call(), agent_bias_xml_call(), xml.port);
     rc = system(cmd);
+    test_server_stop(&xml);
     test_server_stop(&ts);
     assert_int_equal(rc, 0);
 }
