@@ -112,6 +112,49 @@ static cJSON *args_to_objects(const cJSON *messages, bool *changed)
     return copy;
 }
 
+/*
+ * A copy of messages whose system messages after the first message are user messages,
+ * or NULL when there are none (or on no memory: *oom). Templates such as Qwen3.5's take
+ * a system message only first and raise otherwise, while clients send them later too
+ * (Claude Code an agent list after the user's text, others a late developer note): those
+ * become user turns in place, so the conversation's prefix stays as it was and keeps
+ * hitting the cache (merging them into the first message would change every prompt's
+ * start).
+ */
+static cJSON *late_system_as_user(const cJSON *messages, bool *oom)
+{
+    *oom = false;
+    bool any = false;
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        any = any || (i++ > 0 && cJSON_IsString(role) && !strcmp(role->valuestring, "system"));
+    }
+    if (!any)
+        return NULL;
+    cJSON *copy = cJSON_Duplicate(messages, true);
+    if (!copy) {
+        *oom = true;
+        return NULL;
+    }
+    i = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, copy) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(c, "role");
+        if (i++ == 0 || !cJSON_IsString(role) || strcmp(role->valuestring, "system") != 0)
+            continue;
+        cJSON *user = cJSON_CreateString("user");
+        if (!user || !cJSON_ReplaceItemInObjectCaseSensitive(c, "role", user)) {
+            cJSON_Delete(user);
+            cJSON_Delete(copy);
+            *oom = true;
+            return NULL;
+        }
+    }
+    return copy;
+}
+
 /* Renders the chat template into *text (cairn_malloc'd). */
 static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char **text,
                            size_t *len, api_error_t *e)
@@ -155,6 +198,21 @@ static int render_messages(const prompt_ctx_t *pc, const gen_request_t *r, char 
     }
     char terr[256] = "";
     int rc = cairn_chat_template_render(pc->tmpl, ctx, text, len, terr, sizeof terr);
+    if (rc && rc != CAIRN_ENOMEM) { /* retried with later system messages as user turns */
+        bool oom = false;
+        cJSON *alt = late_system_as_user(cJSON_GetObjectItemCaseSensitive(ctx, "messages"), &oom);
+        if (oom) {
+            rc = CAIRN_ENOMEM;
+        } else if (alt && !cJSON_ReplaceItemInObjectCaseSensitive(ctx, "messages", alt)) {
+            cJSON_Delete(alt);
+            rc = CAIRN_ENOMEM;
+        } else if (alt) {
+            char terr2[256] = "";
+            int rc2 = cairn_chat_template_render(pc->tmpl, ctx, text, len, terr2, sizeof terr2);
+            if (rc2 == 0 || rc2 == CAIRN_ENOMEM)
+                rc = rc2; /* else the first failure is the one to report */
+        }
+    }
     cJSON_Delete(ctx);
     if (rc == CAIRN_ENOMEM)
         goto oom;

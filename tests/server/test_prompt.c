@@ -1,8 +1,9 @@
 /*
  * test_prompt.c — prompt building (src/server/prompt.c) details that agents depend on:
  * tool-call arguments sent as JSON text reach a template that prints them as a mapping
- * parsed (and stay text for one that tests "is string"), and enable_thinking reaches the
- * template unless chat_template_kwargs set it. Over the qwen3 fixture's tokenizer.
+ * parsed (and stay text for one that tests "is string"), enable_thinking reaches the
+ * template unless chat_template_kwargs set it, and later system messages reach a template
+ * that refuses them as user turns. Over the qwen3 fixture's tokenizer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -97,11 +98,50 @@ static void test_enable_thinking(void **state)
     cairn_free(s);
 }
 
+/* A template that takes a system message only first (as Qwen3.5's) gets later ones as
+ * user turns, in place; a template that takes them gets them as they are; a template
+ * that fails for another reason still fails with its own message. */
+static void test_late_system_messages(void **state)
+{
+    const char *strict =
+        "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+        "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+        "[{{ m.role }}:{{ m.content }}]{% endfor %}";
+    const char *msgs = "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"},"
+                       "{\"role\":\"system\",\"content\":\"agents\"}]";
+    char *s = render(strict, false, msgs, NULL);
+    assert_string_equal(s, "[system:S][user:U][user:agents]");
+    cairn_free(s);
+    s = render("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}", false, msgs, NULL);
+    assert_string_equal(s, "[system:S][user:U][system:agents]");
+    cairn_free(s);
+
+    cairn_chat_template_t *t = NULL;
+    char err[256];
+    const char *bad = "{{ raise_exception('no tools here') }}";
+    assert_int_equal(cairn_chat_template_compile(bad, strlen(bad), &t, err, sizeof err), 0);
+    prompt_ctx_t pc = {.tok = g_tok, .tmpl = t, .vocab = 4096};
+    gen_request_t r;
+    gen_request_init(&r);
+    r.prompt_kind = GEN_PROMPT_MESSAGES;
+    r.prompt_param = "messages";
+    r.messages = cJSON_Parse(msgs);
+    int32_t *ids = NULL;
+    int n = 0;
+    api_error_t e;
+    assert_int_not_equal(prompt_build(&pc, &r, &ids, &n, NULL, &e), 0);
+    assert_int_equal(e.http_status, 400);
+    assert_non_null(strstr(e.message, "no tools here"));
+    gen_request_fini(&r);
+    cairn_chat_template_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arguments_as_the_template_wants),
         cmocka_unit_test(test_enable_thinking),
+        cmocka_unit_test(test_late_system_messages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
