@@ -621,7 +621,8 @@ static void check_fit(const cairn_server_t *s, const gen_request_t *r, int n_ids
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, NULL,
                       "The prompt is empty");
     } else if (n_ids >= s->max_context
-               || (max_tokens > 0 && (int64_t)n_ids + max_tokens > s->max_context)) {
+               || (max_tokens > 0 && !r->max_tokens_is_bound
+                   && (int64_t)n_ids + max_tokens > s->max_context)) {
         bool pool = s->max_context < s->engine_context;
         api_error_set(e, 400, API_ERR_INVALID_REQUEST,
                       max_tokens > 0 && n_ids < s->max_context ? r->max_tokens_param
@@ -751,6 +752,9 @@ static enum MHD_Result start_request(conn_t *c)
     /* "Until the context limit" means the limit the pool can hold, so a lone request
      * never outgrows the pool. */
     if (p.sampling.max_tokens < 0 && s->max_context < s->engine_context)
+        p.sampling.max_tokens = s->max_context - n_ids;
+    /* A bound past the context (max_tokens_is_bound) is what the context leaves. */
+    if (r->max_tokens_is_bound && (int64_t)n_ids + p.sampling.max_tokens > s->max_context)
         p.sampling.max_tokens = s->max_context - n_ids;
     p.n = r->n;
     p.logprobs = r->logprobs;

@@ -73,7 +73,7 @@ static cJSON *claude(int port, const char *prompt, const char *bias, const char 
              "ANTHROPIC_BASE_URL=http://127.0.0.1:%d ANTHROPIC_API_KEY=sk-cairn-test "
              "ANTHROPIC_MODEL=agent ANTHROPIC_SMALL_FAST_MODEL=agent "
              "ANTHROPIC_DEFAULT_HAIKU_MODEL=agent ANTHROPIC_DEFAULT_SONNET_MODEL=agent "
-             "ANTHROPIC_DEFAULT_OPUS_MODEL=agent CLAUDE_CODE_MAX_OUTPUT_TOKENS=64 "
+             "ANTHROPIC_DEFAULT_OPUS_MODEL=agent "
              "CLAUDE_CODE_EXTRA_BODY='{\"logit_bias\": %s, \"repetition_penalty\": 1e6, "
              "\"temperature\": 0}' "
              "DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 "
@@ -150,7 +150,9 @@ static void test_claude_code_print_mode(void **state)
     so.model_id = "agent";
     so.request_log_path = WORK "/requests.jsonl";
     test_server_t ts;
-    assert_int_equal(test_server_start_dir(&ts, dir, "agent", &so, 128, 65536), 0);
+    /* A 32K context: Claude Code's max_tokens (32000 by default) is lowered to what the
+     * context leaves, not refused. */
+    assert_int_equal(test_server_start_dir(&ts, dir, "agent", &so, 128, 32768), 0);
 
     /* Runs 1 and 2: "Hello", then the end. Run 3: the Bash call (its turn ends at the
      * marker token), Claude Code runs it and sends its output back; in that prompt the

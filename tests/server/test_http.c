@@ -652,6 +652,38 @@ static void test_pool_limits_model_len(void **state)
     assert_int_equal(usage_field(j, "prompt_tokens") + usage_field(j, "completion_tokens"), len);
     cJSON_Delete(j);
     http_resp_free(&r);
+
+    /* Anthropic's max_tokens is a bound its clients send whatever the model (Claude Code:
+     * 32000): past the limit, the output stops there instead of a 400. */
+    snprintf(body, sizeof body, "{\"model\":\"qwen3\",\"max_tokens\":32000,\"ignore_eos\":true,"
+             "\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}");
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", NULL, body, strlen(body), &r), 0);
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(j, "stop_reason")->valuestring, "max_tokens");
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "input_tokens"))
+                         + (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "cache_read_input_tokens"))
+                         + (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "output_tokens")),
+                     len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    /* A prompt past the limit is still a 400 naming it. */
+    const char *head = "{\"model\":\"qwen3\",\"max_tokens\":1,\"messages\":"
+                       "[{\"role\":\"user\",\"content\":\"";
+    size_t hl = strlen(head), bl = hl + 3 * (size_t)len + 4;
+    char *big = malloc(bl + 1);
+    assert_non_null(big);
+    memcpy(big, head, hl);
+    for (int i = 0; i < len; i++)
+        memcpy(big + hl + 3 * (size_t)i, " go", 3);
+    memcpy(big + bl - 4, "\"}]}", 5);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", NULL, big, bl, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "invalid_request_error"));
+    assert_non_null(strstr(r.body, "maximum context length"));
+    http_resp_free(&r);
+    free(big);
     test_server_stop(&ts);
 }
 

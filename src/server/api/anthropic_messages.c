@@ -559,6 +559,7 @@ static int ant_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
     r->prompt_kind = GEN_PROMPT_MESSAGES;
     r->prompt_param = "messages";
     r->max_tokens_param = "max_tokens";
+    r->max_tokens_is_bound = true; /* Anthropic's clients know no context but Claude's */
     bool count = in->op == API_OP_COUNT_TOKENS;
     cJSON *root = NULL;
     ant_body_t b = {0};

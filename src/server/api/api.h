@@ -128,6 +128,9 @@ typedef struct {
                                * (prefill): no generation prompt, the prompt ends right
                                * after its content */
     bool no_generation_prompt;/* MESSAGES: render with add_generation_prompt false */
+    bool max_tokens_is_bound; /* max_tokens is a bound the client sends whatever the model
+                               * (Claude Code always asks 32000): past the context the
+                               * server lowers it to what the context leaves, no 400 */
     bool logprobs;            /* report the generated tokens' log-probabilities */
     int top_logprobs;         /* and this many alternatives each (0..20) */
     int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its

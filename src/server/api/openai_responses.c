@@ -414,6 +414,7 @@ static int resp_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
     r->prompt_kind = GEN_PROMPT_MESSAGES;
     r->prompt_param = "input";
     r->max_tokens_param = "max_output_tokens";
+    r->max_tokens_is_bound = true; /* agents (Codex) send their model's output limit */
     cJSON *root = NULL;
     const cJSON *input = NULL;
     resp_data_t *d = cairn_calloc(1, sizeof *d);
