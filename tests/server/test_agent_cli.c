@@ -77,10 +77,11 @@ static cJSON *claude(int port, const char *prompt, const char *bias, const char 
              "CLAUDE_CODE_EXTRA_BODY='{\"logit_bias\": %s, \"repetition_penalty\": 1e6, "
              "\"temperature\": 0}' "
              "DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 "
-             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 API_TIMEOUT_MS=%d "
+             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 API_TIMEOUT_MS=%d CLAUDE_STREAM_IDLE_TIMEOUT_MS=%d "
              "timeout %d '" NPM "/node_modules/.bin/claude' -p '%s' --model agent "
              "--output-format json --max-turns %d %s%s%s < /dev/null > '%s' 2> '" WORK "/run%d.err'",
-             port, bias, RUN_TIMEOUT_S * 1000, RUN_TIMEOUT_S, prompt, max_turns,
+             port, bias, RUN_TIMEOUT_S * 1000, RUN_TIMEOUT_S * 1000, RUN_TIMEOUT_S, prompt,
+             max_turns,
              tools[0] ? "--allowedTools '" : "", tools, tools[0] ? "'" : "", out, run);
     double t0 = cairn_now_seconds();
     int rc = system(cmd);
