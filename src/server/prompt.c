@@ -114,7 +114,7 @@ static cJSON *args_to_objects(const cJSON *messages, bool *changed)
 
 /*
  * A copy of messages whose system messages after the first message are user messages,
- * or NULL when there are none (or on no memory: *oom). Templates such as Qwen3.5's take
+ * or NULL when there are none (or on no memory: *oom). Some templates (docs/API.md) take
  * a system message only first and raise otherwise, while clients send them later too
  * (Claude Code an agent list after the user's text, others a late developer note): those
  * become user turns in place, so the conversation's prefix stays as it was and keeps

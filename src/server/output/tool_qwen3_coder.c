@@ -1,7 +1,7 @@
 /*
  * tool_qwen3_coder.c — the qwen3_coder format: XML-style calls, one function per
- * <tool_call> section, each argument in its own tag (Qwen3-Coder, and Qwen3.5, whose
- * templates instruct and render exactly this; docs/API.md):
+ * <tool_call> section, each argument in its own tag (the models whose templates instruct
+ * and render exactly this: docs/API.md names them):
  *
  *     <tool_call>
  *     <function=get_weather>
@@ -25,7 +25,7 @@
  *
  * The parser streams these calls a parameter at a time (output.h, stream_xml) with the
  * scanners below; parse reads a whole section the same way. A section whose body is a
- * JSON object is a hermes call (the model falling back to Qwen3's other format).
+ * JSON object is a hermes call (the model falling back to its family's other format).
  *
  * Thread-safety: pure.
  */
