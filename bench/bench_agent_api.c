@@ -140,8 +140,8 @@ static char *request_body(const session_t *s, const char *system, const char *bi
 }
 
 /* Appends the answer (and, for a call, a tool result) to the conversation; adds the
- * prompt and cached tokens the API reported. Returns 0, or -1 when the reply is not what
- * the forced answer must be. */
+ * prompt and cached tokens the API reported. Returns 1 when the answer called the tool,
+ * 0 when it was text. */
 static int absorb(session_t *s, cJSON *resp, const char *result, totals_t *t)
 {
     cJSON *u = cJSON_GetObjectItem(resp, "usage");
@@ -160,6 +160,7 @@ static int absorb(session_t *s, cJSON *resp, const char *result, totals_t *t)
         cJSON *m = message("tool", result);
         cJSON_AddStringToObject(m, "tool_call_id", call_id);
         cJSON_AddItemToArray(s->conv, m);
+        return 1;
     } else if (s->k == API_RESPONSES) {
         t->prompt += cJSON_GetObjectItem(u, "input_tokens")->valueint;
         t->cached += cJSON_GetObjectItem(cJSON_GetObjectItem(u, "input_tokens_details"),
@@ -177,6 +178,7 @@ static int absorb(session_t *s, cJSON *resp, const char *result, totals_t *t)
         cJSON_AddStringToObject(o, "call_id", call_id);
         cJSON_AddStringToObject(o, "output", result);
         cJSON_AddItemToArray(s->conv, o);
+        return 1;
     } else {
         int read = cJSON_GetObjectItem(u, "cache_read_input_tokens")->valueint;
         t->prompt += cJSON_GetObjectItem(u, "input_tokens")->valueint + read;
@@ -200,8 +202,8 @@ static int absorb(session_t *s, cJSON *resp, const char *result, totals_t *t)
         cJSON_AddStringToObject(um, "role", "user");
         cJSON_AddItemToObject(um, "content", rc);
         cJSON_AddItemToArray(s->conv, um);
+        return 1;
     }
-    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -227,7 +229,8 @@ static int run_api(const opts_t *o, api_kind_t k, const char *system, totals_t *
     for (int turn = 0; turn < o->turns; turn++)
         for (int i = 0; i < o->sessions; i++) {
             bool last = turn == o->turns - 1;
-            char *body = request_body(&ss[i], system, last ? agent_bias_answer() : agent_bias_tool_call());
+            char *body = request_body(&ss[i], system, last ? agent_bias_answer()
+                                                           : agent_bias_turn_call(turn));
             http_resp_t r;
             double t0 = now();
             int rc = http_request(ts.port, "POST", paths[k], NULL, body, strlen(body), &r);
@@ -243,7 +246,11 @@ static int run_api(const opts_t *o, api_kind_t k, const char *system, totals_t *
                 snprintf(lead, sizeof lead, "{\"session\": %d, \"turn\": %d, \"report\": \"", i, turn);
                 char *res = words(o->tool, (unsigned)(i * 1000 + turn), lead);
                 strcat(res, "\"}");
-                t->errors += absorb(&ss[i], j, res, t) != 0;
+                if (absorb(&ss[i], j, res, t) != 1 - last) {
+                    fprintf(stderr, "%s: turn %d session %d: %s\n", api_names[k], turn, i,
+                            last ? "a call, not the answer" : "no call");
+                    t->errors++;
+                }
                 free(res);
                 cJSON_Delete(j);
             }
@@ -277,7 +284,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (o.sessions < 1 || o.turns < 1 || agent_model_write(o.dir, 2, 32768))
+    if (o.sessions < 1 || o.turns < 1 || o.turns > AGENT_TURNS + 1 || agent_model_write(o.dir, 2, 32768))
         return 1;
     char *system = words(o.system, 7, "You are a coding agent. Follow these rules.\n");
     printf("bench_agent_api: %d sessions x %d turns, system ~%d tokens, tool results ~%d tokens\n",

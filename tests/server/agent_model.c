@@ -25,7 +25,7 @@ static const char *const extra_tokens[] = {
 };
 
 /* Written into dir/.complete: a folder written by another version is rewritten. */
-static const char VERSION[] = "agent-model 3";
+static const char VERSION[] = "agent-model 4";
 
 const char *agent_bias_tool_call(void)
 {
@@ -35,6 +35,23 @@ const char *agent_bias_tool_call(void)
 const char *agent_bias_answer(void) { return "{\"151672\": 100, \"151643\": 70}"; }
 
 const char *agent_bias_bad_call(void) { return "{\"151673\": 100, \"151643\": 70}"; }
+
+/* Text of turn t's whole call token. */
+static void turn_call_text(int t, char *buf, size_t n)
+{
+    snprintf(buf, n, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+             "\"Paris\", \"day\": %d}}\n</tool_call>", t);
+}
+
+const char *agent_bias_turn_call(int t)
+{
+    static char buf[128];
+    if (t < 0 || t >= AGENT_TURNS)
+        return NULL;
+    snprintf(buf, sizeof buf, "{\"%d\": 100, \"%d\": 90, \"%d\": 70}", AGENT_T_THINK,
+             AGENT_T_TURN0 + t, AGENT_EOT);
+    return buf;
+}
 
 const char *agent_bias_xml_call(void)
 {
@@ -175,6 +192,19 @@ int agent_model_write(const char *dir, int n_layers, int max_pos)
         cJSON *a = cJSON_CreateObject();
         cJSON_AddNumberToObject(a, "id", AGENT_T_THINK + (int)i);
         cJSON_AddStringToObject(a, "content", extra_tokens[i]);
+        cJSON_AddBoolToObject(a, "single_word", 0);
+        cJSON_AddBoolToObject(a, "lstrip", 0);
+        cJSON_AddBoolToObject(a, "rstrip", 0);
+        cJSON_AddBoolToObject(a, "normalized", 0);
+        cJSON_AddBoolToObject(a, "special", 0);
+        cJSON_AddItemToArray(added, a);
+    }
+    for (int t = 0; t < AGENT_TURNS; t++) {
+        char piece[160];
+        turn_call_text(t, piece, sizeof piece);
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", AGENT_T_TURN0 + t);
+        cJSON_AddStringToObject(a, "content", piece);
         cJSON_AddBoolToObject(a, "single_word", 0);
         cJSON_AddBoolToObject(a, "lstrip", 0);
         cJSON_AddBoolToObject(a, "rstrip", 0);

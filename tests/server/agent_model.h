@@ -24,8 +24,11 @@
 #define AGENT_T_BASH 151676    /* a hermes call of Claude Code's Bash tool: echo cairn-tool-ok */
 #define AGENT_T_MARKER 151677  /* "cairn-tool-ok", an eos id: ends the Bash call's turn, and
                                 * is in the next prompt (the tool's output) */
+#define AGENT_T_TURN0 151678   /* + t (t < AGENT_TURNS): a whole get_weather call whose
+                                * arguments name day t (each turn of a replay its own) */
+#define AGENT_TURNS 16
 #define AGENT_HELLO 9707        /* "Hello", an ordinary token */
-#define AGENT_VOCAB 151680      /* embedding rows (the tokenizer has 151678 ids) */
+#define AGENT_VOCAB 151700      /* embedding rows (the tokenizer has 151694 ids) */
 
 /* Writes the model into dir (created; reused when dir/.complete names this version):
  * n_layers layers, max_pos positions. Returns 0 or -1 with a message on stderr. (A client
@@ -40,5 +43,9 @@ const char *agent_bias_answer(void);
 const char *agent_bias_bad_call(void);
 /* The same call in the qwen3_coder (XML) format, for a server with that tool parser. */
 const char *agent_bias_xml_call(void);
+/* Turn t's call (reasoning, then call AGENT_T_TURN0 + t, then eos): the pieces of earlier
+ * turns are in the prompt and penalized, so a conversation can call again every turn.
+ * Returns a static buffer (one thread), NULL when t >= AGENT_TURNS. */
+const char *agent_bias_turn_call(int t);
 
 #endif
