@@ -57,6 +57,7 @@ static void usage(FILE *out)
             "  --tool-parser NAME   tool-call format of the model's output: hermes,\n"
             "                       qwen3_coder, llama3_json, pythonic, tool_code or none\n"
             "                       (default: from the chat template)\n"
+            "  --backend B          compute backend: cpu (default) or cuda (a CUDA build)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
             "  --max-queued N       waiting requests before 429 (default 64)\n"
@@ -325,6 +326,8 @@ static int cmd_serve(int argc, char **argv)
             }
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
+        else if (!strcmp(a, "--backend"))
+            eo.backend = val;
         else if (!strcmp(a, "--request-log"))
             so.request_log_path = val;
         else if (!strcmp(a, "--model-id"))
