@@ -153,7 +153,7 @@ static cJSON *conversation(int variant)
 
 typedef struct {
     char *content;
-    int prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
+    int prompt_tokens, completion_tokens, cached_tokens, hot_tokens, restored_tokens;
 } reply_t;
 
 static void reply_free(reply_t *r)
@@ -186,7 +186,8 @@ static void chat(int port, const char *auth, const cJSON *messages, reply_t *out
     cJSON *d = cJSON_GetObjectItem(u, "prompt_tokens_details");
     out->prompt_tokens = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
     out->completion_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
-    out->cached_tokens = cJSON_GetObjectItem(d, "cached_tokens")->valueint;
+    out->cached_tokens = cJSON_GetObjectItem(d, "cached_tokens")->valueint; /* hot + restored */
+    out->hot_tokens = cJSON_GetObjectItem(d, "hot_cached_tokens")->valueint;
     out->restored_tokens = cJSON_GetObjectItem(d, "cold_restored_tokens")->valueint;
     cJSON_Delete(j);
     http_resp_free(&r);
@@ -304,8 +305,9 @@ static void test_conversation_moves_to_b(void **state)
     chat(g_b.port, ALPHA, msgs, &b2);
     double sh1 = metric(g_b.port, "cairn_shared_tier_restored_blocks_total");
     fprintf(stderr, "B: turn 2, %d prompt tokens, %d hot, %d restored (%g blocks from the shared tier)\n",
-            b2.prompt_tokens, b2.cached_tokens, b2.restored_tokens, sh1 - sh0);
-    assert_int_equal(b2.cached_tokens, 0);                         /* B never saw it */
+            b2.prompt_tokens, b2.hot_tokens, b2.restored_tokens, sh1 - sh0);
+    assert_int_equal(b2.hot_tokens, 0);                            /* B never saw it */
+    assert_int_equal(b2.cached_tokens, b2.restored_tokens);         /* all of it restored */
     assert_true(b2.restored_tokens >= t1.prompt_tokens - 2 * BLOCK); /* the whole shared prefix */
     assert_true((sh1 - sh0) * BLOCK == b2.restored_tokens);          /* all of it from Redis */
     assert_true(metric(g_b.port, "cairn_shared_tier_corruptions_total") == 0);
