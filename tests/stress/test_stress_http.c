@@ -15,6 +15,8 @@
  *    [DONE] (or an error event and [DONE]), a body is complete JSON; nothing timed out;
  *  - every finished text equals the sequential run's (a server with the cold tier off,
  *    one request at a time): for streams, non-streams and both choices of n = 2;
+ *  - then a shorter storm of requests that end at once (one or two tokens, streamed or
+ *    not, or hung up on) on the otherwise idle server: every one answered whole;
  *  - afterwards the server is idle with no block in use, /metrics says so, hang-ups were
  *    counted as cancellations, and a prompt of every usable block is served;
  *  - the cold tier counted no corruption or write error and every object on disk
@@ -270,6 +272,30 @@ static long storm_worker(void *ctx, int w, uint64_t *rng, double deadline_ms)
     return bad;
 }
 
+/* Only requests that end at once, on an otherwise idle server: the engine thread's final
+ * event then races the HTTP thread still finishing the submit (the request's references,
+ * the response it queues), which the long storm, always queued, rarely lets happen. */
+static long quick_worker(void *ctx, int w, uint64_t *rng, double deadline_ms)
+{
+    storm_t *st = ctx;
+    long bad = 0;
+    while (stress_now_ms() < deadline_ms && bad == 0) {
+        static const char *const bodies[] = {
+            "{\"prompt\":\"ok\",\"max_tokens\":1,\"stream\":true}",
+            "{\"prompt\":\"ok\",\"max_tokens\":1}",
+            "{\"prompt\":\"ok\",\"max_tokens\":2,\"n\":2,\"stream\":true}",
+        };
+        uint32_t k = stress_below(rng, 4);
+        sh_resp_t r;
+        sh_exchange(st->port, "/v1/completions", bodies[k % 3], k == 3 ? "" : NULL, EXCHANGE_MS, &r);
+        if (k == 3 ? r.outcome != SH_HUNG_UP : r.outcome != SH_COMPLETE || r.status != 200)
+            bad += fail_resp("quick", &r);
+        atomic_fetch_add(k == 3 ? &st->hangups : &st->other, 1);
+        sh_free(&r);
+    }
+    return bad;
+}
+
 static double metric(int port, const char *name)
 {
     sh_resp_t r;
@@ -322,6 +348,9 @@ static void test_clients_storm_one_server(void **state)
             atomic_load(&st.streams), atomic_load(&st.fulls), atomic_load(&st.n2), atomic_load(&st.hangups),
             atomic_load(&st.busy), atomic_load(&st.other));
     assert_int_equal(bad, 0);
+    stress_cfg_t quick = g_cfg;
+    quick.duration_ms = g_cfg.duration_ms / 4;
+    assert_int_equal(stress_run(&quick, 8, quick_worker, &st), 0);
 
     cairn_sched_t *s = cairn_server_sched(ts.srv);
     cairn_sched_stats_t ss;
