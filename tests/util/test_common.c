@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "cairn/common.h"
 
@@ -34,6 +36,45 @@ static void count_warn(cairn_log_level_t level, const char *msg, void *user)
     (void)user;
     if (level == CAIRN_LOG_WARN && strstr(msg, "CAIRN_TEST_KNOB"))
         warnings++;
+}
+
+/* Allocating threads racing one injection: exactly the chosen allocation fails, once. A
+ * countdown read and decremented in two steps lets two threads pass the same count (then
+ * none or two allocations fail). */
+#define RACE_THREADS 4
+#define RACE_ALLOCS 2000
+
+static atomic_int race_go, race_nulls;
+
+static void *alloc_racer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&race_go))
+        ;
+    for (int i = 0; i < RACE_ALLOCS; i++) {
+        void *p = cairn_malloc(8);
+        if (!p)
+            atomic_fetch_add(&race_nulls, 1);
+        cairn_free(p);
+    }
+    return NULL;
+}
+
+static void test_alloc_fail_after_concurrent(void **state)
+{
+    for (int round = 0; round < 50; round++) {
+        atomic_store(&race_go, 0);
+        atomic_store(&race_nulls, 0);
+        pthread_t th[RACE_THREADS];
+        for (int t = 0; t < RACE_THREADS; t++)
+            assert_int_equal(pthread_create(&th[t], NULL, alloc_racer, NULL), 0);
+        cairn_alloc_fail_after(RACE_THREADS * RACE_ALLOCS / 2 + round, false);
+        atomic_store(&race_go, 1);
+        for (int t = 0; t < RACE_THREADS; t++)
+            pthread_join(th[t], NULL);
+        cairn_alloc_fail_after(-1, false);
+        assert_int_equal(atomic_load(&race_nulls), 1);
+    }
 }
 
 static void test_knob_precedence(void **state)
@@ -71,6 +112,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_fail_after),
+        cmocka_unit_test(test_alloc_fail_after_concurrent),
         cmocka_unit_test(test_knob_precedence),
         cmocka_unit_test(test_strerror),
     };
