@@ -13,7 +13,9 @@
  * token (all threads): on a shared machine it is steadier than the wall-clock figures. pp512: one 512-token prompt in one step, cold (fresh cache salt). tg128:
  * 128 single-token steps after a 16-token prompt. Bytes per decode token: every weight
  * except the embedding table (one row is read; when tied, lm_head reads it whole) plus
- * the K/V rows attended, at the mean context of the run.
+ * the K/V rows attended (paged layers only), at the mean context of the run. For models
+ * with recurrent layers (--model lfm2-1.2b) also what their state checkpoints cost: CPU
+ * time per save and per restore, and pp512 with checkpoints off.
  *
  * usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft] [--model NAME]
  *                     [--weights bf16|f16] [--only pp|tg]
@@ -25,6 +27,7 @@
 #include <unistd.h>
 
 #include "cairn/engine.h"
+#include "models/family.h"
 #include "tools/synth.h"
 
 static double now(void)
@@ -118,7 +121,8 @@ static double decode(cairn_engine_t *e, cairn_seq_t *s, int n, int vocab)
     return now() - t0;
 }
 
-static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math)
+static cairn_engine_t *make_ckpt(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math,
+                                 int state_ckpt_mib)
 {
     cairn_engine_options_t o;
     cairn_engine_options_default(&o);
@@ -129,6 +133,7 @@ static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_ma
     o.pool_mib = 1024;
     o.max_context = 8192;
     o.max_step_tokens = 512;
+    o.state_ckpt_mib = state_ckpt_mib;
     cairn_engine_t *e;
     char err[256] = "";
     int rc = cairn_engine_create(ck, &o, &e, err, sizeof(err));
@@ -137,6 +142,11 @@ static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_ma
         exit(1);
     }
     return e;
+}
+
+static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math)
+{
+    return make_ckpt(ck, threads, math, 0);
 }
 
 struct bench_opts {
@@ -170,7 +180,17 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
     const uint64_t embed_bytes = (uint64_t)c->vocab * c->hidden * 2;
     const uint64_t weight_read = cairn_checkpoint_weight_bytes(ck) - (c->tie_embeddings ? 0 : embed_bytes);
-    const uint64_t kv_row = (uint64_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * 2; /* bf16 K+V */
+    /* K/V rows only for the layers the pool pages; recurrent layers read their state. */
+    cairn_layer_cache_t *layers = calloc((size_t)c->n_layers, sizeof(*layers));
+    size_t state_bytes = 0;
+    if (!layers || cairn_model_cache_layout(cairn_checkpoint_model(ck), CAIRN_DTYPE_BF16, layers,
+                                            &state_bytes))
+        die("cache layout", CAIRN_ENOMEM);
+    uint64_t kv_row = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (layers[l].kv.kind == CAIRN_KV_LAYER_FULL || layers[l].kv.kind == CAIRN_KV_LAYER_SLIDING)
+            kv_row += 2ull * layers[l].kv.n_kv_heads * layers[l].kv.head_dim * 2; /* bf16 K+V */
+    free(layers);
     printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, %s weights %.1f MB, %d threads\n",
            preset, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
            c->tie_embeddings ? " (tied)" : "", wname, cairn_checkpoint_weight_bytes(ck) / 1e6, bo->threads);
@@ -207,6 +227,26 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
                    median(tgc, runs), bytes / 1e6, bytes * tgm / 1e9);
         }
         printf("\n");
+        if (state_bytes && bo->do_pp) {
+            /* What the recurrent checkpoints of a prefill cost: each pp512 run saves the
+             * grid points 16, 64, 256 and the prompt's last full blocks 496, 512, each a
+             * sub-batch cut; the same runs with checkpoints off give the ratio. */
+            cairn_engine_counters_t ec;
+            cairn_engine_counters(e, &ec);
+            cairn_engine_t *off = make_ckpt(ck, bo->threads, math, -1);
+            prefill(off, NULL, ids, 512, NULL, NULL);
+            double ppo[16];
+            for (int r = 0; r < runs; r++)
+                ppo[r] = 512.0 / prefill(off, NULL, ids, 512, NULL, NULL);
+            cairn_engine_destroy(off);
+            double on = median(pp, runs), offm = median(ppo, runs);
+            printf("             checkpoints: %llu saved, %.1f us CPU each (state %.1f KiB = %.1f GB/s); "
+                   "pp512 with checkpoints off %.1f tok/s (on/off %.3f)\n",
+                   (unsigned long long)ec.ckpt_saves, ec.ckpt_save_seconds / (double)ec.ckpt_saves * 1e6,
+                   state_bytes / 1024.0,
+                   (double)state_bytes * (double)ec.ckpt_saves / ec.ckpt_save_seconds / 1e9, offm,
+                   on / offm);
+        }
         cairn_engine_destroy(e);
     }
 
@@ -226,6 +266,13 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
         double cm = median(cold, runs), wm = median(warm, runs);
         printf("  TTFT 4096-token prompt: cold %.3f s, prefix-cached (%d tokens reused) %.4f s = %.2f%% of cold\n",
                cm, cached, wm, 100.0 * wm / cm);
+        if (state_bytes) {
+            cairn_engine_counters_t ec;
+            cairn_engine_counters(e, &ec);
+            printf("             checkpoint restores: %llu, %.1f us CPU each\n",
+                   (unsigned long long)ec.ckpt_restores,
+                   ec.ckpt_restores ? ec.ckpt_restore_seconds / (double)ec.ckpt_restores * 1e6 : 0.0);
+        }
         cairn_engine_destroy(e);
     }
     free(ids);

@@ -2,6 +2,9 @@
  * cairn/engine.h — the inference engine: batched, bit-exact forward passes of a model
  * family's decoder (whatever family the checkpoint's config.json names; src/models/) over
  * an opened checkpoint.
+ * Families with recurrent layers keep a per-sequence state beside the K/V, checkpointed at
+ * block boundaries so a cached prefix can resume it (docs/DESIGN.md, "Recurrent state and
+ * checkpoints").
  *
  * Model. An engine owns a thread pool, the K/V storage of its sequences and the scratch
  * activations of one step. A sequence is a token list split in two: the first n_past
@@ -57,6 +60,11 @@ typedef struct {
     int block_tokens;          /* paged: tokens per block (default 16) */
     int max_context;           /* tokens per sequence; 0: the model's max positions, capped at 32768 */
     int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
+    /* Recurrent checkpoints (paged path, models with recurrent layers): the byte budget
+     * of saved states, least recently saved or restored evicted first. Knob
+     * CAIRN_STATE_CKPT_MIB > this (0: not set; -1: off) > 256 MiB. Off (0 MiB), no
+     * prefix of such a model is reused. */
+    int state_ckpt_mib;
     /* Cold tier (the SSD prefix store of include/cairn/cold_tier.h; paged path, families
      * of cairn_cold_family_eligible() only). Full blocks are captured at the end of each
      * turn and when a sequence is released; cairn_seq_begin restores a prompt's blocks
@@ -124,9 +132,19 @@ CAIRN_API int cairn_seq_n_past(const cairn_seq_t *s);
 CAIRN_API int cairn_seq_n_pending(const cairn_seq_t *s);
 /* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
 CAIRN_API const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
-/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length.
- * CAIRN_EUNSUPPORTED for a model with recurrent layers when n < n_past (the state would
- * have to be rewound; nothing changes). */
+/*
+ * Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. For a
+ * model with recurrent layers whose state stands past n, the state can only be had at a
+ * checkpoint: the sequence restarts from the deepest one at or below n (the empty state
+ * when none; always on the flat path) and the tokens after it up to n become pending
+ * again, so cairn_seq_n_past() may drop below n (docs/DESIGN.md, "Recurrent state and
+ * checkpoints"). On the paged path, when a sliding window already released blocks the
+ * shorter sequence needs, the sequence begins again over its first n tokens (what the
+ * prefix cache still holds is attached, the rest becomes pending and is recomputed with
+ * the same bits). Errors: CAIRN_EINVAL (n out of range); CAIRN_EEXHAUSTED when the pool
+ * cannot hold the re-appended tokens (a recurrent rewind then keeps the tokens up to the
+ * checkpoint).
+ */
 CAIRN_API int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
@@ -136,7 +154,8 @@ CAIRN_API int cairn_seq_truncate(cairn_seq_t *s, int n);
  */
 CAIRN_API int cairn_seq_end_turn(cairn_seq_t *s);
 /* A new sequence with the same tokens and K/V (paged: shared blocks, copy-on-write;
- * flat: a copy). CAIRN_ESTATE while s has pending tokens. */
+ * flat: a copy) and a copy of its recurrent state. CAIRN_ESTATE while s has pending
+ * tokens. */
 CAIRN_API int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
 /* Frees the sequence and its K/V references. NULL is a no-op. */
 CAIRN_API void cairn_seq_release(cairn_seq_t *s);
@@ -174,6 +193,15 @@ typedef struct {
     uint64_t logits_rows;      /* rows pushed through lm_head */
     uint64_t seqs_begun;
     double forward_seconds;    /* wall time inside steps */
+    /* Recurrent checkpoints (docs/DESIGN.md, "Recurrent state"; zero for other models). */
+    uint64_t ckpt_saves;       /* states saved at a block boundary */
+    uint64_t ckpt_restores;    /* states restored: prefix hits and truncations */
+    uint64_t ckpt_evictions;   /* checkpoints dropped (byte budget or registry capacity) */
+    uint64_t ckpt_count;       /* checkpoints held now */
+    uint64_t ckpt_bytes;       /* bytes they take */
+    uint64_t ckpt_budget;      /* their byte budget */
+    double ckpt_save_seconds;  /* CPU time copying states into checkpoints */
+    double ckpt_restore_seconds; /* CPU time copying them back */
 } cairn_engine_counters_t;
 
 CAIRN_API void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
