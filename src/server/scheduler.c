@@ -693,6 +693,11 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.pool_query_tokens = kv.query_tokens;
     s->stats.engine_tokens_computed = ec.tokens_computed;
     s->stats.engine_tokens_reused = ec.tokens_reused;
+    s->stats.ckpt_saves = ec.ckpt_saves;
+    s->stats.ckpt_restores = ec.ckpt_restores;
+    s->stats.ckpt_evictions = ec.ckpt_evictions;
+    s->stats.ckpt_count = ec.ckpt_count;
+    s->stats.ckpt_bytes = ec.ckpt_bytes;
     s->stats.cold_enabled = cc.enabled;
     s->stats.cold_restored_blocks = cc.restored_blocks;
     s->stats.cold_restored_tokens = cc.restored_tokens;
