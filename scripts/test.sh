@@ -22,7 +22,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   CAIRN_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS"
 
 echo "== ThreadSanitizer build and tests"
+tsan_start=$SECONDS
 scripts/tsan.sh
+echo "ThreadSanitizer stage: $((SECONDS - tsan_start)) s"
 
 echo "== fuzz targets (smoke run)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCAIRN_FUZZ=ON \
