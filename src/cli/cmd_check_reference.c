@@ -15,12 +15,16 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn check-reference MODEL_DIR [--threads N] [--kv-dtype f32|bf16|f16] [--verbose]\n"
+            "usage: cairn check-reference MODEL_DIR [--threads N] [--kv-dtype f32|bf16|f16] [--math f32|bf16]\n"
+            "                             [--backend cpu|cuda] [--max-abs-tol X] [--min-margin X] [--verbose]\n"
             "\n"
             "Runs every case of MODEL_DIR/reference.json on the flat and the paged K/V path\n"
-            "with float32 math and compares: last-position logits (max abs diff <= 2e-3),\n"
-            "the teacher-forced argmax at every prompt position (prefill and decode), and\n"
-            "the greedy continuation, wherever the reference top-2 margin is >= 1e-3.\n");
+            "(the paged one only on a device backend) with float32 math (--math) and compares:\n"
+            "last-position logits (max abs diff <= --max-abs-tol, default 2e-3), the\n"
+            "teacher-forced argmax at every prompt position (prefill and decode), and the\n"
+            "greedy continuation, wherever the reference top-2 margin is >= --min-margin\n"
+            "(default 1e-3). --backend cuda computes in bf16 with bf16 K/V (its default):\n"
+            "its tolerances default to --max-abs-tol 0.5 --min-margin 0.3 (docs/PERFORMANCE.md).\n");
 }
 
 static int run(int argc, char **argv)
@@ -29,15 +33,51 @@ static int run(int argc, char **argv)
         {"threads", required_argument, 0, 't'},
         {"kv-dtype", required_argument, 0, 'k'},
         {"verbose", no_argument, 0, 'v'},
+        {"math", required_argument, 0, 'm'},
+        {"backend", required_argument, 0, 'b'},
+        {"max-abs-tol", required_argument, 0, 'a'},
+        {"min-margin", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     refcheck_options_t o;
     refcheck_options_default(&o);
     int verbose = 0, c;
+    bool kv_set = false, tol_set = false, margin_set = false;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:k:vh", opts, NULL)) != -1) {
         switch (c) {
+        case 'm':
+            if (!strcmp(optarg, "f32"))
+                o.math = CAIRN_ENGINE_MATH_F32;
+            else if (!strcmp(optarg, "bf16"))
+                o.math = CAIRN_ENGINE_MATH_BF16;
+            else {
+                fprintf(stderr, "cairn check-reference: --math wants f32 or bf16, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'b':
+            o.backend = optarg;
+            break;
+        case 'a':
+        case 'g': {
+            char *end;
+            double x = strtod(optarg, &end);
+            if (*end || !(x >= 0.0) || x > 1e6) {
+                fprintf(stderr, "cairn check-reference: --%s wants a number >= 0, got '%s'\n",
+                        c == 'a' ? "max-abs-tol" : "min-margin", optarg);
+                return 2;
+            }
+            if (c == 'a') {
+                o.max_abs_tol = (float)x;
+                tol_set = true;
+            } else {
+                o.min_margin = (float)x;
+                margin_set = true;
+            }
+            break;
+        }
         case 't': {
             char *end;
             long n = strtol(optarg, &end, 10);
@@ -49,6 +89,7 @@ static int run(int argc, char **argv)
             break;
         }
         case 'k':
+            kv_set = true;
             if (cairn_dtype_parse(optarg, &o.kv_dtype)) {
                 fprintf(stderr, "cairn check-reference: --kv-dtype wants f32, bf16 or f16, got '%s'\n", optarg);
                 return 2;
@@ -68,6 +109,15 @@ static int run(int argc, char **argv)
     if (optind != argc - 1) {
         usage(stderr);
         return 2;
+    }
+    if (o.backend && !strcmp(o.backend, "cuda")) {
+        /* bf16 compute: bf16 K/V and the bf16 tolerances (docs/PERFORMANCE.md, "CUDA backend"). */
+        if (!kv_set)
+            o.kv_dtype = CAIRN_DTYPE_BF16;
+        if (!tol_set)
+            o.max_abs_tol = 0.5f;
+        if (!margin_set)
+            o.min_margin = 0.3f;
     }
     cairn_cli_install_logger(verbose);
     const char *dir = argv[optind];

@@ -8,7 +8,9 @@
  * domain), so a prompt's stored chain is found from the hashes the core computes, and
  * domains (cache_salt) hold in the store too. The store is the filesystem store under the
  * cache root (cairn/cold_tier.h), or one the caller lends (cairn_engine_options_t
- * .cold_store). Restore runs before the KV core admits a prompt: the tier's restore walk
+ * .cold_store), optionally with a shared store behind it (cairn/shared_tier.h: Redis,
+ * cairn_engine_options_t.shared_tier), composed by a layered store so that the walks see
+ * one store: hot pool -> local store -> shared store. Restore runs before the KV core admits a prompt: the tier's restore walk
  * (cairn_tier_restore_chain) loads the blocks past the hot prefix into freshly allocated
  * pool blocks, taken and prefaulted in one pass before the walk (a block's K/V for every
  * layer is one contiguous byte range, identical in the pool and in the object payload),
@@ -17,6 +19,12 @@
  * first missing, invalid or declined block, and the core never attaches past a hole, so a
  * prefix is always a contiguous chain of valid blocks. Capture is the tier's capture walk
  * (cairn_tier_capture_chain) over the sequence's full computed blocks.
+ *
+ * Device pools (the CUDA backend): the pool's bytes are not host memory, so the store
+ * reads into and copies from the storage's two pinned staging buffers instead, and the
+ * bridge queues the device copies (restore_dest, capture_staged): double-buffered, a
+ * block's copy overlaps the next block's disk read or store copy. The fingerprint then
+ * carries the backend's numerics id, so GPU- and CPU-written K/V never mix on disk.
  *
  * Invariants: only model_types of cairn_cold_eligible_families() (each family lists its
  * own, models/family.h) open a store; a restored payload is exactly one pool block's used
@@ -39,10 +47,16 @@
 _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byte block hash");
 
 struct engine_cold {
-    cairn_tier_store_t *store;     /* what the tier logic walks */
+    cairn_tier_store_t *store;     /* what the tier logic walks: local, shared or layered */
+    cairn_tier_store_t *local;     /* the filesystem store's interface or the lent store, or NULL */
     cairn_cold_store_t *fs;        /* the filesystem store, when the engine opened it (owned) */
+    cairn_tier_store_t *shared;    /* the shared store (owned), or NULL */
+    cairn_tier_store_t *layered;   /* local in front of shared (owned), or NULL */
     cairn_tier_trace_t *trace;     /* per-turn trace, or NULL */
     cairn_kv_cache_t *cache;
+    const cairn_kv_storage_ops_t *stor; /* the pool's storage: staging calls when device memory */
+    void *stor_ctx;
+    bool staged;                   /* the pool is not host memory: copy through stor's staging */
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
@@ -59,11 +73,11 @@ struct engine_cold {
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
- * weights digest, which covers every tensor's name, shape and dtype. `numerics` stays
- * NULL: the CPU backend's numerics, which every fingerprint so far meant (a backend whose
- * K/V bits may differ sets its id there; docs/FORMAT.md 1.4). */
+ * weights digest, which covers every tensor's name, shape and dtype. `numerics` is NULL
+ * for the CPU backend's numerics, which every fingerprint so far meant, and the backend's
+ * id otherwise (docs/FORMAT.md 1.4). */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                           uint32_t block_tokens, char *extra, size_t extra_len,
+                           const char *numerics, uint32_t block_tokens, char *extra, size_t extra_len,
                            cairn_tier_model_desc_t *d)
 {
     const cairn_model_t *m = cairn_checkpoint_model(ck);
@@ -76,23 +90,29 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
     snprintf(extra, extra_len, "math=%s;%s", o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32",
              fam);
     d->extra = extra;
+    d->numerics = numerics;
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }
 
-/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
-static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *root,
-                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
-                         cairn_cold_store_t **out)
+/* The model fingerprint that names the engine's stores. */
+static int model_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
+                             uint32_t block_tokens, cairn_tier_hash_t *fp)
 {
     char extra[256];
     cairn_tier_model_desc_t desc;
-    describe_model(ck, o, block_tokens, extra, sizeof(extra), &desc);
+    describe_model(ck, o, numerics, block_tokens, extra, sizeof(extra), &desc);
+    return cairn_tier_fingerprint(&desc, fp);
+}
+
+/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
+static int open_fs_store(const cairn_tier_hash_t *fp, const cairn_engine_options_t *o, const char *root,
+                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
+                         cairn_cold_store_t **out)
+{
     cairn_cold_config_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.root = root;
-    int rc = cairn_tier_fingerprint(&desc, &cc.fingerprint);
-    if (rc)
-        return rc;
+    cc.fingerprint = *fp;
     cc.dtype = o->kv_dtype;
     cc.block_tokens = block_tokens;
     cc.n_layers = n_layers;
@@ -101,7 +121,7 @@ static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_option
 }
 
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                     kv_paged_t *kp, engine_cold_t **out)
+                     const char *numerics, kv_paged_t *kp, engine_cold_t **out)
 {
     *out = NULL;
     const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
@@ -115,7 +135,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     /* A lent store, else an explicit root (--cache-dir), else the environment's. */
     const char *root = o->cold_root ? o->cold_root : cairn_knob_str("CAIRN_CACHE_DIR", NULL, NULL);
-    if (!o->cold_store && (!root || !root[0]))
+    const bool want_shared = o->shared_tier && o->shared_tier->url;
+    if (!o->cold_store && (!root || !root[0]) && !want_shared)
         return CAIRN_OK;
 
     cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
@@ -125,6 +146,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     if (!layer_bytes || !c)
         goto nomem;
     c->cache = cache;
+    c->stor = kv_paged_storage(kp, &c->stor_ctx);
+    c->staged = c->stor->stage && c->stor->stage_upload && c->stor->stage_download && c->stor->stage_sync;
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS;
     c->budget.blocks_per_turn = o->cold_capture_blocks > 0 ? (uint32_t)o->cold_capture_blocks : 0;
@@ -149,32 +172,67 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     if (cairn_tier_trace_create(o->cold_trace, &c->trace))
         goto nomem;
+    cairn_tier_hash_t fp;
+    int rc = model_fingerprint(ck, o, numerics, c->block_tokens, &fp);
+    if (rc == CAIRN_ENOMEM)
+        goto nomem;
+    if (rc) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (no model fingerprint: %s)", cairn_strerror(rc));
+        goto off;
+    }
     if (o->cold_store) {
-        c->store = o->cold_store;
-        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->store));
-    } else {
-        int rc = open_fs_store(ck, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
+        c->local = o->cold_store;
+        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->local));
+    } else if (root && root[0]) {
+        rc = open_fs_store(&fp, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
         if (rc == CAIRN_ENOMEM)
             goto nomem;
         if (rc) {
             cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
                       cairn_strerror(rc));
-            goto off;
+        } else {
+            c->local = cairn_cold_store_tier(c->fs);
+            cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
         }
-        c->store = cairn_cold_store_tier(c->fs);
-        cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
     }
+    if (want_shared) {
+        /* The shared store holds the pool's blocks of group 0 (the dense families'
+         * only group), under the same fingerprint as the local store. */
+        const cairn_tier_group_layout_t g0 = {n_layers, layer_bytes};
+        const cairn_tier_layout_t layout = {fp, o->kv_dtype, c->block_tokens, 1, &g0};
+        char err[512] = "";
+        rc = cairn_shared_tier_open(o->shared_tier, &layout, &c->shared, err, sizeof(err));
+        if (rc == CAIRN_ENOMEM)
+            goto nomem;
+        if (rc)
+            cairn_log(CAIRN_LOG_WARN, "shared tier: off (%s)", err[0] ? err : cairn_strerror(rc));
+    }
+    if (c->local && c->shared) {
+        if (cairn_tier_layered_create(c->local, c->shared, &c->layered))
+            goto nomem;
+        c->store = c->layered;
+    } else {
+        c->store = c->local ? c->local : c->shared;
+    }
+    if (!c->store)
+        goto off;
     cairn_free(layer_bytes);
     c->n.enabled = true;
     *out = c;
     return CAIRN_OK;
 nomem:
-    if (c)
+    if (c) {
         cairn_tier_trace_destroy(c->trace);
+        cairn_tier_store_destroy(c->layered);
+        cairn_tier_store_destroy(c->shared);
+        cairn_cold_store_destroy(c->fs);
+    }
     cairn_free(layer_bytes);
     cairn_free(c);
     return CAIRN_ENOMEM;
 off:
+    cairn_tier_store_destroy(c->shared);
+    cairn_cold_store_destroy(c->fs);
     cairn_tier_trace_destroy(c->trace);
     cairn_free(layer_bytes);
     cairn_free(c);
@@ -186,17 +244,24 @@ void engine_cold_close(engine_cold_t *c)
     if (!c)
         return;
     /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
-     * finishes at most the queue depth of blocks still queued. A lent store is only
-     * drained: its owner destroys it. */
+     * finishes at most the queue depth of blocks still queued (the shared store: what
+     * it can write while the server answers). A lent store is only drained: its owner
+     * destroys it. */
     double deadline = cairn_now_seconds() + c->drain_ms / 1e3;
     for (;;) {
         cairn_tier_stats_t st;
-        cairn_tier_store_stats(c->store, &st);
-        if (st.queue_len == 0 || cairn_now_seconds() >= deadline)
+        cairn_tier_store_stats(c->local, &st);
+        /* An unreachable shared tier keeps its queue: waiting for it would only delay
+         * the exit by the whole deadline. */
+        cairn_shared_tier_stats_t sh;
+        bool shared_busy = cairn_shared_tier_stats(c->shared, &sh) == CAIRN_OK && sh.connected && sh.tier.queue_len;
+        if ((st.queue_len == 0 && !shared_busy) || cairn_now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    cairn_tier_store_destroy(c->layered);
+    cairn_tier_store_destroy(c->shared);
     cairn_cold_store_destroy(c->fs);
     cairn_tier_trace_destroy(c->trace);
     cairn_free(c->hashes);
@@ -224,7 +289,24 @@ typedef struct {
     engine_cold_t *c;
     size_t taken;         /* chain indices [start, taken) got a pool block before the walk */
     size_t first, last;   /* chain indices [first, last) that got a pool block in the walk */
+    /* Staged restores (device pool): the block whose payload sits in staging slot
+     * staged_i & 1, read but not yet uploaded (valid when has_staged), and its pool bytes. */
+    bool has_staged;
+    size_t staged_i;
+    uint8_t *staged_dst;
+    bool stage_failed;
 } restore_ctx_t;
+
+/* Queues the upload of the staged block (its read was validated). */
+static void upload_staged(restore_ctx_t *r)
+{
+    engine_cold_t *c = r->c;
+    if (!r->has_staged)
+        return;
+    r->has_staged = false;
+    if (c->stor->stage_upload(c->stor_ctx, (int)(r->staged_i & 1), r->staged_dst, c->payload_size))
+        r->stage_failed = true;
+}
 
 /* The sink's prepare: takes the pool blocks for the chain the store's metadata expects and
  * materialises their memory in one pass (filling fresh pool memory page fault by page
@@ -264,7 +346,21 @@ static void *restore_dest(void *user, size_t i, size_t payload_size)
     if (r->last == r->first)
         r->first = i;
     r->last = i + 1;
-    return bytes;
+    if (!c->staged)
+        return bytes;
+    /* Device pool: the store reads into staging slot i & 1. The walk asks for block i only
+     * after block i - 1 validated, so that one's upload is queued now and runs while the
+     * store reads this one; the slot reused here waits for the upload of block i - 2. */
+    upload_staged(r);
+    void *stage = r->stage_failed ? NULL : c->stor->stage(c->stor_ctx, (int)(i & 1), payload_size);
+    if (!stage) {
+        r->stage_failed = true;
+        return NULL;
+    }
+    r->has_staged = true;
+    r->staged_i = i;
+    r->staged_dst = bytes;
+    return stage;
 }
 
 void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
@@ -301,13 +397,31 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     }
     c->n.restore_lookups++;
     memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
-    restore_ctx_t r = {c, start, start, start};
+    restore_ctx_t r = {c, start, start, start, false, 0, NULL, false};
     const cairn_tier_chain_t chain = {c->keys, tokens, (uint32_t)bs, kmax};
     const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, &r};
     cairn_tier_restore_result_t res;
     size_t loaded = 0;
+    /* The engine thread alone reads the stores, so the shared store's hits during the
+     * walk are this restore's blocks from the shared tier. */
+    cairn_tier_layered_counters_t ly0, ly1;
+    cairn_shared_tier_stats_t sh0, sh1;
+    (void)cairn_tier_layered_counters(c->layered, &ly0);
+    (void)cairn_shared_tier_stats(c->shared, &sh0);
     if (cairn_tier_restore_chain(c->store, &chain, start, &sink, &res) == CAIRN_OK)
         loaded = res.loaded;
+    (void)cairn_tier_layered_counters(c->layered, &ly1);
+    (void)cairn_shared_tier_stats(c->shared, &sh1);
+    if (c->staged) {
+        /* The last staged block counts only if its read validated. */
+        if (r.has_staged && r.staged_i < start + loaded)
+            upload_staged(&r);
+        r.has_staged = false;
+        if (c->stor->stage_sync(c->stor_ctx) || r.stage_failed) {
+            cairn_log(CAIRN_LOG_WARN, "cold tier: copying restored blocks to the device failed");
+            loaded = 0; /* nothing is published: every block goes back to the free queue */
+        }
+    }
     /* Publish the validated prefix of the walk; give back the block it stopped on and
      * any taken block the walk did not reach. */
     int published = 0;
@@ -325,6 +439,9 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     }
     *restored_blocks = published;
     c->n.restored_blocks += (uint64_t)published;
+    uint64_t from_shared = sh1.tier.hits - sh0.tier.hits;
+    c->n.shared_restored_blocks += from_shared < (uint64_t)published ? from_shared : (uint64_t)published;
+    c->n.shared_promoted_blocks += ly1.promoted - ly0.promoted;
 done:
     c->n.restore_seconds += cairn_now_seconds() - t0;
 }
@@ -341,7 +458,26 @@ typedef struct {
     const cairn_kv_hash_t *domain;
     const uint32_t *table;
     const int32_t *tokens;
+    size_t n;             /* blocks of the walk */
+    size_t in_slot[2];    /* staged captures: 1 + the block queued into each slot, 0: none */
 } capture_ctx_t;
+
+/* Device pool: block i's bytes in host memory, through staging slot i & 1; block i + 1 is
+ * queued into the other slot first, so its copy runs while the store copies block i (the
+ * store copied block i - 1, the slot's last occupant, before the walk asked for i). */
+static const void *capture_staged(capture_ctx_t *k, size_t i)
+{
+    engine_cold_t *c = k->c;
+    for (size_t j = i; j <= i + 1 && j < k->n; j++) {
+        if (k->in_slot[j & 1] == j + 1)
+            continue;
+        if (c->stor->stage_download(c->stor_ctx, (int)(j & 1), cairn_kv_cache_block_data(c->cache, k->table[j]),
+                                    c->payload_size))
+            return NULL;
+        k->in_slot[j & 1] = j + 1;
+    }
+    return c->stor->stage(c->stor_ctx, (int)(i & 1), c->payload_size);
+}
 
 /* Yields full block i of the sequence: its hash and parent from the core, its tokens and
  * its pool bytes (copied by the store before this returns to the walk). */
@@ -365,7 +501,7 @@ static int capture_block(void *user, size_t i, cairn_tier_object_t *out)
     }
     out->tokens = k->tokens + i * bs;
     out->n_tokens = (uint32_t)bs;
-    out->payload = cairn_kv_cache_block_data(k->c->cache, k->table[i]);
+    out->payload = k->c->staged ? capture_staged(k, i) : cairn_kv_cache_block_data(k->c->cache, k->table[i]);
     out->payload_size = k->c->payload_size;
     return out->payload ? CAIRN_OK : CAIRN_EINVAL;
 }
@@ -384,13 +520,15 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     if (n_full == 0)
         return;
     double t0 = cairn_now_seconds();
-    capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq)};
+    capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq), n_full, {0, 0}};
     cairn_tier_capture_result_t res;
     memset(&res, 0, sizeof(res));
     if (cairn_tier_capture_chain(c->store, n_full, capture_block, &k, &c->budget, &res) == CAIRN_OK) {
         c->n.capture_walks++;
         c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the walk */
     }
+    if (c->staged && c->stor->stage_sync(c->stor_ctx))
+        cairn_log(CAIRN_LOG_WARN, "cold tier: copying captured blocks from the device failed");
     cairn_tier_trace_turn(c->trace, c->store, label);
     c->n.capture_seconds += cairn_now_seconds() - t0;
 }
@@ -401,7 +539,9 @@ void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *
     if (!c)
         return;
     *out = c->n;
-    cairn_tier_store_stats(c->store, &out->store);
+    cairn_tier_store_stats(c->local, &out->store);
+    out->shared_enabled = c->shared != NULL;
+    (void)cairn_shared_tier_stats(c->shared, &out->shared);
 }
 
 void engine_cold_flush(engine_cold_t *c)

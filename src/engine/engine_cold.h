@@ -5,7 +5,9 @@
  * An engine_cold_t walks one store: the filesystem store (include/cairn/cold_tier.h) it
  * opens for the engine's model fingerprint (architecture, layer geometry, K/V dtype, block
  * size, rope, math mode, weights digest) under the cache root, or a store the caller lends
- * through cairn_engine_options_t.cold_store. It restores a prompt's full blocks past the
+ * through cairn_engine_options_t.cold_store, with the shared store of
+ * cairn_engine_options_t.shared_tier behind it when one is configured (a layered store:
+ * local first, shared for what local lacks). It restores a prompt's full blocks past the
  * hot prefix into the pool before the KV core admits the prompt (so the core attaches them
  * like any cached block) and captures a sequence's full computed blocks at the end of a
  * turn. Everything it does is best-effort: a failure is counted and logged, never
@@ -26,9 +28,14 @@ typedef struct engine_cold engine_cold_t;
  * is eligible; *out is NULL when the tier is off (disabled, neither a lent store nor a
  * root, not eligible, or the store failed to open — the last with a CAIRN_LOG_WARN).
  * Returns CAIRN_OK or CAIRN_ENOMEM (the only error that fails engine creation).
+ * `numerics` is the compute backend's numerics id when it differs from the CPU numerics
+ * (NULL otherwise): it enters the fingerprint, so K/V of other numerics never mix. When
+ * the pool lives in device memory (its storage has staging calls), block bytes move
+ * through the storage's two pinned buffers, the copy of one block overlapping the disk
+ * read (restore) or the store's copy (capture) of the other.
  */
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
-                     kv_paged_t *kp, engine_cold_t **out);
+                     const char *numerics, kv_paged_t *kp, engine_cold_t **out);
 
 /* Waits up to the drain deadline for queued writes, then closes the store it opened (a
  * lent store is left to its owner). NULL: no-op. */

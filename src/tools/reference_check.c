@@ -38,6 +38,8 @@ void refcheck_options_default(refcheck_options_t *o)
     o->kv_dtype = CAIRN_DTYPE_F32;
     o->max_abs_tol = 2e-3f;
     o->min_margin = 1e-3f;
+    o->math = CAIRN_ENGINE_MATH_F32;
+    o->backend = NULL;
 }
 
 void refcheck_report_free(refcheck_report_t *rep)
@@ -344,13 +346,16 @@ int refcheck_run(const char *model_dir, const refcheck_options_t *o, refcheck_re
     if (!cases)
         goto nomem;
 
-    for (int p = 0; p < 2; p++) {
+    /* A device backend has no flat path (its K/V live in the device pool). */
+    const int first_path = o->backend && strcmp(o->backend, "cpu") ? 1 : 0;
+    for (int p = first_path; p < 2; p++) {
         cairn_engine_options_t eo;
         cairn_engine_options_default(&eo);
         eo.n_threads = o->n_threads;
         eo.kv_path = paths[p];
         eo.kv_dtype = o->kv_dtype;
-        eo.math = CAIRN_ENGINE_MATH_F32;
+        eo.math = o->math;
+        eo.backend = o->backend;
         eo.pool_mib = 64;
         char eerr[256] = "";
         st = cairn_engine_create(ck, &eo, &engines[p], eerr, sizeof(eerr));
@@ -368,7 +373,7 @@ int refcheck_run(const char *model_dir, const refcheck_options_t *o, refcheck_re
         ref_case_t *rcase = &cases[i++];
         char cerr[1400] = "";
         st = case_load(obj, model_dir, vocab, rcase, cerr, sizeof(cerr));
-        for (int p = 0; p < 2; p++) {
+        for (int p = first_path; p < 2; p++) {
             refcheck_case_t *c = add_entry(rep, rcase->name, paths[p]);
             if (!c)
                 goto nomem;

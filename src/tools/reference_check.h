@@ -14,6 +14,8 @@
  *      the first step whose reference margin is below min_margin;
  *   3. decode: a fresh sequence fed the prompt one token at a time, the same argmax and
  *      last-logits checks.
+ * Options choose the math mode, the compute backend (a device backend runs the paged path
+ * only) and the tolerances (bf16 compute needs wider ones than the float32 defaults).
  * The library prints nothing: results come back in a report the caller renders.
  */
 #ifndef CAIRN_TOOLS_REFERENCE_CHECK_H
@@ -26,6 +28,8 @@ typedef struct {
     cairn_dtype_t kv_dtype;  /* default f32 */
     float max_abs_tol;       /* default 2e-3 */
     float min_margin;        /* default 1e-3 */
+    cairn_engine_math_t math;/* default f32 */
+    const char *backend;     /* default NULL: the cpu backend */
 } refcheck_options_t;
 
 typedef struct {
