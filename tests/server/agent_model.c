@@ -19,8 +19,9 @@ static const char *const extra_tokens[] = {
     "<tool_call>\n{not json}\n</tool_call>",
     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
     "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
-    "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"echo cairn-tool-ok\", "
-    "\"description\": \"Print the marker\"}}\n</tool_call>",
+    /* one piece: parentheses, or clang's -Wstring-concatenation takes it for a lost comma */
+    ("<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"echo cairn-tool-ok\", "
+     "\"description\": \"Print the marker\"}}\n</tool_call>"),
     "cairn-tool-ok",
 };
 
