@@ -507,6 +507,122 @@ static void test_rope(void **state)
     assert_true(y[0] == 1.5f && y[1] == 0 && y[4] == 6);
 }
 
+/* Every gated activation of compute_glu_t: each implementation gives the scalar bits,
+ * the scalar one is within a few ulp of the double reference (libm exp/tanh), on gates up
+ * to +-30 plus overflow, zeros and the GELU's cubic blow-up; the GELU-tanh steps are the
+ * ones kernels_impl.h spells out. */
+static void test_glu_all_impls(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    static float g[N], u[N], out[N], ref[N], sc[N];
+    const int ns[] = {1, 7, 8, 15, 16, 17, 100, N};
+    for (int i = 0; i < N; i++) {
+        g[i] = rndf() * 30;
+        u[i] = rndf() * 3;
+    }
+    const float special[] = {100.0f, -100.0f, 0.0f, -0.0f, 88.5f, -88.5f, 3e3f, -3e3f, 1e-20f, -5.0f};
+    memcpy(g, special, sizeof(special));
+    for (int act = 0; act < COMPUTE_GLU_COUNT; act++) {
+        kern_ref_glu(ref, g, u, N, (compute_glu_t)act);
+        assert_int_equal(kern_set_impl("scalar"), CAIRN_OK);
+        kern_glu(sc, g, u, N, (compute_glu_t)act);
+        for (int i = 0; i < N; i++) {
+            /* exp turns the float32 rounding of its argument (|2u| for the GELU, whose u
+             * takes a few roundings) into relative error. */
+            double gd = g[i], arg = act == COMPUTE_GLU_GELU_TANH ? fabs(1.6 * (gd + 0.044715 * gd * gd * gd)) : 0;
+            double tol = (16 + 4 * arg) * 0x1p-24 * fabs((double)ref[i]) + 1e-37;
+            if (!(fabs((double)sc[i] - ref[i]) <= tol))
+                fail_msg("act %d g=%.9g: %.9g vs ref %.9g", act, (double)g[i], (double)sc[i], (double)ref[i]);
+        }
+        if (act == COMPUTE_GLU_GELU_TANH)
+            for (int i = 0; i < N; i++) {
+                float x = g[i], c = x * x;
+                c = c * x;
+                float t = 0.044715f * c;
+                t = x + t;
+                float uu = (float)(M_SQRT2 * M_2_SQRTPI * 0.5) * t;
+                float e = kern__exp(-2.0f * uu);
+                float want = (x / (1.0f + e)) * u[i];
+                assert_memory_equal(&want, &sc[i], sizeof(float));
+            }
+        if (act == COMPUTE_GLU_SILU) { /* kern_silu_mul is the SILU gate */
+            kern_silu_mul(out, g, u, N);
+            assert_memory_equal(out, sc, sizeof(out));
+        }
+        for (size_t im = 0; im < CAIRN_ARRAY_LEN(impls); im++) {
+            if (!kern_impl_available(impls[im]))
+                continue;
+            assert_int_equal(kern_set_impl(impls[im]), CAIRN_OK);
+            for (size_t ni = 0; ni < CAIRN_ARRAY_LEN(ns); ni++) {
+                memset(out, 0xff, sizeof(out));
+                kern_glu(out, g, u, (size_t)ns[ni], (compute_glu_t)act);
+                assert_memory_equal(out, sc, sizeof(float) * (size_t)ns[ni]);
+                assert_true(fbits(out[ns[ni]]) == 0xffffffffu || ns[ni] == N); /* nothing past n */
+            }
+            memcpy(out, g, sizeof(out)); /* in place over the gate */
+            kern_glu(out, out, u, N, (compute_glu_t)act);
+            assert_memory_equal(out, sc, sizeof(out));
+        }
+    }
+    kern_set_impl("scalar");
+}
+
+/* Partial rotary: the first rot_dims of each head rotate with pairing (i, i + rot/2), the
+ * rest pass through bit for bit; rot_dims = head_dim is kern_rope. */
+static void test_rope_partial(void **state)
+{
+    (void)state;
+    enum { HD = 64, NH = 3 };
+    const int rots[] = {16, 32, 64};
+    float inv_freq[HD / 2], cs[HD], x[NH * HD], x0[NH * HD], full[NH * HD];
+    for (size_t ri = 0; ri < CAIRN_ARRAY_LEN(rots); ri++) {
+        const int rot = rots[ri], half = rot / 2;
+        for (int i = 0; i < half; i++)
+            inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / rot);
+        kern_rope_angles(cs, inv_freq, half, 777);
+        for (int i = 0; i < NH * HD; i++)
+            x[i] = x0[i] = rndf();
+        kern_rope_partial(x, NH, HD, rot, cs);
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < half; i++) {
+                double c = cs[2 * i], sn = cs[2 * i + 1];
+                double a = x0[h * HD + i], b = x0[h * HD + i + half];
+                assert_true(fabs(x[h * HD + i] - (a * c - b * sn)) < 1e-6);
+                assert_true(fabs(x[h * HD + i + half] - (b * c + a * sn)) < 1e-6);
+            }
+            assert_memory_equal(x + h * HD + rot, x0 + h * HD + rot, sizeof(float) * (HD - rot));
+        }
+        if (rot == HD) {
+            memcpy(full, x0, sizeof(full));
+            kern_rope(full, NH, HD, cs);
+            assert_memory_equal(full, x, sizeof(full));
+        }
+    }
+}
+
+/* RMSNorm with (1 + w): Gemma's weights, the (1 + w) sum in float32. */
+static void test_rmsnorm_unit_offset(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    float x[N], w[N], w1[N], out[N], want[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = rndf() * 4;
+        w[i] = rndf();
+        w1[i] = 1.0f + w[i];
+    }
+    for (size_t im = 0; im < CAIRN_ARRAY_LEN(impls); im++) {
+        if (!kern_impl_available(impls[im]))
+            continue;
+        assert_int_equal(kern_set_impl(impls[im]), CAIRN_OK);
+        kern_rmsnorm_unit_offset(out, x, w, CAIRN_DTYPE_F32, N, 1e-6f);
+        kern_rmsnorm(want, x, w1, CAIRN_DTYPE_F32, N, 1e-6f);
+        assert_memory_equal(out, want, sizeof(out));
+    }
+    kern_set_impl("scalar");
+}
+
 static void test_dispatch(void **state)
 {
     (void)state;
@@ -536,6 +652,9 @@ int main(void)
         cmocka_unit_test(test_bf16_native_vs_emulated),
         cmocka_unit_test(test_vector_kernels),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_glu_all_impls),
+        cmocka_unit_test(test_rope_partial),
+        cmocka_unit_test(test_rmsnorm_unit_offset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

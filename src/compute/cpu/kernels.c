@@ -650,7 +650,9 @@ void kern_ref_glu(float *out, const float *gate, const float *up, int n, compute
         double g = gate[i], a;
         switch (act) {
         case COMPUTE_GLU_SILU: a = g / (1.0 + exp(-g)); break;
-        case COMPUTE_GLU_GELU_TANH: a = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))); break;
+        case COMPUTE_GLU_GELU_TANH: /* 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)), without its cancellation */
+            a = g / (1.0 + exp(-2.0 * sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+            break;
         case COMPUTE_GLU_SIGMOID: a = 1.0 / (1.0 + exp(-g)); break;
         case COMPUTE_GLU_COUNT:
         default: CAIRN_ASSERT(!"kern_ref_glu: not an activation"); a = 0; /* never reached */

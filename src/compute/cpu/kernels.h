@@ -138,7 +138,7 @@ float kern_ref_dot(const float *a, const void *b, cairn_dtype_t t, int n);
 void kern_ref_axpy(float *acc, float s, const void *row, cairn_dtype_t t, int n);
 void kern_ref_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps);
 void kern_ref_silu_mul(float *out, const float *gate, const float *up, int n);
-/* act in double precision (libm exp and tanh), rounded once: an independent reference. */
+/* act in double precision (libm exp), rounded once: an independent reference. */
 void kern_ref_glu(float *out, const float *gate, const float *up, int n, compute_glu_t act);
 
 #endif
