@@ -32,7 +32,9 @@
  *                                          of the RECURRENT layers' state_bytes, zeroed,
  *                                          layer l at state + cairn_model_state_offset(l);
  *        fwd_create(model, env, &fwd)   -> the family's forward context (its scratch for
- *                                          env->max_rows rows).
+ *                                          env->max_rows rows); every op it runs goes
+ *                                          through env->be (compute/backend.h), whose
+ *                                          compute_supports it checks here.
  *      The cold-tier bridge asks describe(model, desc, extra) for the family's part of the
  *      model fingerprint (architecture, layer geometry, rope, and every config value that
  *      changes a K/V byte); the engine adds K/V dtype, block size, math mode and the
@@ -63,7 +65,10 @@
  * prefix P > 0 of a model with RECURRENT layers only when a checkpoint at exactly P is
  * registered (cairn_kv_seq_checkpoint). Saving and restoring the state handle at block
  * boundaries belongs to the engine's state module (src/engine/seq_state.{c,h}), not to
- * families: a family only reads and writes the handle it is given.
+ * families: a family only reads and writes the handle it is given. Because the contract
+ * makes bits independent of how rows are cut into calls, the engine obtains the state at
+ * a boundary inside a long prefill by ending a sub-batch exactly there and copying the
+ * handle after that call.
  *
  * Thread-safety: a family vtable is immutable. parse_config, bind, cache_layout and
  * describe are pure with respect to their arguments. A forward context is used by one
