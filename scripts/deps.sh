@@ -2,9 +2,10 @@
 # Installs the Debian 12 packages Cairn needs that are missing. Run as root (or with
 # sudo available); does nothing when everything is present.
 set -euo pipefail
+# liblzma-dev: `cairn check-reference` reads the fixtures' .xz reference logits in place.
 PKGS=(build-essential cmake ninja-build pkg-config clang xz-utils
       libssl-dev libxxhash-dev libpcre2-dev libcjson-dev libutf8proc-dev
-      libmicrohttpd-dev liburing-dev libcmocka-dev)
+      libmicrohttpd-dev liburing-dev libcmocka-dev liblzma-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
