@@ -1,8 +1,8 @@
 /*
- * cmd_generate.c — `cairn generate MODEL_DIR -p TEXT`: one request through the scheduler,
+ * cmd_generate.c — `cairn generate MODEL -p TEXT`: one request through the scheduler,
  * streamed to stdout as it is generated.
  *
- * Loads the checkpoint and the tokenizer of MODEL_DIR, builds the prompt (plain text with
+ * Loads the checkpoint and the tokenizer of MODEL (a folder or a GGUF file), builds the prompt (plain text with
  * the tokenizer's special tokens, or --chat through the model's chat template with
  * add_generation_prompt, or --prompt-ids for exact checks), creates a paged engine and a
  * scheduler, submits the request and writes each delta to stdout as the engine thread
@@ -34,11 +34,12 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn generate MODEL_DIR (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
+            "usage: cairn generate MODEL (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
             "\n"
-            "Generates a continuation of a prompt with the model in MODEL_DIR (config.json,\n"
-            "*.safetensors, tokenizer.json, tokenizer_config.json, chat_template.jinja) and\n"
-            "streams it to stdout. Loading progress and a summary go to stderr.\n"
+            "Generates a continuation of a prompt with MODEL and streams it to stdout: a\n"
+            "checkpoint folder (config.json, *.safetensors, tokenizer.json,\n"
+            "tokenizer_config.json, chat_template.jinja) or a .gguf file (weights, tokenizer\n"
+            "and chat template in one). Loading progress and a summary go to stderr.\n"
             "\n"
             "prompt:\n"
             "  -p, --prompt TEXT       the prompt (with --chat: the user message)\n"
@@ -415,8 +416,8 @@ static int run(int argc, char **argv)
     cairn_cli_install_logger(a.verbose);
 
     struct stat sb;
-    if (stat(a.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, CMD ": '%s' is not a model directory\n", a.dir);
+    if (stat(a.dir, &sb) != 0 || !(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode))) {
+        fprintf(stderr, CMD ": '%s' is not a model directory or a .gguf file\n", a.dir);
         return 1;
     }
     int status = 1;
