@@ -235,7 +235,10 @@ int tok_load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t err
 /* Adds a named chat template (copied; the first source of a name wins). */
 int tok_add_template(cairn_tokenizer_t *t, const char *name, const char *src);
 
-/* tokenizer_gguf.c: the tokenizer of a GGUF file's metadata (cairn_tokenizer_load). */
+/* tokenizer_gguf.c: the tokenizer of a GGUF file's metadata (cairn_tokenizer_load opens
+ * the file; the fuzzer hands a parsed buffer). Errors name the key or token. */
+struct gguf_file;
+int tok_load_gguf(const struct gguf_file *g, cairn_tokenizer_t **out, char *err, size_t errlen);
 int tok_load_gguf_file(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
 
 /* pipeline.c */

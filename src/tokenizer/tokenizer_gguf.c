@@ -333,7 +333,7 @@ static int load_templates(cairn_tokenizer_t *t, const gguf_file_t *g, char *err,
     return 0;
 }
 
-static int load_gguf(const gguf_file_t *g, cairn_tokenizer_t **out, char *err, size_t errlen)
+int tok_load_gguf(const gguf_file_t *g, cairn_tokenizer_t **out, char *err, size_t errlen)
 {
     const char *what = gguf_what(g);
     gguf_str_t model, pre_name;
@@ -408,7 +408,7 @@ int tok_load_gguf_file(const char *path, cairn_tokenizer_t **out, char *err, siz
     int rc = gguf_open(path, GGUF_OPEN_METADATA, &g, err, errlen);
     if (rc)
         return rc;
-    rc = load_gguf(g, out, err, errlen);
+    rc = tok_load_gguf(g, out, err, errlen);
     gguf_close(g);
     return rc;
 }
