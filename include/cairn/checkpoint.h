@@ -94,7 +94,11 @@ typedef struct {
 typedef struct cairn_checkpoint cairn_checkpoint_t;
 
 /*
- * Opens a checkpoint folder: parses config.json through its family and
+ * Opens a checkpoint: a folder, or a GGUF file (a regular file at `dir`: its metadata is
+ * parsed by the family its general.architecture names and its tensors bound the same
+ * way; format and refusals in docs/FORMAT.md section 3).
+ *
+ * A folder: parses config.json through its family and
  * generation_config.json (optional), opens every safetensors file, and lets the family
  * bind every tensor it needs, checking presence, dtype and shape against the config; a
  * tensor the family gives no use to is an error. On success *out owns the weights; free
@@ -123,7 +127,8 @@ const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
 /*
  * The weights digest of docs/FORMAT.md 1.5 (identical to cairn_cold_weights_digest() over
  * the checkpoint's files): SHA-256 over each safetensors file's name, header JSON bytes and
- * size, files sorted by name. Part of the cold tier's model fingerprint. Computed at open
+ * size, files sorted by name; for a GGUF file, one file "model.gguf" whose header is its
+ * bytes before the data section (FORMAT 3.4). Part of the cold tier's model fingerprint. Computed at open
  * (headers only); this call just copies it.
  */
 void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32]);

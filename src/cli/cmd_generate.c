@@ -1,13 +1,15 @@
 /*
- * cmd_generate.c — `cairn generate MODEL_DIR -p TEXT`: one request through the scheduler,
+ * cmd_generate.c — `cairn generate MODEL -p TEXT`: one request through the scheduler,
  * streamed to stdout as it is generated.
  *
- * Loads the checkpoint and the tokenizer of MODEL_DIR, builds the prompt (plain text with
+ * Loads the checkpoint and the tokenizer of MODEL (a folder or a GGUF file), builds the prompt (plain text with
  * the tokenizer's special tokens, or --chat through the model's chat template with
  * add_generation_prompt, or --prompt-ids for exact checks), creates a paged engine and a
  * scheduler, submits the request and writes each delta to stdout as the engine thread
- * delivers it. Loading progress and a summary (prompt, cached, prefill and decode rates)
- * go to stderr. Exit status: 0 done, 1 failure, 2 usage error.
+ * delivers it. Loading progress and a one-line summary go to stderr: the prompt's tokens
+ * split into hot (prefix cache), restored (cold tier) and computed, the prefill rate over
+ * the computed ones only, and the decode rate. Exit status: 0 done, 1 failure, 2 usage
+ * error.
  *
  * Thread-safety: the event callback runs on the scheduler's engine thread; the main
  * thread only waits for the final event.
@@ -34,11 +36,12 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn generate MODEL_DIR (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
+            "usage: cairn generate MODEL (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
             "\n"
-            "Generates a continuation of a prompt with the model in MODEL_DIR (config.json,\n"
-            "*.safetensors, tokenizer.json, tokenizer_config.json, chat_template.jinja) and\n"
-            "streams it to stdout. Loading progress and a summary go to stderr.\n"
+            "Generates a continuation of a prompt with MODEL and streams it to stdout: a\n"
+            "checkpoint folder (config.json, *.safetensors, tokenizer.json,\n"
+            "tokenizer_config.json, chat_template.jinja) or a .gguf file (weights, tokenizer\n"
+            "and chat template in one). Loading progress and a summary go to stderr.\n"
             "\n"
             "prompt:\n"
             "  -p, --prompt TEXT       the prompt (with --chat: the user message)\n"
@@ -415,8 +418,8 @@ static int run(int argc, char **argv)
     cairn_cli_install_logger(a.verbose);
 
     struct stat sb;
-    if (stat(a.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, CMD ": '%s' is not a model directory\n", a.dir);
+    if (stat(a.dir, &sb) != 0 || !(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode))) {
+        fprintf(stderr, CMD ": '%s' is not a model directory or a .gguf file\n", a.dir);
         return 1;
     }
     int status = 1;
@@ -522,15 +525,16 @@ static int run(int argc, char **argv)
         goto out;
     }
     const cairn_req_usage_t *u = &sm.usage;
+    /* Admission (queue_ms) includes the cold-tier restore, so prefill_ms is the time spent
+     * computing the tokens neither cache supplied, and the rate is over those alone. */
     double prefill_ms = u->ttft_ms - u->queue_ms;
     int computed = u->prompt_tokens - u->cached_tokens - u->restored_tokens;
     fprintf(stderr,
-            "cairn: prompt %d tokens (cached %d), prefill %.1f tok/s, decode %.1f tok/s, "
-            "%d tokens generated, finish %s\n",
-            u->prompt_tokens, u->cached_tokens, prefill_ms > 0 ? computed / (prefill_ms / 1e3) : 0.0,
-            u->decode_tps, u->completion_tokens, cairn_finish_reason_name(sm.finish));
-    if (u->restored_tokens > 0)
-        fprintf(stderr, "cairn: cold tier: restored %d prompt tokens from disk\n", u->restored_tokens);
+            "cairn: prompt %d tokens: %d hot, %d restored, %d computed at %.1f tok/s; "
+            "decode %.1f tok/s, %d tokens generated, finish %s\n",
+            u->prompt_tokens, u->cached_tokens, u->restored_tokens, computed,
+            prefill_ms > 0 ? computed / (prefill_ms / 1e3) : 0.0, u->decode_tps,
+            u->completion_tokens, cairn_finish_reason_name(sm.finish));
     status = 0;
 out:
     cairn_sched_destroy(sched, 0);

@@ -6,7 +6,7 @@
  * signal it stops accepting connections, lets in-flight requests finish for up to
  * --drain-ms, cancels the rest, and exits 0.
  *
- * Without MODEL_DIR it serves a default model that needs no download: the synth "tiny"
+ * Without MODEL (a folder or a .gguf file) it serves a default model that needs no download: the synth "tiny"
  * checkpoint (tools/synth.h), written once into <cache dir>/models/synth-tiny on the
  * first run. Its weights are seeded random numbers, so its text is gibberish; it exists
  * to try the API end to end.
@@ -34,12 +34,13 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn serve [MODEL_DIR] [options]\n"
+            "usage: cairn serve [MODEL] [options]\n"
             "\n"
             "Serves an OpenAI-compatible HTTP API (POST /v1/chat/completions,\n"
             "POST /v1/completions, GET /v1/models, GET /health, GET /metrics; see docs/API.md).\n"
-            "MODEL_DIR is a Hugging Face checkpoint folder (config.json, safetensors,\n"
-            "tokenizer.json, chat template). Without it, a small random 'tiny' model is\n"
+            "MODEL is a Hugging Face checkpoint folder (config.json, safetensors,\n"
+            "tokenizer.json, chat template) or a .gguf file (all of it in one file).\n"
+            "Without it, a small random 'tiny' model is\n"
             "synthesized once into <cache dir>/models/synth-tiny and served (no download;\n"
             "its output is gibberish, for trying the API).\n"
             "\n"
@@ -119,7 +120,7 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
 {
     char root[PATH_MAX];
     if (cache_root(cache_opt, root, sizeof root)) {
-        fprintf(stderr, "cairn serve: no MODEL_DIR and no cache directory (set --cache-dir, "
+        fprintf(stderr, "cairn serve: no MODEL and no cache directory (set --cache-dir, "
                         "CAIRN_CACHE_DIR or HOME)\n");
         return -1;
     }
@@ -178,7 +179,7 @@ static int cmd_serve(int argc, char **argv)
         }
         if (a[0] != '-') {
             if (model) {
-                fprintf(stderr, "cairn serve: more than one MODEL_DIR ('%s', '%s')\n", model, a);
+                fprintf(stderr, "cairn serve: more than one MODEL ('%s', '%s')\n", model, a);
                 return 2;
             }
             model = a;
@@ -250,6 +251,8 @@ static int cmd_serve(int argc, char **argv)
         name[l] = '\0';
         while (l > 1 && name[l - 1] == '/')
             name[--l] = '\0';
+        if (l > 5 && !strcmp(name + l - 5, ".gguf")) /* model.gguf serves as "model" */
+            name[l - 5] = '\0';
         model_id = name;
     }
     so.model_id = model_id;

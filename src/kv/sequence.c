@@ -73,17 +73,20 @@ static uint32_t n_paged(const cairn_kv_cache_t *c)
     return n;
 }
 
-/* Drops every table entry at index >= keep. Returns how many blocks reached refcount 0. */
+/* Drops every table entry at index >= keep, from the last position down (all groups'
+ * blocks of one position together). A released cached block joins the LRU tail, so the
+ * chain's last block becomes the first evicted and pressure trims a conversation from its
+ * end, keeping the longest prefix that can still be reused; released head-first, the
+ * first eviction would make the whole chain unreachable while its tail still held the
+ * pool. Returns how many blocks reached refcount 0. */
 static uint32_t drop_tail(cairn_kv_seq_t *s, size_t keep)
 {
     cairn_kv_cache_t *c = s->cache;
     uint32_t freed = 0;
-    for (uint32_t g = 0; g < c->n_groups; g++) {
-        if (!kv_group_paged(&c->groups[g]))
-            continue;
-        for (size_t j = keep; j < s->n_table; j++)
-            freed += kv_block_pool_unref(&c->pool, s->tables[g][j]);
-    }
+    for (size_t j = s->n_table; j-- > keep;)
+        for (uint32_t g = 0; g < c->n_groups; g++)
+            if (kv_group_paged(&c->groups[g]))
+                freed += kv_block_pool_unref(&c->pool, s->tables[g][j]);
     if (s->n_table > keep)
         s->n_table = keep;
     return freed;

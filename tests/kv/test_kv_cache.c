@@ -364,6 +364,61 @@ static void test_lru_eviction_and_exhaustion(void **state)
     cairn_kv_cache_destroy(c);
 }
 
+/* A finished conversation releases its blocks last-first, so pressure trims it from its end:
+ * after every eviction the next turn still finds the longest prefix left in the pool. With
+ * a first-to-last release the first eviction would take block 0 and the next turn would
+ * find nothing although 9 of its 10 blocks are still cached. */
+static void test_pressure_trims_conversation_from_its_end(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t l = kvt_full(DIM);
+    cairn_kv_cache_t *c = make(&l, 1, 1, 0); /* 16 blocks, 15 usable, no growth */
+    int32_t conv[44];                        /* 40 tokens (10 blocks) + the next turn */
+    seqn(conv, 44, 100);
+    cairn_kv_seq_t *s = run(c, NULL, conv, 40, NULL);
+    size_t nb;
+    uint32_t ids[10];
+    memcpy(ids, cairn_kv_seq_block_table(s, 0, &nb), sizeof ids);
+    assert_int_equal(nb, 10);
+    cairn_kv_seq_release(s, NULL);
+    check(c);
+    size_t P;
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, conv, 44, &P), 0);
+    assert_int_equal(P, 40);
+    /* 7 blocks for another request: 5 free, then 2 evicted from the conversation's end */
+    int32_t other[28];
+    seqn(other, 28, 5000);
+    cairn_kv_seq_t *o = NULL;
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, other, 28, &o, NULL), 0);
+    check(c);
+    cairn_kv_stats_t st;
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 2);
+    for (int j = 0; j < 10; j++)
+        assert_int_equal(c->pool.blocks[ids[j]].registered, j < 8);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, conv, 44, &P), 0);
+    assert_int_equal(P, 32);
+    /* 3 more: the prefix shrinks by exactly 3 blocks */
+    int32_t more[12];
+    seqn(more, 12, 9000);
+    assert_int_equal(cairn_kv_seq_append(o, more, 12), 0);
+    check(c);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 5);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, conv, 44, &P), 0);
+    assert_int_equal(P, 20);
+    /* the next turn reuses those 5 blocks and computes only the rest */
+    cairn_kv_seq_release(o, NULL);
+    cairn_kv_seq_t *next = NULL;
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, conv, 44, &next, &P), 0);
+    assert_int_equal(P, 20);
+    assert_memory_equal(cairn_kv_seq_block_table(next, 0, &nb), ids, 5 * sizeof *ids);
+    check(c);
+    cairn_kv_seq_release(next, NULL);
+    check(c);
+    cairn_kv_cache_destroy(c);
+}
+
 static void test_grow_on_demand(void **state)
 {
     (void)state;
@@ -867,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_publish_keeps_own),
         cmocka_unit_test(test_import_blocks),
         cmocka_unit_test(test_lru_eviction_and_exhaustion),
+        cmocka_unit_test(test_pressure_trims_conversation_from_its_end),
         cmocka_unit_test(test_grow_on_demand),
         cmocka_unit_test(test_fork_copy_on_write),
         cmocka_unit_test(test_truncate_end_turn_preempt),

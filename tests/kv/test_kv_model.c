@@ -13,7 +13,11 @@
  *    cached / in use; the registered set equals the reference's;
  *  - every registered block in a table holds that sequence's own domain, extras and tokens
  *    (no cross-domain hit ever); sliding tables hold the null block exactly before the
- *    window; return codes, grows and eviction counts follow the allocation rule.
+ *    window; return codes, grows and eviction counts follow the allocation rule;
+ *  - eviction takes the least recently released cached block, where the reference orders
+ *    releases itself: blocks dropped from a table go last position first (so pressure
+ *    trims a conversation from its end), blocks a commit slides out of a window go
+ *    together, and a failed begin/resume hands its hits back the same way.
  * Seeded and reproducible: test_kv_model --steps N --seed S [--config 0|1|2]. CI runs a
  * bounded number of steps; without --config all three model configurations run.
  */
@@ -88,6 +92,14 @@ static cairn_kv_layer_kind_t gkind[MAXG];
 static uint32_t gwin[MAXG], grep[MAXG], n_paged;
 static bool has_rec;
 static long evicted_this_op;
+/* LRU model: when each block last became cached (its table references reached zero).
+ * Blocks released by one operation at one position share a stamp. */
+#define MAX_BLOCKS 256
+static uint64_t idle_at[MAX_BLOCKS];
+static bool cached_before[MAX_BLOCKS];
+static uint64_t release_clock;
+typedef enum { RELEASE_TAIL_FIRST, RELEASE_TOGETHER } release_order_t;
+static release_order_t release_order;
 
 static bool same_key(const ref_entry_t *e, uint32_t g, int dom, int ext, const int32_t *t, size_t len)
 {
@@ -226,8 +238,57 @@ static void on_evict(void *user, uint32_t id)
     if (e < 0)
         fail_msg("evicted block %u was not published in the reference", id);
     assert_int_equal(block_ref_from_tables(id), 0);
+    /* the least recently released of the cached blocks (a beginning sequence's hits are
+     * not in the tables yet, so "cached" reads the pool's refcount, which check_all ties
+     * to the tables after every step) */
+    for (size_t i = 0; i < n_ents; i++) {
+        uint32_t b = ents[i].block;
+        if (b != id && C->pool.blocks[b].ref == 0 && idle_at[b] < idle_at[id])
+            fail_msg("evicted block %u (released at %llu, length %zu) before block %u (released "
+                     "at %llu, length %zu)", id, (unsigned long long)idle_at[id], ents[e].len, b,
+                     (unsigned long long)idle_at[b], ents[i].len);
+    }
     ref_remove((size_t)e);
     evicted_this_op++;
+}
+
+/* Before an operation: which blocks are cached (published, no table reference). */
+static void lru_before_op(void)
+{
+    memset(cached_before, 0, sizeof cached_before);
+    for (size_t i = 0; i < n_ents; i++) {
+        assert_true(ents[i].block < MAX_BLOCKS);
+        cached_before[ents[i].block] = block_ref_from_tables(ents[i].block) == 0;
+    }
+    release_order = RELEASE_TAIL_FIRST;
+}
+
+/* After it: the blocks that became cached get their release stamps in the order the
+ * operation promises (a published block's position is its length in blocks - 1). */
+static void lru_after_op(void)
+{
+    const uint64_t span = 4096 / BS + 1;
+    for (size_t i = 0; i < n_ents; i++) {
+        uint32_t b = ents[i].block;
+        if (cached_before[b] || block_ref_from_tables(b) != 0)
+            continue;
+        size_t pos = ents[i].len / BS - 1;
+        idle_at[b] = release_clock + (release_order == RELEASE_TAIL_FIRST ? span - pos : 0);
+    }
+    release_clock += span + 1;
+}
+
+/* A failed begin/resume took its cached hits and handed them back: they are released
+ * again by this operation. */
+static void lru_rereleased_hits(int dom, int ext, const int32_t *t, size_t k)
+{
+    for (uint32_t g = 0; g < n_groups; g++) {
+        if (gkind[g] == CAIRN_KV_LAYER_RECURRENT)
+            continue;
+        size_t lo = gkind[g] == CAIRN_KV_LAYER_SLIDING ? first_live(gwin[g], k * BS) : 0;
+        for (size_t j = lo; j < k; j++)
+            cached_before[ents[ref_find(g, dom, ext, t, (j + 1) * BS)].block] = false;
+    }
 }
 
 /* Predicts an allocation of `need` blocks with `cached_avail` evictable: returns the
@@ -371,8 +432,10 @@ static void op_begin(void)
     size_t P = 12345;
     int rc = cairn_kv_seq_begin(C, q->dom ? &doms[q->dom] : NULL, extra_sets[q->ext], (size_t)q->ext,
                                 q->toks, q->n, &q->s, &P);
-    if (pred_check(&p, rc))
+    if (pred_check(&p, rc)) {
+        lru_rereleased_hits(q->dom, q->ext, q->toks, k);
         return;
+    }
     assert_int_equal(P, k * BS);
     q->comp = P;
     for (uint32_t g = 0; g < MAXG; g++)
@@ -456,6 +519,7 @@ static void op_commit(void)
         if (gkind[g] != CAIRN_KV_LAYER_RECURRENT)
             memcpy(snap[g], cairn_kv_seq_block_table(q->s, grep[g], NULL), full * sizeof(uint32_t));
     assert_int_equal(cairn_kv_seq_commit(q->s, to), 0);
+    release_order = RELEASE_TOGETHER; /* the blocks the window slid past */
     for (uint32_t g = 0; g < n_groups; g++) {
         if (gkind[g] == CAIRN_KV_LAYER_RECURRENT)
             continue;
@@ -579,8 +643,10 @@ static void op_resume(void)
     alloc_pred_t p = pred_begin(need, st.blocks_cached - cached_hits(q->dom, q->ext, q->toks, k));
     size_t P = 999;
     int rc = cairn_kv_seq_resume(q->s, &P);
-    if (pred_check(&p, rc))
+    if (pred_check(&p, rc)) {
+        lru_rereleased_hits(q->dom, q->ext, q->toks, k);
         return;
+    }
     assert_int_equal(P, k * BS);
     q->pre = false;
     q->comp = P;
@@ -685,6 +751,8 @@ static void run_model(int config, long steps, uint64_t seed)
     assert_int_equal(cairn_kv_domain_from_salt(C, "tenant-1", 8, &doms[1]), 0);
     assert_int_equal(cairn_kv_domain_from_salt(C, "tenant-2", 8, &doms[2]), 0);
     n_ents = n_ckpts = n_seqs = 0;
+    release_clock = 1;
+    memset(idle_at, 0, sizeof idle_at);
     long counts[12] = {0};
     for (long step = 0; step < steps; step++) {
         size_t op = rn(100);
@@ -704,6 +772,7 @@ static void run_model(int config, long steps, uint64_t seed)
         counts[kind]++;
         if (getenv("KV_MODEL_TRACE"))
             fprintf(stderr, "step %ld op %d\n", step, kind);
+        lru_before_op();
         switch (kind) {
         case 0: op_begin(); break;
         case 1: op_append(); break;
@@ -718,6 +787,7 @@ static void run_model(int config, long steps, uint64_t seed)
         case 10: op_checkpoint(); break;
         default: op_lookup(); break;
         }
+        lru_after_op();
         check_all();
     }
     cairn_kv_stats_t st;

@@ -3,9 +3,12 @@
  * (CAIRN_BINARY_DIR/src/cairn) with popen on the qwen3 fixture and checks that greedy
  * output equals the fixture's greedy_ids for the chat_short case, both from exact
  * --prompt-ids and from --chat rendering of the same conversation through the model's
- * chat template; plus the usage errors (exit status 2) and a missing model (1).
+ * chat template; that a second run of the same prompt restores it from the cold tier, gives
+ * the same ids and reports hot / restored / computed tokens on its summary line; plus the
+ * usage errors (exit status 2) and a missing model (1).
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cairn/tokenizer.h"
 
@@ -124,8 +128,8 @@ static void test_greedy_ids_from_chat(void **state)
     join_ids(greedy, expect, sizeof(expect));
     snprintf(cmd, sizeof(cmd),
              "%s generate %s --chat --system '%s' --user '%s' --max-tokens %d --temperature 0 "
-             "--threads 1 --no-cold --print-ids 2>&1 >/dev/null | grep -c 'prompt %d tokens (cached 0)'",
-             CAIRN_BIN, MODEL_DIR, sys, user, cJSON_GetArraySize(greedy), n);
+             "--threads 1 --no-cold --print-ids 2>&1 >/dev/null | grep -c 'prompt %d tokens: 0 hot, 0 restored, %d computed at'",
+             CAIRN_BIN, MODEL_DIR, sys, user, cJSON_GetArraySize(greedy), n, n);
     assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0); /* the summary names the prompt length */
     snprintf(cmd, sizeof(cmd),
              "%s generate %s --chat --system '%s' --user '%s' --max-tokens %d --temperature 0 "
@@ -156,6 +160,58 @@ static void test_greedy_ids_from_chat(void **state)
     cairn_tokenizer_destroy(tok);
 }
 
+/* Reads the summary line's token split out of a run's stderr; false when it is missing. */
+static bool summary_split(const char *err, int *prompt, int *hot, int *restored, int *computed)
+{
+    const char *l = strstr(err, "cairn: prompt ");
+    double rate;
+    return l && sscanf(l, "cairn: prompt %d tokens: %d hot, %d restored, %d computed at %lf tok/s;",
+                       prompt, hot, restored, computed, &rate) == 5;
+}
+
+/* The same prompt twice with one cold-tier directory: the first run computes all of it,
+ * the second restores the prompt's full blocks but the last token from disk, computes only
+ * the rest, produces the same greedy ids, and says so on its one summary line. */
+static void test_restored_prompt_summary(void **state)
+{
+    static char ids[8192], expect[8192], cmd[16384], out[16384], err_path[64];
+    char dir[] = "/tmp/cairn-generate-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(err_path, sizeof(err_path), "%s/stderr", dir);
+    join_ids(cJSON_GetObjectItem(g_case, "prompt_ids"), ids, sizeof(ids));
+    const int n = cJSON_GetArraySize(cJSON_GetObjectItem(g_case, "prompt_ids"));
+    const cJSON *greedy = cJSON_GetObjectItem(g_case, "greedy_ids");
+    join_ids(greedy, expect, sizeof(expect));
+    /* The default block size (16 tokens): the full blocks before the last prompt token. */
+    const int full = (n - 1) / 16 * 16;
+    assert_true(full > 0);
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof(cmd),
+                 "env -u CAIRN_KV_BLOCK_SIZE %s generate %s --prompt-ids %s --max-tokens %d "
+                 "--temperature 0 --threads 1 --cache-dir %s/cold --print-ids 2>%s",
+                 CAIRN_BIN, MODEL_DIR, ids, cJSON_GetArraySize(greedy), dir, err_path);
+        assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+        out[strcspn(out, "\n")] = 0;
+        assert_string_equal(out, expect);
+        static char err[8192];
+        FILE *f = fopen(err_path, "rb");
+        assert_non_null(f);
+        size_t len = fread(err, 1, sizeof(err) - 1, f);
+        err[len] = 0;
+        fclose(f);
+        int prompt, hot, restored, computed;
+        if (!summary_split(err, &prompt, &hot, &restored, &computed))
+            fail_msg("no summary line in:\n%s", err);
+        assert_int_equal(prompt, n);
+        assert_int_equal(hot, 0);
+        assert_int_equal(restored, run ? full : 0);
+        assert_int_equal(computed, n - restored);
+        assert_null(strstr(err, "from disk")); /* one line, not a second one for the cold tier */
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_usage_errors(void **state)
 {
     static char out[4096];
@@ -183,7 +239,7 @@ static void test_usage_errors(void **state)
     assert_int_equal(run_cmd(CAIRN_BIN " generate /nonexistent/model -p hi 2>&1", out, sizeof(out)), 1);
     assert_non_null(strstr(out, "not a model directory"));
     assert_int_equal(run_cmd(CAIRN_BIN " generate --help", out, sizeof(out)), 0);
-    assert_non_null(strstr(out, "usage: cairn generate MODEL_DIR"));
+    assert_non_null(strstr(out, "usage: cairn generate MODEL"));
 }
 
 int main(void)
@@ -191,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_ids_from_prompt_ids),
         cmocka_unit_test(test_greedy_ids_from_chat),
+        cmocka_unit_test(test_restored_prompt_summary),
         cmocka_unit_test(test_usage_errors),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
