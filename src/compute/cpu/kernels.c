@@ -514,6 +514,7 @@ struct qmatmul_job {
     size_t ldw[MATMUL_MAX_N];   /* bytes per weight row */
     const void *xq[MATMUL_MAX_N];
     size_t ldq[MATMUL_MAX_N];
+    const int32_t *xsum[MATMUL_MAX_N];
     int first_unit[MATMUL_MAX_N + 1];
     size_t y_off;            /* rows skipped: y of product i starts at outs[i].y + y_off * out */
 };
@@ -530,9 +531,9 @@ static void qmatmul_task(void *p, int task, int n_tasks)
         const kern_mm_t *m = &j->outs[i];
         int o0 = (u0 - f0) * MATMUL_UNIT, o1 = (e - f0) * MATMUL_UNIT < m->out ? (e - f0) * MATMUL_UNIT : m->out;
         if (o0 < o1)
-            j->k->types[m->wt].qmatmul_range(m->y + j->y_off * (size_t)m->out, m->out, j->xq[i], j->ldq[i], j->rows,
-                                             j->n, (const unsigned char *)m->w + j->w_off[i], j->ldw[i], o0, o1,
-                                             j->acc);
+            j->k->types[m->wt].qmatmul_range(m->y + j->y_off * (size_t)m->out, m->out, j->xq[i], j->ldq[i],
+                                             j->xsum[i], j->rows, j->n, (const unsigned char *)m->w + j->w_off[i],
+                                             j->ldw[i], o0, o1, j->acc);
         u0 = e;
     }
 }
@@ -545,6 +546,7 @@ struct act_job {
     cairn_dtype_t act[QMM_MAX_ACTS];
     unsigned char *dst[QMM_MAX_ACTS];
     size_t ld[QMM_MAX_ACTS];
+    int32_t *sums[QMM_MAX_ACTS]; /* q8_0: [rows][n / 32] block sums; NULL otherwise */
 };
 
 static void act_task(void *p, int task, int n_tasks)
@@ -552,8 +554,12 @@ static void act_task(void *p, int task, int n_tasks)
     const struct act_job *j = p;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
     for (int a = 0; a < j->n_act; a++)
-        for (int r = r0; r < r1; r++)
-            j->k->types[j->act[a]].from_f32(j->dst[a] + (size_t)r * j->ld[a], j->x + (size_t)r * j->in + j->k0, j->n);
+        for (int r = r0; r < r1; r++) {
+            unsigned char *q = j->dst[a] + (size_t)r * j->ld[a];
+            j->k->types[j->act[a]].from_f32(q, j->x + (size_t)r * j->in + j->k0, j->n);
+            if (j->sums[a])
+                kern__q8_0_sums(j->sums[a] + (size_t)r * (j->n / 32), q, j->n / 32);
+        }
 }
 
 /* Rounds x[0..rows)[k0 .. k0+n) to each activation type, in parallel when it is large. */
@@ -579,6 +585,13 @@ static void qmatmul_run(cairn_thread_pool_t *tp, struct qmatmul_job *j, long out
         n_tasks = j->units;
     if (n_tasks >= 1)
         cairn_thread_pool_run(tp, qmatmul_task, j, (int)n_tasks);
+}
+
+/* Bytes of one activation row of n elements in the driver's buffer (blocks and sums). */
+static size_t act_row_bytes(cairn_dtype_t act, int n)
+{
+    size_t b = cairn_dtype_row_bytes(act, n);
+    return act == CAIRN_DTYPE_Q8_0 ? b + (size_t)(n / 32) * sizeof(int32_t) : b;
 }
 
 /*
@@ -619,15 +632,18 @@ static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float
     }
     j.first_unit[n] = j.units;
 
+    /* Per row: each activation type's blocks, plus the q8_0 block sums. */
     size_t row_bytes = 0;
     for (int f = 0; f < a.n_act; f++)
-        row_bytes += cairn_dtype_row_bytes(a.act[f], in);
+        row_bytes += act_row_bytes(a.act[f], in);
+    /* Each region (sums, blocks) starts 64-byte aligned: QMM_PAD covers the padding. */
+    const size_t pad = (size_t)QMM_MAX_ACTS * 2 * 64;
     _Alignas(64) unsigned char stack[QMM_STACK > QMM_FALLBACK ? QMM_STACK : QMM_FALLBACK];
-    unsigned char *buf = NULL;
-    if ((size_t)rows * row_bytes <= sizeof stack)
+    unsigned char *buf = NULL, *heap = NULL;
+    if ((size_t)rows * row_bytes + pad <= sizeof stack)
         buf = stack;
-    else if ((size_t)rows <= SIZE_MAX / row_bytes)
-        buf = cairn_malloc((size_t)rows * row_bytes);
+    else if ((size_t)rows <= (SIZE_MAX - pad - 64) / row_bytes && (heap = cairn_malloc((size_t)rows * row_bytes + pad + 64)))
+        buf = heap + (64 - (uintptr_t)heap % 64) % 64;
 
     int rstep = rows, kstep = in;
     if (!buf) {
@@ -636,12 +652,12 @@ static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float
         buf = stack;
         size_t per_piece = 0;
         for (int f = 0; f < a.n_act; f++)
-            per_piece += cairn_dtype_row_bytes(a.act[f], piece);
-        if (row_bytes <= sizeof stack) {
-            rstep = (int)(sizeof stack / row_bytes);
+            per_piece += act_row_bytes(a.act[f], piece);
+        if (row_bytes + pad <= sizeof stack) {
+            rstep = (int)((sizeof stack - pad) / row_bytes);
         } else {
             rstep = 1;
-            kstep = (int)(sizeof stack / per_piece) * piece;
+            kstep = (int)((sizeof stack - pad) / per_piece) * piece;
         }
     }
     for (int r0 = 0; r0 < rows; r0 += rstep)
@@ -653,9 +669,14 @@ static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float
             a.n = nk;
             unsigned char *p = buf;
             for (int f = 0; f < a.n_act; f++) {
-                a.dst[f] = p;
                 a.ld[f] = cairn_dtype_row_bytes(a.act[f], nk);
-                p += (size_t)nr * a.ld[f];
+                a.sums[f] = NULL;
+                if (a.act[f] == CAIRN_DTYPE_Q8_0) {
+                    a.sums[f] = (int32_t *)(void *)p;
+                    p += ((size_t)nr * (size_t)(nk / 32) * sizeof(int32_t) + 63) & ~(size_t)63;
+                }
+                a.dst[f] = p;
+                p += ((size_t)nr * a.ld[f] + 63) & ~(size_t)63;
             }
             act_run(tp, &a);
             j.rows = nr;
@@ -665,12 +686,12 @@ static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float
             for (int i = 0; i < n; i++) {
                 j.xq[i] = a.dst[act_of[i]];
                 j.ldq[i] = a.ld[act_of[i]];
+                j.xsum[i] = a.sums[act_of[i]];
                 j.w_off[i] = cairn_dtype_row_bytes(outs[i].wt, k0);
             }
             qmatmul_run(tp, &j, out_total);
         }
-    if (buf != stack)
-        cairn_free(buf);
+    cairn_free(heap);
 }
 
 void kern__matmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float *x, int rows, int in,

@@ -66,11 +66,12 @@ typedef struct kern_type_ops {
      * implementation agrees). qmatmul_range: for r < rows and o in [o0, o1),
      *   y[r*ldy + o] = the canonical product over one piece of n input elements (whole
      *   blocks of both types), continuing from acc = y[r*ldy + o] when `acc`, else from +0;
-     * xq: row r at xq + r*ldq bytes (the piece's blocks of act); w: weight row o's piece
-     * at w + o*ldw bytes. */
+     * xq: row r at xq + r*ldq bytes (the piece's blocks of act); xsum[r * (n / 32) + b] =
+     * the sum of the q of act block b of row r when act is q8_0 (whose blocks carry no
+     * sums; NULL for q8_k, whose blocks do); w: weight row o's piece at w + o*ldw bytes. */
     cairn_dtype_t act;
-    void (*qmatmul_range)(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w,
-                          size_t ldw, int o0, int o1, bool acc);
+    void (*qmatmul_range)(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                          const void *w, size_t ldw, int o0, int o1, bool acc);
 } kern_type_ops_t;
 
 typedef struct kern_impl {
@@ -109,6 +110,8 @@ extern const kern_type_ops_t kern__scalar_q8_0, kern__scalar_q4_0, kern__scalar_
 /* The canonical product of one weight row of type wt with one activation row (n
  * elements, acc the starting value): the scalar definition the SIMD kernels equal. */
 float kern__qdot(cairn_dtype_t wt, const void *w, const void *xq, int n, float acc);
+/* sums[b] = the sum of the 32 q of q8_0 block b < nb (the xsum of qmatmul_range). */
+void kern__q8_0_sums(int32_t *sums, const void *q8_0, int nb);
 
 /* The resolved (complete) table of the implementation named `name`, or NULL when no
  * implementation has that name in this build. Resolution happens once per process. */

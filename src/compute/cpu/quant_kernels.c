@@ -122,12 +122,24 @@ float kern__qdot(cairn_dtype_t wt, const void *w, const void *xq, int n, float a
     return 0.0f;
 }
 
+void kern__q8_0_sums(int32_t *sums, const void *q8_0, int nb)
+{
+    const blk_q8_0_t *b = q8_0;
+    for (int i = 0; i < nb; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++)
+            s += b[i].q[j];
+        sums[i] = s;
+    }
+}
+
 /* ---- the rows ---------------------------------------------------------------------------- */
 
 #define SCALAR_QMATMUL(SUF, DOT, BLK)                                                                  \
-    static void qmm_##SUF(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, \
-                          size_t ldw, int o0, int o1, bool acc)                                        \
+    static void qmm_##SUF(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows,  \
+                          int n, const void *w, size_t ldw, int o0, int o1, bool acc)                  \
     {                                                                                                  \
+        (void)xsum; /* the integers are computed from the blocks themselves */                       \
         for (int r = 0; r < rows; r++) {                                                               \
             const void *xr = (const unsigned char *)xq + (size_t)r * ldq;                              \
             for (int o = o0; o < o1; o++) {                                                            \

@@ -254,7 +254,7 @@ const kern_impl_t kern__avx2 = {
     .name = "avx2",
     .available = kern__x86_has_avx2,
     .types = {[CAIRN_DTYPE_F32] = AVX2_ROW(f32), [CAIRN_DTYPE_F16] = AVX2_ROW(f16),
-              [CAIRN_DTYPE_BF16] = AVX2_ROW(bf16)},
+              [CAIRN_DTYPE_BF16] = AVX2_ROW(bf16), KERN_AVX2_QROWS},
     .sumsq = avx2_sumsq,
     .glu = {[COMPUTE_GLU_SILU] = avx2_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx2_gelu_tanh_mul,
             [COMPUTE_GLU_SIGMOID] = avx2_sigmoid_mul},

@@ -429,19 +429,33 @@ AVX512_GLU(avx512_sigmoid_mul, sigmoid16)
 extern const struct attn_impl attn__avx512;
 
 #define AVX512_ROW(MM, SUF) {MM, avx512_dot_##SUF, avx512_axpy_##SUF, avx512_rows_##SUF}
-#define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM)                                                 \
+#define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM, QROWS)                                                 \
     {                                                                                                  \
         .name = NAME, .available = AVAILABLE, .stand_in = STAND_IN,                                    \
         .types = {[CAIRN_DTYPE_F32] = AVX512_ROW(matmul_f32w, f32),                                    \
                   [CAIRN_DTYPE_F16] = AVX512_ROW(matmul_f16w, f16),                                    \
-                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16)},                                      \
+                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16), QROWS},                               \
         .sumsq = avx512_sumsq,                                                                         \
         .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
                 [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
         .bf16_math_fast = true, .attn = &attn__avx512,                                                 \
     }
 
-const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_bf16, "avx512-emubf16",
-                                             matmul_bf16w_native);
+/* The quantized rows: AVX-512 VNNI (quant_avx512.c) where "avx512" runs (it needs
+ * AVX512_BF16 and AVX512_VNNI); the AVX2 rows (quant_avx2.c) in "avx512-emubf16", which
+ * runs on AVX-512 CPUs that may lack VNNI. Same bits either way. */
+#define QROWS_VNNI                                                                                     \
+    [CAIRN_DTYPE_Q8_0] = {.rows_to_f32 = kern__avx512_rows_q8_0, .from_f32 = kern__avx512_from_q8_0,   \
+                          .qmatmul_range = kern__avx512_qmm_q8_0},                                     \
+    [CAIRN_DTYPE_Q4_0] = {.qmatmul_range = kern__avx512_qmm_q4_0},                                     \
+    [CAIRN_DTYPE_Q4_K] = {.qmatmul_range = kern__avx512_qmm_q4_k},                                     \
+    [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__avx512_qmm_q5_k},                                     \
+    [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__avx512_qmm_q6_k},                                     \
+    [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
+    [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
+#define QROWS_AVX2 KERN_AVX2_QROWS
+
+const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_native, "avx512-emubf16",
+                                             matmul_bf16w_native, QROWS_VNNI);
 const kern_impl_t kern__avx512_emubf16 = AVX512_IMPL("avx512-emubf16", kern__x86_has_avx512, NULL,
-                                                     matmul_bf16w_emu);
+                                                     matmul_bf16w_emu, QROWS_AVX2);

@@ -13,7 +13,7 @@
 #include <pthread.h>
 
 static struct {
-    bool avx2, avx512, avx512_bf16;
+    bool avx2, avx512, avx512_bf16, avx512_vnni;
 } cpu;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
@@ -38,9 +38,10 @@ static void detect_cpu(void)
         return;
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
-         vl = b & (1u << 31);
+         vl = b & (1u << 31), vnni = c & (1u << 11);
     cpu.avx2 = ymm_ok && avx2 && fma && f16c;
     cpu.avx512 = cpu.avx2 && zmm_ok && f && dq && bw && vl;
+    cpu.avx512_vnni = cpu.avx512 && vnni;
     __cpuid_count(7, 1, a, b, c, d);
     cpu.avx512_bf16 = cpu.avx512 && (a & (1u << 5));
 }
@@ -62,6 +63,14 @@ bool kern__x86_has_avx512_bf16(void)
     pthread_once(&detect_once, detect_cpu);
     return cpu.avx512_bf16;
 }
+
+bool kern__x86_has_avx512_vnni(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.avx512_vnni;
+}
+
+bool kern__x86_has_avx512_native(void) { return kern__x86_has_avx512_bf16() && kern__x86_has_avx512_vnni(); }
 
 const kern_impl_t *const kern__x86_impls[] = {&kern__avx512, &kern__avx512_emubf16, &kern__avx2};
 const int kern__x86_n_impls = (int)CAIRN_ARRAY_LEN(kern__x86_impls);
