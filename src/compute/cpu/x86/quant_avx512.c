@@ -530,40 +530,43 @@ TV static void pack_k(pk_block_t *pk, const unsigned char *const wr[16], int b, 
     pk->dmin = f16x16(dm);
 }
 
-/* R rows (R <= PACK_R) against one packed k-quant super-block: the integer sums, then the
- * float chain of each row's 16 outputs (acc[r]). */
-TV INLINE void pk_rows_k(__m512 acc[PACK_R], const pk_block_t *pk, const blk_q8_k_t *const xr[PACK_R], int R,
-                         bool q6)
+/* R rows (a constant once inlined) against one packed k-quant super-block: the integer
+ * sums, then the float chain of each row's 16 outputs (acc[r]). */
+TV INLINE void pk_rows_k_n(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, const int R, const bool q6)
 {
     __m512i S[PACK_R];
-    for (int r = 0; r < PACK_R; r++)
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
         S[r] = _mm512_setzero_si512();
     const int sub = q6 ? 16 : 32, nsub = 256 / sub;
     for (int j = 0; j < nsub; j++) {
         __m512i t[PACK_R];
-        for (int r = 0; r < PACK_R; r++)
+    #pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
             t[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
         for (int g = j * sub / 4; g < (j + 1) * sub / 4; g++) {
-            const __m512i wq = pk->q[g];
-            for (int r = 0; r < PACK_R; r++)
-                if (r < R) {
-                    int32_t x4;
-                    memcpy(&x4, xr[r]->q + 4 * g, 4);
-                    t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
-                }
+            const __m512i wq = _mm512_load_si512(&pk->q[g]);
+        #pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xr[r]->q + 4 * g, 4);
+                t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
+            }
         }
-        for (int r = 0; r < PACK_R; r++)
-            if (r < R)
-                S[r] = _mm512_add_epi32(S[r], _mm512_mullo_epi32(t[r], pk->sc[j]));
+        const __m512i scj = _mm512_load_si512(&pk->sc[j]);
+    #pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+            S[r] = _mm512_add_epi32(S[r], _mm512_mullo_epi32(t[r], scj));
     }
-    for (int r = 0; r < PACK_R; r++) {
-        if (r >= R)
-            continue;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
         __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 8
         for (int p = 0; p < 8; p++) {
             int32_t bp;
             memcpy(&bp, &xr[r]->bsums[2 * p], 4);
-            M = _mm512_dpwssd_epi32(M, pk->mp[p], _mm512_set1_epi32(bp));
+            M = _mm512_dpwssd_epi32(M, _mm512_load_si512(&pk->mp[p]), _mm512_set1_epi32(bp));
         }
         const __m512 dx = _mm512_set1_ps(xr[r]->d);
         if (q6) {
@@ -573,6 +576,34 @@ TV INLINE void pk_rows_k(__m512 acc[PACK_R], const pk_block_t *pk, const blk_q8_
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r]), _mm512_mul_ps(pk->d, dx), acc[r]);
             acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(pk->dmin, dx), acc[r]);
         }
+    }
+}
+
+/* One compiled body per (row count, q6): constant trip counts keep t[] and S[] in registers. */
+#define PK_K_FN(R)                                                                                     \
+    TV static void pk_rows_k_##R(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, bool q6) \
+    {                                                                                                  \
+        if (q6)                                                                                        \
+            pk_rows_k_n(acc, pk, xr, R, true);                                                         \
+        else                                                                                           \
+            pk_rows_k_n(acc, pk, xr, R, false);                                                        \
+    }
+PK_K_FN(1)
+PK_K_FN(2)
+PK_K_FN(3)
+PK_K_FN(4)
+PK_K_FN(5)
+PK_K_FN(6)
+
+TV static void pk_rows_k(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, int R, bool q6)
+{
+    switch (R) {
+    case 1: pk_rows_k_1(acc, pk, xr, q6); break;
+    case 2: pk_rows_k_2(acc, pk, xr, q6); break;
+    case 3: pk_rows_k_3(acc, pk, xr, q6); break;
+    case 4: pk_rows_k_4(acc, pk, xr, q6); break;
+    case 5: pk_rows_k_5(acc, pk, xr, q6); break;
+    default: pk_rows_k_6(acc, pk, xr, q6); break;
     }
 }
 
