@@ -76,7 +76,7 @@ int cairn_cold_weights_digest(const cairn_cold_weights_file_t *files, size_t n, 
 
 int cairn_cold_fingerprint(const cairn_cold_model_desc_t *d, cairn_cold_hash_t *out)
 {
-    if (!d || !out || !d->architecture || d->kv_dtype > CAIRN_DTYPE_BF16)
+    if (!d || !out || !d->architecture || !cairn_dtype_block_elems(d->kv_dtype))
         return CAIRN_EINVAL;
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     if (!c)

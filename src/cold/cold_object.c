@@ -110,7 +110,7 @@ int cold_object_parse_header(const uint8_t *buf, size_t len, cold_header_t *h)
     h->flags = get32(buf + 124);
     h->payload_bytes = get64(buf + 128);
     memcpy(h->payload_sum, buf + 136, COLD_SUM_BYTES);
-    if (h->dtype > CAIRN_DTYPE_BF16 || h->flags || !h->n_tokens ||
+    if (!cairn_dtype_block_elems((cairn_dtype_t)h->dtype) || h->flags || !h->n_tokens ||
         h->n_tokens > CAIRN_COLD_MAX_BLOCK_TOKENS || !h->n_layers || h->n_layers > CAIRN_COLD_MAX_LAYERS ||
         h->payload_bytes > CAIRN_COLD_MAX_PAYLOAD ||
         cold_object_header_size(h->n_tokens, h->n_layers) != h->header_bytes)

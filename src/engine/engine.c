@@ -105,8 +105,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     if (o.n_threads < 1 || o.max_step_tokens < 1 || o.max_context < 1 ||
         (o.kv_path != CAIRN_KV_PAGED && o.kv_path != CAIRN_KV_FLAT) ||
         (o.math != CAIRN_ENGINE_MATH_F32 && o.math != CAIRN_ENGINE_MATH_BF16) ||
-        (o.kv_dtype != CAIRN_DTYPE_F32 && o.kv_dtype != CAIRN_DTYPE_F16 &&
-         o.kv_dtype != CAIRN_DTYPE_BF16) ||
+        !cairn_dtype_block_elems(o.kv_dtype) || /* the backend says below which types it stores */
         (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
         set_err(err, err_len, "engine: invalid options");
         return CAIRN_EINVAL;
@@ -146,8 +145,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
-        set_err(err, err_len, rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
-                                                 : "engine: unsupported rope type");
+        if (err && err_len)
+            snprintf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+                                         : "engine: the model's forward pass does not run with these options "
+                                           "(K/V type, rope type)");
         goto fail;
     }
     if (o.kv_path == CAIRN_KV_PAGED) {

@@ -1,0 +1,249 @@
+/*
+ * Determinism of quantized models and 8-bit K/V (issue 12): on each quantized GGUF
+ * fixture (q256: Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K) and each K/V type (f32, q8_0,
+ * fp8_e4m3), with every kernel implementation this CPU runs, a token's logits are
+ * bit-identical (memcmp) on the flat and the paged path, in one step or chunks of 1 and 7
+ * (the row kernel and the packed kernel of the quantized matmul meet here), on 1 or 2
+ * threads, with a 512-token prefix served by the hot cache, and after a restore of that
+ * prefix from the cold tier; and every implementation gives the portable one's bits. An
+ * implementation this CPU lacks (AMX) is reported as skipped. The K/V type enters the
+ * cold tier's fingerprint: blocks stored under one type are never restored under another.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cairn/engine.h"
+#include "compute/cpu/kernels.h"
+#include "engine/engine_fixtures.h"
+
+#define VOCAB 4096
+
+static const char *const files[] = {"q256-Q8_0.gguf", "q256-Q4_0.gguf", "q256-Q4_K_M.gguf", "q256-Q5_K_M.gguf",
+                                    "q256-Q6_K.gguf"};
+static const char *const impls[] = {"scalar", "avx2", "avx512", "amx"};
+static int32_t *lng, *shr;
+static int n_lng, n_shr;
+
+static cairn_checkpoint_t *open_gguf(const char *name)
+{
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof path, "%s/gguf/q256/%s", CAIRN_FIXTURES_DIR, name);
+    cairn_checkpoint_t *ck = NULL;
+    if (cairn_checkpoint_open(path, &ck, err, sizeof err))
+        fail_msg("%s: %s", path, err);
+    return ck;
+}
+
+static cairn_engine_t *engine(cairn_checkpoint_t *ck, cairn_dtype_t kv, cairn_kv_path_t path, int threads,
+                              const char *cold_root)
+{
+    cairn_engine_options_t o;
+    cairn_engine_options_default(&o);
+    o.kv_path = path;
+    o.kv_dtype = kv;
+    o.n_threads = threads;
+    o.pool_mib = 32;
+    o.max_step_tokens = 512;
+    o.cold = cold_root ? 1 : -1;
+    o.cold_root = cold_root;
+    cairn_engine_t *e = NULL;
+    char err[256] = "";
+    if (cairn_engine_create(ck, &o, &e, err, sizeof err))
+        fail_msg("engine: %s", err);
+    return e;
+}
+
+/* ids in chunks of `chunk` (0: one step), logits at every computed position, malloc'd. */
+static float *run(cairn_engine_t *e, const char *salt, const int32_t *ids, int n, int chunk, int *cached,
+                  int *restored)
+{
+    cairn_seq_t *s;
+    int hit = 0;
+    assert_int_equal(cairn_seq_begin(e, salt, ids, n, &s, &hit), 0);
+    int from_disk = cairn_seq_restored_tokens(s);
+    if (cached)
+        *cached = hit;
+    if (restored)
+        *restored = from_disk;
+    const int skip = hit + from_disk;
+    float *out = malloc((size_t)(n - skip) * VOCAB * sizeof(float));
+    assert_non_null(out);
+    int done = 0;
+    while (cairn_seq_n_pending(s) > 0) {
+        int len = chunk ? chunk : n;
+        if (len > cairn_seq_n_pending(s))
+            len = cairn_seq_n_pending(s);
+        cairn_batch_item_t it = {s, len, CAIRN_LOGITS_ALL};
+        const float *lg;
+        int rows;
+        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
+        memcpy(out + (size_t)done * VOCAB, lg, (size_t)rows * VOCAB * sizeof(float));
+        done += rows;
+    }
+    assert_int_equal(done, n - skip);
+    assert_int_equal(cairn_seq_end_turn(s), 0);
+    cairn_seq_release(s);
+    return out;
+}
+
+static void same(const float *a, const float *b, int rows, const char *what, const char *file, const char *impl,
+                 cairn_dtype_t kv)
+{
+    if (memcmp(a, b, (size_t)rows * VOCAB * sizeof(float)))
+        fail_msg("%s, kernels %s, K/V %s: %s differs", file, impl, cairn_dtype_name(kv), what);
+}
+
+static bool usable(const char *impl)
+{
+    if (kern_impl_available(impl))
+        return true;
+    static char told[64];
+    if (!strstr(told, impl)) {
+        printf("    skipped: kernel implementation '%s' is not in this build or not supported by this CPU%s\n", impl,
+               strcmp(impl, "amx") ? "" : " (no AMX-INT8 tiles, or the kernel refused the tile state)");
+        strncat(told, impl, sizeof told - strlen(told) - 2);
+        strcat(told, " ");
+    }
+    return false;
+}
+
+/* The contract on the process's implementation (the best this CPU runs): flat = paged,
+ * one step = token by token (decode) = chunks of 7, 1 = 2 threads, cold = prefix hit. */
+static void check_paths(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t kv)
+{
+    const char *impl = kern_impl_name();
+    cairn_engine_t *flat1 = engine(ck, kv, CAIRN_KV_FLAT, 1, NULL);
+    float *ref = run(flat1, NULL, lng, n_lng, 0, NULL, NULL);
+    float *ref_shr = run(flat1, NULL, shr, n_shr, 0, NULL, NULL);
+    float *x = run(flat1, NULL, lng, 96, 1, NULL, NULL); /* decode, token by token */
+    same(x, ref, 96, "token-by-token decode", file, impl, kv);
+    free(x);
+    cairn_engine_destroy(flat1);
+
+    cairn_engine_t *paged = engine(ck, kv, CAIRN_KV_PAGED, 2, NULL);
+    int cached = -1;
+    x = run(paged, "c7", lng, n_lng, 7, &cached, NULL);
+    assert_int_equal(cached, 0);
+    same(x, ref, n_lng, "paged, 2 threads, chunks of 7", file, impl, kv);
+    free(x);
+    x = run(paged, "c7", shr, n_shr, 0, &cached, NULL);
+    assert_int_equal(cached, 512);
+    same(x, ref_shr + (size_t)512 * VOCAB, n_shr - 512, "a 512-token prefix hit", file, impl, kv);
+    free(x);
+    cairn_engine_destroy(paged);
+    free(ref);
+    free(ref_shr);
+}
+
+static void check_file(const char *file)
+{
+    cairn_checkpoint_t *ck = open_gguf(file);
+    const cairn_dtype_t kvs[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_FP8_E4M3};
+    for (size_t k = 0; k < sizeof kvs / sizeof kvs[0]; k++)
+        check_paths(ck, file, kvs[k]);
+    /* Every implementation = the portable one: long_720 in one step and chunks of 5 (the
+     * row kernel for 5 rows, the packed one for 512), flat path. */
+    const char *const first = kern_impl_name();
+    for (size_t k = 0; k < 2; k++) {
+        float *portable = NULL;
+        for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
+            if (!usable(impls[i]))
+                continue;
+            assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* engines below take it */
+            cairn_engine_t *e = engine(ck, kvs[k], CAIRN_KV_FLAT, 2, NULL);
+            float *ref = run(e, NULL, lng, 200, 0, NULL, NULL);
+            float *x = run(e, NULL, lng, 200, 5, NULL, NULL);
+            same(x, ref, 200, "chunks of 5", file, impls[i], kvs[k]);
+            free(x);
+            cairn_engine_destroy(e);
+            if (!portable) {
+                portable = ref;
+                continue;
+            }
+            same(ref, portable, 200, "this implementation against the portable one", file, impls[i], kvs[k]);
+            free(ref);
+        }
+        free(portable);
+    }
+    assert_int_equal(kern_set_impl(first), CAIRN_OK);
+    cairn_checkpoint_close(ck);
+}
+
+static void test_q8_0(void **state) { (void)state; check_file(files[0]); }
+static void test_q4_0(void **state) { (void)state; check_file(files[1]); }
+static void test_q4_k_m(void **state) { (void)state; check_file(files[2]); }
+static void test_q5_k_m(void **state) { (void)state; check_file(files[3]); }
+static void test_q6_k(void **state) { (void)state; check_file(files[4]); }
+
+/* Cold-tier restore parity with 8-bit K/V: a prefix persisted by one engine and restored
+ * by another gives the logits of the cold computation; the K/V type is part of the
+ * fingerprint, so an engine with another type restores nothing from the same root. */
+static void test_cold_restore(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cairn-quant-cold-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    cairn_checkpoint_t *ck = open_gguf("q256-Q4_K_M.gguf");
+    const cairn_dtype_t kvs[] = {CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_FP8_E4M3};
+    for (size_t k = 0; k < 2; k++) {
+        cairn_engine_t *ref_e = engine(ck, kvs[k], CAIRN_KV_FLAT, 1, NULL);
+        float *ref = run(ref_e, NULL, shr, n_shr, 0, NULL, NULL);
+        cairn_engine_destroy(ref_e);
+
+        cairn_engine_t *a = engine(ck, kvs[k], CAIRN_KV_PAGED, 2, root);
+        free(run(a, "tenant", shr, n_shr, 0, NULL, NULL));
+        cairn_engine_destroy(a); /* drains the writer: the prompt's full blocks are on disk */
+
+        cairn_engine_t *b = engine(ck, kvs[k], CAIRN_KV_PAGED, 2, root);
+        int cached = -1, restored = -1;
+        float *x = run(b, "tenant", shr, n_shr, 0, &cached, &restored);
+        cairn_engine_destroy(b);
+        assert_int_equal(cached, 0);
+        assert_int_equal(restored, n_shr / 16 * 16 == n_shr ? n_shr - 16 : n_shr / 16 * 16);
+        same(x, ref + (size_t)restored * VOCAB, n_shr - restored, "a cold-tier restore", "q256-Q4_K_M.gguf", "default",
+             kvs[k]);
+        free(x);
+        free(ref);
+    }
+    /* f32 K/V over the same root: another fingerprint, nothing restored. */
+    cairn_engine_t *c = engine(ck, CAIRN_DTYPE_F32, CAIRN_KV_PAGED, 2, root);
+    int restored = -1;
+    free(run(c, "tenant", shr, n_shr, 0, NULL, &restored));
+    assert_int_equal(restored, 0);
+    cairn_engine_destroy(c);
+    cairn_checkpoint_close(ck);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    lng = fixture_prompt("qwen3", "long_720", &n_lng);
+    shr = fixture_prompt("qwen3", "shared_prefix_672", &n_shr);
+    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0 || n_shr <= 512;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free(lng);
+    free(shr);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q8_0),   cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_k_m),
+        cmocka_unit_test(test_q5_k_m), cmocka_unit_test(test_q6_k), cmocka_unit_test(test_cold_restore),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
