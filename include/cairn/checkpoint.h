@@ -120,6 +120,19 @@ typedef struct cairn_checkpoint cairn_checkpoint_t;
  * pointers are aligned to their element size (a misaligned tensor is copied).
  */
 int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
+/*
+ * As cairn_checkpoint_open, with every float weight matrix (f32/f16/bf16, 2-D, rows whole
+ * blocks of the type: the projections, the embedding and lm_head) converted at bind time
+ * to `quantize` by the element-type table's reference rounding (`--quantize`); norms and
+ * tensors the file already stores quantized stay. quantize must be q8_0, q4_0, q4_k, q5_k or
+ * q6_k (else CAIRN_EINVAL). The weights digest becomes the source's mixed with the type, so
+ * the cold tier never mixes the converted model's K/V with the original's. Cost: one pass
+ * over the weights at open (q8_0: well under a second, q4_k: its least-squares scale fit,
+ * ~10 s per 0.6B weights on one core of the development machine) and the converted bytes
+ * resident beside the source.
+ */
+int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out, char *err,
+                                    size_t err_len);
 void cairn_checkpoint_close(cairn_checkpoint_t *ck);
 const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck);
 /* The folder path as given to open (owned by ck). */

@@ -16,7 +16,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn check-reference MODEL [REF.json] [--threads N] [--kv-dtype f32|bf16|f16]\n"
+            "usage: cairn check-reference MODEL [REF.json] [--threads N] [--kv-dtype T]\n"
             "                             [--math f32|bf16] [--max-diff X] [--min-margin M] [--verbose]\n"
             "\n"
             "MODEL is a checkpoint folder or a .gguf file; REF.json defaults to MODEL/reference.json.\n"
@@ -71,7 +71,7 @@ static int run(int argc, char **argv)
         }
         case 'k':
             if (cairn_dtype_parse(optarg, &o.kv_dtype)) {
-                fprintf(stderr, "cairn check-reference: --kv-dtype wants f32, bf16 or f16, got '%s'\n", optarg);
+                fprintf(stderr, "cairn check-reference: --kv-dtype wants f32, bf16, f16, q8_0 or fp8_e4m3, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -60,7 +60,9 @@ static void usage(FILE *out)
             "      --ignore-eos        do not stop at the model's end-of-sequence tokens\n"
             "engine:\n"
             "      --threads N         compute threads (default: online CPUs, at most 16)\n"
-            "      --kv-dtype T        K/V element type: bf16 (default), f16, f32\n"
+            "      --kv-dtype T        K/V element type: bf16 (default), f16, f32, q8_0, fp8_e4m3\n"
+            "      --quantize T        convert the float weight matrices at load: q8_0, q4_k\n"
+            "                          (also q4_0, q5_k, q6_k)\n"
             "      --math M            matmul activations: f32 (default) or bf16\n"
             "      --pool-mib N        paged K/V pool budget in MiB (default 256)\n"
             "      --salt STR          prefix cache domain (tenant salt)\n"
@@ -256,12 +258,14 @@ typedef struct {
     int n_stops;
     cairn_sampling_params_t sp;
     cairn_engine_options_t eo;
+    bool quantize;          /* --quantize: convert the float weight matrices at load */
+    cairn_dtype_t quantize_to;
 } gen_args_t;
 
 enum {
     OPT_CHAT = 256, OPT_SYSTEM, OPT_USER, OPT_PROMPT_IDS, OPT_MAX_TOKENS, OPT_TEMPERATURE,
     OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS, OPT_THREADS,
-    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD,
+    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD, OPT_QUANTIZE,
 };
 
 /* Returns 0, or the exit status of a usage error (2) or --help (-1 -> exit 0). */
@@ -283,6 +287,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
         {"threads", required_argument, 0, OPT_THREADS},
         {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+        {"quantize", required_argument, 0, OPT_QUANTIZE},
         {"math", required_argument, 0, OPT_MATH},
         {"pool-mib", required_argument, 0, OPT_POOL},
         {"salt", required_argument, 0, OPT_SALT},
@@ -351,9 +356,16 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
             break;
         case OPT_KV_DTYPE:
             if (cairn_dtype_parse(optarg, &a->eo.kv_dtype)) {
-                fprintf(stderr, CMD ": --kv-dtype wants bf16, f16 or f32, got '%s'\n", optarg);
+                fprintf(stderr, CMD ": --kv-dtype wants bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_QUANTIZE:
+            if (cairn_dtype_parse(optarg, &a->quantize_to)) {
+                fprintf(stderr, CMD ": --quantize wants q8_0 or q4_k (or q4_0, q5_k, q6_k), got '%s'\n", optarg);
+                return 2;
+            }
+            a->quantize = true;
             break;
         case OPT_MATH:
             if (strcmp(optarg, "f32") == 0)
@@ -440,7 +452,8 @@ static int run(int argc, char **argv)
     double t0 = now_ms();
     fprintf(stderr, "cairn: loading %s ...", a.dir);
     fflush(stderr);
-    int rc = cairn_checkpoint_open(a.dir, &ck, err, sizeof(err));
+    int rc = a.quantize ? cairn_checkpoint_open_quantized(a.dir, a.quantize_to, &ck, err, sizeof(err))
+                        : cairn_checkpoint_open(a.dir, &ck, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "\n" CMD ": %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;

@@ -49,7 +49,9 @@ static void usage(FILE *out)
             "  --port N             TCP port, 0 for any free port (default 8080)\n"
             "  --threads N          engine compute threads (default: online CPUs, max 16)\n"
             "  --http-threads N     HTTP worker threads (default 4)\n"
-            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
+            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 | q8_0 | fp8_e4m3 (default bf16)\n"
+            "  --quantize T         convert the float weight matrices at load: q8_0 | q4_k\n"
+            "                       (also q4_0, q5_k, q6_k)\n"
             "  --pool-mib N         KV pool size in MiB (default 256)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
@@ -155,6 +157,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_server_options_t so;
     cairn_server_options_default(&so);
     cairn_engine_options_t eo;
+    bool quantize = false; /* --quantize: convert the float weight matrices at load */
+    cairn_dtype_t quantize_to = CAIRN_DTYPE_Q8_0;
     cairn_engine_options_default(&eo);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
@@ -213,9 +217,15 @@ static int cmd_serve(int argc, char **argv)
             drain_ms = v;
         else if (!strcmp(a, "--kv-dtype")) {
             if (cairn_dtype_parse(val, &eo.kv_dtype) != 0) {
-                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16 or f32, got '%s'\n", val);
+                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", val);
                 return 2;
             }
+        } else if (!strcmp(a, "--quantize")) {
+            if (cairn_dtype_parse(val, &quantize_to) != 0) {
+                fprintf(stderr, "cairn serve: --quantize must be q8_0 or q4_k (or q4_0, q5_k, q6_k), got '%s'\n", val);
+                return 2;
+            }
+            quantize = true;
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
         else if (!strcmp(a, "--request-log"))
@@ -272,7 +282,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_tokenizer_t *tok = NULL;
     cairn_server_t *srv = NULL;
     char *cold_root = NULL;
-    int rc = cairn_checkpoint_open(model, &ck, err, sizeof err);
+    int rc = quantize ? cairn_checkpoint_open_quantized(model, quantize_to, &ck, err, sizeof err)
+                      : cairn_checkpoint_open(model, &ck, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;

@@ -89,7 +89,7 @@ static inline void q8_scale(const float *x, int n, float *d, float *id)
     *id = amax != 0.0f ? 127.0f / amax : 0.0f;
 }
 
-void quant_q8_0_from_f32(void *dst, const float *src, int64_t n)
+void quant_q8_0_round_act(void *dst, const float *src, int64_t n)
 {
     blk_q8_0_t *b = dst;
     for (int64_t i = 0; i < n / QK8_0; i++, b++, src += QK8_0) {
@@ -98,6 +98,24 @@ void quant_q8_0_from_f32(void *dst, const float *src, int64_t n)
         b->d = f2h(d);
         for (int j = 0; j < QK8_0; j++)
             b->q[j] = (int8_t)round_clamp(src[j] * id, -127, 127);
+    }
+}
+
+void quant_q8_0_from_f32(void *dst, const float *src, int64_t n)
+{
+    /* The weight rule of llama-quantize's q8_0 (multiplier 1 / d, halves away from zero),
+     * so a model converted here has the bytes of the same weights quantized there. */
+    blk_q8_0_t *b = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, b++, src += QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++)
+            amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b->d = f2h(d);
+        for (int j = 0; j < QK8_0; j++) {
+            float v = src[j] * id;
+            b->q[j] = (int8_t)(v != v ? 0 : v >= 127.0f ? 127 : v <= -127.0f ? -127 : (int)roundf(v));
+        }
     }
 }
 

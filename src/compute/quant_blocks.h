@@ -34,11 +34,13 @@
  *
  * The to_f32 functions compute exactly the float expressions on the right (in that order,
  * each product rounded): what llama.cpp's dequantizer gives and what an embedding row reads.
- * The from_f32 functions are Cairn's reference rounding: q8_0 and q8_k by the activation
- * rule of the quantized matmul (kernels_impl.h), the rounding llama.cpp applies to its
- * activations: q8_0 d = amax / 127, q = rint(x * (127 / amax)); q8_k maps the first
- * element of largest |x| to -127 (q = rint(x * (-127 / max)), d = its reciprocal), ties
- * to even in both; q4_0 maps the signed largest |x| to -8; the k-quants fit each sub-block
+ * The from_f32 functions are Cairn's reference rounding. q8_k follows the activation rule
+ * of the quantized matmul (kernels_impl.h), the rounding llama.cpp applies to activations:
+ * the first element of largest |x| maps to -127 (q = rint(x * (-127 / max)), d its
+ * reciprocal), ties to even. q8_0 has two rules: weights as llama-quantize rounds them
+ * (d = amax / 127, q = round(x * (1 / d)), halves away from zero: quant_q8_0_from_f32)
+ * and activations and K/V as llama.cpp rounds activations (q = rint(x * (127 / amax)):
+ * quant_q8_0_round_act). q4_0 maps the signed largest |x| to -8; the k-quants fit each sub-block
  * by a small least-squares search, then round the sub-block scales against the block's
  * d (and dmin); fp8_e4m3 scales the block's amax to 448 and rounds to nearest even.
  *
@@ -146,6 +148,9 @@ uint8_t quant_f32_to_e4m3(float v);
 /* The traits rows' conversions (n a multiple of the type's block). */
 void quant_q8_0_to_f32(float *dst, const void *src, int64_t n);
 void quant_q8_0_from_f32(void *dst, const float *src, int64_t n);
+/* q8_0 by the activation rule (multiplier 127 / amax, ties to even): what the matmul rounds
+ * activations to for q8_0 / q4_0 weights and what q8_0 K/V stores hold. */
+void quant_q8_0_round_act(void *dst, const float *src, int64_t n);
 void quant_q4_0_to_f32(float *dst, const void *src, int64_t n);
 void quant_q4_0_from_f32(void *dst, const float *src, int64_t n);
 void quant_q4_k_to_f32(float *dst, const void *src, int64_t n);

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compute/type_traits.h"
 #include "util/json.h"
 
 #define INDEX_MAX_LEN ((size_t)64 << 20)
@@ -59,6 +60,7 @@ typedef struct {
     uint64_t bytes;
     int file;
     bool used;
+    const uint8_t *converted; /* the --quantize conversion, made at the first bind (owned by copies) */
 } ck_entry_t;
 
 struct fmt_tensors {
@@ -78,6 +80,8 @@ struct fmt_tensors {
     void *rename_user;
     void *owner;           /* what the data points into (fmt_tensors_create) */
     void (*owner_free)(void *);
+    bool quantizing;       /* fmt_tensors_set_quantize: float matrices become `quantize` at bind */
+    cairn_dtype_t quantize;
 };
 
 static char *path_join(const char *dir, const char *name)
@@ -446,6 +450,67 @@ static const char *source_name(const fmt_tensors_t *ck, const char *name, char *
     return ck->rename(ck->rename_user, name, buf, cap, permute_heads) ? buf : NULL;
 }
 
+int fmt_tensors_set_quantize(fmt_tensors_t *ts, cairn_dtype_t t, char *err, size_t err_len)
+{
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    if (!tt || !tt->quantized || t == CAIRN_DTYPE_Q8_K || t == CAIRN_DTYPE_FP8_E4M3) {
+        st_errf(err, err_len, "%s: cannot quantize weights to %s (q8_0, q4_0, q4_k, q5_k or q6_k)", ts->dir,
+                cairn_dtype_name(t));
+        return CAIRN_EINVAL;
+    }
+    /* The converted model is another model: its digest (and so the cold tier's fingerprint)
+     * is the source's mixed with the target type's name. */
+    uint8_t d[32];
+    unsigned int len = 32;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, ts->digest, 32) &&
+             EVP_DigestUpdate(c, "quantize:", 9) && EVP_DigestUpdate(c, tt->name, strlen(tt->name)) &&
+             EVP_DigestFinal_ex(c, d, &len);
+    EVP_MD_CTX_free(c);
+    if (!ok) {
+        st_errf(err, err_len, "%s: out of memory", ts->dir);
+        return CAIRN_ENOMEM;
+    }
+    memcpy(ts->digest, d, 32);
+    ts->quantizing = true;
+    ts->quantize = t;
+    return 0;
+}
+
+/* Whether bind converts this tensor: a float matrix whose rows are whole blocks. */
+static bool converts(const fmt_tensors_t *ts, const ck_entry_t *e, int ndim, const int64_t *dims)
+{
+    const compute_type_traits_t *src = compute_type_traits(e->dtype);
+    return ts->quantizing && ndim == 2 && src && !src->quantized &&
+           dims[1] % cairn_dtype_block_elems(ts->quantize) == 0;
+}
+
+/* data [rows][cols] of type from, rounded row by row to ts->quantize (the traits table's
+ * reference rounding) into a buffer ts owns. */
+static int convert_rows(fmt_tensors_t *ts, const uint8_t *data, cairn_dtype_t from, int64_t rows, int64_t cols,
+                        const uint8_t **out, uint64_t *bytes, char *err, size_t err_len)
+{
+    const compute_type_traits_t *src = compute_type_traits(from), *dst = compute_type_traits(ts->quantize);
+    const size_t in_row = cairn_dtype_row_bytes(from, cols), out_row = cairn_dtype_row_bytes(ts->quantize, cols);
+    const size_t total = (size_t)rows * out_row;
+    uint8_t *q = cairn_malloc(total ? total : 1);
+    float *f = cairn_malloc((size_t)cols * sizeof(float));
+    if (!q || !f || keep_copy(ts, q)) {
+        cairn_free(q);
+        cairn_free(f);
+        st_errf(err, err_len, "%s: out of memory", ts->dir);
+        return CAIRN_ENOMEM;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        src->to_f32(f, data + (size_t)r * in_row, cols);
+        dst->from_f32(q + (size_t)r * out_row, f, cols);
+    }
+    cairn_free(f);
+    *out = q;
+    *bytes = (uint64_t)rows * out_row;
+    return 0;
+}
+
 int fmt_tensors_bind(fmt_tensors_t *ck, const char *name, int ndim, const int64_t *dims,
                      cairn_tensor_t *out, char *err, size_t err_len)
 {
@@ -489,12 +554,22 @@ int fmt_tensors_bind(fmt_tensors_t *ck, const char *name, int ndim, const int64_
                   e->name);
         data = copy;
     }
+    cairn_dtype_t dtype = e->dtype;
+    uint64_t bytes = e->bytes;
+    if (converts(ck, e, ndim, dims)) {
+        if (!e->converted && (rc = convert_rows(ck, data, e->dtype, dims[0], dims[1], &e->converted, &bytes, err,
+                                                err_len)))
+            return rc;
+        data = e->converted;
+        dtype = ck->quantize;
+        bytes = cairn_dtype_row_bytes(dtype, dims[1]) * (uint64_t)dims[0];
+    }
     if (!e->used)
-        ck->weight_bytes += e->bytes;
+        ck->weight_bytes += bytes;
     e->used = true;
     memset(out, 0, sizeof *out);
     out->data = data;
-    out->dtype = e->dtype;
+    out->dtype = dtype;
     out->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         out->shape[i] = dims[i];

@@ -49,6 +49,14 @@ void fmt_tensors_close(fmt_tensors_t *ts);
  */
 int fmt_tensors_bind(fmt_tensors_t *ts, const char *name, int ndim, const int64_t *dims,
                      cairn_tensor_t *out, char *err, size_t err_len);
+/*
+ * --quantize: from now on, bind converts every float (f32, f16, bf16) 2-D tensor whose rows
+ * are whole blocks of t into t by the traits table's reference rounding (once per tensor;
+ * the buffer is ts's), and the weights digest becomes SHA-256(digest || "quantize:" || the
+ * type's name). 1-D tensors (norms) and already quantized tensors stay as they are. t must
+ * be a weight type (q8_0, q4_0, q4_k, q5_k, q6_k): else CAIRN_EINVAL. Call before binding.
+ */
+int fmt_tensors_set_quantize(fmt_tensors_t *ts, cairn_dtype_t t, char *err, size_t err_len);
 /* Whether the folder holds tensor `name` (bound or not). */
 bool fmt_tensors_has(const fmt_tensors_t *ts, const char *name);
 

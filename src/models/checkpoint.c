@@ -94,15 +94,20 @@ static int open_gguf(cairn_checkpoint_t *ck, const char *path, char *err, size_t
     return rc;
 }
 
-/* Binds the family's tensors; every other tensor must be one it ignores on purpose. */
-static int bind_all(cairn_checkpoint_t *ck, char *err, size_t err_len)
+/* Binds the family's tensors (converted to `quantize` when quantizing); every other tensor
+ * must be one it ignores on purpose. */
+static int bind_all(cairn_checkpoint_t *ck, bool quantizing, cairn_dtype_t quantize, char *err, size_t err_len)
 {
     ignore_ctx_t ic = {&ck->model};
-    int rc = ck->model.family->bind(ck->model.priv, &ck->model.cfg, ck->tensors, err, err_len);
+    int rc = quantizing ? fmt_tensors_set_quantize(ck->tensors, quantize, err, err_len) : 0;
+    if (rc)
+        return rc;
+    rc = ck->model.family->bind(ck->model.priv, &ck->model.cfg, ck->tensors, err, err_len);
     return rc ? rc : fmt_tensors_check_used(ck->tensors, ignore_tensor, &ic, err, err_len);
 }
 
-int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+static int open_checkpoint(const char *dir, bool quantizing, cairn_dtype_t quantize, cairn_checkpoint_t **out,
+                           char *err, size_t err_len)
 {
     int rc;
     cairn_checkpoint_t *ck = NULL;
@@ -121,7 +126,7 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     }
     struct stat sb;
     if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        if ((rc = open_gguf(ck, dir, err, err_len)) || (rc = bind_all(ck, err, err_len)))
+        if ((rc = open_gguf(ck, dir, err, err_len)) || (rc = bind_all(ck, quantizing, quantize, err, err_len)))
             goto fail;
         *out = ck;
         return 0;
@@ -164,7 +169,7 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
 
     /* Weights: opened by the format reader, bound by the family. */
     if ((rc = fmt_tensors_open(dir, &ck->tensors, err, err_len)) ||
-        (rc = bind_all(ck, err, err_len)))
+        (rc = bind_all(ck, quantizing, quantize, err, err_len)))
         goto fail;
     *out = ck;
     return 0;
@@ -176,6 +181,17 @@ fail:
     cairn_free(text);
     cairn_checkpoint_close(ck);
     return rc;
+}
+
+int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+{
+    return open_checkpoint(dir, false, CAIRN_DTYPE_F32, out, err, err_len);
+}
+
+int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out, char *err,
+                                    size_t err_len)
+{
+    return open_checkpoint(path, true, quantize, out, err, err_len);
 }
 
 void cairn_checkpoint_close(cairn_checkpoint_t *ck)

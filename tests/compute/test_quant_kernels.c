@@ -341,7 +341,9 @@ static void test_rounding_and_kv_rows(void **state)
         }
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             const compute_type_traits_t *tt = compute_type_traits(types[t]);
-            tt->from_f32(a, x, N);
+            /* The rounding of the scalar row (the activation rule; = the traits row's except for
+             * q8_0, whose weight rule is llama-quantize's). */
+            kern__impl_by_name("scalar")->types[types[t]].from_f32(a, x, N);
             for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
                 if (!usable(impls[k]))
                     continue;
@@ -372,18 +374,22 @@ static void test_rounding_and_kv_rows(void **state)
     assert_int_equal(k8.q[3], -127);
     assert_int_equal(k8.q[7], 127);
     assert_float_equal(k8.d, 1.0f / (-127.0f / -2.0f), 0.0f);
-    /* And q8_0: d = amax / 127, q = rint(x * 127 / amax), ties to even. */
+    /* And q8_0 activations: d = amax / 127, q = rint(x * 127 / amax), ties to even; q8_0
+     * weights round halves away from zero, as llama-quantize does. */
     blk_q8_0_t q8;
     for (int i = 0; i < 32; i++)
         x[i] = (float)(i - 16) + 0.5f; /* amax 16.5: not a tie */
     x[0] = 127.0f;
     x[1] = 2.5f;
     x[2] = -3.5f;
-    compute_type_traits(CAIRN_DTYPE_Q8_0)->from_f32(&q8, x, 32);
+    quant_q8_0_round_act(&q8, x, 32);
     assert_int_equal(q8.q[0], 127);
     assert_int_equal(q8.q[1], 2);  /* 2.5 -> 2 */
     assert_int_equal(q8.q[2], -4); /* -3.5 -> -4 */
     assert_int_equal(q8.d, compute_f32_to_f16(1.0f));
+    compute_type_traits(CAIRN_DTYPE_Q8_0)->from_f32(&q8, x, 32);
+    assert_int_equal(q8.q[1], 3); /* 2.5 -> 3 */
+    assert_int_equal(q8.q[2], -4);
 }
 
 int main(void)

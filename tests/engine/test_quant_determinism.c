@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -223,6 +224,64 @@ static void test_cold_restore(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* --quantize: the HF folder of q256 converted at load. q4_k moves the logits by
+ * a quantization's worth but keeps them correlated; both are other models to the cold
+ * tier (another digest), and the converted bytes are what the checkpoint reports. q8_0
+ * rounds weights as llama-quantize does, so the converted folder computes exactly what
+ * llama-quantize's Q8_0 file of the same weights computes. */
+static void test_quantize_at_load(void **state)
+{
+    (void)state;
+    char hf[1024], err[512] = "";
+    snprintf(hf, sizeof hf, "%s/gguf/q256/hf", CAIRN_FIXTURES_DIR);
+    cairn_checkpoint_t *plain = NULL, *q8 = NULL, *q4 = NULL, *bad = NULL;
+    assert_int_equal(cairn_checkpoint_open(hf, &plain, err, sizeof err), 0);
+    assert_int_equal(cairn_checkpoint_open_quantized(hf, CAIRN_DTYPE_Q8_0, &q8, err, sizeof err), 0);
+    assert_int_equal(cairn_checkpoint_open_quantized(hf, CAIRN_DTYPE_Q4_K, &q4, err, sizeof err), 0);
+    assert_int_equal(cairn_checkpoint_open_quantized(hf, CAIRN_DTYPE_FP8_E4M3, &bad, err, sizeof err), CAIRN_EINVAL);
+    assert_non_null(strstr(err, "cannot quantize weights to fp8_e4m3"));
+    cairn_checkpoint_t *gg = open_gguf("q256-Q8_0.gguf");
+
+    /* Bytes: the matrices in the new type, the norms (bf16) as they were. */
+    const cairn_model_config_t *c = cairn_checkpoint_config(plain);
+    const uint64_t norms = (uint64_t)(c->n_layers * (2 * c->hidden + 2 * c->head_dim) + c->hidden) * 2;
+    const uint64_t mats = cairn_checkpoint_weight_bytes(plain) - norms; /* bf16 matrices: 2 bytes each */
+    assert_int_equal(cairn_checkpoint_weight_bytes(q8), norms + mats / 2 / 32 * 34);
+    assert_int_equal(cairn_checkpoint_weight_bytes(q4), norms + mats / 2 / 256 * 144);
+    uint8_t d0[32], d1[32], d2[32];
+    cairn_checkpoint_weights_digest(plain, d0);
+    cairn_checkpoint_weights_digest(q8, d1);
+    cairn_checkpoint_weights_digest(q4, d2);
+    assert_memory_not_equal(d0, d1, 32);
+    assert_memory_not_equal(d1, d2, 32);
+
+    const int n = 256;
+    float *lg[4];
+    cairn_checkpoint_t *cks[4] = {plain, q8, q4, gg};
+    for (int i = 0; i < 4; i++) {
+        cairn_engine_t *e = engine(cks[i], CAIRN_DTYPE_F32, CAIRN_KV_FLAT, 2, NULL);
+        lg[i] = run(e, NULL, lng, n, 0, NULL, NULL);
+        cairn_engine_destroy(e);
+    }
+    double d_q8_gg = 0, d_q8 = 0, d_q4 = 0, ss = 0;
+    for (size_t i = 0; i < (size_t)n * VOCAB; i++) {
+        d_q8_gg = fmax(d_q8_gg, fabs(lg[1][i] - lg[3][i]));
+        d_q8 += (lg[1][i] - lg[0][i]) * (double)(lg[1][i] - lg[0][i]);
+        d_q4 += (lg[2][i] - lg[0][i]) * (double)(lg[2][i] - lg[0][i]);
+        ss += lg[0][i] * (double)lg[0][i];
+    }
+    printf("    --quantize q8_0 vs llama-quantize's Q8_0: max |d| %.4f; relative RMS vs bf16: q8_0 %.4f, q4_k %.4f\n",
+           d_q8_gg, sqrt(d_q8 / ss), sqrt(d_q4 / ss));
+    /* The same rounding as llama-quantize's and the same norms: the same model, bit for bit. */
+    assert_memory_equal(lg[1], lg[3], (size_t)n * VOCAB * sizeof(float));
+    assert_true(sqrt(d_q8 / ss) > 0 && sqrt(d_q8 / ss) < 0.05);
+    assert_true(sqrt(d_q4 / ss) > sqrt(d_q8 / ss) && sqrt(d_q4 / ss) < 0.5);
+    for (int i = 0; i < 4; i++) {
+        free(lg[i]);
+        cairn_checkpoint_close(cks[i]);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -244,6 +303,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0),   cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_k_m),
         cmocka_unit_test(test_q5_k_m), cmocka_unit_test(test_q6_k), cmocka_unit_test(test_cold_restore),
+        cmocka_unit_test(test_quantize_at_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,8 +16,8 @@
  *    with bf16 inputs denormals-as-zero. Then the same tree.
  *  - Quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k; any math mode): x is first rounded
  *    row by row to the weight type's activation type `act` (q8_0 for q8_0 / q4_0 weights,
- *    q8_k for the k-quants) by the reference rounding of the traits table (quant_blocks.h:
- *    llama.cpp's activation rounding, ties to even). Then, for each block b of the weight
+ *    q8_k for the k-quants) by the activation rule (quant_blocks.h: llama.cpp's activation
+ *    rounding, ties to even; the scalar rows' from_f32). Then, for each block b of the weight
  *    type in increasing order, the block's exact integer sums (int32; no rounding, so any
  *    grouping of the integer additions gives them) enter one float accumulator, acc = +0:
  *      q8_0, q4_0:  S = sum_i w_i x_i (w_i = q_i, or q_i - 8);
@@ -58,8 +58,9 @@ typedef struct kern_type_ops {
     /* dst[r*n + i] = row r (src + r*stride bytes) element i, widened exactly; r < rows
      * (attention's K/V tiles). Only for the types K/V can be stored in. */
     void (*rows_to_f32)(float *dst, const void *src, size_t stride, int rows, int n);
-    /* dst = src [n] rounded to this type, bit for bit the traits row's reference from_f32
-     * (K/V stores, activation quantization). */
+    /* dst = src [n] rounded to this type for K/V stores and activation quantization, bit for
+     * bit the scalar row's: the traits row's from_f32, except q8_0's activation rule
+     * (quant_q8_0_round_act; its from_f32 is the weight rule). */
     void (*from_f32)(void *dst, const float *src, int n);
     /* Quantized weight types only (NULL for the plain float types). `act` is the type x is
      * rounded to (the canonical order above; resolution takes the scalar row's, so every

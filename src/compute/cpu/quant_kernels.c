@@ -170,7 +170,7 @@ static void rows_fp8(float *dst, const void *src, size_t stride, int rows, int n
 
 #define FROM_F32(SUF)                                                                                  \
     static void from_##SUF(void *dst, const float *src, int n) { quant_##SUF##_from_f32(dst, src, n); }
-FROM_F32(q8_0)
+static void from_q8_0(void *dst, const float *src, int n) { quant_q8_0_round_act(dst, src, n); }
 FROM_F32(q4_0)
 FROM_F32(q4_k)
 FROM_F32(q5_k)
