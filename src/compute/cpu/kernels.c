@@ -212,7 +212,24 @@ static void scalar_from_f32_bf16(void *dst, const float *src, int n)
     {scalar_matmul_##SUF, scalar_dot_##SUF, scalar_axpy_##SUF, scalar_rows_##SUF, scalar_from_f32_##SUF, \
      CAIRN_DTYPE_F32, NULL}
 
-static float scalar_sumsq(const float *x, int n) { return canon_dot_f32(x, x, CAIRN_DTYPE_F32, n); }
+/* The canonical RMSNorm sum (kernels_impl.h): squares rounded to float, summed in double in
+ * 8 lanes over blocks of 8 (zero-padded), then (j, j+4), (j, j+2), (0, 1). */
+static double scalar_sumsq(const float *x, int n)
+{
+    double a[8] = {0};
+    for (int k = 0; k < n; k += 8)
+        for (int j = 0; j < 8; j++)
+            if (k + j < n) {
+                float sq = x[k + j] * x[k + j];
+                a[j] += (double)sq;
+            }
+    double b[4], c[2];
+    for (int j = 0; j < 4; j++)
+        b[j] = a[j] + a[j + 4];
+    for (int j = 0; j < 2; j++)
+        c[j] = b[j] + b[j + 2];
+    return c[0] + c[1];
+}
 
 float kern__exp(float x)
 {
@@ -768,8 +785,11 @@ void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void 
 {
     if (n <= 0)
         return;
-    float ss = k->sumsq(x, n);
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    /* The mean of the squares in double, then float (as llama.cpp computes it): with
+     * quantized activations downstream, matching its rounding here keeps the two engines'
+     * activations on the same side of the rounding boundaries. */
+    const float mean = (float)(k->sumsq(x, n) / n);
+    float scale = 1.0f / sqrtf(mean + eps);
     if (unit_offset) {
         for (int i = 0; i < n; i++) {
             float h = x[i] * scale, ww = 1.0f + load_elem(w, wt, (size_t)i); /* Gemma: (1 + w) in float32 */

@@ -14,6 +14,10 @@
  *    (the last zero-padded), lane j takes the pair (2j, 2j+1) exactly as vdpbf16ps:
  *    a[j] = ftz(fma(x[2j+1], w[2j+1], daz(a[j]))); a[j] = ftz(fma(x[2j], w[2j], a[j])),
  *    with bf16 inputs denormals-as-zero. Then the same tree.
+ *  - RMSNorm's sum of squares: each x[i] * x[i] rounded to float, summed in double in 8
+ *    lanes over blocks of 8 (the last zero-padded), tree (j, j+4), (j, j+2), (0, 1); the
+ *    mean is (float)(sum / n) (llama.cpp's rounding of it, which matters once activations
+ *    are quantized downstream: it halved the logit gap to llama.cpp on the k-quant fixtures).
  *  - Quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k; any math mode): x is first rounded
  *    row by row to the weight type's activation type `act` (q8_0 for q8_0 / q4_0 weights,
  *    q8_k for the k-quants) by the activation rule (quant_blocks.h: llama.cpp's activation
@@ -83,8 +87,8 @@ typedef struct kern_impl {
      * CPU that cannot run it, computing the same bits; NULL: none. */
     const char *stand_in;
     kern_type_ops_t types[COMPUTE_DTYPE_COUNT];
-    /* sum of x[i]^2 in the canonical F32 order */
-    float (*sumsq)(const float *x, int n);
+    /* sum of x[i]^2 in the canonical RMSNorm order (below) */
+    double (*sumsq)(const float *x, int n);
     /* out[i] = act(gate[i]) * up[i] (kernels.h, kern_glu) */
     void (*glu[COMPUTE_GLU_COUNT])(float *out, const float *gate, const float *up, size_t n);
     /* BF16-math matmuls run at full speed (not the scalar emulation). */

@@ -345,7 +345,19 @@ T512 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
     return hsum16(acc);
 }
 
-T512 static float avx512_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
+/* The canonical RMSNorm sum: 8 double lanes in one zmm (kernels_impl.h). */
+T512 static double avx512_sumsq(const float *x, int n)
+{
+    __m512d a = _mm512_setzero_pd();
+    for (int k = 0; k < n; k += 8) {
+        __mmask8 m = n - k >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - k)) - 1u);
+        __m256 v = _mm256_maskz_loadu_ps(m, x + k);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    }
+    __m256d b = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    __m128d c = _mm_add_pd(_mm256_castpd256_pd128(b), _mm256_extractf128_pd(b, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(c, _mm_unpackhi_pd(c, c)));
+}
 
 T512 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
 {
