@@ -76,7 +76,8 @@ void quant_q8_0_to_f32(float *dst, const void *src, int64_t n)
     }
 }
 
-/* amax / 127 and its reciprocal (0 for an all-zero block): the activation rule. */
+/* The q8_0 activation rule: d = amax / 127 and the multiplier 127 / amax (0 for an all-zero
+ * block), as llama.cpp rounds activations for its q8_0 / q4_0 products. */
 static inline void q8_scale(const float *x, int n, float *d, float *id)
 {
     float amax = 0.0f;
@@ -85,7 +86,7 @@ static inline void q8_scale(const float *x, int n, float *d, float *id)
         amax = a > amax ? a : amax;
     }
     *d = amax / 127.0f;
-    *id = *d != 0.0f ? 1.0f / *d : 0.0f;
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
 }
 
 void quant_q8_0_from_f32(void *dst, const float *src, int64_t n)
@@ -114,11 +115,23 @@ void quant_q8_k_from_f32(void *dst, const float *src, int64_t n)
 {
     blk_q8_k_t *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++, b++, src += QK_K) {
-        float d, id;
-        q8_scale(src, QK_K, &d, &id);
-        b->d = d;
+        /* The first element of largest |x| maps to -127 exactly (the multiplier
+         * -127 / max, d its reciprocal): llama.cpp's q8_k rounding, so that products with
+         * k-quant weights round the same activations the same way. */
+        float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK_K; j++)
-            b->q[j] = (int8_t)round_clamp(src[j] * id, -127, 127);
+            if (fabsf(src[j]) > amax) {
+                amax = fabsf(src[j]);
+                max = src[j];
+            }
+        if (amax == 0.0f) {
+            memset(b, 0, sizeof *b);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++)
+            b->q[j] = (int8_t)round_clamp(iscale * src[j], -128, 127);
+        b->d = 1.0f / iscale;
         for (int s = 0; s < 16; s++) {
             int sum = 0;
             for (int j = 0; j < 16; j++)

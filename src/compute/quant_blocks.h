@@ -35,8 +35,10 @@
  * The to_f32 functions compute exactly the float expressions on the right (in that order,
  * each product rounded): what llama.cpp's dequantizer gives and what an embedding row reads.
  * The from_f32 functions are Cairn's reference rounding: q8_0 and q8_k by the activation
- * rule of the quantized matmul (kernels_impl.h): d = amax / 127, q = rint(x / d) with
- * ties to even; q4_0 maps the signed largest |x| to -8; the k-quants fit each sub-block
+ * rule of the quantized matmul (kernels_impl.h), the rounding llama.cpp applies to its
+ * activations: q8_0 d = amax / 127, q = rint(x * (127 / amax)); q8_k maps the first
+ * element of largest |x| to -127 (q = rint(x * (-127 / max)), d = its reciprocal), ties
+ * to even in both; q4_0 maps the signed largest |x| to -8; the k-quants fit each sub-block
  * by a small least-squares search, then round the sub-block scales against the block's
  * d (and dmin); fp8_e4m3 scales the block's amax to 448 and rounds to nearest even.
  *

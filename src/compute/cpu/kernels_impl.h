@@ -17,7 +17,7 @@
  *  - Quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k; any math mode): x is first rounded
  *    row by row to the weight type's activation type `act` (q8_0 for q8_0 / q4_0 weights,
  *    q8_k for the k-quants) by the reference rounding of the traits table (quant_blocks.h:
- *    d = amax / 127, q = rint(x / d), ties to even). Then, for each block b of the weight
+ *    llama.cpp's activation rounding, ties to even). Then, for each block b of the weight
  *    type in increasing order, the block's exact integer sums (int32; no rounding, so any
  *    grouping of the integer additions gives them) enter one float accumulator, acc = +0:
  *      q8_0, q4_0:  S = sum_i w_i x_i (w_i = q_i, or q_i - 8);
