@@ -610,8 +610,9 @@ int fmt_tensors_create(const char *path, const char *meta_name, const fmt_tensor
     for (size_t i = 0; i < n; i++)
         name_bytes += strlen(descs[i].name) + 1;
     const char *slash = strrchr(path, '/');
-    if (!ck || !(ck->dir = cairn_strdup(path)) ||
-        !(ck->files = cairn_calloc(1, sizeof *ck->files)) ||
+    if (ck && (ck->files = cairn_calloc(1, sizeof *ck->files)))
+        ck->n_files = 1; /* so that close frees its name */
+    if (!ck || !ck->files || !(ck->dir = cairn_strdup(path)) ||
         !(ck->files[0].name = cairn_strdup(slash ? slash + 1 : path)) ||
         !(ck->table = cairn_calloc(n ? n : 1, sizeof *ck->table)) ||
         !(ck->names = cairn_malloc(name_bytes ? name_bytes : 1))) {
@@ -619,7 +620,6 @@ int fmt_tensors_create(const char *path, const char *meta_name, const fmt_tensor
         st_errf(err, err_len, "%s: out of memory", path);
         return CAIRN_ENOMEM;
     }
-    ck->n_files = 1;
     ck->meta_name = meta_name;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {

@@ -94,15 +94,15 @@ static int build_sections(const pre_t *p, cJSON **norm, cJSON **pre)
     cJSON *seq = *pre ? cJSON_CreateArray() : NULL;
     if (!seq)
         goto nomem;
-    if (p->normalizer) {
-        *norm = cJSON_CreateObject();
-        if (!*norm || !cJSON_AddStringToObject(*norm, "type", p->normalizer))
-            goto nomem;
-    }
     /* Each item is attached before it is filled, so one delete frees whatever exists. */
     if (!cJSON_AddItemToObject(*pre, "pretokenizers", seq)) {
         cJSON_Delete(seq);
         goto nomem;
+    }
+    if (p->normalizer) {
+        *norm = cJSON_CreateObject();
+        if (!*norm || !cJSON_AddStringToObject(*norm, "type", p->normalizer))
+            goto nomem;
     }
     if (!cJSON_AddStringToObject(*pre, "type", "Sequence"))
         goto nomem;

@@ -584,6 +584,29 @@ static void test_bad_architecture_files(void **state)
                 "tensor 'blk.0.attn_norm.weight' is of type iq2_xxs");
 }
 
+/* Every allocation of a GGUF open failing in turn: CAIRN_ENOMEM naming it, nothing leaked
+ * (the ASan build checks), until the open succeeds. */
+static void test_open_out_of_memory(void **state)
+{
+    (void)state;
+    bool opened = false;
+    for (long n = 0; n < 400 && !opened; n++) {
+        cairn_checkpoint_t *ck = NULL;
+        cairn_alloc_fail_after(n, false);
+        int rc = cairn_checkpoint_open(Q256 "q256-bf16.gguf", &ck, err, sizeof err);
+        cairn_alloc_fail_after(-1, false);
+        if (rc == 0) {
+            opened = true;
+            cairn_checkpoint_close(ck);
+        } else {
+            if (rc != CAIRN_ENOMEM || !strstr(err, "out of memory"))
+                fail_msg("allocation %ld: %d %s", n, rc, err);
+            assert_null(ck);
+        }
+    }
+    assert_true(opened);
+}
+
 int main(void)
 {
     cairn_init();
@@ -599,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_llama_qk_permutation),
         cmocka_unit_test(test_llama3_rope_freqs),
         cmocka_unit_test(test_bad_architecture_files),
+        cmocka_unit_test(test_open_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
