@@ -13,7 +13,9 @@
  * token (all threads): on a shared machine it is steadier than the wall-clock figures. pp512: one 512-token prompt in one step, cold (fresh cache salt). tg128:
  * 128 single-token steps after a 16-token prompt. Bytes per decode token: every weight
  * except the embedding table (one row is read; when tied, lm_head reads it whole) plus
- * the K/V rows attended, at the mean context of the run.
+ * the K/V rows attended (paged layers only), at the mean context of the run. For models
+ * with recurrent layers (--model lfm2-1.2b) also what their state checkpoints cost: CPU
+ * time per save and per restore, and pp512 with checkpoints off.
  *
  * --gguf FILE measures an existing checkpoint instead (a .gguf file, e.g. a llama-quantize'd
  * Q4_K_M of the 0.6B shape, or an HF folder): pp512, tg128 and a --long N-token prompt
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "cairn/engine.h"
+#include "models/family.h"
 #include "tools/synth.h"
 
 static double now(void)
@@ -127,7 +130,8 @@ static double decode(cairn_engine_t *e, cairn_seq_t *s, int n, int vocab)
 static cairn_dtype_t kv_dtype = CAIRN_DTYPE_BF16;
 static int long_prompt = 8192; /* --gguf: the long prefill's tokens (0: none) */
 
-static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math)
+static cairn_engine_t *make_ckpt(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math,
+                                 int state_ckpt_mib)
 {
     cairn_engine_options_t o;
     cairn_engine_options_default(&o);
@@ -138,6 +142,7 @@ static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_ma
     o.pool_mib = 2048;
     o.max_context = long_prompt + 64 > 8192 ? long_prompt + 64 : 8192;
     o.max_step_tokens = 512;
+    o.state_ckpt_mib = state_ckpt_mib;
     cairn_engine_t *e;
     char err[256] = "";
     int rc = cairn_engine_create(ck, &o, &e, err, sizeof(err));
@@ -146,6 +151,11 @@ static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_ma
         exit(1);
     }
     return e;
+}
+
+static cairn_engine_t *make(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math)
+{
+    return make_ckpt(ck, threads, math, 0);
 }
 
 struct bench_opts {
@@ -179,7 +189,17 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
     const uint64_t embed_bytes = (uint64_t)c->vocab * c->hidden * 2;
     const uint64_t weight_read = cairn_checkpoint_weight_bytes(ck) - (c->tie_embeddings ? 0 : embed_bytes);
-    const uint64_t kv_row = (uint64_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * 2; /* bf16 K+V */
+    /* K/V rows only for the layers the pool pages; recurrent layers read their state. */
+    cairn_layer_cache_t *layers = calloc((size_t)c->n_layers, sizeof(*layers));
+    size_t state_bytes = 0;
+    if (!layers || cairn_model_cache_layout(cairn_checkpoint_model(ck), CAIRN_DTYPE_BF16, layers,
+                                            &state_bytes))
+        die("cache layout", CAIRN_ENOMEM);
+    uint64_t kv_row = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (layers[l].kv.kind == CAIRN_KV_LAYER_FULL || layers[l].kv.kind == CAIRN_KV_LAYER_SLIDING)
+            kv_row += 2ull * layers[l].kv.n_kv_heads * layers[l].kv.head_dim * 2; /* bf16 K+V */
+    free(layers);
     printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, %s weights %.1f MB, %d threads\n",
            preset, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
            c->tie_embeddings ? " (tied)" : "", wname, cairn_checkpoint_weight_bytes(ck) / 1e6, bo->threads);
@@ -216,6 +236,34 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
                    median(tgc, runs), bytes / 1e6, bytes * tgm / 1e9);
         }
         printf("\n");
+        if (state_bytes && bo->do_pp) {
+            /* What the recurrent checkpoints of a prefill cost: each pp512 run saves the
+             * grid points 16, 64, 256 and the prompt's last full blocks 496, 512, each a
+             * sub-batch cut. Runs alternate with an engine whose checkpoints are off, so
+             * the on/off ratio (wall and CPU) compares runs of one moment. */
+            cairn_engine_counters_t e0, e1;
+            cairn_engine_counters(e, &e0);
+            cairn_engine_t *off = make_ckpt(ck, bo->threads, math, -1);
+            prefill(off, NULL, ids, 512, NULL, NULL);
+            double on_w[16], off_w[16], on_c[16], off_c[16];
+            for (int r = 0; r < runs; r++) {
+                double c0 = cpu_now();
+                on_w[r] = prefill(e, NULL, ids, 512, NULL, NULL);
+                on_c[r] = cpu_now() - c0;
+                c0 = cpu_now();
+                off_w[r] = prefill(off, NULL, ids, 512, NULL, NULL);
+                off_c[r] = cpu_now() - c0;
+            }
+            cairn_engine_destroy(off);
+            cairn_engine_counters(e, &e1);
+            const double saves = (double)(e1.ckpt_saves - e0.ckpt_saves);
+            const double save_s = e1.ckpt_save_seconds - e0.ckpt_save_seconds;
+            printf("             checkpoints: %.0f saved per pp512, %.1f us CPU each (state %.1f KiB = %.1f GB/s); "
+                   "pp512 on/off: wall %.3f, CPU %.3f\n",
+                   saves / runs, save_s / saves * 1e6, state_bytes / 1024.0,
+                   (double)state_bytes * saves / save_s / 1e9, median(off_w, runs) / median(on_w, runs),
+                   median(off_c, runs) / median(on_c, runs));
+        }
         cairn_engine_destroy(e);
     }
 
@@ -235,6 +283,13 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
         double cm = median(cold, runs), wm = median(warm, runs);
         printf("  TTFT 4096-token prompt: cold %.3f s, prefix-cached (%d tokens reused) %.4f s = %.2f%% of cold\n",
                cm, cached, wm, 100.0 * wm / cm);
+        if (state_bytes) {
+            cairn_engine_counters_t ec;
+            cairn_engine_counters(e, &ec);
+            printf("             checkpoint restores: %llu, %.1f us CPU each\n",
+                   (unsigned long long)ec.ckpt_restores,
+                   ec.ckpt_restores ? ec.ckpt_restore_seconds / (double)ec.ckpt_restores * 1e6 : 0.0);
+        }
         cairn_engine_destroy(e);
     }
     free(ids);

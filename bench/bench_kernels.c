@@ -12,15 +12,22 @@
  * baseline in the same process is a plain AVX-512 read of the same bytes (1 and 2
  * threads): the memory bandwidth this machine gives right now. The two run alternately and
  * the ratio is taken per pair, since the bandwidth of a shared machine swings from minute
- * to minute. BENCH_MODEL_ONLY=1 in the environment stops after this section.
+ * to minute. "backend dispatch" then runs the llama-8l token through the compute backend
+ * interface (compute_matmul, as a family's forward pass issues it) alternately with the
+ * kern_* calls: the cost of the interface. BENCH_MODEL_ONLY=1 in the environment stops
+ * after these sections.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define BENCH_X86 1
+#endif
 
+#include "compute/backend.h"
 #include "compute/cpu/kernels.h"
 
 static double now_s(void)
@@ -88,10 +95,21 @@ struct read_job {
     float sink[2];
 };
 
-__attribute__((target("avx512f"))) static void read_task(void *ctx, int task, int n_tasks)
+/* Without AVX-512 (or off x86): a plain read, 8 bytes at a time. */
+static void read_task_portable(struct read_job *j, size_t a, size_t b, int task)
 {
-    struct read_job *j = ctx;
-    size_t a = j->n * (size_t)task / (size_t)n_tasks & ~(size_t)255, b = j->n * (size_t)(task + 1) / (size_t)n_tasks & ~(size_t)255;
+    uint64_t s = 0;
+    for (size_t i = a; i < b; i += 8) {
+        uint64_t w;
+        memcpy(&w, j->p + i, 8);
+        s += w;
+    }
+    j->sink[task & 1] += (float)(s & 0xff);
+}
+
+#ifdef BENCH_X86
+__attribute__((target("avx512f"))) static void read_avx512(struct read_job *j, size_t a, size_t b, int task)
+{
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (size_t i = a; i < b; i += 256) {
         s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(j->p + i)));
@@ -100,6 +118,20 @@ __attribute__((target("avx512f"))) static void read_task(void *ctx, int task, in
         s3 = _mm512_add_ps(s3, _mm512_load_ps((const float *)(j->p + i + 192)));
     }
     j->sink[task & 1] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+#endif
+
+static void read_task(void *ctx, int task, int n_tasks)
+{
+    struct read_job *j = ctx;
+    size_t a = j->n * (size_t)task / (size_t)n_tasks & ~(size_t)255, b = j->n * (size_t)(task + 1) / (size_t)n_tasks & ~(size_t)255;
+#ifdef BENCH_X86
+    if (__builtin_cpu_supports("avx512f")) {
+        read_avx512(j, a, b, task);
+        return;
+    }
+#endif
+    read_task_portable(j, a, b, task);
 }
 
 struct model_shape {
@@ -129,6 +161,91 @@ static void model_token(cairn_thread_pool_t *tp, const struct model_shape *m, co
         p += (size_t)m->ffn * m->hidden * es;
     }
     kern_matmul(tp, y, x, 1, m->hidden, p, wt, m->vocab, math);
+}
+
+/* model_token through the compute backend interface (what a family's forward pass
+ * calls): the same products, the same fusion. */
+static void model_token_backend(compute_backend_t *be, const struct model_shape *m, const unsigned char *w,
+                                cairn_dtype_t wt, float *x, float *y, cairn_math_t math)
+{
+    const size_t es = cairn_dtype_size(wt);
+    const unsigned char *p = w;
+    for (int l = 0; l < m->layers; l++) {
+        const void *wq = p, *wk = (p += (size_t)m->q_dim * m->hidden * es),
+                   *wv = (p += (size_t)m->kv_dim * m->hidden * es);
+        p += (size_t)m->kv_dim * m->hidden * es;
+        compute_mm_t qkv[3] = {{y, {wq, wt, m->q_dim, m->hidden}},
+                               {y + m->q_dim, {wk, wt, m->kv_dim, m->hidden}},
+                               {y + m->q_dim + m->kv_dim, {wv, wt, m->kv_dim, m->hidden}}};
+        compute_matmul(be, x, 1, m->hidden, qkv, 3, math);
+        compute_mm_t o = {y, {p, wt, m->hidden, m->q_dim}};
+        compute_matmul(be, x, 1, m->q_dim, &o, 1, math);
+        p += (size_t)m->q_dim * m->hidden * es;
+        compute_mm_t gu[2] = {{y, {p, wt, m->ffn, m->hidden}},
+                              {y + m->ffn, {p + (size_t)m->ffn * m->hidden * es, wt, m->ffn, m->hidden}}};
+        compute_matmul(be, x, 1, m->hidden, gu, 2, math);
+        p += 2 * (size_t)m->ffn * m->hidden * es;
+        compute_mm_t d = {y, {p, wt, m->hidden, m->ffn}};
+        compute_matmul(be, x, 1, m->ffn, &d, 1, math);
+        p += (size_t)m->ffn * m->hidden * es;
+    }
+    compute_mm_t h = {y, {p, wt, m->vocab, m->hidden}};
+    compute_matmul(be, x, 1, m->hidden, &h, 1, math);
+}
+
+/* The backend interface's cost: a decode token of the llama-8l shape through the kernels
+ * and through the CPU backend on the same pool, alternately; medians of each and of the
+ * per-pair ratio (bf16 weights, F32 math). */
+static void bench_backend_dispatch(cairn_thread_pool_t *tps[2], int reps)
+{
+    static const struct model_shape m = {"llama-8l", 8, 512, 512, 128, 1536, 32000};
+    if (reps > 64)
+        reps = 64;
+    size_t per_layer = (size_t)m.hidden * (2 * (size_t)m.q_dim + 2 * (size_t)m.kv_dim + 3 * (size_t)m.ffn);
+    size_t n = per_layer * m.layers + (size_t)m.vocab * m.hidden;
+    uint16_t *w = aligned_alloc(64, (n * 2 + 255) & ~(size_t)255);
+    float *x = aligned_alloc(64, sizeof(float) * 4096), *y = aligned_alloc(64, sizeof(float) * (size_t)(m.vocab + 2 * m.ffn));
+    if (!w || !x || !y)
+        exit(1);
+    for (int i = 0; i < 4096; i++)
+        x[i] = rndf();
+    for (size_t i = 0; i < n; i++)
+        w[i] = kern_f32_to_bf16(rndf() * 0.1f);
+    for (int t = 0; t < 2; t++) {
+        compute_backend_t *be = NULL;
+        compute_backend_options_t o = {.pool = tps[t]};
+        if (compute_backend_create("cpu", &o, &be, NULL, 0))
+            exit(1);
+        double tk[64], tb[64], ratio[64], ck[64], cb[64], cratio[64];
+        model_token(tps[t], &m, (const unsigned char *)w, CAIRN_DTYPE_BF16, x, y, CAIRN_MATH_F32);
+        model_token_backend(be, &m, (const unsigned char *)w, CAIRN_DTYPE_BF16, x, y, CAIRN_MATH_F32);
+        for (int r = 0; r < reps; r++) {
+            /* Either order in turn, so neither path always runs on a warmer cache. */
+            for (int k = 0; k < 2; k++) {
+                double t0 = now_s(), c0 = thread_cpu_s();
+                bool backend = (r + k) % 2;
+                if (backend)
+                    model_token_backend(be, &m, (const unsigned char *)w, CAIRN_DTYPE_BF16, x, y, CAIRN_MATH_F32);
+                else
+                    model_token(tps[t], &m, (const unsigned char *)w, CAIRN_DTYPE_BF16, x, y, CAIRN_MATH_F32);
+                *(backend ? &tb[r] : &tk[r]) = now_s() - t0;
+                *(backend ? &cb[r] : &ck[r]) = thread_cpu_s() - c0;
+            }
+            ratio[r] = tb[r] / tk[r];
+            cratio[r] = cb[r] / ck[r];
+        }
+        printf("backend dispatch, llama-8l decode token, bf16 weights, %d thread(s): kern_* %.3f ms, "
+               "compute_* %.3f ms; ratio backend/kern %.3f", t + 1, median(tk, reps) * 1e3, median(tb, reps) * 1e3,
+               median(ratio, reps));
+        if (t == 0)
+            printf(" (thread CPU time: %.3f / %.3f ms, ratio %.3f)", median(ck, reps) * 1e3, median(cb, reps) * 1e3,
+                   median(cratio, reps));
+        printf("\n");
+        compute_backend_destroy(be);
+    }
+    free(w);
+    free(x);
+    free(y);
 }
 
 /* Runs raw read and a decode token alternately (so both see the same machine load) and
@@ -235,6 +352,7 @@ int main(int argc, char **argv)
     }
 
     bench_model_decode(tps, reps);
+    bench_backend_dispatch(tps, reps);
     if (getenv("BENCH_MODEL_ONLY"))
         return 0;
 

@@ -1,46 +1,108 @@
 /*
- * fuzz_openai_request.c — libFuzzer target for the HTTP request body parser/validator
- * (src/server/openai_request.c), no network. The first byte picks the endpoint (chat or
- * completions); the rest is the body. Every input must either parse into a request whose
- * fields satisfy the parser's promises, or fail with an OpenAI-shaped 4xx/5xx error that
- * renders as JSON.
+ * fuzz_openai_request.c — libFuzzer target for the API adapters' request parsers
+ * (src/server/api/), no network: every adapter of the built-in registry, OpenAI chat
+ * completions and completions first. The first byte picks the adapter (byte modulo the
+ * registry size: 0 chat, 1 completions, as the corpus was written) and the route's
+ * operation; the rest is the body. Every input must either parse into a neutral request
+ * that keeps the parser's promises, and then render (begin, a delta per choice, end; for a
+ * stream also begin then fail) as the server would, or fail with a 4xx/5xx error the
+ * adapter renders.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/api/api.h"
+
+static void check_request(const gen_request_t *r)
+{
+    if (r->n < 1 || r->n > API_MAX_N || r->sampling.n_stop > API_MAX_STOP)
+        abort();
+    if (r->cache_salt && strlen(r->cache_salt) > API_MAX_SALT)
+        abort();
+    if (r->include_usage && !r->stream)
+        abort();
+    if (!r->prompt_param || !r->max_tokens_param)
+        abort();
+    switch (r->prompt_kind) {
+    case GEN_PROMPT_MESSAGES:
+        if (!cJSON_IsArray(r->messages))
+            abort();
+        break;
+    case GEN_PROMPT_TEXT:
+        if (!r->prompt_text || strlen(r->prompt_text) != r->prompt_len)
+            abort();
+        break;
+    case GEN_PROMPT_IDS:
+        if (!r->prompt_ids || r->n_prompt_ids < 1)
+            abort();
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] < 0)
+                abort();
+        break;
+    }
+    for (size_t i = 0; i < r->sampling.n_stop; i++)
+        if (!r->sampling.stop[i] || !r->sampling.stop[i][0])
+            abort();
+    cairn_sampling_params_validate(&r->sampling, 4096, NULL, 0);
+}
+
+static void render(const api_adapter_t *a, const gen_request_t *req)
+{
+    api_render_t r = {req, "fuzz-1", 1700000000, "fuzz", {0}, NULL};
+    cairn_finish_reason_t finish[API_MAX_N];
+    int rc = a->begin(&r);
+    for (int i = 0; !rc && i < req->n; i++) {
+        api_delta_t d = {.kind = API_DELTA_TEXT, .choice = i, .text = "h\xc3\xa9\"", .len = 4};
+        rc = a->delta(&r, &d);
+        finish[i] = i & 1 ? CAIRN_FINISH_LENGTH : CAIRN_FINISH_STOP;
+    }
+    api_end_t end = {.finish = finish, .usage = {7, 3, 4, 2}};
+    if (!rc)
+        rc = a->end(&r, &end);
+    if (rc || !r.out.p || !r.out.len)
+        abort();
+    a->release(&r);
+    api_buf_free(&r.out);
+    if (!req->stream)
+        return;
+    /* A stream that fails after it began. */
+    api_error_t e;
+    api_error_set(&e, 503, API_ERR_UNAVAILABLE, NULL, "canceled", "canceled");
+    rc = a->begin(&r);
+    if (!rc)
+        rc = a->fail(&r, &e);
+    if (rc || !r.out.p || !r.out.len)
+        abort();
+    a->release(&r);
+    api_buf_free(&r.out);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    oai_kind_t kind = (data[0] & 1) ? OAI_COMPLETION : OAI_CHAT;
-    const char *body = (const char *)data + 1;
-    size_t len = size - 1;
-    oai_request_t r;
-    oai_error_t e;
+    const api_adapter_t *a = api_registry[data[0] % api_registry_count];
+    const api_route_t *route = &a->routes[(data[0] / api_registry_count) % a->n_routes];
+    if (route->op == API_OP_LIST_MODELS)
+        route = &a->routes[0]; /* GET routes have no body */
+    api_input_t in = {.op = route->op, .body = (const char *)data + 1, .len = size - 1};
+    gen_request_t r;
+    api_error_t e;
     memset(&e, 0, sizeof e);
-    int rc = oai_request_parse(kind, body, len, &r, &e);
+    int rc = a->parse(&in, &r, &e);
     if (rc == 0) {
-        if (r.n < 1 || r.n > OAI_MAX_N || r.sampling.n_stop > OAI_MAX_STOP)
-            abort();
-        if (r.cache_salt && strlen(r.cache_salt) > OAI_MAX_SALT)
-            abort();
-        if (kind == OAI_CHAT ? !r.messages : (!r.prompt_text && !r.prompt_ids))
-            abort();
-        if (r.include_usage && !r.stream)
-            abort();
-        for (size_t i = 0; i < r.sampling.n_stop; i++)
-            if (!r.sampling.stop[i] || !r.sampling.stop[i][0])
-                abort();
-        cairn_sampling_params_validate(&r.sampling, 4096, NULL, 0);
-        oai_request_fini(&r);
+        check_request(&r);
+        if (route->op == API_OP_GENERATE)
+            render(a, &r);
+        gen_request_fini(&r);
     } else {
         if (e.http_status < 400 || e.http_status > 599 || !e.message[0])
             abort();
-        char *j = oai_error_json(&e);
-        cairn_free(j);
+        api_buf_t b = {0};
+        if (a->render_error(&e, &b) != 0 || !b.len)
+            abort();
+        api_buf_free(&b);
     }
     return 0;
 }

@@ -60,7 +60,7 @@ typedef struct cairn_chat_template cairn_chat_template_t;
  * errlen bytes that names the construct and its position as "line L, column C".
  * Cost: linear in the source length.
  */
-int cairn_chat_template_compile(const char *src, size_t len, cairn_chat_template_t **out,
+CAIRN_API int cairn_chat_template_compile(const char *src, size_t len, cairn_chat_template_t **out,
                                 char *err, size_t errlen);
 
 /*
@@ -81,7 +81,7 @@ int cairn_chat_template_compile(const char *src, size_t len, cairn_chat_template
  * Thread-safe (see above). Cost: proportional to the work the template does, bounded by
  * the limits.
  */
-int cairn_chat_template_render(const cairn_chat_template_t *tmpl, const cJSON *context,
+CAIRN_API int cairn_chat_template_render(const cairn_chat_template_t *tmpl, const cJSON *context,
                                char **out_text, size_t *out_len, char *err, size_t errlen);
 
 /*
@@ -91,11 +91,11 @@ int cairn_chat_template_render(const cairn_chat_template_t *tmpl, const cJSON *c
  * with CAIRN_ERANGE, so a hostile template cannot run away. Not thread-safe with respect
  * to concurrent renders of the same template.
  */
-void cairn_chat_template_set_limits(cairn_chat_template_t *tmpl, size_t max_output,
+CAIRN_API void cairn_chat_template_set_limits(cairn_chat_template_t *tmpl, size_t max_output,
                                     uint64_t max_steps);
 
 /* Frees a compiled template. NULL is a no-op. */
-void cairn_chat_template_destroy(cairn_chat_template_t *tmpl);
+CAIRN_API void cairn_chat_template_destroy(cairn_chat_template_t *tmpl);
 
 /*
  * Picks a template source out of a tokenizer_config.json `chat_template` value, which is
@@ -104,7 +104,7 @@ void cairn_chat_template_destroy(cairn_chat_template_t *tmpl);
  * Errors: CAIRN_EINVAL (NULL arguments), CAIRN_ENOENT (no entry with that name),
  * CAIRN_EFORMAT (field is neither a string nor a list of named templates).
  */
-int cairn_chat_template_pick(const cJSON *field, const char *name, const char **out_src);
+CAIRN_API int cairn_chat_template_pick(const cJSON *field, const char *name, const char **out_src);
 
 #ifdef __cplusplus
 }

@@ -73,14 +73,14 @@ typedef struct {
  * follow the transformers config class of the model_type (each family's parse_config,
  * src/models/<family>/, documents its own); unknown fields are ignored.
  */
-int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
+CAIRN_API int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
                              char *err, size_t err_len);
 
 /*
  * Adds the eos ids of a generation_config.json text to cfg (deduplicated, at most
  * CAIRN_MAX_EOS). A missing eos field is not an error.
  */
-int cairn_generation_config_parse(const char *json, size_t len, cairn_model_config_t *cfg,
+CAIRN_API int cairn_generation_config_parse(const char *json, size_t len, cairn_model_config_t *cfg,
                                   char *err, size_t err_len);
 
 /* A view of one tensor of the checkpoint's weights. Row-major; shape[0] is the slowest axis. */
@@ -119,7 +119,7 @@ typedef struct cairn_checkpoint cairn_checkpoint_t;
  * tensor the config gives no use to, e.g. a bias), CAIRN_EIO, CAIRN_ENOMEM. Tensor data
  * pointers are aligned to their element size (a misaligned tensor is copied).
  */
-int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
+CAIRN_API int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
 /*
  * As cairn_checkpoint_open, with every float weight matrix (f32/f16/bf16, 2-D, rows whole
  * blocks of the type: the projections, the embedding and lm_head) converted at bind time
@@ -131,12 +131,12 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
  * ~10 s per 0.6B weights on one core of the development machine) and the converted bytes
  * resident beside the source.
  */
-int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out, char *err,
-                                    size_t err_len);
-void cairn_checkpoint_close(cairn_checkpoint_t *ck);
-const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck);
+CAIRN_API int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out,
+                                              char *err, size_t err_len);
+CAIRN_API void cairn_checkpoint_close(cairn_checkpoint_t *ck);
+CAIRN_API const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck);
 /* The folder path as given to open (owned by ck). */
-const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
+CAIRN_API const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
 /*
  * The weights digest of docs/FORMAT.md 1.5 (identical to cairn_cold_weights_digest() over
  * the checkpoint's files): SHA-256 over each safetensors file's name, header JSON bytes and
@@ -144,12 +144,12 @@ const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
  * bytes before the data section (FORMAT 3.4). Part of the cold tier's model fingerprint. Computed at open
  * (headers only); this call just copies it.
  */
-void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32]);
+CAIRN_API void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32]);
 /*
  * Total bytes of the weight tensors the model uses (each counted once: a tied lm_head adds
  * nothing), for bytes-per-token accounting. Headers and ignored tensors are not counted.
  */
-uint64_t cairn_checkpoint_weight_bytes(const cairn_checkpoint_t *ck);
+CAIRN_API uint64_t cairn_checkpoint_weight_bytes(const cairn_checkpoint_t *ck);
 
 #ifdef __cplusplus
 }

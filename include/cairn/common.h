@@ -20,6 +20,16 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* Marks a declaration of the public API. libcairn.so is built with -fvisibility=hidden, so
+ * it exports exactly these (include/cairn/ is the whole surface; the layers' internal
+ * functions stay private); static linking and the tests, which link the layers' objects,
+ * see everything. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CAIRN_API __attribute__((visibility("default")))
+#else
+#define CAIRN_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,10 +54,10 @@ enum {
 };
 
 /* Returns a static, human-readable name for a status code. Never NULL. */
-const char *cairn_strerror(int status);
+CAIRN_API const char *cairn_strerror(int status);
 
 /* Version string, "MAJOR.MINOR.PATCH". */
-const char *cairn_version(void);
+CAIRN_API const char *cairn_version(void);
 
 /*
  * Process-wide set-up, once: routes cJSON's allocations through cairn_malloc/cairn_free
@@ -60,7 +70,7 @@ const char *cairn_version(void);
  * process global: afterwards every cJSON allocation of the process goes through
  * cairn_malloc (which is malloc unless a test injects failures).
  */
-void cairn_init(void);
+CAIRN_API void cairn_init(void);
 
 /* ---- Allocation hooks ------------------------------------------------------------ */
 
@@ -71,16 +81,16 @@ void cairn_init(void);
  * cairn_free(NULL) is a no-op. Large arenas (the KV pool, mapped weights) use mmap
  * directly and are not counted.
  */
-void *cairn_malloc(size_t n);
-void *cairn_calloc(size_t count, size_t size);
-void *cairn_realloc(void *p, size_t n);
-void cairn_free(void *p);
-char *cairn_strdup(const char *s);
-char *cairn_strndup(const char *s, size_t n);
+CAIRN_API void *cairn_malloc(size_t n);
+CAIRN_API void *cairn_calloc(size_t count, size_t size);
+CAIRN_API void *cairn_realloc(void *p, size_t n);
+CAIRN_API void cairn_free(void *p);
+CAIRN_API char *cairn_strdup(const char *s);
+CAIRN_API char *cairn_strndup(const char *s, size_t n);
 
-void cairn_alloc_fail_after(long n, bool sticky);
+CAIRN_API void cairn_alloc_fail_after(long n, bool sticky);
 /* Number of allocations made through the hooks since start-up (for tests). */
-unsigned long cairn_alloc_count(void);
+CAIRN_API unsigned long cairn_alloc_count(void);
 
 /* ---- File-write hook ------------------------------------------------------------- */
 
@@ -91,18 +101,18 @@ unsigned long cairn_alloc_count(void);
  * and returns 0 to let the call proceed or a negative errno to fail it.
  */
 typedef int (*cairn_io_hook_fn)(const char *op, const char *path, void *user);
-void cairn_io_set_hook(cairn_io_hook_fn fn, void *user);
+CAIRN_API void cairn_io_set_hook(cairn_io_hook_fn fn, void *user);
 /* Returns 0 to proceed, or the negative errno the hook chose. */
-int cairn_io_check(const char *op, const char *path);
+CAIRN_API int cairn_io_check(const char *op, const char *path);
 
 /* ---- Logging ---------------------------------------------------------------------- */
 
 typedef enum { CAIRN_LOG_DEBUG, CAIRN_LOG_INFO, CAIRN_LOG_WARN, CAIRN_LOG_ERROR } cairn_log_level_t;
 typedef void (*cairn_log_fn)(cairn_log_level_t level, const char *msg, void *user);
 /* Installs the log handler (NULL: messages are dropped). Default: dropped. */
-void cairn_log_set_handler(cairn_log_fn fn, void *user);
+CAIRN_API void cairn_log_set_handler(cairn_log_fn fn, void *user);
 /* printf-style logging through the handler; a no-op when none is installed. */
-void cairn_log(cairn_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+CAIRN_API void cairn_log(cairn_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Knobs: environment > config > default ---------------------------------------- */
 
@@ -112,12 +122,12 @@ void cairn_log(cairn_log_level_t level, const char *fmt, ...) __attribute__((for
  * value that does not parse (or is out of [min, max]) is ignored with a CAIRN_LOG_WARN
  * naming the variable. Returns the chosen value.
  */
-int64_t cairn_knob_int(const char *env_name, bool has_config, int64_t config_value,
+CAIRN_API int64_t cairn_knob_int(const char *env_name, bool has_config, int64_t config_value,
                        int64_t default_value, int64_t min, int64_t max);
 /* Boolean knob: accepts 1/0, true/false, yes/no, on/off (case-insensitive). */
-bool cairn_knob_bool(const char *env_name, bool has_config, bool config_value, bool default_value);
+CAIRN_API bool cairn_knob_bool(const char *env_name, bool has_config, bool config_value, bool default_value);
 /* String knob; returns a pointer to the environment string, config or default (not copied). */
-const char *cairn_knob_str(const char *env_name, const char *config_value, const char *default_value);
+CAIRN_API const char *cairn_knob_str(const char *env_name, const char *config_value, const char *default_value);
 
 /* ---- Element types ---------------------------------------------------------------- */
 
@@ -148,24 +158,24 @@ typedef enum {
 /* Bytes of one element: 4 or 2; 0 for an unknown type or a block-quantized one (whose
  * elements have no size of their own: use cairn_dtype_row_bytes). Callers that validate
  * input treat 0 as an error. */
-size_t cairn_dtype_size(cairn_dtype_t t);
+CAIRN_API size_t cairn_dtype_size(cairn_dtype_t t);
 /* Bytes of n consecutive elements of t; 0 when t is unknown, n < 0 or n is not a whole
  * number of t's blocks. */
-size_t cairn_dtype_row_bytes(cairn_dtype_t t, int64_t n);
+CAIRN_API size_t cairn_dtype_row_bytes(cairn_dtype_t t, int64_t n);
 /* Elements per block of t (1 for f32/f16/bf16, 32 or 256 for the quantized types); 0 for
  * an unknown type. */
-int cairn_dtype_block_elems(cairn_dtype_t t);
+CAIRN_API int cairn_dtype_block_elems(cairn_dtype_t t);
 /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q8_k", "fp8_e4m3"; "?"
  * for an unknown type. */
-const char *cairn_dtype_name(cairn_dtype_t t);
+CAIRN_API const char *cairn_dtype_name(cairn_dtype_t t);
 /* Parses a name above or a long name ("float32", "float16", "bfloat16", "float8_e4m3"),
  * any case; CAIRN_EINVAL otherwise. */
-int cairn_dtype_parse(const char *s, cairn_dtype_t *out);
+CAIRN_API int cairn_dtype_parse(const char *s, cairn_dtype_t *out);
 
 /* Broken invariant (never bad input): prints the location and aborts. */
 #define CAIRN_ASSERT(cond) \
     do { if (!(cond)) cairn__assert_fail(#cond, __FILE__, __LINE__); } while (0)
-void cairn__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+CAIRN_API void cairn__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 
 #define CAIRN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

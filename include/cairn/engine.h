@@ -2,6 +2,9 @@
  * cairn/engine.h — the inference engine: batched, bit-exact forward passes of a model
  * family's decoder (whatever family the checkpoint's config.json names; src/models/) over
  * an opened checkpoint.
+ * Families with recurrent layers keep a per-sequence state beside the K/V, checkpointed at
+ * block boundaries so a cached prefix can resume it (docs/DESIGN.md, "Recurrent state and
+ * checkpoints").
  *
  * Model. An engine owns a thread pool, the K/V storage of its sequences and the scratch
  * activations of one step. A sequence is a token list split in two: the first n_past
@@ -57,6 +60,11 @@ typedef struct {
     int block_tokens;          /* paged: tokens per block (default 16) */
     int max_context;           /* tokens per sequence; 0: the model's max positions, capped at 32768 */
     int max_step_tokens;       /* rows per forward sub-batch (default 512); larger steps are split */
+    /* Recurrent checkpoints (paged path, models with recurrent layers): the byte budget
+     * of saved states, least recently saved or restored evicted first. Knob
+     * CAIRN_STATE_CKPT_MIB > this (0: not set; -1: off) > 256 MiB. Off (0 MiB), no
+     * prefix of such a model is reused. */
+    int state_ckpt_mib;
     /* Cold tier (the SSD prefix store of include/cairn/cold_tier.h; paged path, families
      * of cairn_cold_family_eligible() only). Full blocks are captured at the end of each
      * turn and when a sequence is released; cairn_seq_begin restores a prompt's blocks
@@ -67,10 +75,14 @@ typedef struct {
     int cold_drain_ms;         /* destroy waits at most this for queued writes (default 5000) */
     int cold_capture_blocks;   /* new blocks queued per turn; 0: knob CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN > 128 */
     int cold_capture_ms;       /* capture deadline per turn; 0: knob CAIRN_COLD_CAPTURE_BUDGET_MS > 250 */
+    /* A store of include/cairn/tier_store.h to use instead of the filesystem store under
+     * cold_root (tests, other stores). Lent: the engine never destroys it, and it must
+     * outlive the engine. NULL: the filesystem store. */
+    cairn_tier_store_t *cold_store;
 } cairn_engine_options_t;
 
 /* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
-void cairn_engine_options_default(cairn_engine_options_t *o);
+CAIRN_API void cairn_engine_options_default(cairn_engine_options_t *o);
 
 typedef struct cairn_engine cairn_engine_t;
 typedef struct cairn_seq cairn_seq_t;
@@ -84,13 +96,13 @@ typedef struct cairn_seq cairn_seq_t;
  * one-line message goes to err. Cost: allocates the scratch of one sub-batch
  * (max_step_tokens rows) and, for the paged path, maps the K/V pool.
  */
-int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
+CAIRN_API int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
                         cairn_engine_t **out, char *err, size_t err_len);
 /* Destroys the engine and every sequence still alive. NULL is a no-op. */
-void cairn_engine_destroy(cairn_engine_t *e);
+CAIRN_API void cairn_engine_destroy(cairn_engine_t *e);
 /* The options in effect (defaults resolved). */
-const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e);
-const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
+CAIRN_API const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e);
+CAIRN_API const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
 
 /* ---- Sequences --------------------------------------------------------------------- */
 
@@ -108,34 +120,45 @@ const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e);
  * (paged: the pool cannot hold the prompt even after eviction), CAIRN_ENOMEM. The sequence
  * belongs to the engine; release it with cairn_seq_release().
  */
-int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+CAIRN_API int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
                     int n_tokens, cairn_seq_t **out, int *n_cached);
 /* Appends n pending tokens (a sampled token, the next user turn); with the paged path
  * their K/V slots are reserved here. CAIRN_ERANGE past max_context, CAIRN_EEXHAUSTED when
  * the pool is full; on error nothing changes. */
-int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n);
+CAIRN_API int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n);
 /* Tokens with K/V stored. */
-int cairn_seq_n_past(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_n_past(const cairn_seq_t *s);
 /* Tokens appended but not yet computed. */
-int cairn_seq_n_pending(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_n_pending(const cairn_seq_t *s);
 /* All tokens of the sequence, [n_past + n_pending] (owned by the sequence). */
-const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
-/* Keeps the first n tokens (stored or pending) and forgets the rest; n <= length.
- * CAIRN_EUNSUPPORTED for a model with recurrent layers when n < n_past (the state would
- * have to be rewound; nothing changes). */
-int cairn_seq_truncate(cairn_seq_t *s, int n);
+CAIRN_API const int32_t *cairn_seq_tokens(const cairn_seq_t *s);
+/*
+ * Keeps the first n tokens (stored or pending) and forgets the rest; n <= length. For a
+ * model with recurrent layers whose state stands past n, the state can only be had at a
+ * checkpoint: the sequence restarts from the deepest one at or below n (the empty state
+ * when none; always on the flat path) and the tokens after it up to n become pending
+ * again, so cairn_seq_n_past() may drop below n (docs/DESIGN.md, "Recurrent state and
+ * checkpoints"). On the paged path, when a sliding window already released blocks the
+ * shorter sequence needs, the sequence begins again over its first n tokens (what the
+ * prefix cache still holds is attached, the rest becomes pending and is recomputed with
+ * the same bits). Errors: CAIRN_EINVAL (n out of range); CAIRN_EEXHAUSTED when the pool
+ * cannot hold the re-appended tokens (a recurrent rewind then keeps the tokens up to the
+ * checkpoint).
+ */
+CAIRN_API int cairn_seq_truncate(cairn_seq_t *s, int n);
 /*
  * Ends a turn: pending tokens are dropped and the stored K/V stays live for a
  * continuation (feed the next turn). With the paged path, full blocks are published to
  * the prefix cache as each step computes them, so other sequences with the same salt and
  * prefix can reuse them while this one lives and after it is released.
  */
-int cairn_seq_end_turn(cairn_seq_t *s);
+CAIRN_API int cairn_seq_end_turn(cairn_seq_t *s);
 /* A new sequence with the same tokens and K/V (paged: shared blocks, copy-on-write;
- * flat: a copy). CAIRN_ESTATE while s has pending tokens. */
-int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
+ * flat: a copy) and a copy of its recurrent state. CAIRN_ESTATE while s has pending
+ * tokens. */
+CAIRN_API int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
 /* Frees the sequence and its K/V references. NULL is a no-op. */
-void cairn_seq_release(cairn_seq_t *s);
+CAIRN_API void cairn_seq_release(cairn_seq_t *s);
 
 /* ---- Steps ------------------------------------------------------------------------- */
 
@@ -160,7 +183,7 @@ typedef struct {
  * CAIRN_EINVAL (bad item), CAIRN_ENOMEM (flat K/V growth); on error no sequence has
  * advanced.
  */
-int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
+CAIRN_API int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
                       const float **logits, int *n_rows);
 
 typedef struct {
@@ -170,14 +193,23 @@ typedef struct {
     uint64_t logits_rows;      /* rows pushed through lm_head */
     uint64_t seqs_begun;
     double forward_seconds;    /* wall time inside steps */
+    /* Recurrent checkpoints (docs/DESIGN.md, "Recurrent state"; zero for other models). */
+    uint64_t ckpt_saves;       /* states saved at a block boundary */
+    uint64_t ckpt_restores;    /* states restored: prefix hits and truncations */
+    uint64_t ckpt_evictions;   /* checkpoints dropped (byte budget or registry capacity) */
+    uint64_t ckpt_count;       /* checkpoints held now */
+    uint64_t ckpt_bytes;       /* bytes they take */
+    uint64_t ckpt_budget;      /* their byte budget */
+    double ckpt_save_seconds;  /* CPU time copying states into checkpoints */
+    double ckpt_restore_seconds; /* CPU time copying them back */
 } cairn_engine_counters_t;
 
-void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
+CAIRN_API void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out);
 
 /* Snapshot of the paged pool's KV cache core counters (cairn_kv_cache_stats: blocks in
  * use, cached, free, total, bytes, grows, evictions, hits and misses). Engine thread
  * only, O(1). Errors: CAIRN_EUNSUPPORTED on the flat path (*out zeroed). */
-int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
+CAIRN_API int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
 
 /* ---- Cold tier ---------------------------------------------------------------------- */
 
@@ -187,13 +219,13 @@ int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
  * proven by tests/engine/test_cold_restart.c, which iterates this same list. A family off
  * the list never persists nor restores. Pure function.
  */
-bool cairn_cold_family_eligible(const char *model_type);
+CAIRN_API bool cairn_cold_family_eligible(const char *model_type);
 /* The eligible model_types, NULL-terminated (static). */
-const char *const *cairn_cold_eligible_families(void);
+CAIRN_API const char *const *cairn_cold_eligible_families(void);
 
 /* Tokens of the sequence's prompt restored from the cold tier by cairn_seq_begin (they
  * count in cairn_seq_n_past, not in *n_cached, which is the hot prefix only). */
-int cairn_seq_restored_tokens(const cairn_seq_t *s);
+CAIRN_API int cairn_seq_restored_tokens(const cairn_seq_t *s);
 
 typedef struct {
     bool enabled;              /* a store is open */
@@ -208,9 +240,9 @@ typedef struct {
 } cairn_engine_cold_counters_t;
 
 /* Snapshot of the cold-tier counters (all zero, enabled false, when the tier is off). */
-void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
+CAIRN_API void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
 /* Blocks until every queued block is written (tests, tools). No-op when the tier is off. */
-void cairn_engine_cold_flush(cairn_engine_t *e);
+CAIRN_API void cairn_engine_cold_flush(cairn_engine_t *e);
 
 #ifdef __cplusplus
 }

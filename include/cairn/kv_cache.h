@@ -121,18 +121,18 @@ typedef struct { const void *data; size_t len; } cairn_kv_extra_key_t;
  * blocks, more than CAIRN_KV_MAX_GROUPS groups, or more than 2^31 blocks), CAIRN_ENOMEM,
  * or the storage backend's error. Cost: O(layers + initial blocks).
  */
-int cairn_kv_cache_create(const cairn_kv_config_t *cfg, cairn_kv_cache_t **out);
+CAIRN_API int cairn_kv_cache_create(const cairn_kv_config_t *cfg, cairn_kv_cache_t **out);
 
 /* Destroys the cache and every sequence still open on it (their pointers become invalid),
  * and releases the storage. NULL is a no-op. */
-void cairn_kv_cache_destroy(cairn_kv_cache_t *cache);
+CAIRN_API void cairn_kv_cache_destroy(cairn_kv_cache_t *cache);
 
 /*
  * Computes the domain for a cache_salt: SHA-256 of its bytes. salt == NULL or len == 0
  * gives the shared default domain (32 zero bytes). Errors: CAIRN_ERANGE when len >
  * CAIRN_KV_MAX_SALT, CAIRN_EINVAL for a NULL out.
  */
-int cairn_kv_domain_from_salt(cairn_kv_cache_t *cache, const void *salt, size_t len,
+CAIRN_API int cairn_kv_domain_from_salt(cairn_kv_cache_t *cache, const void *salt, size_t len,
                               cairn_kv_hash_t *out);
 
 /*
@@ -141,7 +141,7 @@ int cairn_kv_domain_from_salt(cairn_kv_cache_t *cache, const void *salt, size_t 
  * changes no counter or LRU order. Errors: CAIRN_EINVAL (n == 0, NULL tokens),
  * CAIRN_ENOMEM. Cost: one SHA-256 per full block plus O(1) per block per group.
  */
-int cairn_kv_cache_lookup(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
+CAIRN_API int cairn_kv_cache_lookup(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
                           const cairn_kv_extra_key_t *extras, size_t n_extras,
                           const int32_t *tokens, size_t n, size_t *prefix_len);
 
@@ -153,16 +153,16 @@ int cairn_kv_cache_lookup(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain
  * Cost: hashing ~ one SHA-256 compression per 16 tokens' worth of bytes; the lookup is
  * O(blocks x paged groups) hash-table probes.
  */
-int cairn_kv_cache_hash_blocks(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
+CAIRN_API int cairn_kv_cache_hash_blocks(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
                                const cairn_kv_extra_key_t *extras, size_t n_extras,
                                const int32_t *tokens, size_t n, cairn_kv_hash_t *out);
-int cairn_kv_cache_lookup_hashes(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
+CAIRN_API int cairn_kv_cache_lookup_hashes(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
                                  const cairn_kv_hash_t *hashes, size_t n_tokens,
                                  size_t *prefix_len);
 
 /* Evicts up to `n` least recently used cached blocks (unregistering them) into the free
  * queue; *evicted (may be NULL) receives how many. Cost: O(n). */
-void cairn_kv_cache_evict(cairn_kv_cache_t *cache, uint32_t n, uint32_t *evicted);
+CAIRN_API void cairn_kv_cache_evict(cairn_kv_cache_t *cache, uint32_t n, uint32_t *evicted);
 
 /*
  * Grows the pool so that at least `free_needed` blocks are free, following the growth rule
@@ -171,13 +171,13 @@ void cairn_kv_cache_evict(cairn_kv_cache_t *cache, uint32_t n, uint32_t *evicted
  * CAIRN_EEXHAUSTED when the maximum cannot provide them (the pool still grows as far as
  * it can), CAIRN_ENOMEM or the storage backend's error (nothing changes).
  */
-int cairn_kv_cache_grow(cairn_kv_cache_t *cache, uint32_t free_needed);
+CAIRN_API int cairn_kv_cache_grow(cairn_kv_cache_t *cache, uint32_t free_needed);
 
 /* Geometry queries, O(1). */
-uint32_t cairn_kv_cache_block_size(const cairn_kv_cache_t *cache);
-uint32_t cairn_kv_cache_n_layers(const cairn_kv_cache_t *cache);
+CAIRN_API uint32_t cairn_kv_cache_block_size(const cairn_kv_cache_t *cache);
+CAIRN_API uint32_t cairn_kv_cache_n_layers(const cairn_kv_cache_t *cache);
 /* Bytes of one block (all layers of the largest group, K and V). */
-size_t cairn_kv_cache_block_bytes(const cairn_kv_cache_t *cache);
+CAIRN_API size_t cairn_kv_cache_block_bytes(const cairn_kv_cache_t *cache);
 
 /* ---- Physical access (hot path) --------------------------------------------------- */
 
@@ -200,7 +200,7 @@ typedef struct {
 
 /* Fills *view for `layer`. Errors: CAIRN_EINVAL for a RECURRENT layer or layer out of
  * range. O(1). */
-int cairn_kv_layer_view(const cairn_kv_cache_t *cache, uint32_t layer, cairn_kv_layer_view_t *view);
+CAIRN_API int cairn_kv_layer_view(const cairn_kv_cache_t *cache, uint32_t layer, cairn_kv_layer_view_t *view);
 
 static inline void *cairn_kv_view_k(const cairn_kv_layer_view_t *v, uint32_t block, uint32_t slot)
 {
@@ -230,10 +230,10 @@ static inline void *cairn_kv_view_v(const cairn_kv_layer_view_t *v, uint32_t blo
  * CAIRN_EINVAL, changing nothing, for a block that _begin did not hand out or that was
  * already published or discarded. Engine thread.
  */
-int cairn_kv_cache_import_begin(cairn_kv_cache_t *cache, uint32_t *block, void **bytes);
-int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
+CAIRN_API int cairn_kv_cache_import_begin(cairn_kv_cache_t *cache, uint32_t *block, void **bytes);
+CAIRN_API int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
                                   const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
-int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
+CAIRN_API int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
 
 /*
  * Materialises the memory of n blocks taken by cairn_kv_cache_import_begin() and not yet
@@ -243,11 +243,11 @@ int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
  * CAIRN_EINVAL (changing nothing) for a block _begin did not hand out. Engine thread;
  * cost: the page-table work for n x block_bytes.
  */
-int cairn_kv_cache_import_prefault(cairn_kv_cache_t *cache, const uint32_t *blocks, size_t n);
+CAIRN_API int cairn_kv_cache_import_prefault(cairn_kv_cache_t *cache, const uint32_t *blocks, size_t n);
 
 /* The first byte of block `block` (block_bytes, every layer's K then V); NULL for the null
  * block or an id outside the pool. For a device backend, a device address. O(1). */
-void *cairn_kv_cache_block_data(const cairn_kv_cache_t *cache, uint32_t block);
+CAIRN_API void *cairn_kv_cache_block_data(const cairn_kv_cache_t *cache, uint32_t block);
 
 /* ---- Sequences -------------------------------------------------------------------- */
 
@@ -261,7 +261,7 @@ void *cairn_kv_cache_block_data(const cairn_kv_cache_t *cache, uint32_t block);
  * storage error. The sequence is owned by the caller until _release() (or cache destroy).
  * Counters: a hit when P > 0, otherwise a miss; hit_tokens += P.
  */
-int cairn_kv_seq_begin(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
+CAIRN_API int cairn_kv_seq_begin(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
                        const cairn_kv_extra_key_t *extras, size_t n_extras,
                        const int32_t *tokens, size_t n, cairn_kv_seq_t **out, size_t *prefix_len);
 
@@ -275,7 +275,7 @@ int cairn_kv_seq_begin(cairn_kv_cache_t *cache, const cairn_kv_hash_t *domain,
  * after _end_turn. Errors: CAIRN_EINVAL (NULL tokens with n > 0), CAIRN_ESTATE
  * (preempted), CAIRN_EEXHAUSTED, CAIRN_ENOMEM, storage errors. Cost: O(n + new blocks).
  */
-int cairn_kv_seq_append(cairn_kv_seq_t *seq, const int32_t *tokens, size_t n);
+CAIRN_API int cairn_kv_seq_append(cairn_kv_seq_t *seq, const int32_t *tokens, size_t n);
 
 /*
  * Marks tokens [n_computed, n_computed_new) as computed (their K/V written). Full blocks
@@ -285,7 +285,7 @@ int cairn_kv_seq_append(cairn_kv_seq_t *seq, const int32_t *tokens, size_t n);
  * known), CAIRN_ESTATE (preempted), CAIRN_ENOMEM (nothing changes). Cost: one SHA-256
  * per newly full block.
  */
-int cairn_kv_seq_commit(cairn_kv_seq_t *seq, size_t n_computed_new);
+CAIRN_API int cairn_kv_seq_commit(cairn_kv_seq_t *seq, size_t n_computed_new);
 
 /*
  * Ends a turn keeping the computed blocks live for a continuation: tokens known but not
@@ -293,7 +293,7 @@ int cairn_kv_seq_commit(cairn_kv_seq_t *seq, size_t n_computed_new);
  * cache holds exactly what was computed. *dropped (may be NULL) receives how many tokens.
  * The next turn continues with _append(). Errors: CAIRN_ESTATE (preempted).
  */
-int cairn_kv_seq_end_turn(cairn_kv_seq_t *seq, size_t *dropped);
+CAIRN_API int cairn_kv_seq_end_turn(cairn_kv_seq_t *seq, size_t *dropped);
 
 /*
  * Forks a sequence: the child shares every block (refcounts + 1) and copies the history.
@@ -301,7 +301,7 @@ int cairn_kv_seq_end_turn(cairn_kv_seq_t *seq, size_t *dropped);
  * known token to be computed. Errors: CAIRN_ESTATE (uncomputed tokens or preempted),
  * CAIRN_ENOMEM. Cost: O(tokens + blocks).
  */
-int cairn_kv_seq_fork(cairn_kv_seq_t *seq, cairn_kv_seq_t **child);
+CAIRN_API int cairn_kv_seq_fork(cairn_kv_seq_t *seq, cairn_kv_seq_t **child);
 
 /*
  * Removes the last k tokens (stop strings, speculative rollback): n_tokens -= k,
@@ -310,7 +310,7 @@ int cairn_kv_seq_fork(cairn_kv_seq_t *seq, cairn_kv_seq_t **child);
  * block the shorter sequence would need again — nothing changes), CAIRN_ESTATE
  * (preempted). Recurrent state rollback is the engine's (restore a checkpoint).
  */
-int cairn_kv_seq_truncate(cairn_kv_seq_t *seq, size_t k);
+CAIRN_API int cairn_kv_seq_truncate(cairn_kv_seq_t *seq, size_t k);
 
 /*
  * Preemption: releases every block of the sequence (published ones stay cached and may be
@@ -318,25 +318,25 @@ int cairn_kv_seq_truncate(cairn_kv_seq_t *seq, size_t k);
  * blocks whose refcount dropped to zero. n_computed becomes 0. Errors: CAIRN_ESTATE when
  * already preempted.
  */
-int cairn_kv_seq_preempt(cairn_kv_seq_t *seq, uint32_t *freed);
+CAIRN_API int cairn_kv_seq_preempt(cairn_kv_seq_t *seq, uint32_t *freed);
 
 /*
  * Resumes a preempted sequence like _begin over its whole history: finds the usable cached
  * prefix (*prefix_len) and reserves slots for every known token. Errors: CAIRN_ESTATE (not
  * preempted), CAIRN_EEXHAUSTED (still preempted, nothing kept), CAIRN_ENOMEM.
  */
-int cairn_kv_seq_resume(cairn_kv_seq_t *seq, size_t *prefix_len);
+CAIRN_API int cairn_kv_seq_resume(cairn_kv_seq_t *seq, size_t *prefix_len);
 
 /* Releases the sequence and all its blocks; *freed (may be NULL) as for _preempt. The
  * pointer is invalid afterwards. NULL is a no-op. */
-void cairn_kv_seq_release(cairn_kv_seq_t *seq, uint32_t *freed);
+CAIRN_API void cairn_kv_seq_release(cairn_kv_seq_t *seq, uint32_t *freed);
 
 /* History and progress, O(1). The token pointer is valid until the next call that
  * changes the sequence. */
-size_t cairn_kv_seq_n_tokens(const cairn_kv_seq_t *seq);
-size_t cairn_kv_seq_n_computed(const cairn_kv_seq_t *seq);
-const int32_t *cairn_kv_seq_tokens(const cairn_kv_seq_t *seq);
-bool cairn_kv_seq_preempted(const cairn_kv_seq_t *seq);
+CAIRN_API size_t cairn_kv_seq_n_tokens(const cairn_kv_seq_t *seq);
+CAIRN_API size_t cairn_kv_seq_n_computed(const cairn_kv_seq_t *seq);
+CAIRN_API const int32_t *cairn_kv_seq_tokens(const cairn_kv_seq_t *seq);
+CAIRN_API bool cairn_kv_seq_preempted(const cairn_kv_seq_t *seq);
 
 /*
  * The block table that `layer` walks: ceil(n_tokens / block_size) entries (*n_blocks),
@@ -344,7 +344,7 @@ bool cairn_kv_seq_preempted(const cairn_kv_seq_t *seq);
  * CAIRN_KV_NULL_BLOCK before the window; a SHARED layer returns its source's table; a
  * RECURRENT layer returns NULL with *n_blocks = 0. O(1).
  */
-const uint32_t *cairn_kv_seq_block_table(const cairn_kv_seq_t *seq, uint32_t layer, size_t *n_blocks);
+CAIRN_API const uint32_t *cairn_kv_seq_block_table(const cairn_kv_seq_t *seq, uint32_t layer, size_t *n_blocks);
 
 /* ---- Recurrent checkpoints (bookkeeping only; the engine stores the state) ---------- */
 
@@ -353,7 +353,7 @@ const uint32_t *cairn_kv_seq_block_table(const cairn_kv_seq_t *seq, uint32_t lay
  * the tokens known): the hash of the block ending there, which covers domain, extras and
  * every token before it. Errors: CAIRN_ERANGE. O(1) once the block is hashed.
  */
-int cairn_kv_seq_boundary_key(const cairn_kv_seq_t *seq, size_t n_tokens, cairn_kv_hash_t *key);
+CAIRN_API int cairn_kv_seq_boundary_key(const cairn_kv_seq_t *seq, size_t n_tokens, cairn_kv_hash_t *key);
 
 /*
  * Records that the engine saved the recurrent state of this sequence after exactly
@@ -363,10 +363,10 @@ int cairn_kv_seq_boundary_key(const cairn_kv_seq_t *seq, size_t n_tokens, cairn_
  * group can serve a prefix P > 0 only when a checkpoint at exactly P is registered.
  * Errors: CAIRN_ERANGE, CAIRN_EUNSUPPORTED (the model has no recurrent layer).
  */
-int cairn_kv_seq_checkpoint(cairn_kv_seq_t *seq, size_t n_tokens, cairn_kv_hash_t *key);
+CAIRN_API int cairn_kv_seq_checkpoint(cairn_kv_seq_t *seq, size_t n_tokens, cairn_kv_hash_t *key);
 
 /* Forgets a checkpoint (the engine dropped the state). Returns CAIRN_ENOENT when absent. */
-int cairn_kv_cache_checkpoint_drop(cairn_kv_cache_t *cache, const cairn_kv_hash_t *key);
+CAIRN_API int cairn_kv_cache_checkpoint_drop(cairn_kv_cache_t *cache, const cairn_kv_hash_t *key);
 
 /* ---- Counters --------------------------------------------------------------------- */
 
@@ -392,11 +392,11 @@ typedef struct {
 } cairn_kv_stats_t;
 
 /* Snapshot of the counters. O(1). Engine thread only. */
-void cairn_kv_cache_stats(const cairn_kv_cache_t *cache, cairn_kv_stats_t *out);
+CAIRN_API void cairn_kv_cache_stats(const cairn_kv_cache_t *cache, cairn_kv_stats_t *out);
 
 /* Renders a snapshot as one JSON object whose keys are the field names above. *json is
  * allocated with cairn_malloc (free with cairn_free). Errors: CAIRN_ENOMEM, CAIRN_EINVAL. */
-int cairn_kv_stats_to_json(const cairn_kv_stats_t *stats, char **json);
+CAIRN_API int cairn_kv_stats_to_json(const cairn_kv_stats_t *stats, char **json);
 
 #ifdef __cplusplus
 }

@@ -39,7 +39,7 @@ typedef struct cairn_kv_storage_ops {
 } cairn_kv_storage_ops_t;
 
 /* The host-memory backend (ctx unused, pass NULL). Static; never NULL. */
-const cairn_kv_storage_ops_t *cairn_kv_storage_host(void);
+CAIRN_API const cairn_kv_storage_ops_t *cairn_kv_storage_host(void);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,7 @@ typedef struct {
 } cairn_sampling_params_t;
 
 /* Fills *p with the defaults above (OpenAI's: temperature 1, everything else off). */
-void cairn_sampling_params_init(cairn_sampling_params_t *p);
+CAIRN_API void cairn_sampling_params_init(cairn_sampling_params_t *p);
 
 /*
  * Checks every range above against a vocabulary of vocab_size (> 0) tokens. Returns 0, or
@@ -85,7 +85,7 @@ void cairn_sampling_params_init(cairn_sampling_params_t *p);
  * OpenAI field and the bad value (e.g. "top_p must be in (0, 1], got 1.5") into
  * err[err_size]. Pure function; cost O(n_stop_token_ids + n_logit_bias + n_stop).
  */
-int cairn_sampling_params_validate(const cairn_sampling_params_t *p, int32_t vocab_size,
+CAIRN_API int cairn_sampling_params_validate(const cairn_sampling_params_t *p, int32_t vocab_size,
                                    char *err, size_t err_size);
 
 /* ---- Finish reasons ---------------------------------------------------------------- */
@@ -97,7 +97,7 @@ typedef enum {
 } cairn_finish_reason_t;
 
 /* "stop", "length", or NULL for CAIRN_FINISH_NONE (OpenAI's finish_reason: null). */
-const char *cairn_finish_reason_name(cairn_finish_reason_t r);
+CAIRN_API const char *cairn_finish_reason_name(cairn_finish_reason_t r);
 
 /* ---- Sampler ----------------------------------------------------------------------- */
 
@@ -121,11 +121,11 @@ typedef struct cairn_sampler cairn_sampler_t;
  * table that grows with the number of distinct tokens seen when any penalty is on.
  * Errors: CAIRN_EINVAL, CAIRN_ENOMEM (nothing leaked). *out is set only on success.
  */
-int cairn_sampler_create(const cairn_sampling_params_t *params, const cairn_sampler_model_t *model,
+CAIRN_API int cairn_sampler_create(const cairn_sampling_params_t *params, const cairn_sampler_model_t *model,
                          cairn_sampler_t **out);
 
 /* Frees the sampler. NULL is a no-op. */
-void cairn_sampler_destroy(cairn_sampler_t *s);
+CAIRN_API void cairn_sampler_destroy(cairn_sampler_t *s);
 
 /*
  * Records the prompt: its length counts toward the context limit and, when the
@@ -134,7 +134,7 @@ void cairn_sampler_destroy(cairn_sampler_t *s);
  * recorded), CAIRN_ENOMEM (the count table could not grow; nothing recorded),
  * CAIRN_ESTATE. Cost O(n).
  */
-int cairn_sampler_set_prompt(cairn_sampler_t *s, const int32_t *tokens, size_t n);
+CAIRN_API int cairn_sampler_set_prompt(cairn_sampler_t *s, const int32_t *tokens, size_t n);
 
 /*
  * Picks the next token from logits[vocab_size] (float32). The logits are modified in
@@ -154,7 +154,7 @@ int cairn_sampler_set_prompt(cairn_sampler_t *s, const int32_t *tokens, size_t n
  * where the cut falls are selected and sorted (O(b log b) for b ids in that bin). About
  * 0.5 ms for top-k and 1-5 ms otherwise at V = 151936 on one core.
  */
-int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out);
+CAIRN_API int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out);
 
 /*
  * Appends a generated token: updates the penalty counts and checks the finish
@@ -166,20 +166,20 @@ int cairn_sampler_sample(cairn_sampler_t *s, float *logits, int32_t *token_out);
  * Errors: CAIRN_EINVAL (token outside the vocab), CAIRN_ENOMEM (the count table could
  * not grow; the token is not recorded), CAIRN_ESTATE. Cost O(1) amortized.
  */
-int cairn_sampler_accept(cairn_sampler_t *s, int32_t token, cairn_finish_reason_t *finish);
+CAIRN_API int cairn_sampler_accept(cairn_sampler_t *s, int32_t token, cairn_finish_reason_t *finish);
 
 /* Number of tokens accepted since creation or reset. */
-int32_t cairn_sampler_generated(const cairn_sampler_t *s);
+CAIRN_API int32_t cairn_sampler_generated(const cairn_sampler_t *s);
 
 /* The finish reason of the last accept (CAIRN_FINISH_NONE while generating). */
-cairn_finish_reason_t cairn_sampler_finish_reason(const cairn_sampler_t *s);
+CAIRN_API cairn_finish_reason_t cairn_sampler_finish_reason(const cairn_sampler_t *s);
 
 /*
  * Returns the sampler to its just-created state: counts, prompt and finish cleared, the
  * RNG re-seeded from the same seed (so a reset sampler repeats its tokens for the same
  * logits). Keeps its memory. Cost O(table size).
  */
-void cairn_sampler_reset(cairn_sampler_t *s);
+CAIRN_API void cairn_sampler_reset(cairn_sampler_t *s);
 
 /* ---- Stop strings ------------------------------------------------------------------ */
 
@@ -204,10 +204,10 @@ typedef struct cairn_stop_matcher cairn_stop_matcher_t;
  * through). Errors: CAIRN_EINVAL (an empty or NULL stop string, stops NULL with n > 0),
  * CAIRN_ENOMEM. *out is set only on success.
  */
-int cairn_stop_matcher_create(const char *const *stops, size_t n, cairn_stop_matcher_t **out);
+CAIRN_API int cairn_stop_matcher_create(const char *const *stops, size_t n, cairn_stop_matcher_t **out);
 
 /* Frees the matcher. NULL is a no-op. */
-void cairn_stop_matcher_destroy(cairn_stop_matcher_t *m);
+CAIRN_API void cairn_stop_matcher_destroy(cairn_stop_matcher_t *m);
 
 /*
  * Feeds len bytes of text (need not be NUL-terminated; len 0 is allowed). On return
@@ -218,7 +218,7 @@ void cairn_stop_matcher_destroy(cairn_stop_matcher_t *m);
  * until reset). Errors: CAIRN_EINVAL, CAIRN_ESTATE, CAIRN_ENOMEM (the text is not
  * consumed; the state is unchanged). Cost O((held + len) * total stop bytes).
  */
-int cairn_stop_matcher_feed(cairn_stop_matcher_t *m, const char *text, size_t len,
+CAIRN_API int cairn_stop_matcher_feed(cairn_stop_matcher_t *m, const char *text, size_t len,
                             const char **emit, size_t *emit_len, bool *stopped);
 
 /*
@@ -226,13 +226,13 @@ int cairn_stop_matcher_feed(cairn_stop_matcher_t *m, const char *text, size_t le
  * which is now safe to emit, and finishes the matcher. Errors: CAIRN_EINVAL,
  * CAIRN_ESTATE (already finished). Never allocates.
  */
-int cairn_stop_matcher_flush(cairn_stop_matcher_t *m, const char **emit, size_t *emit_len);
+CAIRN_API int cairn_stop_matcher_flush(cairn_stop_matcher_t *m, const char **emit, size_t *emit_len);
 
 /* Index of the stop string that matched, or -1 if none has. */
-int cairn_stop_matcher_matched(const cairn_stop_matcher_t *m);
+CAIRN_API int cairn_stop_matcher_matched(const cairn_stop_matcher_t *m);
 
 /* Clears the held text and the finished state, for a new stream. Keeps its memory. */
-void cairn_stop_matcher_reset(cairn_stop_matcher_t *m);
+CAIRN_API void cairn_stop_matcher_reset(cairn_stop_matcher_t *m);
 
 #ifdef __cplusplus
 }

@@ -52,14 +52,14 @@ typedef struct {
 } cairn_sched_options_t;
 
 /* Fills *o with the defaults above. */
-void cairn_sched_options_default(cairn_sched_options_t *o);
+CAIRN_API void cairn_sched_options_default(cairn_sched_options_t *o);
 
 /*
  * Creates a scheduler over an engine (paged path) and the model's tokenizer, and starts its
  * engine thread. Both must outlive the scheduler; the scheduler is the only user of the
  * engine while it runs. Errors: CAIRN_EINVAL, CAIRN_ENOMEM, CAIRN_EIO (thread creation).
  */
-int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+CAIRN_API int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                        const cairn_sched_options_t *opt, cairn_sched_t **out);
 
 /*
@@ -67,7 +67,7 @@ int cairn_sched_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
  * cancels the rest (their final event is ERROR with CAIRN_ECANCELED), joins the engine
  * thread and frees everything. NULL is a no-op.
  */
-void cairn_sched_destroy(cairn_sched_t *s, int deadline_ms);
+CAIRN_API void cairn_sched_destroy(cairn_sched_t *s, int deadline_ms);
 
 typedef enum {
     CAIRN_REQ_EVENT_DELTA = 0, /* new text (and the tokens that produced it) */
@@ -128,12 +128,12 @@ typedef struct {
  * prompt cannot fit the pool even alone), CAIRN_EBUSY (queue full), CAIRN_ESTATE (shutting
  * down), CAIRN_ENOMEM. On error no event is ever delivered.
  */
-int cairn_sched_submit(cairn_sched_t *s, const cairn_req_params_t *p, uint64_t *id,
+CAIRN_API int cairn_sched_submit(cairn_sched_t *s, const cairn_req_params_t *p, uint64_t *id,
                        char *err, size_t err_len);
 
 /* Cancels a request (client disconnect): its blocks are freed and its final event is
  * ERROR/CAIRN_ECANCELED, delivered on the engine thread. Unknown or finished ids: no-op. */
-void cairn_sched_cancel(cairn_sched_t *s, uint64_t id);
+CAIRN_API void cairn_sched_cancel(cairn_sched_t *s, uint64_t id);
 
 typedef struct {
     uint64_t requests_submitted, requests_done, requests_failed, requests_canceled;
@@ -153,6 +153,8 @@ typedef struct {
     uint64_t pool_hit_tokens, pool_query_tokens; /* prefix tokens found / looked up */
     /* The engine's counters (cairn_engine_counters), same snapshot. */
     uint64_t engine_tokens_computed, engine_tokens_reused;
+    /* Recurrent-state checkpoints (models with recurrent layers; 0 otherwise). */
+    uint64_t ckpt_saves, ckpt_restores, ckpt_evictions, ckpt_count, ckpt_bytes;
     /* The cold tier (cairn_engine_cold_counters), same snapshot; all 0 when it is off. */
     bool cold_enabled;
     uint64_t cold_restored_blocks, cold_restored_tokens, cold_captured_blocks;
@@ -165,7 +167,7 @@ typedef struct {
 
 /* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the
  * engine thread after every step). Any thread. */
-void cairn_sched_stats(cairn_sched_t *s, cairn_sched_stats_t *out);
+CAIRN_API void cairn_sched_stats(cairn_sched_t *s, cairn_sched_stats_t *out);
 
 #ifdef __cplusplus
 }

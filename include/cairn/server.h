@@ -1,16 +1,20 @@
 /*
- * cairn/server.h — an OpenAI-compatible HTTP server over one engine (libmicrohttpd).
+ * cairn/server.h — an HTTP server over one engine (libmicrohttpd) speaking one or more
+ * APIs; by default the OpenAI chat completions and completions APIs.
  *
  * Model. A server owns a scheduler (include/cairn/scheduler.h) over a caller-provided
- * engine and tokenizer, and an MHD daemon with a pool of HTTP threads. HTTP threads parse
- * and validate requests (src/server/openai_request.c), render the chat template, tokenize
- * and submit; the scheduler's engine thread reports deltas by appending to the
- * connection's buffer and resuming the suspended connection; the HTTP thread renders JSON
- * or SSE (src/server/openai_response.c). Routes and error shapes: docs/API.md.
+ * engine and tokenizer, and an MHD daemon with a pool of HTTP threads. Each API is an
+ * adapter (src/server/api/api.h) that parses its request bodies into one neutral
+ * generation request and renders the generation's events back in its own shapes; the
+ * HTTP threads route by path to an adapter, render the chat template, tokenize and
+ * submit; the scheduler's engine thread reports deltas by appending to the connection's
+ * buffer and resuming the suspended connection; the HTTP thread has the adapter render
+ * them. Routes and error shapes: docs/API.md.
  *
- * Tenancy. With an API key file, every /v1 request needs `Authorization: Bearer KEY` and
- * the cache domain passed to the engine is hex(SHA-256(KEY)) "/" cache_salt, so a
- * client's own salt can only split its tenant's domain further (src/server/tenancy.c).
+ * Tenancy. With an API key file, every API request needs a listed key (for the OpenAI
+ * APIs `Authorization: Bearer KEY`; each adapter names its header) and the cache domain
+ * passed to the engine is hex(SHA-256(KEY)) "/" cache_salt, so a client's own salt can
+ * only split its tenant's domain further (src/server/tenancy.c).
  *
  * Thread-safety: create and destroy from one thread; cairn_server_port and
  * cairn_server_sched may be called from any thread while the server lives.
@@ -29,6 +33,10 @@ extern "C" {
 
 typedef struct cairn_server cairn_server_t;
 
+/* One HTTP API (its paths, request parser and renderers). The interface is internal to
+ * the library (src/server/api/api.h): in-tree APIs and tests implement it. */
+typedef struct cairn_api_adapter cairn_api_adapter_t;
+
 typedef struct {
     const char *host;             /* IPv4 address to bind; default "127.0.0.1" */
     int port;                     /* 0: an ephemeral port (see cairn_server_port); default 8080 */
@@ -38,35 +46,41 @@ typedef struct {
     const char *api_keys_file;    /* NULL: no authentication; else one key per line */
     const char *request_log_path; /* NULL: no request log; else JSON lines appended */
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */
+    /* The APIs to serve, in routing order (the first renders errors of unknown routes);
+     * borrowed, they must outlive the server. NULL (and n_apis 0): the built-in registry,
+     * OpenAI chat completions (with /v1/models) and completions. */
+    const cairn_api_adapter_t *const *apis;
+    size_t n_apis;
 } cairn_server_options_t;
 
 /* Fills *o with the defaults above. */
-void cairn_server_options_default(cairn_server_options_t *o);
+CAIRN_API void cairn_server_options_default(cairn_server_options_t *o);
 
 /*
  * Creates the scheduler over engine and tok (both must outlive the server; the server is
  * their only user until destroyed), compiles the tokenizer's chat template (a model
  * without one serves /v1/completions only), loads the API keys, opens the request log and
- * starts listening. Errors: CAIRN_EINVAL (bad options), CAIRN_ENOENT/CAIRN_EIO (key file,
+ * starts listening. Errors: CAIRN_EINVAL (bad options, or an API list with an incomplete
+ * adapter or two adapters on one path), CAIRN_ENOENT/CAIRN_EIO (key file,
  * log file), CAIRN_EFORMAT (an empty key file), CAIRN_EIO (bind/listen failed: port in
  * use), CAIRN_ENOMEM; a one-line message goes to err.
  */
-int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
+CAIRN_API int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                         const cairn_server_options_t *opt, cairn_server_t **out, char *err,
                         size_t err_len);
 
 /* The TCP port the server listens on (the chosen one when options.port was 0). */
-int cairn_server_port(const cairn_server_t *s);
+CAIRN_API int cairn_server_port(const cairn_server_t *s);
 
 /* The server's scheduler (for statistics; do not destroy it). */
-cairn_sched_t *cairn_server_sched(cairn_server_t *s);
+CAIRN_API cairn_sched_t *cairn_server_sched(cairn_server_t *s);
 
 /*
  * Graceful stop: closes the listening socket (no new connections), lets in-flight
  * requests finish until deadline_ms has passed, cancels the rest (streams end with an
  * error event), then stops the HTTP threads and frees everything. NULL is a no-op.
  */
-void cairn_server_destroy(cairn_server_t *s, int deadline_ms);
+CAIRN_API void cairn_server_destroy(cairn_server_t *s, int deadline_ms);
 
 #ifdef __cplusplus
 }

@@ -49,17 +49,17 @@ typedef struct cairn_tokenizer_stream cairn_tokenizer_stream_t;
  * into err (if non-NULL; truncated to errlen). Cost: 50-120 ms for a 150K-token vocab
  * (docs/PERFORMANCE.md).
  */
-int cairn_tokenizer_load(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
+CAIRN_API int cairn_tokenizer_load(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
 
 /*
  * Loads from the text of a tokenizer.json already in memory (`len` bytes, no NUL needed);
  * no tokenizer_config.json is read. Same errors as cairn_tokenizer_load.
  */
-int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **out,
+CAIRN_API int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **out,
                               char *err, size_t errlen);
 
 /* Frees the tokenizer; NULL is a no-op. No stream decoder may outlive it. */
-void cairn_tokenizer_destroy(cairn_tokenizer_t *tok);
+CAIRN_API void cairn_tokenizer_destroy(cairn_tokenizer_t *tok);
 
 /* Flags for cairn_tokenizer_encode_ex. */
 enum {
@@ -74,10 +74,10 @@ enum {
  * CAIRN_EINVAL (NULL arguments or invalid UTF-8), CAIRN_ENOMEM, CAIRN_EFORMAT (a regex
  * failed at match time). Cost: linear in len; ~tens of MB/s on English text.
  */
-int cairn_tokenizer_encode_ex(const cairn_tokenizer_t *tok, const char *text, size_t len,
+CAIRN_API int cairn_tokenizer_encode_ex(const cairn_tokenizer_t *tok, const char *text, size_t len,
                               unsigned flags, int32_t **ids, size_t *n_ids);
 /* cairn_tokenizer_encode_ex with CAIRN_TOKENIZE_ADD_SPECIAL if add_special. */
-int cairn_tokenizer_encode(const cairn_tokenizer_t *tok, const char *text, size_t len,
+CAIRN_API int cairn_tokenizer_encode(const cairn_tokenizer_t *tok, const char *text, size_t len,
                            bool add_special, int32_t **ids, size_t *n_ids);
 
 /*
@@ -85,36 +85,36 @@ int cairn_tokenizer_encode(const cairn_tokenizer_t *tok, const char *text, size_
  * of *len bytes (caller frees). With skip_special, special added tokens are dropped.
  * Errors: CAIRN_EINVAL (an id outside the vocabulary, NULL arguments), CAIRN_ENOMEM.
  */
-int cairn_tokenizer_decode(const cairn_tokenizer_t *tok, const int32_t *ids, size_t n,
+CAIRN_API int cairn_tokenizer_decode(const cairn_tokenizer_t *tok, const int32_t *ids, size_t n,
                            bool skip_special, char **text, size_t *len);
 
 /* Number of ids (max id + 1, added tokens included). */
-size_t cairn_tokenizer_vocab_size(const cairn_tokenizer_t *tok);
+CAIRN_API size_t cairn_tokenizer_vocab_size(const cairn_tokenizer_t *tok);
 
 /* The token's string as stored in tokenizer.json (e.g. "Ġworld"), or NULL for an unknown
  * id. Borrowed: valid while the tokenizer lives. */
-const char *cairn_tokenizer_token_text(const cairn_tokenizer_t *tok, int32_t id);
+CAIRN_API const char *cairn_tokenizer_token_text(const cairn_tokenizer_t *tok, int32_t id);
 
 /*
  * The bytes a token decodes to (e.g. " world"), possibly part of a UTF-8 character.
  * Writes up to cap bytes into buf and the full length into *len (call again with a larger
  * buffer if *len > cap). Errors: CAIRN_EINVAL for an unknown id.
  */
-int cairn_tokenizer_token_to_piece(const cairn_tokenizer_t *tok, int32_t id, char *buf,
+CAIRN_API int cairn_tokenizer_token_to_piece(const cairn_tokenizer_t *tok, int32_t id, char *buf,
                                    size_t cap, size_t *len);
 
 /* The id of a token string (added tokens first, then the model vocab), or -1. */
-int32_t cairn_tokenizer_piece_to_id(const cairn_tokenizer_t *tok, const char *piece);
+CAIRN_API int32_t cairn_tokenizer_piece_to_id(const cairn_tokenizer_t *tok, const char *piece);
 
 /* True if id is a special added token. */
-bool cairn_tokenizer_is_special(const cairn_tokenizer_t *tok, int32_t id);
+CAIRN_API bool cairn_tokenizer_is_special(const cairn_tokenizer_t *tok, int32_t id);
 
 /* bos_token / eos_token from tokenizer_config.json (a string or {"content": ...}), or
  * NULL; and their ids (-1 if absent or not in the vocabulary). Borrowed strings. */
-const char *cairn_tokenizer_bos_token(const cairn_tokenizer_t *tok);
-const char *cairn_tokenizer_eos_token(const cairn_tokenizer_t *tok);
-int32_t cairn_tokenizer_bos_id(const cairn_tokenizer_t *tok);
-int32_t cairn_tokenizer_eos_id(const cairn_tokenizer_t *tok);
+CAIRN_API const char *cairn_tokenizer_bos_token(const cairn_tokenizer_t *tok);
+CAIRN_API const char *cairn_tokenizer_eos_token(const cairn_tokenizer_t *tok);
+CAIRN_API int32_t cairn_tokenizer_bos_id(const cairn_tokenizer_t *tok);
+CAIRN_API int32_t cairn_tokenizer_eos_id(const cairn_tokenizer_t *tok);
 
 /*
  * The chat template source (borrowed), or NULL. name NULL or "default" selects the default
@@ -122,7 +122,7 @@ int32_t cairn_tokenizer_eos_id(const cairn_tokenizer_t *tok);
  * "default"), then tokenizer_config.json `chat_template` (a string, or a list of
  * {"name", "template"} objects).
  */
-const char *cairn_tokenizer_chat_template(const cairn_tokenizer_t *tok, const char *name);
+CAIRN_API const char *cairn_tokenizer_chat_template(const cairn_tokenizer_t *tok, const char *name);
 
 /*
  * Streaming decoder: push ids one at a time and receive only complete UTF-8 characters;
@@ -134,13 +134,13 @@ const char *cairn_tokenizer_chat_template(const cairn_tokenizer_t *tok, const ch
  *   valid until the next call on the stream. CAIRN_EINVAL for an unknown id.
  * flush: emits whatever is held (incomplete bytes as U+FFFD) and resets the stream.
  */
-int cairn_tokenizer_stream_create(const cairn_tokenizer_t *tok, bool skip_special,
+CAIRN_API int cairn_tokenizer_stream_create(const cairn_tokenizer_t *tok, bool skip_special,
                                   cairn_tokenizer_stream_t **out);
-int cairn_tokenizer_stream_push(cairn_tokenizer_stream_t *st, int32_t id, const char **text,
+CAIRN_API int cairn_tokenizer_stream_push(cairn_tokenizer_stream_t *st, int32_t id, const char **text,
                                 size_t *len);
-int cairn_tokenizer_stream_flush(cairn_tokenizer_stream_t *st, const char **text,
+CAIRN_API int cairn_tokenizer_stream_flush(cairn_tokenizer_stream_t *st, const char **text,
                                  size_t *len);
-void cairn_tokenizer_stream_destroy(cairn_tokenizer_stream_t *st);
+CAIRN_API void cairn_tokenizer_stream_destroy(cairn_tokenizer_stream_t *st);
 
 #ifdef __cplusplus
 }

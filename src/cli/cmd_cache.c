@@ -1,11 +1,13 @@
 /*
  * cmd_cache.c — `cairn cache`: inspect and maintain a cold tier cache directory.
  *
- * Works on every model directory under the root (or one, with --model) by opening a store
- * with layout "any" and no writer thread, so it needs no model files. Each action maps to
- * one store call: stats -> cairn_cold_store_stats, ls -> _foreach, verify -> _verify,
- * prune -> _prune, clear -> _clear. Opening a store already removes leftover temporary
- * files and objects whose header is invalid (counted in the corruptions it reports).
+ * Works on every model directory under the root (or one, with --model) by opening a
+ * filesystem store with layout "any" and no writer thread, so it needs no model files.
+ * Each action maps to one call of the tier's store interface (include/cairn/tier_store.h):
+ * stats -> cairn_tier_store_stats, ls -> _foreach, verify -> _verify, prune -> _prune,
+ * clear -> _clear; only finding and opening the model directories is the filesystem
+ * store's own. Opening a store already removes leftover temporary files and objects whose
+ * header is invalid (counted in the corruptions it reports).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -78,37 +80,38 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
-static int print_entry(void *user, const cairn_cold_entry_info_t *e)
+static int print_entry(void *user, const cairn_tier_entry_t *e)
 {
     (void)user;
     char h[65], p[65];
-    cairn_cold_hash_hex(&e->hash, h);
-    cairn_cold_hash_hex(&e->parent, p);
-    printf("%s  parent %.16s  %u tokens  %llu bytes\n", h, p, e->n_tokens, (unsigned long long)e->file_bytes);
+    cairn_tier_hash_hex(&e->key.hash, h);
+    cairn_tier_hash_hex(&e->parent, p);
+    printf("%s  parent %.16s  %u tokens  %llu bytes\n", h, p, e->n_tokens, (unsigned long long)e->bytes);
     return 0;
 }
 
-static int run_model(void *user, const cairn_cold_hash_t *fp)
+static int run_model(void *user, const cairn_tier_hash_t *fp)
 {
     ctx_t *c = user;
     char hex[65];
-    cairn_cold_hash_hex(fp, hex);
+    cairn_tier_hash_hex(fp, hex);
     cairn_cold_config_t cfg = {.root = c->root, .fingerprint = *fp, .no_writer = true,
                                .has_quota = true, .quota_bytes = UINT64_MAX};
-    cairn_cold_store_t *s = NULL;
-    int rc = cairn_cold_store_create(&cfg, &s);
+    cairn_cold_store_t *fs = NULL;
+    int rc = cairn_cold_store_create(&cfg, &fs);
     if (rc) {
         fprintf(stderr, "cairn cache: cannot open model %s: %s\n", hex, cairn_strerror(rc));
         c->status = 1;
         return 0;
     }
     c->models++;
-    cairn_cold_stats_t st;
+    cairn_tier_store_t *s = cairn_cold_store_tier(fs);
+    cairn_tier_stats_t st;
     const char *a = c->action;
     if (!strcmp(a, "stats")) {
-        cairn_cold_store_stats(s, &st);
+        cairn_tier_store_stats(s, &st);
         if (c->json) {
-            char *js = cairn_cold_stats_json(&st, NULL);
+            char *js = cairn_tier_stats_json(&st, NULL);
             printf("{\"model\":\"%s\",\"stats\":%s}\n", hex, js ? js : "null");
             cairn_free(js);
         } else {
@@ -119,27 +122,27 @@ static int run_model(void *user, const cairn_cold_hash_t *fp)
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);
-        cairn_cold_store_foreach(s, print_entry, NULL);
+        cairn_tier_store_foreach(s, print_entry, NULL);
     } else if (!strcmp(a, "verify")) {
         size_t checked = 0, bad = 0;
-        rc = cairn_cold_store_verify(s, &checked, &bad);
-        cairn_cold_store_stats(s, &st);
+        rc = cairn_tier_store_verify(s, &checked, &bad);
+        cairn_tier_store_stats(s, &st);
         printf("model %s: %zu objects read, %zu invalid deleted (%llu invalid at open)\n", hex, checked, bad,
                (unsigned long long)(st.corruptions - bad));
         if (rc || st.corruptions)
             c->status = 1;
     } else if (!strcmp(a, "prune")) {
         size_t ev = 0;
-        cairn_cold_store_prune(s, c->quota, &ev);
-        cairn_cold_store_stats(s, &st);
+        cairn_tier_store_prune(s, c->quota, &ev);
+        cairn_tier_store_stats(s, &st);
         printf("model %s: evicted %zu objects, %llu bytes left\n", hex, ev, (unsigned long long)st.used_bytes);
     } else if (!strcmp(a, "clear")) {
         size_t n = 0;
-        cairn_cold_store_clear(s, &n);
+        cairn_tier_store_clear(s, &n);
         printf("model %s: removed %zu objects\n", hex, n);
     }
-    char *dir = cairn_strdup(cairn_cold_store_dir(s));
-    cairn_cold_store_destroy(s);
+    char *dir = cairn_strdup(cairn_cold_store_dir(fs));
+    cairn_tier_store_destroy(s);
     if (!strcmp(a, "clear") && dir)
         rmdir(dir); /* only succeeds once empty */
     cairn_free(dir);
@@ -203,8 +206,8 @@ static int cmd_cache(int argc, char **argv)
     }
     c.root = root;
     if (model) {
-        cairn_cold_hash_t fp;
-        if (cairn_cold_hash_parse(model, &fp)) {
+        cairn_tier_hash_t fp;
+        if (cairn_tier_hash_parse(model, &fp)) {
             fprintf(stderr, "cairn cache: --model: not a 64-digit hex fingerprint: %s\n", model);
             cairn_free(root);
             return 2;

@@ -28,8 +28,10 @@ static void usage(FILE *out)
             "OUT_DIR is created if missing; files in it are replaced atomically.\n"
             "\n"
             "options (defaults are the 'tiny' preset):\n"
-            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b (applied first)\n"
-            "  --arch A           llama | qwen3 (default llama)\n"
+            "  --preset NAME      tiny | llama-8l | qwen3-8l | qwen3-0.6b | gemma3-1b |\n"
+            "                     lfm2-1.2b | qwen3.5-0.8b (applied first)\n"
+            "  --arch A           llama | qwen3 | gemma3 | lfm2 (default llama; lfm2: every\n"
+            "                     third layer from layer 2 attends, the others are 3-tap convs)\n"
             "  --layers N         hidden layers (default %d)\n"
             "  --hidden N         hidden size (default %d)\n"
             "  --heads N          attention heads (default %d)\n"
@@ -45,12 +47,25 @@ static void usage(FILE *out)
             "  --rms-eps X        RMSNorm epsilon (default %g)\n"
             "  --max-pos N        max_position_embeddings (default %d)\n"
             "  --shards N         weight files; above 1 writes an index (default 1)\n"
+            "  --window N         gemma3: the sliding layers' window (default 512)\n"
+            "  --pattern N        gemma3: every N-th layer is full attention (default 6)\n"
+            "  --attn-layers LIST lfm2: the attention layers, e.g. 2,5,8 (the rest convolve)\n"
+            "  --conv-taps N      lfm2: taps of the short convolution (default 3)\n"
             "\n"
             "presets: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536,\n"
             "vocab 32000, untied); qwen3-8l (qwen3, 8 layers, hidden 1024, 16/8 heads,\n"
             "head_dim 128, ffn 3072, vocab 32000, tied); qwen3-0.6b (the Qwen3-0.6B shape:\n"
             "28 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072, vocab 151936, tied,\n"
-            "rope_theta 1e6; about 1.2 GB in bf16).\n",
+            "rope_theta 1e6; about 1.2 GB in bf16); gemma3-1b (the gemma-3-1b-it text shape:\n"
+            "26 layers, every 6th full attention, the others sliding over 512 tokens, hidden\n"
+            "1152, 4/1 heads, head_dim 256, ffn 6912, vocab 262144, tied; about 2 GB in bf16);\n"
+            "lfm2-1.2b (the LFM2-1.2B shape: 16\n"
+            "layers, attention at 2, 5, 8, 10, 12, 14 and 3-tap gated convolutions elsewhere,\n"
+            "hidden 2048, 32/8 heads, head_dim 64, ffn 8192, vocab 65536, tied; about 2.3 GB\n"
+            "in bf16); qwen3.5-0.8b (the Qwen3.5-0.8B text model: 24 layers, 3 Gated\n"
+            "DeltaNet (16/16 heads of 128, conv 4) to 1 gated attention (8/2 heads, head_dim\n"
+            "256, partial rotary 0.25), hidden 1024, ffn 3584, vocab 248320, tied, rope_theta\n"
+            "1e7; about 1.5 GB in bf16).\n",
             d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.ffn, d.vocab,
             d.rope_theta, d.rms_eps, d.max_pos);
 }
@@ -135,8 +150,12 @@ static int cmd_synth(int argc, char **argv)
                 o.arch = CAIRN_SYNTH_LLAMA;
             } else if (!strcmp(v, "qwen3")) {
                 o.arch = CAIRN_SYNTH_QWEN3;
+            } else if (!strcmp(v, "gemma3")) {
+                o.arch = CAIRN_SYNTH_GEMMA3;
+            } else if (!strcmp(v, "lfm2")) {
+                o.arch = CAIRN_SYNTH_LFM2;
             } else {
-                fprintf(stderr, "cairn synth: --arch must be llama or qwen3, got '%s'\n", v);
+                fprintf(stderr, "cairn synth: --arch must be llama, qwen3, gemma3 or lfm2, got '%s'\n", v);
                 rc = -1;
             }
         } else if (!strcmp(a, "--dtype")) {
@@ -153,6 +172,21 @@ static int cmd_synth(int argc, char **argv)
                 rc = -1;
             }
             o.seed = s;
+        } else if (!strcmp(a, "--attn-layers")) {
+            /* lfm2: comma-separated attention layer indices (< 64) */
+            o.attn_layers = 0;
+            for (const char *p = v; rc == 0 && *p;) {
+                char *end;
+                errno = 0;
+                long l = strtol(p, &end, 10);
+                if (errno || end == p || l < 0 || l >= 64 || (*end && *end != ',')) {
+                    fprintf(stderr, "cairn synth: --attn-layers needs indices below 64 like 2,5,8, got '%s'\n", v);
+                    rc = -1;
+                    break;
+                }
+                o.attn_layers |= 1ull << l;
+                p = *end ? end + 1 : end;
+            }
         } else if (!strcmp(a, "--rope-theta")) {
             rc = parse_double(a, v, &o.rope_theta);
         } else if (!strcmp(a, "--rms-eps")) {
@@ -171,6 +205,9 @@ static int cmd_synth(int argc, char **argv)
                 {"--vocab", offsetof(cairn_synth_options_t, vocab)},
                 {"--max-pos", offsetof(cairn_synth_options_t, max_pos)},
                 {"--shards", offsetof(cairn_synth_options_t, n_shards)},
+                {"--window", offsetof(cairn_synth_options_t, sliding_window)},
+                {"--pattern", offsetof(cairn_synth_options_t, sliding_pattern)},
+                {"--conv-taps", offsetof(cairn_synth_options_t, conv_taps)},
             };
             size_t k = 0;
             while (k < CAIRN_ARRAY_LEN(ints) && strcmp(a, ints[k].opt) != 0)

@@ -119,7 +119,7 @@ typedef enum {
     COMPUTE_OP_NORM,       /* norm weights of a type */
     COMPUTE_OP_KV,         /* K/V storage of a type (kv_store and attention) */
     COMPUTE_OP_SHORT_CONV, /* weights of a type */
-    COMPUTE_OP_DELTA_RULE, /* type ignored */
+    COMPUTE_OP_DELTA_RULE, /* type: CAIRN_DTYPE_F32 (operands and state are float32) */
     COMPUTE_OP_COUNT
 } compute_op_t;
 
@@ -384,7 +384,7 @@ static inline void compute_attention(compute_backend_t *be, compute_attn_t *a, i
 }
 
 /*
- * OPTIONAL (NULL on the CPU backend today; LFM2's issue implements it). Causal depthwise
+ * OPTIONAL (the CPU backend: src/compute/cpu/short_conv.c). Causal depthwise
  * convolution over n consecutive rows of ONE sequence, channels = w.rows, kernel length
  * L = w.cols (HF conv.weight [C][1][L] without bias):
  *   out[t][c] = sum_{j < L} w[c][j] * xs[t + j][c],  xs = state [L-1][channels] followed
@@ -401,10 +401,11 @@ static inline void compute_short_conv(compute_backend_t *be, float *out, const f
 }
 
 /*
- * OPTIONAL (NULL on the CPU backend today; Qwen3.5's issue implements it). The gated delta
- * rule over n consecutive rows of ONE sequence, as HF's recurrent gated delta rule with
+ * OPTIONAL (the CPU backend runs src/compute/cpu/delta_rule.c). The gated delta rule over
+ * n consecutive rows of ONE sequence, as HF's recurrent gated delta rule with
  * use_qk_l2norm_in_kernel: for each value head h (key head h / (n_v_heads / n_k_heads)),
- * with q, k l2-normalised (eps 1e-6) and q scaled by 1/sqrt(dk), for t in order:
+ * with q, k l2-normalised by the op (eps 1e-6) and q then scaled by 1/sqrt(dk), for t in
+ * order:
  *   S_h = S_h * exp(g[t][h]);  u = S_h^T k_t;  d = (v_t - u) * beta[t][h];
  *   S_h = S_h + k_t d^T;  out_t = S_h^T q_t.
  * q, k [n][n_k_heads][dk], v, out [n][n_v_heads][dv], g, beta [n][n_v_heads] (g is the

@@ -33,6 +33,14 @@
 #include "engine/kv_paged.h"
 #include "engine/seq_state.h"
 #include "models/family.h"
+#include "util/util.h"
+
+/* A checkpoint boundary inside a step: item `item` passes n = b tokens after row `end`-1. */
+typedef struct {
+    int end;   /* the sub-batch ends before this row index */
+    int item;
+    int b;
+} step_cut_t;
 
 struct cairn_seq {
     cairn_engine_t *e;
@@ -46,6 +54,7 @@ struct cairn_seq {
     kv_flat_t flat;           /* CAIRN_KV_FLAT */
     kv_paged_seq_t *paged;    /* CAIRN_KV_PAGED */
     seq_state_t state;        /* recurrent state after n_past tokens (empty: none) */
+    int prompt_len;           /* tokens up to the end of the latest prompt (checkpoints) */
 };
 
 struct cairn_engine {
@@ -59,22 +68,19 @@ struct cairn_engine {
     size_t state_bytes;       /* per-sequence recurrent state (0: none) */
     void *fwd;                /* the family's forward context */
     kv_paged_t *paged;        /* the paged store (NULL on the flat path) */
+    seq_ckpts_t *ckpts;       /* recurrent checkpoints (paged path, stateful models only) */
     engine_cold_t *cold;      /* the SSD cold tier (NULL when off; see engine_cold.c) */
     cairn_seq_t *seqs;        /* live sequences */
     cairn_fwd_row_t *rows;    /* [rows_cap] rows of the current step */
     int rows_cap;
     cairn_fwd_seq_t *views;   /* [views_cap] one per item of the current step */
     int views_cap;
+    step_cut_t *cuts;         /* [cuts_cap] checkpoint boundaries of the current step */
+    int cuts_cap;
     float *logits;            /* [logits_cap][vocab] */
     int logits_cap;
     cairn_engine_counters_t counters;
 };
-
-static void set_err(char *err, size_t err_len, const char *msg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, "%s", msg);
-}
 
 void cairn_engine_options_default(cairn_engine_options_t *o)
 {
@@ -87,6 +93,7 @@ void cairn_engine_options_default(cairn_engine_options_t *o)
     o->block_tokens = 16;
     o->max_context = 0;
     o->max_step_tokens = 512;
+    o->state_ckpt_mib = 0;
 }
 
 int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
@@ -107,13 +114,13 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         (o.math != CAIRN_ENGINE_MATH_F32 && o.math != CAIRN_ENGINE_MATH_BF16) ||
         !cairn_dtype_block_elems(o.kv_dtype) || /* the backend says below which types it stores */
         (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
-        set_err(err, err_len, "engine: invalid options");
+        cairn_errf(err, err_len, "%s", "engine: invalid options");
         return CAIRN_EINVAL;
     }
 
     cairn_engine_t *e = cairn_calloc(1, sizeof(*e));
     if (!e) {
-        set_err(err, err_len, "engine: out of memory");
+        cairn_errf(err, err_len, "%s", "engine: out of memory");
         return CAIRN_ENOMEM;
     }
     e->ck = ck;
@@ -122,14 +129,14 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     e->opt = o;
     int rc = cairn_thread_pool_create(o.n_threads, &e->tp);
     if (rc) {
-        set_err(err, err_len, "engine: cannot create the thread pool");
+        cairn_errf(err, err_len, "%s", "engine: cannot create the thread pool");
         goto fail;
     }
     /* The family's cache needs shape the K/V storage and the state handles. */
     e->layers = cairn_calloc((size_t)cfg->n_layers, sizeof(*e->layers));
     if (!e->layers) {
         rc = CAIRN_ENOMEM;
-        set_err(err, err_len, "engine: out of memory");
+        cairn_errf(err, err_len, "%s", "engine: out of memory");
         goto fail;
     }
     rc = cairn_model_cache_layout(model, o.kv_dtype, e->layers, &e->state_bytes);
@@ -145,19 +152,30 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
-        if (err && err_len)
-            snprintf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
-                                         : "engine: the model's forward pass does not run with these options "
-                                           "(K/V type, rope type)");
+        cairn_errf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+                                                 : "engine: the model's forward pass does not run with these "
+                                                   "options (K/V type, rope type)");
         goto fail;
     }
     if (o.kv_path == CAIRN_KV_PAGED) {
-        rc = kv_paged_create(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
-                             (size_t)o.pool_mib, &e->paged, err, err_len);
+        /* Recurrent checkpoints: a byte budget, the registry sized to let it bind. */
+        uint64_t ckpt_bytes = (uint64_t)cairn_knob_int("CAIRN_STATE_CKPT_MIB", o.state_ckpt_mib != 0,
+                                                       o.state_ckpt_mib > 0 ? o.state_ckpt_mib : 0,
+                                                       256, 0, 1 << 20) << 20;
+        rc = kv_paged_create_ckpt(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
+                                  (size_t)o.pool_mib,
+                                  seq_ckpts_registry_capacity(e->state_bytes, ckpt_bytes),
+                                  seq_ckpts_registry_evicted, &e->ckpts, &e->paged, err, err_len);
         if (rc)
             goto fail;
+        if (e->state_bytes &&
+            (rc = seq_ckpts_create(kv_paged_cache_rw(e->paged), e->state_bytes, ckpt_bytes,
+                                   &e->ckpts))) {
+            cairn_errf(err, err_len, "%s", "engine: out of memory");
+            goto fail;
+        }
         if ((rc = engine_cold_open(ck, &o, e->paged, &e->cold))) {
-            set_err(err, err_len, "engine: out of memory");
+            cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
     }
@@ -175,6 +193,9 @@ void cairn_engine_destroy(cairn_engine_t *e)
     while (e->seqs)
         cairn_seq_release(e->seqs);
     engine_cold_close(e->cold); /* after the releases above queued their blocks */
+    seq_ckpts_t *ck = e->ckpts;
+    e->ckpts = NULL; /* the cache's teardown must not reach a freed bank */
+    seq_ckpts_destroy(ck);
     kv_paged_destroy(e->paged);
     if (e->fwd)
         e->model->family->fwd_destroy(e->fwd);
@@ -183,6 +204,7 @@ void cairn_engine_destroy(cairn_engine_t *e)
     cairn_thread_pool_destroy(e->tp);
     cairn_free(e->rows);
     cairn_free(e->views);
+    cairn_free(e->cuts);
     cairn_free(e->logits);
     cairn_free(e);
 }
@@ -190,7 +212,20 @@ void cairn_engine_destroy(cairn_engine_t *e)
 const cairn_engine_options_t *cairn_engine_options(const cairn_engine_t *e) { return &e->opt; }
 const cairn_model_config_t *cairn_engine_config(const cairn_engine_t *e) { return e->cfg; }
 
-void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out) { *out = e->counters; }
+void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_counters_t *out)
+{
+    *out = e->counters;
+    rstore_stats_t st;
+    seq_ckpts_stats(e->ckpts, &st);
+    out->ckpt_saves = st.saves;
+    out->ckpt_restores = st.restores;
+    out->ckpt_evictions = st.evictions + st.drops;
+    out->ckpt_count = st.count;
+    out->ckpt_bytes = st.bytes;
+    out->ckpt_budget = st.budget;
+    out->ckpt_save_seconds = (double)st.save_ns * 1e-9;
+    out->ckpt_restore_seconds = (double)st.restore_ns * 1e-9;
+}
 
 int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out)
 {
@@ -220,17 +255,7 @@ static int check_tokens(const cairn_engine_t *e, const int32_t *tokens, int n)
 
 static int seq_grow_tokens(cairn_seq_t *s, int need)
 {
-    if (need <= s->cap)
-        return CAIRN_OK;
-    int cap = s->cap ? s->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    int32_t *t = cairn_realloc(s->tokens, (size_t)cap * sizeof(int32_t));
-    if (!t)
-        return CAIRN_ENOMEM;
-    s->tokens = t;
-    s->cap = cap;
-    return CAIRN_OK;
+    return cairn_grow_array_int((void **)&s->tokens, &s->cap, need, sizeof(int32_t), 64);
 }
 
 /* An empty sequence linked into the engine. */
@@ -279,9 +304,19 @@ static int seq_append(cairn_seq_t *s, const int32_t *tokens, int n)
         rc = kv_paged_seq_append(s->paged, tokens, n, &hit);
         if (rc)
             return rc;
+        /* A prefix of a stateful model is served only with a checkpoint at exactly its
+         * length (the KV core checks the registry, whose keys the bank always holds). */
+        if (hit > 0 && e->ckpts) {
+            rc = seq_ckpt_restore(e->ckpts, kv_paged_seq_core(s->paged), (size_t)hit, &s->state);
+            CAIRN_ASSERT(rc == CAIRN_OK);
+        }
         s->n_past += hit;
         e->counters.tokens_reused += (uint64_t)hit;
     }
+    /* A prompt (the first tokens, or a new turn of more than one token) checkpoints the
+     * end of its last full block. */
+    if (s->len == 0 || n > 1)
+        s->prompt_len = s->len + n;
     memcpy(s->tokens + s->len, tokens, (size_t)n * sizeof(int32_t));
     s->len += n;
     return CAIRN_OK;
@@ -328,15 +363,68 @@ int cairn_seq_restored_tokens(const cairn_seq_t *s) { return s->restored; }
 int cairn_seq_n_pending(const cairn_seq_t *s) { return s->len - s->n_past; }
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s) { return s->tokens; }
 
+/*
+ * A truncation the paged path's sliding groups cannot do in place (CAIRN_ERANGE from the
+ * core: blocks the window of position n needs were already released): the sequence begins
+ * again over its first n tokens, attaching what the prefix cache still holds, and the rest
+ * becomes pending, recomputed by the next steps with the same bits as before. The flat
+ * path keeps every position and truncates in place.
+ */
+static int truncate_restart(cairn_seq_t *s, int n)
+{
+    int hit = 0, rc = kv_paged_seq_restart(s->paged, s->tokens, n, &hit);
+    if (rc)
+        return rc;
+    s->n_past = hit;
+    s->len = n;
+    s->e->counters.tokens_reused += (uint64_t)hit;
+    return CAIRN_OK;
+}
+
+/*
+ * Rewinds a stateful sequence to n < n_past tokens: its state can only be had at a
+ * checkpoint, so it restarts from the deepest checkpoint b <= n of its chain (or from
+ * the empty state) and tokens [b, n) become pending again. On the paged path the core
+ * sequence is cut to b and [b, n) re-appended, so the recomputation writes fresh blocks
+ * instead of blocks other sequences may share.
+ */
+static int truncate_stateful(cairn_seq_t *s, int n)
+{
+    cairn_engine_t *e = s->e;
+    int b = 0, rc = CAIRN_OK;
+    if (s->paged && e->ckpts)
+        b = (int)seq_ckpt_deepest(e->ckpts, kv_paged_seq_core(s->paged), (size_t)n);
+    if (s->paged && (rc = kv_paged_seq_truncate(s->paged, b)))
+        return rc; /* nothing changed */
+    if (b > 0) {
+        rc = seq_ckpt_restore(e->ckpts, kv_paged_seq_core(s->paged), (size_t)b, &s->state);
+        CAIRN_ASSERT(rc == CAIRN_OK); /* seq_ckpt_deepest found it */
+    } else {
+        seq_state_reset(&s->state);
+    }
+    s->n_past = b;
+    s->len = b;
+    if (s->paged && n > b) {
+        int hit = 0;
+        rc = kv_paged_seq_append(s->paged, s->tokens + b, n - b, &hit);
+        CAIRN_ASSERT(hit == 0); /* the core sequence exists: no lookup */
+        if (rc)
+            return rc; /* the pool cannot hold them again: the sequence keeps b tokens */
+    }
+    s->len = n;
+    return CAIRN_OK;
+}
+
 int cairn_seq_truncate(cairn_seq_t *s, int n)
 {
     if (n < 0 || n > s->len)
         return CAIRN_EINVAL;
-    /* Recurrent state cannot be rewound without a checkpoint at n (seq_state.h). */
     if (n < s->n_past && s->state.bytes)
-        return CAIRN_EUNSUPPORTED;
+        return truncate_stateful(s, n);
     if (s->paged) {
         int rc = kv_paged_seq_truncate(s->paged, n);
+        if (rc == CAIRN_ERANGE)
+            return truncate_restart(s, n);
         if (rc)
             return rc;
     }
@@ -384,6 +472,7 @@ int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out)
         goto fail;
     seq_state_copy(&c->state, &s->state);
     c->n_past = s->n_past;
+    c->prompt_len = s->prompt_len;
     *out = c;
     return CAIRN_OK;
 fail:
@@ -415,32 +504,25 @@ void cairn_seq_release(cairn_seq_t *s)
 
 /* ---- Steps -------------------------------------------------------------------------- */
 
-static int grow(void **p, int *cap, int need, size_t elem)
+/*
+ * Saves s's state, which stands exactly at b computed tokens, as a checkpoint. The core
+ * sequence is committed to b first (a checkpoint needs the boundary's block hashed and
+ * computed). A failure costs only the checkpoint.
+ */
+static void step_checkpoint(cairn_engine_t *e, cairn_seq_t *s, int b)
 {
-    if (need <= *cap)
-        return CAIRN_OK;
-    int c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = cairn_realloc(*p, (size_t)c * elem);
-    if (!q)
-        return CAIRN_ENOMEM;
-    *p = q;
-    *cap = c;
-    return CAIRN_OK;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    int rc = kv_paged_seq_commit(s->paged, b);
+    if (rc == CAIRN_OK)
+        rc = seq_ckpt_save(e->ckpts, kv_paged_seq_core_rw(s->paged), (size_t)b, &s->state);
+    if (rc)
+        cairn_log(CAIRN_LOG_WARN, "engine: recurrent checkpoint at %d tokens failed (%s)", b,
+                  cairn_strerror(rc));
 }
 
 int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
                       const float **logits, int *n_rows)
 {
-    double t0 = now_seconds();
+    double t0 = cairn_now_seconds();
     int rc = CAIRN_OK, n_tok = 0, n_out = 0, i = 0;
     *logits = NULL;
     *n_rows = 0;
@@ -461,9 +543,9 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         n_tok += n;
         n_out += items[i].logits == CAIRN_LOGITS_ALL ? n : items[i].logits == CAIRN_LOGITS_LAST;
     }
-    if ((rc = grow((void **)&e->rows, &e->rows_cap, n_tok, sizeof(cairn_fwd_row_t))) ||
-        (rc = grow((void **)&e->views, &e->views_cap, n_items, sizeof(cairn_fwd_seq_t))) ||
-        (rc = grow((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float))))
+    if ((rc = cairn_grow_array_int((void **)&e->rows, &e->rows_cap, n_tok, sizeof(cairn_fwd_row_t), 16)) ||
+        (rc = cairn_grow_array_int((void **)&e->views, &e->views_cap, n_items, sizeof(cairn_fwd_seq_t), 16)) ||
+        (rc = cairn_grow_array_int((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float), 16)))
         goto done;
 
     /* Storage for the new positions, then the row list in item order. */
@@ -490,12 +572,35 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         }
     }
 
-    /* The forward pass, in sub-batches of at most max_step_tokens rows. A sequence's rows
-     * may straddle two sub-batches: its view's n_past is where its first row of the
-     * sub-batch stands (rows of one sequence are contiguous and in order). */
-    for (int start = 0; start < n_tok; start += e->opt.max_step_tokens) {
-        int len = n_tok - start < e->opt.max_step_tokens ? n_tok - start : e->opt.max_step_tokens;
-        for (int j = start; j < start + len; j++)
+    /* Recurrent checkpoints: the block boundaries each sequence passes in this step
+     * where it takes one (seq_state.h). A sub-batch ends at each, so the state handle
+     * holds exactly the state at the boundary when it is saved; how rows are cut into
+     * sub-batches changes no bit. */
+    int n_cuts = 0;
+    if (e->ckpts) {
+        for (i = 0, r = 0; i < n_items; i++) {
+            cairn_seq_t *s = items[i].seq;
+            int n = items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
+            for (int b = s->n_past; (b = seq_ckpt_next(b, s->n_past + n, s->prompt_len,
+                                                        e->opt.block_tokens)) > 0;) {
+                if ((rc = cairn_grow_array_int((void **)&e->cuts, &e->cuts_cap, n_cuts + 1, sizeof(step_cut_t), 16)))
+                    goto done;
+                e->cuts[n_cuts++] = (step_cut_t){r + (b - s->n_past), i, b};
+            }
+            r += n;
+        }
+    }
+
+    /* The forward pass, in sub-batches of at most max_step_tokens rows, also ending at
+     * every checkpoint cut. A sequence's rows may straddle sub-batches: its view's n_past
+     * is where its first row of the sub-batch stands (rows of one sequence are contiguous
+     * and in order). */
+    for (int start = 0, c = 0; start < n_tok;) {
+        int end = n_tok - start < e->opt.max_step_tokens ? n_tok : start + e->opt.max_step_tokens;
+        if (c < n_cuts && e->cuts[c].end < end)
+            end = e->cuts[c].end;
+        int len = end - start;
+        for (int j = start; j < end; j++)
             if (j == start || e->rows[j].seq != e->rows[j - 1].seq)
                 e->views[e->rows[j].seq].n_past = e->rows[j].pos;
         cairn_fwd_batch_t b = {e->rows + start, len, e->views, n_items, e->logits};
@@ -504,6 +609,9 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
                       cairn_strerror(rc));
             goto done;
         }
+        for (; c < n_cuts && e->cuts[c].end == end; c++)
+            step_checkpoint(e, items[e->cuts[c].item].seq, e->cuts[c].b);
+        start = end;
     }
 
     for (i = 0; i < n_items; i++) {
@@ -520,7 +628,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
     e->counters.steps++;
     e->counters.tokens_computed += (uint64_t)n_tok;
     e->counters.logits_rows += (uint64_t)n_out;
-    e->counters.forward_seconds += now_seconds() - t0;
+    e->counters.forward_seconds += cairn_now_seconds() - t0;
     rc = CAIRN_OK;
 done:
     for (int j = 0; j < n_items; j++)

@@ -1,23 +1,28 @@
 /*
- * engine_cold.c — the engine's bridge to the SSD cold tier: restore a returning prompt's
- * prefix from disk instead of recomputing it, and capture full blocks at the end of turns.
+ * engine_cold.c — the engine's bridge to the cache tier (include/cairn/tier.h): restore a
+ * returning prompt's prefix from a store instead of recomputing it, and capture full
+ * blocks at the end of turns.
  *
  * Model. The KV core names a full block by its chained SHA-256 hash over (parent, domain,
- * tokens); the cold tier names objects by the same hash, so a prompt's disk chain is found
- * from the hashes the core computes, and domains (cache_salt) hold on disk too. Restore
- * runs before the KV core admits a prompt: blocks past the hot prefix are loaded into
- * freshly allocated pool blocks, taken and prefaulted in one pass before the walk (a
- * block's K/V for every layer is one contiguous byte range, identical in the pool and in
- * the object payload), validated by the store, and
- * published as cached blocks; the core's admission then attaches hot and restored blocks
- * alike. The walk stops at the first missing, invalid or declined block, and the core
- * never attaches past a hole, so a prefix is always a contiguous chain of valid blocks.
+ * tokens); the tier keys objects by the same hash (kind BLOCK, group 0, the sequence's
+ * domain), so a prompt's stored chain is found from the hashes the core computes, and
+ * domains (cache_salt) hold in the store too. The store is the filesystem store under the
+ * cache root (cairn/cold_tier.h), or one the caller lends (cairn_engine_options_t
+ * .cold_store). Restore runs before the KV core admits a prompt: the tier's restore walk
+ * (cairn_tier_restore_chain) loads the blocks past the hot prefix into freshly allocated
+ * pool blocks, taken and prefaulted in one pass before the walk (a block's K/V for every
+ * layer is one contiguous byte range, identical in the pool and in the object payload),
+ * each validated by the store; the bridge publishes the validated prefix as cached blocks
+ * and the core's admission attaches hot and restored blocks alike. The walk stops at the
+ * first missing, invalid or declined block, and the core never attaches past a hole, so a
+ * prefix is always a contiguous chain of valid blocks. Capture is the tier's capture walk
+ * (cairn_tier_capture_chain) over the sequence's full computed blocks.
  *
  * Invariants: only model_types of cairn_cold_eligible_families() (each family lists its
- * own, models/family.h) open a store; the store's
- * layout (layer_bytes) is the pool's block layout, so payload == one pool block's bytes;
- * corrupt objects are deleted and counted by the store and never reach the pool (a block
- * whose read fails is discarded unpublished).
+ * own, models/family.h) open a store; a restored payload is exactly one pool block's used
+ * bytes (the filesystem store's layout is the pool's block layout; a payload of another
+ * size is declined); corrupt objects are removed and counted by the store and never reach
+ * the pool (a block whose read fails is discarded unpublished).
  *
  * Thread-safety: engine thread only.
  */
@@ -27,39 +32,39 @@
 
 #include "engine/engine_cold.h"
 #include "models/family.h"
+#include "util/util.h"
 
 #define DEFAULT_DRAIN_MS 5000
 
-_Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_cold_hash_t), "one 32-byte block hash");
+_Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byte block hash");
 
 struct engine_cold {
-    cairn_cold_store_t *store;
+    cairn_tier_store_t *store;     /* what the tier logic walks */
+    cairn_cold_store_t *fs;        /* the filesystem store, when the engine opened it (owned) */
+    cairn_tier_trace_t *trace;     /* per-turn trace, or NULL */
     cairn_kv_cache_t *cache;
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
-    cairn_cold_capture_budget_t budget; /* zeros: the knobs and the store's defaults */
+    cairn_tier_capture_budget_t budget; /* zeros: the knobs and the tier's defaults */
     cairn_kv_hash_t *hashes;       /* scratch: the prompt's block hashes */
     size_t hashes_cap;
+    cairn_tier_key_t *keys;        /* scratch: the prompt's chain keys */
+    size_t keys_cap;
     uint32_t *ids;                 /* scratch: pool block per restored chain index, 0: none */
     size_t ids_cap;
     cairn_engine_cold_counters_t n;
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
- * weights digest, which covers every tensor's name, shape and dtype. */
+ * weights digest, which covers every tensor's name, shape and dtype. `numerics` stays
+ * NULL: the CPU backend's numerics, which every fingerprint so far meant (a backend whose
+ * K/V bits may differ sets its id there; docs/FORMAT.md 1.4). */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
                            uint32_t block_tokens, char *extra, size_t extra_len,
-                           cairn_cold_model_desc_t *d)
+                           cairn_tier_model_desc_t *d)
 {
     const cairn_model_t *m = cairn_checkpoint_model(ck);
     char fam[224];
@@ -72,6 +77,27 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
              fam);
     d->extra = extra;
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
+}
+
+/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
+static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *root,
+                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
+                         cairn_cold_store_t **out)
+{
+    char extra[256];
+    cairn_tier_model_desc_t desc;
+    describe_model(ck, o, block_tokens, extra, sizeof(extra), &desc);
+    cairn_cold_config_t cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.root = root;
+    int rc = cairn_tier_fingerprint(&desc, &cc.fingerprint);
+    if (rc)
+        return rc;
+    cc.dtype = o->kv_dtype;
+    cc.block_tokens = block_tokens;
+    cc.n_layers = n_layers;
+    cc.layer_bytes = layer_bytes;
+    return cairn_cold_store_create(&cc, out);
 }
 
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
@@ -87,20 +113,17 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
                   cfg->model_type);
         return CAIRN_OK;
     }
-    /* An explicit root (--cache-dir) is the caller's choice; else the environment's. */
+    /* A lent store, else an explicit root (--cache-dir), else the environment's. */
     const char *root = o->cold_root ? o->cold_root : cairn_knob_str("CAIRN_CACHE_DIR", NULL, NULL);
-    if (!root || !root[0])
+    if (!o->cold_store && (!root || !root[0]))
         return CAIRN_OK;
 
     cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
     const uint32_t n_layers = cairn_kv_cache_n_layers(cache);
     uint64_t *layer_bytes = cairn_calloc(n_layers, sizeof(*layer_bytes));
     engine_cold_t *c = cairn_calloc(1, sizeof(*c));
-    if (!layer_bytes || !c) {
-        cairn_free(layer_bytes);
-        cairn_free(c);
-        return CAIRN_ENOMEM;
-    }
+    if (!layer_bytes || !c)
+        goto nomem;
     c->cache = cache;
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS;
@@ -124,38 +147,35 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         cairn_log(CAIRN_LOG_WARN, "cold tier: off (the pool's block layout is not block-major)");
         goto off;
     }
-
-    char extra[256];
-    cairn_cold_model_desc_t desc;
-    describe_model(ck, o, c->block_tokens, extra, sizeof(extra), &desc);
-    cairn_cold_config_t cc;
-    memset(&cc, 0, sizeof(cc));
-    cc.root = root;
-    int rc = cairn_cold_fingerprint(&desc, &cc.fingerprint);
-    if (rc == CAIRN_ENOMEM)
+    if (cairn_tier_trace_create(o->cold_trace, &c->trace))
         goto nomem;
-    cc.dtype = o->kv_dtype;
-    cc.block_tokens = c->block_tokens;
-    cc.n_layers = n_layers;
-    cc.layer_bytes = layer_bytes;
-    cc.trace_path = o->cold_trace;
-    if (rc == CAIRN_OK)
-        rc = cairn_cold_store_create(&cc, &c->store);
-    if (rc) {
-        cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
-                  cairn_strerror(rc));
-        goto off;
+    if (o->cold_store) {
+        c->store = o->cold_store;
+        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->store));
+    } else {
+        int rc = open_fs_store(ck, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
+        if (rc == CAIRN_ENOMEM)
+            goto nomem;
+        if (rc) {
+            cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
+                      cairn_strerror(rc));
+            goto off;
+        }
+        c->store = cairn_cold_store_tier(c->fs);
+        cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
     }
     cairn_free(layer_bytes);
     c->n.enabled = true;
-    cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->store));
     *out = c;
     return CAIRN_OK;
 nomem:
+    if (c)
+        cairn_tier_trace_destroy(c->trace);
     cairn_free(layer_bytes);
     cairn_free(c);
     return CAIRN_ENOMEM;
 off:
+    cairn_tier_trace_destroy(c->trace);
     cairn_free(layer_bytes);
     cairn_free(c);
     return CAIRN_OK;
@@ -166,18 +186,21 @@ void engine_cold_close(engine_cold_t *c)
     if (!c)
         return;
     /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
-     * finishes at most the queue depth of blocks still queued. */
-    double deadline = now_seconds() + c->drain_ms / 1e3;
+     * finishes at most the queue depth of blocks still queued. A lent store is only
+     * drained: its owner destroys it. */
+    double deadline = cairn_now_seconds() + c->drain_ms / 1e3;
     for (;;) {
-        cairn_cold_stats_t st;
-        cairn_cold_store_stats(c->store, &st);
-        if (st.queue_len == 0 || now_seconds() >= deadline)
+        cairn_tier_stats_t st;
+        cairn_tier_store_stats(c->store, &st);
+        if (st.queue_len == 0 || cairn_now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    cairn_cold_store_destroy(c->store);
+    cairn_cold_store_destroy(c->fs);
+    cairn_tier_trace_destroy(c->trace);
     cairn_free(c->hashes);
+    cairn_free(c->keys);
     cairn_free(c->ids);
     cairn_free(c);
 }
@@ -203,9 +226,26 @@ typedef struct {
     size_t first, last;   /* chain indices [first, last) that got a pool block in the walk */
 } restore_ctx_t;
 
-/* The store's destination callback: the pool block taken for chain block i before the
- * walk, else a fresh one, or NULL (a decline) when the pool cannot give one. Called with
- * the object pinned. */
+/* The sink's prepare: takes the pool blocks for the chain the store's metadata expects and
+ * materialises their memory in one pass (filling fresh pool memory page fault by page
+ * fault costs more than the disk read on a virtual machine). Blocks past it (written by
+ * another process since open) are taken one by one in the walk. */
+static void restore_prepare(void *user, size_t start, size_t expected)
+{
+    restore_ctx_t *r = user;
+    engine_cold_t *c = r->c;
+    while (r->taken < start + expected) {
+        void *bytes = NULL;
+        if (cairn_kv_cache_import_begin(c->cache, &c->ids[r->taken], &bytes) != CAIRN_OK)
+            break;
+        r->taken++;
+    }
+    (void)cairn_kv_cache_import_prefault(c->cache, c->ids + start, r->taken - start);
+}
+
+/* The sink's destination: the pool block taken for chain block i before the walk, else a
+ * fresh one, or NULL (a decline) when the pool cannot give one or the payload is not one
+ * block. Called with the object pinned. */
 static void *restore_dest(void *user, size_t i, size_t payload_size)
 {
     restore_ctx_t *r = user;
@@ -238,10 +278,11 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     const size_t kmax = ((size_t)n - 1) / bs; /* blocks that may serve: >= 1 token computed */
     if (kmax == 0)
         return;
-    double t0 = now_seconds();
+    double t0 = cairn_now_seconds();
     const cairn_kv_hash_t *domain = kv_paged_seq_domain(s);
     size_t hot = 0;
     if (reserve((void **)&c->hashes, &c->hashes_cap, kmax, sizeof(*c->hashes)) ||
+        reserve((void **)&c->keys, &c->keys_cap, kmax, sizeof(*c->keys)) ||
         reserve((void **)&c->ids, &c->ids_cap, kmax, sizeof(*c->ids)) ||
         cairn_kv_cache_hash_blocks(c->cache, domain, NULL, 0, tokens, kmax * bs, c->hashes) ||
         cairn_kv_cache_lookup_hashes(c->cache, domain, c->hashes, (size_t)n, &hot))
@@ -250,29 +291,23 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     size_t start = hot / bs;
     if (start >= kmax)
         goto done;
-    /* The walk reads the disk, not only this process's index: another process sharing
-     * the directory may have written the blocks since open. cairn_kv_hash_t and
-     * cairn_cold_hash_t are the same 32 bytes. */
-    const cairn_cold_hash_t *ch = (const cairn_cold_hash_t *)c->hashes;
+    /* The walk reads the store, not only this process's index: another process sharing
+     * it may have written the blocks since open. cairn_kv_hash_t and cairn_tier_hash_t
+     * are the same 32 bytes. */
+    for (size_t i = 0; i < kmax; i++) {
+        c->keys[i] = (cairn_tier_key_t){.kind = CAIRN_TIER_BLOCK, .group = 0};
+        memcpy(c->keys[i].hash.bytes, c->hashes[i].bytes, sizeof(c->keys[i].hash.bytes));
+        memcpy(c->keys[i].domain.bytes, domain->bytes, sizeof(c->keys[i].domain.bytes));
+    }
     c->n.restore_lookups++;
     memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
-    /* Take the pool blocks for the chain the index expects and materialise their memory in
-     * one pass: filling fresh pool memory page fault by page fault costs more than the
-     * disk read on a virtual machine. Blocks past the index's chain (written by another
-     * process since open) are taken one by one in the walk. */
-    size_t expect = cairn_cold_store_chain_length(c->store, ch + start, kmax - start);
     restore_ctx_t r = {c, start, start, start};
-    while (r.taken < start + expect) {
-        void *bytes = NULL;
-        if (cairn_kv_cache_import_begin(c->cache, &c->ids[r.taken], &bytes) != CAIRN_OK)
-            break;
-        r.taken++;
-    }
-    (void)cairn_kv_cache_import_prefault(c->cache, c->ids + start, r.taken - start);
+    const cairn_tier_chain_t chain = {c->keys, tokens, (uint32_t)bs, kmax};
+    const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, &r};
+    cairn_tier_restore_result_t res;
     size_t loaded = 0;
-    int rc = cairn_cold_restore_chain(c->store, ch, kmax, tokens, start, restore_dest, &r, &loaded);
-    if (rc)
-        loaded = 0;
+    if (cairn_tier_restore_chain(c->store, &chain, start, &sink, &res) == CAIRN_OK)
+        loaded = res.loaded;
     /* Publish the validated prefix of the walk; give back the block it stopped on and
      * any taken block the walk did not reach. */
     int published = 0;
@@ -291,7 +326,7 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     *restored_blocks = published;
     c->n.restored_blocks += (uint64_t)published;
 done:
-    c->n.restore_seconds += now_seconds() - t0;
+    c->n.restore_seconds += cairn_now_seconds() - t0;
 }
 
 void engine_cold_note_restored(engine_cold_t *c, int tokens)
@@ -303,13 +338,14 @@ void engine_cold_note_restored(engine_cold_t *c, int tokens)
 typedef struct {
     engine_cold_t *c;
     const cairn_kv_seq_t *seq;
+    const cairn_kv_hash_t *domain;
     const uint32_t *table;
     const int32_t *tokens;
 } capture_ctx_t;
 
 /* Yields full block i of the sequence: its hash and parent from the core, its tokens and
  * its pool bytes (copied by the store before this returns to the walk). */
-static int capture_block(void *user, size_t i, cairn_cold_block_t *out)
+static int capture_block(void *user, size_t i, cairn_tier_object_t *out)
 {
     capture_ctx_t *k = user;
     const size_t bs = k->c->block_tokens;
@@ -317,7 +353,10 @@ static int capture_block(void *user, size_t i, cairn_cold_block_t *out)
     int rc = cairn_kv_seq_boundary_key(k->seq, (i + 1) * bs, &h);
     if (rc)
         return rc;
-    memcpy(out->hash.bytes, h.bytes, sizeof(h.bytes));
+    out->key.kind = CAIRN_TIER_BLOCK;
+    out->key.group = 0;
+    memcpy(out->key.hash.bytes, h.bytes, sizeof(h.bytes));
+    memcpy(out->key.domain.bytes, k->domain->bytes, sizeof(k->domain->bytes));
     memset(out->parent.bytes, 0, sizeof(out->parent.bytes));
     if (i > 0) {
         if ((rc = cairn_kv_seq_boundary_key(k->seq, i * bs, &h)))
@@ -344,17 +383,16 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
         n_full = n_table;
     if (n_full == 0)
         return;
-    double t0 = now_seconds();
-    capture_ctx_t k = {c, seq, table, cairn_kv_seq_tokens(seq)};
-    cairn_cold_capture_result_t res;
+    double t0 = cairn_now_seconds();
+    capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq)};
+    cairn_tier_capture_result_t res;
     memset(&res, 0, sizeof(res));
-    if (cairn_cold_capture_chain(c->store, n_full, capture_block, &k, &c->budget, &res) ==
-        CAIRN_OK) {
+    if (cairn_tier_capture_chain(c->store, n_full, capture_block, &k, &c->budget, &res) == CAIRN_OK) {
         c->n.capture_walks++;
-        c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the store */
+        c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the walk */
     }
-    cairn_cold_store_trace_turn(c->store, label);
-    c->n.capture_seconds += now_seconds() - t0;
+    cairn_tier_trace_turn(c->trace, c->store, label);
+    c->n.capture_seconds += cairn_now_seconds() - t0;
 }
 
 void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *out)
@@ -363,11 +401,11 @@ void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *
     if (!c)
         return;
     *out = c->n;
-    cairn_cold_store_stats(c->store, &out->store);
+    cairn_tier_store_stats(c->store, &out->store);
 }
 
 void engine_cold_flush(engine_cold_t *c)
 {
     if (c)
-        cairn_cold_store_flush(c->store);
+        cairn_tier_store_flush(c->store);
 }

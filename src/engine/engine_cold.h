@@ -1,16 +1,17 @@
 /*
- * engine_cold.h — the bridge between the engine's paged K/V path and the SSD cold tier
- * (include/cairn/cold_tier.h).
+ * engine_cold.h — the bridge between the engine's paged K/V path and the cache tier
+ * (include/cairn/tier.h over a store of include/cairn/tier_store.h).
  *
- * An engine_cold_t owns one cairn_cold_store_t opened for the engine's model fingerprint
- * (architecture, layer geometry, K/V dtype, block size, rope, math mode, weights digest)
- * and the block layout of the engine's KV cache. It restores a prompt's full blocks past
- * the hot prefix into the pool before the KV core admits the prompt (so the core attaches
- * them like any cached block) and captures a sequence's full computed blocks at the end
- * of a turn. Everything it does is best-effort: a failure is counted and logged, never
+ * An engine_cold_t walks one store: the filesystem store (include/cairn/cold_tier.h) it
+ * opens for the engine's model fingerprint (architecture, layer geometry, K/V dtype, block
+ * size, rope, math mode, weights digest) under the cache root, or a store the caller lends
+ * through cairn_engine_options_t.cold_store. It restores a prompt's full blocks past the
+ * hot prefix into the pool before the KV core admits the prompt (so the core attaches them
+ * like any cached block) and captures a sequence's full computed blocks at the end of a
+ * turn. Everything it does is best-effort: a failure is counted and logged, never
  * returned to inference, and invalid objects are never used.
  *
- * Thread-safety: engine thread only (the store's writer thread is internal to the store).
+ * Thread-safety: engine thread only (a store's own threads are internal to the store).
  */
 #ifndef CAIRN_ENGINE_COLD_H
 #define CAIRN_ENGINE_COLD_H
@@ -22,14 +23,15 @@ typedef struct engine_cold engine_cold_t;
 
 /*
  * Opens the cold tier for an engine when the options and knobs enable it and the family
- * is eligible; *out is NULL when the tier is off (disabled, no root, not eligible, or the
- * store failed to open — the last with a CAIRN_LOG_WARN). Returns CAIRN_OK or
- * CAIRN_ENOMEM (the only error that fails engine creation).
+ * is eligible; *out is NULL when the tier is off (disabled, neither a lent store nor a
+ * root, not eligible, or the store failed to open — the last with a CAIRN_LOG_WARN).
+ * Returns CAIRN_OK or CAIRN_ENOMEM (the only error that fails engine creation).
  */
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
                      kv_paged_t *kp, engine_cold_t **out);
 
-/* Waits up to the drain deadline for queued writes, then closes the store. NULL: no-op. */
+/* Waits up to the drain deadline for queued writes, then closes the store it opened (a
+ * lent store is left to its owner). NULL: no-op. */
 void engine_cold_close(engine_cold_t *c);
 
 /*

@@ -34,6 +34,15 @@ int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype
                     int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
                     size_t err_len)
 {
+    return kv_paged_create_ckpt(layers, n_layers, dtype, block_tokens, budget_mib, 0, NULL, NULL,
+                                out, err, err_len);
+}
+
+int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
+                         int block_tokens, size_t budget_mib, uint32_t max_checkpoints,
+                         cairn_kv_checkpoint_evict_fn on_evict, void *evict_user,
+                         kv_paged_t **out, char *err, size_t err_len)
+{
     *out = NULL;
     int rc = CAIRN_ENOMEM;
     cairn_kv_layer_spec_t *specs = NULL;
@@ -54,6 +63,9 @@ int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype
     kc.block_size = (uint32_t)block_tokens;
     kc.memory_mib = budget_mib;
     kc.initial_mib = budget_mib;
+    kc.max_checkpoints = max_checkpoints;
+    kc.on_checkpoint_evict = on_evict;
+    kc.checkpoint_user = evict_user;
     rc = cairn_kv_cache_create(&kc, &kp->cache);
     if (rc) {
         if (err && err_len)
@@ -120,6 +132,7 @@ void kv_paged_seq_destroy(kv_paged_seq_t *s)
 
 const cairn_kv_hash_t *kv_paged_seq_domain(const kv_paged_seq_t *s) { return &s->domain; }
 const cairn_kv_seq_t *kv_paged_seq_core(const kv_paged_seq_t *s) { return s->seq; }
+cairn_kv_seq_t *kv_paged_seq_core_rw(kv_paged_seq_t *s) { return s->seq; }
 
 int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached)
 {
@@ -158,6 +171,23 @@ int kv_paged_seq_truncate(kv_paged_seq_t *s, int n)
     if ((size_t)n > have)
         return CAIRN_EINVAL;
     return cairn_kv_seq_truncate(s->seq, have - (size_t)n);
+}
+
+int kv_paged_seq_restart(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached)
+{
+    *n_cached = 0;
+    cairn_kv_seq_t *fresh = NULL;
+    size_t hit = 0;
+    if (n > 0) {
+        int rc = cairn_kv_seq_begin(s->kp->cache, &s->domain, NULL, 0, tokens, (size_t)n, &fresh,
+                                    &hit);
+        if (rc)
+            return rc;
+    }
+    cairn_kv_seq_release(s->seq, NULL);
+    s->seq = fresh;
+    *n_cached = (int)hit;
+    return CAIRN_OK;
 }
 
 int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out)

@@ -26,6 +26,12 @@ typedef struct kv_paged_seq kv_paged_seq_t;
 int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
                     int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
                     size_t err_len);
+/* The same with the KV core's recurrent checkpoint registry configured: capacity
+ * max_checkpoints (0: the core's default) and its eviction callback (engine/seq_state.h). */
+int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
+                         int block_tokens, size_t budget_mib, uint32_t max_checkpoints,
+                         cairn_kv_checkpoint_evict_fn on_evict, void *evict_user,
+                         kv_paged_t **out, char *err, size_t err_len);
 void kv_paged_destroy(kv_paged_t *kp);
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
 /* The same cache, mutable (the cold-tier bridge imports restored blocks into it). */
@@ -38,6 +44,8 @@ void kv_paged_seq_destroy(kv_paged_seq_t *s);
  * first append), for the cold-tier bridge. */
 const cairn_kv_hash_t *kv_paged_seq_domain(const kv_paged_seq_t *s);
 const cairn_kv_seq_t *kv_paged_seq_core(const kv_paged_seq_t *s);
+/* The core sequence, mutable (registering recurrent checkpoints). */
+cairn_kv_seq_t *kv_paged_seq_core_rw(kv_paged_seq_t *s);
 /*
  * Appends tokens and reserves their slots. The first append of a sequence begins it in the
  * core, attaching the longest cached prefix: *n_cached receives the tokens reused (0 on
@@ -48,8 +56,18 @@ int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_
 int kv_paged_seq_commit(kv_paged_seq_t *s, int n_computed);
 /* Drops the uncomputed tokens, keeping the computed blocks live. */
 int kv_paged_seq_end_turn(kv_paged_seq_t *s);
-/* Keeps the first n tokens. */
+/* Keeps the first n tokens. CAIRN_ERANGE when a sliding group already released a block
+ * the window of the shorter sequence needs (nothing changes; see kv_paged_seq_restart). */
 int kv_paged_seq_truncate(kv_paged_seq_t *s, int n);
+/*
+ * Begins the sequence again over tokens [n] in its domain, as a first append does: a new
+ * core sequence attaches the longest cached prefix (*n_cached tokens, at most n - 1) and
+ * reserves the rest, then the old one is released. For a truncation a sliding window
+ * forbids: the shorter sequence's window blocks come back from the prefix cache where
+ * they are still cached, the rest is recomputed. CAIRN_EEXHAUSTED (the old sequence stays
+ * as it was) when the pool cannot hold both for the moment of the switch.
+ */
+int kv_paged_seq_restart(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_cached);
 /* *out shares every block of s (all of s's tokens must be computed). */
 int kv_paged_seq_fork(kv_paged_seq_t *s, kv_paged_seq_t **out);
 /* attn_rows_fn over a kv_paged_seq_t: the rest of pos's block is contiguous; a null block

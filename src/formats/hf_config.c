@@ -65,8 +65,9 @@ int hf_get_pos_float(const cJSON *o, const char *where, const char *key, bool re
         *out = dflt;
         return 0;
     }
+    /* Positive in float32 too: a tiny double (1e-60) would round to 0. */
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0) ||
-        v->valuedouble > 3.0e38) {
+        v->valuedouble > 3.0e38 || !((float)v->valuedouble > 0)) {
         st_errf(err, err_len, "config.json: %s %s must be a positive number", where, key);
         return CAIRN_EFORMAT;
     }

@@ -38,6 +38,7 @@
 
 #include "compute/type_traits.h"
 #include "util/json.h"
+#include "util/util.h"
 
 #define INDEX_MAX_LEN ((size_t)64 << 20)
 
@@ -73,7 +74,7 @@ struct fmt_tensors {
     size_t n_table;
     char *names;           /* names store of a fmt_tensors_create table */
     void **copies;         /* aligned copies of misaligned tensors, restored row orders */
-    size_t n_copies;
+    size_t n_copies, cap_copies;
     uint8_t digest[32];
     uint64_t weight_bytes;
     fmt_tensor_name_fn rename; /* a single-file source's name map (NULL: names as bound) */
@@ -83,18 +84,6 @@ struct fmt_tensors {
     bool quantizing;       /* fmt_tensors_set_quantize: float matrices become `quantize` at bind */
     cairn_dtype_t quantize;
 };
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
 
 static int cmp_file(const void *a, const void *b)
 {
@@ -216,7 +205,7 @@ out:
 static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
 {
     int rc;
-    char *path = path_join(dir, f->name);
+    char *path = cairn_path_join(dir, f->name);
     if (!path) {
         st_errf(err, err_len, "%s: out of memory", f->name);
         return CAIRN_ENOMEM;
@@ -398,10 +387,10 @@ static bool same_shape(const ck_entry_t *e, int ndim, const int64_t *dims, bool 
 /* Keeps a buffer the table owns (freed at close). */
 static int keep_copy(fmt_tensors_t *ck, void *copy)
 {
-    void **grown = cairn_realloc(ck->copies, (ck->n_copies + 1) * sizeof *grown);
-    if (!grown)
+    void *arr = ck->copies;
+    if (cairn_grow_array(&arr, &ck->cap_copies, ck->n_copies + 1, sizeof *ck->copies, 16))
         return CAIRN_ENOMEM;
-    ck->copies = grown;
+    ck->copies = arr;
     ck->copies[ck->n_copies++] = copy;
     return 0;
 }
@@ -707,7 +696,7 @@ int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err
     }
     ck->meta_name = "config.json";
     /* Weight files: the single file wins over an index, as in transformers. */
-    if (!(path = path_join(dir, "model.safetensors"))) {
+    if (!(path = cairn_path_join(dir, "model.safetensors"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }
@@ -720,7 +709,7 @@ int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err
         ck->n_files = 1;
     } else {
         cairn_free(path);
-        if (!(path = path_join(dir, "model.safetensors.index.json"))) {
+        if (!(path = cairn_path_join(dir, "model.safetensors.index.json"))) {
             rc = CAIRN_ENOMEM;
             goto oom;
         }

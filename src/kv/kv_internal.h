@@ -147,9 +147,10 @@ typedef struct {
     size_t k_offset, v_offset, slot_stride;
 } kv_layer_t;
 
-/* Builds groups (FULL layers one group, SLIDING layers one group per window, RECURRENT
- * layers one group) and the per-layer offsets inside a block; *block_bytes is the largest
- * group's bytes per block rounded to 64. */
+/* Builds groups (the FULL layers, the SLIDING layers of each window and the RECURRENT
+ * layers each form a class; a paged class larger than the smallest is split into groups
+ * of that many layers, see cache_group.c) and the per-layer offsets inside a block;
+ * *block_bytes is the largest group's bytes per block rounded to 64. */
 int kv_groups_build(const cairn_kv_layer_spec_t *specs, uint32_t n_layers, cairn_dtype_t dtype,
                     uint32_t block_size, kv_group_t *groups, uint32_t *n_groups,
                     kv_layer_t *layers, size_t *block_bytes);

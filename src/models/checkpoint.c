@@ -18,6 +18,7 @@
 
 #include "formats/safetensors.h"
 #include "models/family.h"
+#include "util/util.h"
 
 #define CONFIG_MAX_LEN ((size_t)16 << 20)
 
@@ -26,18 +27,6 @@ struct cairn_checkpoint {
     cairn_model_t model;
     fmt_tensors_t *tensors;
 };
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
 
 int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
                              char *err, size_t err_len)
@@ -133,7 +122,7 @@ static int open_checkpoint(const char *dir, bool quantizing, cairn_dtype_t quant
     }
 
     /* config.json (required), generation_config.json (optional). */
-    if (!(path = path_join(dir, "config.json"))) {
+    if (!(path = cairn_path_join(dir, "config.json"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }
@@ -151,7 +140,7 @@ static int open_checkpoint(const char *dir, bool quantizing, cairn_dtype_t quant
     cairn_free(path);
     cairn_free(text);
     text = NULL;
-    if (!(path = path_join(dir, "generation_config.json"))) {
+    if (!(path = cairn_path_join(dir, "generation_config.json"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }

@@ -221,7 +221,7 @@ struct cairn_family {
      * that changes the bytes of a K/V row or a recurrent state. Must be a pure function
      * of the config: the same model always maps to the same cold directory.
      */
-    void (*describe)(const cairn_model_t *m, cairn_cold_model_desc_t *desc, char *extra,
+    void (*describe)(const cairn_model_t *m, cairn_tier_model_desc_t *desc, char *extra,
                      size_t extra_len);
 
     /* Creates the forward context: scratch for env->max_rows rows, tables (RoPE, ...).

@@ -1,29 +1,40 @@
 /*
- * http_server.c — the OpenAI-compatible HTTP front end (include/cairn/server.h).
+ * http_server.c — the HTTP front end (include/cairn/server.h), API-agnostic: every API's
+ * shapes live in its adapter (api/api.h); this file knows sockets, routes and lifetimes.
  *
  * Model. One MHD daemon with an internal polling thread pool serves every connection.
- * A request's life, on HTTP threads: the access handler routes it, accumulates the body
- * (413 over the limit), and once the body is complete parses it (openai_request.c),
- * resolves the tenant's cache domain (tenancy.c), renders the chat template, tokenizes,
- * checks the context, and submits to the scheduler.
+ * The route table is built at create: each adapter's paths (generation and token-count
+ * routes first, then model lists), then the server's own /health and /metrics, then
+ * "other". A request's life, on HTTP threads: the access handler routes it, accumulates
+ * the body (413 over the limit), checks the API key where the route's adapter says it is
+ * (tenancy.c), and once the body is complete has the adapter parse it into a neutral
+ * gen_request_t, resolves the tenant's cache domain, builds the prompt (prompt.c), checks
+ * the context, and submits to the scheduler. Errors of routes that belong to no adapter
+ * are rendered by the first adapter.
  *
  * Engine thread -> HTTP thread. The scheduler reports on its engine thread through
  * on_event, which only appends the delta's bytes to the per-choice pending buffer (or
  * records the finish), under the request's mutex, and resumes the connection if it is
- * suspended. Nothing on the engine thread renders JSON or touches a socket.
- *  - Streams (SSE): the content reader steals the pending text, renders chunk events and
- *    hands them to MHD; when nothing is pending it suspends the connection from inside
+ * suspended. Nothing on the engine thread renders or touches a socket.
+ *  - Streams: the content reader calls the adapter's begin once, then steals the pending
+ *    text and hands it to the adapter as deltas (deliver_text), and at the final event
+ *    calls end or fail; when nothing is pending it suspends the connection from inside
  *    the reader and returns 0, so an idle stream costs no CPU.
  *  - Non-streaming: the access handler suspends the connection after submitting and is
- *    called again after the final event's resume; it then queues the whole body.
+ *    called again after the final event's resume; it then runs begin, the deltas and end
+ *    at once and queues the adapter's body.
  *
  * Invariants.
  *  - c->suspended is set and MHD_suspend_connection called under c->mu, and on_event
  *    resumes only under c->mu and only when c->suspended, so every suspend has exactly
  *    one resume and no resume targets a running connection.
  *  - A request context is shared by the connection, the streaming response and the
- *    scheduler (until its final event); a reference count under c->mu frees it when the
- *    last lets go. After MHD reports completion, c->mhd is NULL and nothing touches it.
+ *    scheduler (until its final event). Its reference count changes only under c->mu
+ *    (conn_ref / conn_unref), and the last to let go frees it. After MHD reports
+ *    completion, c->mhd is NULL and nothing touches it.
+ *  - The adapter's render context (c->render) is used by one HTTP thread at a time: the
+ *    stream reader, or the access handler of a non-streaming request after the final
+ *    event; never by the engine thread.
  *  - A client that disconnects mid-stream is noticed at the next write; the completion
  *    callback then cancels the request, and the scheduler frees its blocks.
  *
@@ -43,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -51,6 +63,20 @@
 #include "cairn/chat_template.h"
 #include "cairn/server.h"
 #include "server/server_impl.h"
+
+typedef enum {
+    ROUTE_API = 0,  /* an adapter's path */
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_OTHER,    /* anything else: 404 */
+} route_kind_t;
+
+typedef struct {
+    const char *path;          /* also the metrics and request-log label */
+    route_kind_t kind;
+    const api_adapter_t *api;  /* ROUTE_API: the adapter serving it */
+    api_op_t op;               /* ROUTE_API: what it does */
+} route_t;
 
 struct cairn_server {
     cairn_engine_t *engine;
@@ -65,84 +91,67 @@ struct cairn_server {
     long long started;
     int vocab, max_context;
     cairn_chat_template_t *tmpl;
+    prompt_ctx_t prompt;
     tenancy_t *ten;
     metrics_t *met;
     reqlog_t *log;
+    const api_adapter_t **apis; /* [n_apis]; apis[0] renders errors of non-API routes */
+    size_t n_apis;
+    route_t *routes;            /* [n_routes]; the last is ROUTE_OTHER */
+    const char **route_labels;  /* [n_routes] for metrics */
+    int n_routes;
     atomic_uint_fast64_t next_id;
     uint64_t id_mix;
     atomic_int live_generations; /* submitted requests whose connection is not complete */
 };
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static bool buf_append(buf_t *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1)
-            nc *= 2;
-        char *np = cairn_realloc(b->p, nc);
-        if (!np)
-            return false;
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
-}
-
-/* Appends and frees a rendered string (NULL: out of memory). */
-static bool buf_take(buf_t *b, char *s)
-{
-    if (!s)
-        return false;
-    bool ok = buf_append(b, s, strlen(s));
-    cairn_free(s);
-    return ok;
-}
-
 typedef struct conn {
     cairn_server_t *srv;
     struct MHD_Connection *mhd; /* NULL once MHD reported completion */
-    route_t route;
+    int route;                  /* index into srv->routes */
+    const route_t *rt;
+    const api_adapter_t *api;   /* the route's adapter, else srv->apis[0] (errors) */
     bool is_post;
-    buf_t body;
+    api_buf_t body;
     bool body_too_large;
     int http_status;            /* of the queued response */
     char domain[17];
+    const char *key;            /* the API key presented (a header value), or NULL */
+    size_t key_len;
 
     pthread_mutex_t mu;
-    int refs;
+    int refs;                   /* under mu */
     bool submitted;
     uint64_t sched_id;
-    oai_request_t req;
+    gen_request_t req;          /* immutable once submitted */
     bool have_req;
     char id[48];
-    oai_meta_t meta;
+    api_render_t render;        /* the adapter's; one HTTP thread at a time */
+    bool began;                 /* the adapter's begin was called (release is due) */
 
     /* Shared with the engine thread (under mu). */
     bool suspended;
     bool final;                 /* the final event arrived */
     bool ok, canceled, oom;
     int n_done;
-    oai_error_t gen_err;
-    buf_t pend[OAI_MAX_N];      /* stream: not yet sent; non-stream: the whole text */
-    cairn_finish_reason_t finish[OAI_MAX_N];
+    api_error_t gen_err;
+    api_buf_t pend[API_MAX_N];  /* stream: not yet sent; non-stream: the whole text */
+    cairn_finish_reason_t finish[API_MAX_N];
     cairn_req_usage_t usage;
     bool have_usage;
     char miss_reason[32];
 
     /* Streaming reader's own state (one MHD thread at a time). */
-    buf_t out;
-    size_t out_off;
-    bool role_sent[OAI_MAX_N];
+    size_t out_off;             /* bytes of render.out already handed to MHD */
     bool ended;
 } conn_t;
+
+static void conn_ref(conn_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->refs++;
+    pthread_mutex_unlock(&c->mu);
+}
 
 static void conn_unref(conn_t *c)
 {
@@ -152,12 +161,14 @@ static void conn_unref(conn_t *c)
     if (left > 0)
         return;
     pthread_mutex_destroy(&c->mu);
-    cairn_free(c->body.p);
-    cairn_free(c->out.p);
-    for (int i = 0; i < OAI_MAX_N; i++)
-        cairn_free(c->pend[i].p);
+    if (c->began)
+        c->api->release(&c->render);
+    api_buf_free(&c->render.out);
+    api_buf_free(&c->body);
+    for (int i = 0; i < API_MAX_N; i++)
+        api_buf_free(&c->pend[i]);
     if (c->have_req)
-        oai_request_fini(&c->req);
+        gen_request_fini(&c->req);
     cairn_free(c);
 }
 
@@ -170,7 +181,7 @@ static void on_event(void *user, const cairn_req_event_t *ev)
     int idx = ev->index >= 0 && ev->index < c->req.n ? ev->index : 0;
     switch (ev->kind) {
     case CAIRN_REQ_EVENT_DELTA:
-        if (ev->text_len && !buf_append(&c->pend[idx], ev->text, ev->text_len))
+        if (ev->text_len && api_buf_append(&c->pend[idx], ev->text, ev->text_len) != 0)
             c->oom = true;
         break;
     case CAIRN_REQ_EVENT_DONE:
@@ -186,11 +197,11 @@ static void on_event(void *user, const cairn_req_event_t *ev)
         c->ok = false;
         c->canceled = ev->status == CAIRN_ECANCELED;
         if (c->canceled)
-            oai_error_set(&c->gen_err, 503, "server_error", NULL, "canceled",
+            api_error_set(&c->gen_err, 503, API_ERR_UNAVAILABLE, NULL, "canceled",
                           "The request was canceled (%s)",
                           ev->message ? ev->message : "server shutting down");
         else
-            oai_error_set(&c->gen_err, 500, "server_error", NULL, NULL, "Generation failed: %s",
+            api_error_set(&c->gen_err, 500, API_ERR_SERVER, NULL, NULL, "Generation failed: %s",
                           ev->message ? ev->message : cairn_strerror(ev->status));
         break;
     }
@@ -202,7 +213,7 @@ static void on_event(void *user, const cairn_req_event_t *ev)
         c->have_usage = true;
     }
     if (c->final && c->oom && c->ok == false && ev->kind == CAIRN_REQ_EVENT_DONE)
-        oai_error_set(&c->gen_err, 500, "server_error", NULL, NULL, "out of memory");
+        api_error_oom(&c->gen_err);
     bool last = c->final;
     if (c->suspended && c->mhd) {
         c->suspended = false;
@@ -225,8 +236,8 @@ static enum MHD_Result queue(conn_t *c, int status, const char *ctype, const cha
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    if (status == 401)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 401 && c->api->auth[0].scheme)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, c->api->auth[0].scheme);
     enum MHD_Result rc = MHD_queue_response(c->mhd, (unsigned)status, r);
     MHD_destroy_response(r);
     c->http_status = status;
@@ -234,151 +245,149 @@ static enum MHD_Result queue(conn_t *c, int status, const char *ctype, const cha
     return rc;
 }
 
-static enum MHD_Result queue_json(conn_t *c, int status, char *json /* owned */)
+/* The adapter's static out-of-memory body: when even rendering an error failed. */
+static enum MHD_Result queue_oom(conn_t *c)
 {
-    if (!json)
-        return queue(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}",
-                     38, NULL);
-    enum MHD_Result rc = queue(c, status, "application/json", json, strlen(json), NULL);
-    cairn_free(json);
+    return queue(c, 503, c->api->content_type, c->api->oom_body, strlen(c->api->oom_body),
+                 NULL);
+}
+
+static enum MHD_Result queue_error(conn_t *c, const api_error_t *e, const char *allow)
+{
+    api_buf_t b = {0};
+    if (c->api->render_error(e, &b) != 0) {
+        api_buf_free(&b);
+        return queue_oom(c);
+    }
+    enum MHD_Result rc = queue(c, e->http_status, c->api->content_type, b.p ? b.p : "", b.len,
+                               allow);
+    api_buf_free(&b);
     return rc;
 }
 
-static enum MHD_Result queue_error(conn_t *c, const oai_error_t *e, const char *allow)
+/* A whole 200 body the adapter rendered into b (freed here). */
+static enum MHD_Result queue_body(conn_t *c, api_buf_t *b)
 {
-    char *j = oai_error_json(e);
-    if (!j)
-        return queue_json(c, 500, NULL);
-    enum MHD_Result rc = queue(c, e->http_status, "application/json", j, strlen(j), allow);
-    cairn_free(j);
+    enum MHD_Result rc = queue(c, 200, c->api->content_type, b->p ? b->p : "", b->len, NULL);
+    api_buf_free(b);
     return rc;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max);
 static void stream_free(void *cls) { conn_unref(cls); }
 
-/* ---- Simple routes --------------------------------------------------------------------- */
-
-static enum MHD_Result serve_models(conn_t *c, const char *url)
+static api_usage_t usage_of(const conn_t *c)
 {
-    cairn_server_t *s = c->srv;
-    const char *want = url[strlen("/v1/models")] == '/' ? url + strlen("/v1/models/") : NULL;
-    if (want && strcmp(want, s->model_id) != 0) {
-        oai_error_t e;
-        oai_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
-                      "The model '%s' does not exist", want);
-        return queue_error(c, &e, NULL);
+    api_usage_t u = {0, 0, 0, 0};
+    if (c->have_usage) {
+        u.prompt_tokens = c->usage.prompt_tokens;
+        u.completion_tokens = c->usage.completion_tokens;
+        u.cached_tokens = c->usage.cached_tokens;
+        u.restored_tokens = c->usage.restored_tokens;
     }
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->model_id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)s->started);
-    cJSON_AddStringToObject(m, "owned_by", "cairn");
-    cJSON_AddNumberToObject(m, "max_model_len", s->max_context);
-    cJSON *root = m;
-    if (!want) {
-        root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "object", "list");
-        cJSON *arr = cJSON_AddArrayToObject(root, "data");
-        cJSON_AddItemToArray(arr, m);
-    }
-    char *txt = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    char *owned = txt ? cairn_strdup(txt) : NULL;
-    cJSON_free(txt);
-    return queue_json(c, 200, owned);
+    return u;
 }
 
-static void sched_stats(cairn_server_t *s, cairn_sched_stats_t *st)
+static int begin_render(conn_t *c)
 {
-    memset(st, 0, sizeof *st);
-    pthread_rwlock_rdlock(&s->mu);
-    if (!s->stopping)
-        cairn_sched_stats(s->sched, st);
-    pthread_rwlock_unlock(&s->mu);
+    c->began = true;
+    return c->api->begin(&c->render);
+}
+
+/*
+ * One choice's new text, to the adapter. This is where output parsing goes (issue 13:
+ * reasoning split from <think>, tool calls), turning text into typed deltas.
+ */
+static int deliver_text(conn_t *c, int choice, const char *text, size_t len)
+{
+    api_delta_t d = {.kind = API_DELTA_TEXT, .choice = choice, .text = text, .len = len};
+    return c->api->delta(&c->render, &d);
+}
+
+/* Non-streaming: called with c->mu held after the final event (the engine thread is done
+ * with the request, so nothing else writes pend/finish/usage now). */
+static enum MHD_Result finish_full(conn_t *c)
+{
+    if (!c->ok)
+        return queue_error(c, &c->gen_err, NULL);
+    int rc = begin_render(c);
+    for (int i = 0; !rc && i < c->req.n; i++)
+        if (c->pend[i].len)
+            rc = deliver_text(c, i, c->pend[i].p, c->pend[i].len);
+    api_end_t end = {.finish = c->finish, .usage = usage_of(c)};
+    if (!rc)
+        rc = c->api->end(&c->render, &end);
+    if (rc)
+        return queue_oom(c);
+    return queue_body(c, &c->render.out);
+}
+
+/*
+ * Stream content reader. Runs the adapter's begin on its first call, then steals pending
+ * text under the lock, renders outside it, and suspends the connection when there is
+ * nothing to send and the request is still live.
+ */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
+{
+    conn_t *c = cls;
+    api_buf_t *out = &c->render.out;
+    (void)pos;
+    for (;;) {
+        if (c->out_off < out->len) {
+            size_t n = out->len - c->out_off;
+            if (n > max)
+                n = max;
+            memcpy(dst, out->p + c->out_off, n);
+            c->out_off += n;
+            return (ssize_t)n;
+        }
+        out->len = c->out_off = 0;
+        if (c->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!c->began) {
+            if (begin_render(c) != 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+
+        api_buf_t taken[API_MAX_N];
+        pthread_mutex_lock(&c->mu);
+        bool final = c->final, ok = c->ok;
+        int n = c->req.n;
+        bool any = false;
+        for (int i = 0; i < n; i++) {
+            taken[i] = c->pend[i];
+            memset(&c->pend[i], 0, sizeof c->pend[i]);
+            any |= taken[i].len > 0;
+        }
+        if (!any && !final) {
+            c->suspended = true;
+            MHD_suspend_connection(c->mhd);
+            pthread_mutex_unlock(&c->mu);
+            return 0;
+        }
+        api_error_t gen_err = c->gen_err;
+        cairn_finish_reason_t finish[API_MAX_N];
+        memcpy(finish, c->finish, sizeof finish);
+        api_end_t end = {.finish = finish, .usage = usage_of(c)};
+        pthread_mutex_unlock(&c->mu);
+
+        int rc = 0;
+        for (int i = 0; i < n; i++) {
+            if (!rc && taken[i].len > 0)
+                rc = deliver_text(c, i, taken[i].p, taken[i].len);
+            api_buf_free(&taken[i]);
+        }
+        if (!rc && final) {
+            rc = ok ? c->api->end(&c->render, &end) : c->api->fail(&c->render, &gen_err);
+            c->ended = true;
+        }
+        if (rc)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
 }
 
 /* ---- Generation ------------------------------------------------------------------------ */
-
-/* Prompt tokens for a parsed request. Returns 0 or fills *e. */
-static int build_prompt(conn_t *c, int32_t **ids, int *n_ids, oai_error_t *e)
-{
-    cairn_server_t *s = c->srv;
-    oai_request_t *r = &c->req;
-    *ids = NULL;
-    *n_ids = 0;
-    if (r->kind == OAI_COMPLETION && r->prompt_ids) {
-        for (int i = 0; i < r->n_prompt_ids; i++)
-            if (r->prompt_ids[i] >= s->vocab) {
-                oai_error_set(e, 400, "invalid_request_error", "prompt", NULL,
-                              "prompt[%d] = %d is outside the vocabulary [0, %d)", i,
-                              r->prompt_ids[i], s->vocab);
-                return CAIRN_EINVAL;
-            }
-        *ids = cairn_malloc((size_t)r->n_prompt_ids * sizeof **ids);
-        if (!*ids)
-            goto oom;
-        memcpy(*ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof **ids);
-        *n_ids = r->n_prompt_ids;
-        return 0;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    bool add_special = true;
-    if (r->kind == OAI_CHAT) {
-        if (!s->tmpl) {
-            oai_error_set(e, 400, "invalid_request_error", "messages", NULL,
-                          "This model has no chat template; use /v1/completions");
-            return CAIRN_EINVAL;
-        }
-        cJSON *ctx = r->template_kwargs ? cJSON_Duplicate(r->template_kwargs, true)
-                                        : cJSON_CreateObject();
-        if (!ctx)
-            goto oom;
-        cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
-        cJSON_DeleteItemFromObjectCaseSensitive(ctx, "tools");
-        cJSON_DeleteItemFromObjectCaseSensitive(ctx, "add_generation_prompt");
-        cJSON_AddItemReferenceToObject(ctx, "messages", r->messages);
-        if (r->tools)
-            cJSON_AddItemReferenceToObject(ctx, "tools", r->tools);
-        cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
-        const char *bos = cairn_tokenizer_bos_token(s->tok), *eos = cairn_tokenizer_eos_token(s->tok);
-        if (bos && !cJSON_GetObjectItemCaseSensitive(ctx, "bos_token"))
-            cJSON_AddStringToObject(ctx, "bos_token", bos);
-        if (eos && !cJSON_GetObjectItemCaseSensitive(ctx, "eos_token"))
-            cJSON_AddStringToObject(ctx, "eos_token", eos);
-        char terr[256] = "";
-        int rc = cairn_chat_template_render(s->tmpl, ctx, &text, &len, terr, sizeof terr);
-        cJSON_Delete(ctx);
-        if (rc == CAIRN_ENOMEM)
-            goto oom;
-        if (rc) {
-            oai_error_set(e, 400, "invalid_request_error", "messages", NULL,
-                          "The chat template failed: %s", terr[0] ? terr : cairn_strerror(rc));
-            return rc;
-        }
-        add_special = false; /* transformers' apply_chat_template(tokenize=True) */
-    } else {
-        text = r->prompt_text;
-        len = r->prompt_len;
-    }
-    size_t n = 0;
-    int rc = cairn_tokenizer_encode(s->tok, text, len, add_special, ids, &n);
-    if (text != r->prompt_text)
-        cairn_free(text);
-    if (rc == CAIRN_ENOMEM)
-        goto oom;
-    if (rc) {
-        oai_error_set(e, 400, "invalid_request_error", r->kind == OAI_CHAT ? "messages" : "prompt",
-                      NULL, "The prompt could not be tokenized: %s", cairn_strerror(rc));
-        return rc;
-    }
-    *n_ids = (int)n;
-    return 0;
-oom:
-    oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    return CAIRN_ENOMEM;
-}
 
 static void make_id(conn_t *c)
 {
@@ -386,62 +395,117 @@ static void make_id(conn_t *c)
     uint64_t k = atomic_fetch_add(&s->next_id, 1) + 1;
     uint64_t x = (k ^ s->id_mix) * 0x9E3779B97F4A7C15ull;
     x ^= x >> 31;
-    snprintf(c->id, sizeof c->id, "%s-%016llx%08llx",
-             c->req.kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)x,
+    snprintf(c->id, sizeof c->id, "%s-%016llx%08llx", c->api->id_prefix, (unsigned long long)x,
              (unsigned long long)k & 0xffffffffull);
 }
 
-static enum MHD_Result start_generation(conn_t *c)
+static const char *header_of(void *ctx, const char *name)
+{
+    return MHD_lookup_connection_value(ctx, MHD_HEADER_KIND, name);
+}
+
+/* Model-dependent checks of a generation request with n_ids prompt tokens (0: fine). */
+static void check_fit(const cairn_server_t *s, const gen_request_t *r, int n_ids,
+                      api_error_t *e)
+{
+    char verr[256] = "";
+    int32_t max_tokens = r->sampling.max_tokens;
+    if (n_ids == 0) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, NULL,
+                      "The prompt is empty");
+    } else if (n_ids >= s->max_context
+               || (max_tokens > 0 && (int64_t)n_ids + max_tokens > s->max_context)) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST,
+                      max_tokens > 0 && n_ids < s->max_context ? r->max_tokens_param
+                                                               : r->prompt_param,
+                      "context_length_exceeded",
+                      "This model's maximum context length is %d tokens; the request has %d "
+                      "prompt tokens and asks for %d more",
+                      s->max_context, n_ids, max_tokens > 0 ? max_tokens : 1);
+    } else if (cairn_sampling_params_validate(&r->sampling, s->vocab, verr, sizeof verr) != 0) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, NULL, NULL, "%s", verr);
+    }
+}
+
+static void submit_error(const gen_request_t *r, int rc, const char *serr, api_error_t *e)
+{
+    switch (rc) {
+    case CAIRN_EBUSY:
+        api_error_set(e, 429, API_ERR_RATE_LIMIT, NULL, "queue_full",
+                      "The server is busy: the request queue is full; retry later");
+        return;
+    case CAIRN_ERANGE:
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->prompt_param, "context_length_exceeded",
+                      "The request does not fit the context or the KV pool: %s",
+                      serr[0] ? serr : "too long");
+        return;
+    case CAIRN_EINVAL:
+    case CAIRN_EUNSUPPORTED:
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, r->n > 1 ? "n" : NULL, NULL, "%s",
+                      serr[0] ? serr : "invalid request");
+        return;
+    case CAIRN_ESTATE:
+        api_error_set(e, 503, API_ERR_UNAVAILABLE, NULL, "shutting_down",
+                      "The server is shutting down");
+        return;
+    case CAIRN_ENOMEM:
+        api_error_oom(e);
+        return;
+    }
+    api_error_set(e, 500, API_ERR_SERVER, NULL, NULL, "submit failed: %s", cairn_strerror(rc));
+}
+
+/* A POST to an adapter's generation or token-count route, body complete. */
+static enum MHD_Result start_request(conn_t *c)
 {
     cairn_server_t *s = c->srv;
-    oai_error_t e;
+    const api_adapter_t *a = c->api;
+    api_error_t e;
     memset(&e, 0, sizeof e);
-    oai_kind_t kind = c->route == ROUTE_CHAT ? OAI_CHAT : OAI_COMPLETION;
-    if (oai_request_parse(kind, c->body.p ? c->body.p : "", c->body.len, &c->req, &e) != 0)
+    api_input_t in = {.op = c->rt->op, .body = c->body.p ? c->body.p : "", .len = c->body.len,
+                      .header = header_of, .header_ctx = c->mhd};
+    if (a->parse(&in, &c->req, &e) != 0)
         return queue_error(c, &e, NULL);
     c->have_req = true;
-    oai_request_t *r = &c->req;
+    gen_request_t *r = &c->req;
+    if (r->n < 1 || r->n > API_MAX_N) {
+        api_error_set(&e, 500, API_ERR_SERVER, NULL, NULL, "API %s produced n = %d", a->name,
+                      r->n);
+        return queue_error(c, &e, NULL);
+    }
     if (r->model && strcmp(r->model, s->model_id) != 0) {
-        oai_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+        api_error_set(&e, 404, API_ERR_INVALID_REQUEST, "model", "model_not_found",
                       "The model '%s' does not exist; this server serves '%s'", r->model,
                       s->model_id);
         return queue_error(c, &e, NULL);
     }
     char *salt = NULL;
-    const char *auth = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
-                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    int rc = tenancy_resolve(s->ten, auth, r->cache_salt, &salt, c->domain);
+    int rc = tenancy_resolve(s->ten, c->key, c->key_len, r->cache_salt, &salt, c->domain);
     if (rc) {
         if (rc == CAIRN_ENOMEM)
-            oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+            api_error_oom(&e);
         else
-            oai_error_set(&e, 401, "authentication_error", NULL, "invalid_api_key",
+            api_error_set(&e, 401, API_ERR_AUTHENTICATION, NULL, "invalid_api_key",
                           "Incorrect or missing API key");
         return queue_error(c, &e, NULL);
     }
     int32_t *ids = NULL;
     int n_ids = 0;
-    if (build_prompt(c, &ids, &n_ids, &e) != 0) {
+    if (prompt_build(&s->prompt, r, &ids, &n_ids, &e) != 0) {
         cairn_free(salt);
         return queue_error(c, &e, NULL);
     }
-    char verr[256] = "";
-    if (n_ids == 0) {
-        oai_error_set(&e, 400, "invalid_request_error", kind == OAI_CHAT ? "messages" : "prompt",
-                      NULL, "The prompt is empty");
-    } else if (n_ids >= s->max_context
-               || (r->sampling.max_tokens > 0
-                   && (int64_t)n_ids + r->sampling.max_tokens > s->max_context)) {
-        oai_error_set(&e, 400, "invalid_request_error",
-                      r->sampling.max_tokens > 0 && n_ids < s->max_context ? "max_tokens"
-                                                                            : "messages",
-                      "context_length_exceeded",
-                      "This model's maximum context length is %d tokens; the request has %d "
-                      "prompt tokens and asks for %d more",
-                      s->max_context, n_ids, r->sampling.max_tokens > 0 ? r->sampling.max_tokens : 1);
-    } else if (cairn_sampling_params_validate(&r->sampling, s->vocab, verr, sizeof verr) != 0) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", verr);
+    if (c->rt->op == API_OP_COUNT_TOKENS) {
+        cairn_free(ids);
+        cairn_free(salt);
+        api_buf_t b = {0};
+        if (a->render_count(r, n_ids, &b) != 0) {
+            api_buf_free(&b);
+            return queue_oom(c);
+        }
+        return queue_body(c, &b);
     }
+    check_fit(s, r, n_ids, &e);
     if (e.http_status) {
         cairn_free(ids);
         cairn_free(salt);
@@ -449,10 +513,10 @@ static enum MHD_Result start_generation(conn_t *c)
     }
 
     make_id(c);
-    c->meta.kind = kind;
-    c->meta.id = c->id;
-    c->meta.created = (long long)time(NULL);
-    c->meta.model = s->model_id;
+    c->render.req = r;
+    c->render.id = c->id;
+    c->render.created = (long long)time(NULL);
+    c->render.model = s->model_id;
 
     cairn_req_params_t p;
     memset(&p, 0, sizeof p);
@@ -464,7 +528,8 @@ static enum MHD_Result start_generation(conn_t *c)
     p.on_event = on_event;
     p.user = c;
     char serr[256] = "";
-    c->refs++; /* the scheduler's; taken before submit: events may arrive at once */
+    /* The scheduler's reference, taken before submit: events may arrive at once. */
+    conn_ref(c);
     pthread_rwlock_rdlock(&s->mu);
     rc = s->stopping ? CAIRN_ESTATE
                      : cairn_sched_submit(s->sched, &p, &c->sched_id, serr, sizeof serr);
@@ -472,30 +537,8 @@ static enum MHD_Result start_generation(conn_t *c)
     cairn_free(ids);
     cairn_free(salt);
     if (rc) {
-        c->refs--;
-        switch (rc) {
-        case CAIRN_EBUSY:
-            oai_error_set(&e, 429, "rate_limit_error", NULL, "queue_full",
-                          "The server is busy: the request queue is full; retry later");
-            break;
-        case CAIRN_ERANGE:
-            oai_error_set(&e, 400, "invalid_request_error", "messages", "context_length_exceeded",
-                          "The request does not fit the context or the KV pool: %s",
-                          serr[0] ? serr : "too long");
-            break;
-        case CAIRN_EINVAL:
-        case CAIRN_EUNSUPPORTED:
-            oai_error_set(&e, 400, "invalid_request_error", r->n > 1 ? "n" : NULL, NULL, "%s",
-                          serr[0] ? serr : "invalid request");
-            break;
-        case CAIRN_ESTATE:
-            oai_error_set(&e, 503, "server_error", NULL, "shutting_down",
-                          "The server is shutting down");
-            break;
-        default:
-            oai_error_set(&e, 500, "server_error", NULL, NULL, "submit failed: %s",
-                          cairn_strerror(rc));
-        }
+        conn_unref(c); /* no event will come; the connection's reference remains */
+        submit_error(r, rc, serr, &e);
         return queue_error(c, &e, NULL);
     }
     c->submitted = true;
@@ -507,10 +550,8 @@ static enum MHD_Result start_generation(conn_t *c)
                                                                   stream_reader, c, stream_free);
     if (!resp)
         return MHD_NO;
-    pthread_mutex_lock(&c->mu);
-    c->refs++; /* the response's */
-    pthread_mutex_unlock(&c->mu);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    conn_ref(c); /* the response's, dropped by stream_free */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a->stream_content_type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result qr = MHD_queue_response(c->mhd, 200, resp);
     MHD_destroy_response(resp);
@@ -519,123 +560,75 @@ static enum MHD_Result start_generation(conn_t *c)
     return qr;
 }
 
-static oai_usage_t usage_of(const conn_t *c)
+static enum MHD_Result serve_models(conn_t *c, const char *url)
 {
-    oai_usage_t u = {0, 0, 0, 0};
-    if (c->have_usage) {
-        u.prompt_tokens = c->usage.prompt_tokens;
-        u.completion_tokens = c->usage.completion_tokens;
-        u.cached_tokens = c->usage.cached_tokens;
-        u.cold_restored_tokens = c->usage.restored_tokens;
+    cairn_server_t *s = c->srv;
+    size_t pl = strlen(c->rt->path);
+    const char *want = url[pl] == '/' ? url + pl + 1 : NULL;
+    api_model_t m = {.id = s->model_id, .created = s->started, .max_model_len = s->max_context};
+    api_buf_t b = {0};
+    api_error_t e;
+    memset(&e, 0, sizeof e);
+    int rc = c->api->render_models(&m, want, &b, &e);
+    if (rc == CAIRN_ENOMEM || (rc && !e.http_status)) {
+        api_buf_free(&b);
+        return queue_oom(c);
     }
-    return u;
+    if (rc) {
+        api_buf_free(&b);
+        return queue_error(c, &e, NULL);
+    }
+    return queue_body(c, &b);
 }
 
-/* Non-streaming: called with c->mu held after the final event. */
-static enum MHD_Result finish_full(conn_t *c)
+static void sched_stats(cairn_server_t *s, cairn_sched_stats_t *st)
 {
-    if (!c->ok)
-        return queue_error(c, &c->gen_err, NULL);
-    char *texts[OAI_MAX_N];
-    size_t lens[OAI_MAX_N];
-    for (int i = 0; i < c->req.n; i++) {
-        texts[i] = c->pend[i].p;
-        lens[i] = c->pend[i].len;
-    }
-    oai_usage_t u = usage_of(c);
-    return queue_json(c, 200, oai_render_full(&c->meta, c->req.n, texts, lens, c->finish, &u));
-}
-
-/*
- * SSE content reader. Steals pending text under the lock, renders outside it, and
- * suspends the connection when there is nothing to send and the request is still live.
- */
-static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
-{
-    conn_t *c = cls;
-    (void)pos;
-    for (;;) {
-        if (c->out_off < c->out.len) {
-            size_t n = c->out.len - c->out_off;
-            if (n > max)
-                n = max;
-            memcpy(dst, c->out.p + c->out_off, n);
-            c->out_off += n;
-            return (ssize_t)n;
-        }
-        c->out.len = c->out_off = 0;
-        if (c->ended)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-
-        buf_t taken[OAI_MAX_N];
-        pthread_mutex_lock(&c->mu);
-        bool final = c->final, ok = c->ok;
-        int n = c->req.n;
-        bool any = false;
-        for (int i = 0; i < n; i++) {
-            taken[i] = c->pend[i];
-            memset(&c->pend[i], 0, sizeof c->pend[i]);
-            any |= taken[i].len > 0 || (c->meta.kind == OAI_CHAT && !c->role_sent[i]);
-        }
-        if (!any && !final) {
-            c->suspended = true;
-            MHD_suspend_connection(c->mhd);
-            pthread_mutex_unlock(&c->mu);
-            for (int i = 0; i < n; i++)
-                cairn_free(taken[i].p);
-            return 0;
-        }
-        oai_error_t gen_err = c->gen_err;
-        cairn_finish_reason_t finish[OAI_MAX_N];
-        memcpy(finish, c->finish, sizeof finish);
-        oai_usage_t u = usage_of(c);
-        pthread_mutex_unlock(&c->mu);
-
-        bool ok_render = true;
-        bool usage_null = c->req.include_usage;
-        for (int i = 0; i < n; i++) {
-            bool role = c->meta.kind == OAI_CHAT && !c->role_sent[i];
-            if (taken[i].len > 0 || role) {
-                ok_render &= buf_take(&c->out, oai_render_chunk(&c->meta, i, taken[i].p,
-                                                                taken[i].len, role,
-                                                                CAIRN_FINISH_NONE, usage_null));
-                c->role_sent[i] = true;
-            }
-            cairn_free(taken[i].p);
-        }
-        if (final) {
-            if (ok) {
-                for (int i = 0; i < n; i++)
-                    ok_render &= buf_take(&c->out, oai_render_chunk(&c->meta, i, "", 0, false,
-                                                                    finish[i], usage_null));
-                if (c->req.include_usage)
-                    ok_render &= buf_take(&c->out, oai_render_usage_chunk(&c->meta, &u));
-            } else {
-                ok_render &= buf_take(&c->out, oai_render_error_event(&gen_err));
-            }
-            ok_render &= buf_append(&c->out, "data: [DONE]\n\n", 14);
-            c->ended = true;
-        }
-        if (!ok_render)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
+    memset(st, 0, sizeof *st);
+    pthread_rwlock_rdlock(&s->mu);
+    if (!s->stopping)
+        cairn_sched_stats(s->sched, st);
+    pthread_rwlock_unlock(&s->mu);
 }
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
-static route_t route_of(const char *url)
+static int route_of(const cairn_server_t *s, const char *url)
 {
-    if (!strcmp(url, "/v1/chat/completions"))
-        return ROUTE_CHAT;
-    if (!strcmp(url, "/v1/completions"))
-        return ROUTE_COMPLETIONS;
-    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
-        return ROUTE_MODELS;
-    if (!strcmp(url, "/health"))
-        return ROUTE_HEALTH;
-    if (!strcmp(url, "/metrics"))
-        return ROUTE_METRICS;
-    return ROUTE_OTHER;
+    for (int i = 0; i < s->n_routes - 1; i++) {
+        const route_t *r = &s->routes[i];
+        size_t n = strlen(r->path);
+        if (!strncmp(url, r->path, n)
+            && (url[n] == '\0'
+                || (url[n] == '/' && r->kind == ROUTE_API && r->op == API_OP_LIST_MODELS)))
+            return i;
+    }
+    return s->n_routes - 1;
+}
+
+/* The API key per the adapter's rules (api_auth_t), or NULL. */
+static const char *find_key(const api_adapter_t *a, struct MHD_Connection *mhd, size_t *len)
+{
+    for (size_t i = 0; i < a->n_auth; i++) {
+        const char *v = MHD_lookup_connection_value(mhd, MHD_HEADER_KIND, a->auth[i].header);
+        const char *scheme = a->auth[i].scheme;
+        if (!v)
+            continue;
+        if (scheme) {
+            size_t sl = strlen(scheme);
+            if (strncasecmp(v, scheme, sl) != 0 || v[sl] != ' ')
+                continue;
+            v += sl + 1;
+        }
+        while (*v == ' ')
+            v++;
+        size_t n = strlen(v);
+        while (n && v[n - 1] == ' ')
+            n--;
+        *len = n;
+        return v;
+    }
+    *len = 0;
+    return NULL;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char *url,
@@ -644,6 +637,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
 {
     cairn_server_t *s = cls;
     conn_t *c = *con_cls;
+    (void)version;
     if (!c) {
         c = cairn_calloc(1, sizeof *c);
         if (!c)
@@ -652,7 +646,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
         c->refs = 1; /* the connection's */
         c->srv = s;
         c->mhd = mhd;
-        c->route = route_of(url);
+        c->route = route_of(s, url);
+        c->rt = &s->routes[c->route];
+        c->api = c->rt->api ? c->rt->api : s->apis[0];
         c->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
         snprintf(c->domain, sizeof c->domain, "default");
         *con_cls = c;
@@ -662,8 +658,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
         if (cl && strtoull(cl, NULL, 10) > s->max_body)
             c->body_too_large = true;
         if (c->body_too_large && strtoull(cl, NULL, 10) > 16 * (unsigned long long)s->max_body) {
-            oai_error_t e;
-            oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+            api_error_t e;
+            api_error_set(&e, 413, API_ERR_INVALID_REQUEST, NULL, "request_too_large",
                           "The request body exceeds %zu bytes", s->max_body);
             return queue_error(c, &e, NULL);
         }
@@ -672,7 +668,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
     if (*upload_size) {
         if (!c->body_too_large && c->body.len + *upload_size > s->max_body)
             c->body_too_large = true;
-        if (!c->body_too_large && !buf_append(&c->body, upload, *upload_size))
+        if (!c->body_too_large && api_buf_append(&c->body, upload, *upload_size) != 0)
             return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
@@ -692,61 +688,66 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mhd, const char 
         return rc;
     }
 
-    oai_error_t e;
+    api_error_t e;
     memset(&e, 0, sizeof e);
-    bool want_post = c->route == ROUTE_CHAT || c->route == ROUTE_COMPLETIONS;
+    const route_t *rt = c->rt;
+    bool want_post = rt->kind == ROUTE_API && rt->op != API_OP_LIST_MODELS;
     bool is_get = !strcmp(method, MHD_HTTP_METHOD_GET);
-    if (c->route == ROUTE_OTHER) {
-        oai_error_set(&e, 404, "invalid_request_error", NULL, "not_found",
-                      "Unknown route: %s %s", method, url);
+    if (rt->kind == ROUTE_OTHER) {
+        api_error_set(&e, 404, API_ERR_NOT_FOUND, NULL, "not_found", "Unknown route: %s %s",
+                      method, url);
         return queue_error(c, &e, NULL);
     }
     if (want_post ? !c->is_post : !is_get) {
-        oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+        api_error_set(&e, 405, API_ERR_INVALID_REQUEST, NULL, "method_not_allowed",
                       "Method %s is not allowed on %s", method, url);
         return queue_error(c, &e, want_post ? "POST" : "GET");
     }
     if (c->body_too_large) {
-        oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+        api_error_set(&e, 413, API_ERR_INVALID_REQUEST, NULL, "request_too_large",
                       "The request body exceeds %zu bytes", s->max_body);
         return queue_error(c, &e, NULL);
     }
-    if (c->route == ROUTE_HEALTH) {
+    if (rt->kind == ROUTE_HEALTH) {
         pthread_rwlock_rdlock(&s->mu);
         bool stopping = s->stopping;
         pthread_rwlock_unlock(&s->mu);
         const char *b = stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}";
         return queue(c, stopping ? 503 : 200, "application/json", b, strlen(b), NULL);
     }
-    if (c->route == ROUTE_METRICS) {
+    if (rt->kind == ROUTE_METRICS) {
         cairn_sched_stats_t st;
         sched_stats(s, &st);
         char *txt = metrics_render(s->met, &st);
         if (!txt)
-            return queue_json(c, 500, NULL);
+            return queue_oom(c);
         enum MHD_Result rc = queue(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt,
                                    strlen(txt), NULL);
         cairn_free(txt);
         return rc;
     }
-    /* /v1 routes need a key in keyed mode. */
+    /* Every API route needs a key in keyed mode, read where its adapter says. */
+    c->key = find_key(c->api, mhd, &c->key_len);
     if (tenancy_enabled(s->ten)) {
         char *salt = NULL;
         char tag[17];
-        const char *auth = MHD_lookup_connection_value(mhd, MHD_HEADER_KIND,
-                                                       MHD_HTTP_HEADER_AUTHORIZATION);
-        int rc = tenancy_resolve(s->ten, auth, NULL, &salt, tag);
+        int rc = tenancy_resolve(s->ten, c->key, c->key_len, NULL, &salt, tag);
         cairn_free(salt);
-        if (rc) {
-            oai_error_set(&e, 401, "authentication_error", NULL, "invalid_api_key",
-                          "Incorrect or missing API key (send Authorization: Bearer KEY)");
+        if (rc == CAIRN_ENOMEM)
+            api_error_oom(&e);
+        else if (rc)
+            api_error_set(&e, 401, API_ERR_AUTHENTICATION, NULL, "invalid_api_key",
+                          "Incorrect or missing API key (send %s: %s%sKEY)",
+                          c->api->auth[0].header,
+                          c->api->auth[0].scheme ? c->api->auth[0].scheme : "",
+                          c->api->auth[0].scheme ? " " : "");
+        if (rc)
             return queue_error(c, &e, NULL);
-        }
     }
-    if (c->route == ROUTE_MODELS)
+    if (rt->op == API_OP_LIST_MODELS)
         return serve_models(c, url);
 
-    enum MHD_Result rc = start_generation(c);
+    enum MHD_Result rc = start_request(c);
     if (c->submitted && !c->req.stream) {
         pthread_mutex_lock(&c->mu);
         if (c->final) {
@@ -797,10 +798,10 @@ static void completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
         metrics_generation(s->met, have_usage ? &usage : NULL, ok, canceled);
         atomic_fetch_sub(&s->live_generations, 1);
     }
-    if (c->route == ROUTE_CHAT || c->route == ROUTE_COMPLETIONS) {
+    if (c->rt->kind == ROUTE_API && c->rt->op == API_OP_GENERATE) {
         reqlog_entry_t le = {
             .id = c->id[0] ? c->id : NULL,
-            .endpoint = c->route == ROUTE_CHAT ? "/v1/chat/completions" : "/v1/completions",
+            .endpoint = c->rt->path,
             .domain = c->domain,
             .http_status = c->http_status,
             .usage = have_usage ? &usage : NULL,
@@ -817,6 +818,7 @@ static void completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
+    (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
@@ -834,7 +836,55 @@ void cairn_server_options_default(cairn_server_options_t *o)
     o->http_threads = 4;
     o->max_body_bytes = (size_t)4 << 20;
     o->model_id = "cairn";
+    o->apis = NULL;
+    o->n_apis = 0;
     cairn_sched_options_default(&o->sched);
+}
+
+/* The route table: the adapters' generation and token-count routes (in adapter order),
+ * their model lists, then /health, /metrics and "other". Returns how many routes generate
+ * or count (listed in /metrics from the start) or a negative code. */
+static int build_routes(cairn_server_t *s)
+{
+    int n = 3;
+    for (size_t i = 0; i < s->n_apis; i++)
+        n += (int)s->apis[i]->n_routes;
+    s->routes = cairn_calloc((size_t)n, sizeof *s->routes);
+    s->route_labels = cairn_calloc((size_t)n, sizeof *s->route_labels);
+    if (!s->routes || !s->route_labels)
+        return CAIRN_ENOMEM;
+    int k = 0, n_gen = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < s->n_apis; i++)
+            for (size_t j = 0; j < s->apis[i]->n_routes; j++) {
+                const api_route_t *ar = &s->apis[i]->routes[j];
+                if ((ar->op == API_OP_LIST_MODELS) != (pass == 1))
+                    continue;
+                s->routes[k] = (route_t){ar->path, ROUTE_API, s->apis[i], ar->op};
+                k++;
+                n_gen += pass == 0;
+            }
+    s->routes[k++] = (route_t){"/health", ROUTE_HEALTH, NULL, API_OP_GENERATE};
+    s->routes[k++] = (route_t){"/metrics", ROUTE_METRICS, NULL, API_OP_GENERATE};
+    s->routes[k++] = (route_t){"other", ROUTE_OTHER, NULL, API_OP_GENERATE};
+    s->n_routes = k;
+    for (int i = 0; i < k; i++)
+        s->route_labels[i] = s->routes[i].path;
+    return n_gen;
+}
+
+static void server_free(cairn_server_t *s)
+{
+    cairn_chat_template_destroy(s->tmpl);
+    reqlog_close(s->log);
+    tenancy_destroy(s->ten);
+    metrics_destroy(s->met);
+    cairn_free(s->routes);
+    cairn_free(s->route_labels);
+    cairn_free(s->apis);
+    cairn_free(s->model_id);
+    pthread_rwlock_destroy(&s->mu);
+    cairn_free(s);
 }
 
 int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
@@ -842,11 +892,18 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
                         size_t err_len)
 {
     *out = NULL;
+    cairn_init(); /* cJSON's allocations through cairn_malloc before any request */
     if (!engine || !tok || !opt || opt->port < 0 || opt->port > 65535 || opt->http_threads < 1
-        || opt->max_body_bytes < 64 || !opt->model_id || !opt->model_id[0]) {
+        || opt->max_body_bytes < 64 || !opt->model_id || !opt->model_id[0]
+        || (opt->apis == NULL) != (opt->n_apis == 0)) {
         snprintf(err, err_len, "invalid server options");
         return CAIRN_EINVAL;
     }
+    const api_adapter_t *const *apis = opt->apis ? opt->apis : api_registry;
+    size_t n_apis = opt->apis ? opt->n_apis : api_registry_count;
+    int rc = api_list_check(apis, n_apis, err, err_len);
+    if (rc)
+        return rc;
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -872,10 +929,19 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         s->max_context = cairn_engine_config(engine)->max_pos;
     if (getrandom(&s->id_mix, sizeof s->id_mix, 0) != (ssize_t)sizeof s->id_mix)
         s->id_mix = (uint64_t)s->started * 0x2545F4914F6CDD1Dull;
-    int rc = CAIRN_ENOMEM;
+    rc = CAIRN_ENOMEM;
     if (!(s->model_id = cairn_strdup(opt->model_id)))
         goto fail;
-    if ((rc = metrics_create(&s->met)))
+    if (!(s->apis = cairn_calloc(n_apis, sizeof *s->apis)))
+        goto fail;
+    memcpy(s->apis, apis, n_apis * sizeof *s->apis);
+    s->n_apis = n_apis;
+    int n_gen = build_routes(s);
+    if (n_gen < 0) {
+        rc = n_gen;
+        goto fail;
+    }
+    if ((rc = metrics_create(s->route_labels, s->n_routes, n_gen, &s->met)))
         goto fail;
     if ((rc = tenancy_create(opt->api_keys_file, &s->ten, err, err_len)))
         goto fail;
@@ -886,11 +952,12 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
         char terr[256] = "";
         rc = cairn_chat_template_compile(src, strlen(src), &s->tmpl, terr, sizeof terr);
         if (rc) {
-            /* Completions still work; chat answers 400 naming the problem. */
+            /* Text prompts still work; chat answers 400 naming the problem. */
             cairn_log(CAIRN_LOG_WARN, "chat template does not compile (%s); chat disabled", terr);
             s->tmpl = NULL;
         }
     }
+    s->prompt = (prompt_ctx_t){.tok = tok, .tmpl = s->tmpl, .vocab = s->vocab};
     if ((rc = cairn_sched_create(engine, tok, &opt->sched, &s->sched))) {
         snprintf(err, err_len, "cannot start the scheduler: %s", cairn_strerror(rc));
         goto fail;
@@ -917,13 +984,7 @@ int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_t *tok,
     return 0;
 fail:
     cairn_sched_destroy(s->sched, 0);
-    cairn_chat_template_destroy(s->tmpl);
-    reqlog_close(s->log);
-    tenancy_destroy(s->ten);
-    metrics_destroy(s->met);
-    cairn_free(s->model_id);
-    pthread_rwlock_destroy(&s->mu);
-    cairn_free(s);
+    server_free(s);
     return rc;
 }
 
@@ -950,11 +1011,5 @@ void cairn_server_destroy(cairn_server_t *s, int deadline_ms)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->d);
-    cairn_chat_template_destroy(s->tmpl);
-    reqlog_close(s->log);
-    tenancy_destroy(s->ten);
-    metrics_destroy(s->met);
-    cairn_free(s->model_id);
-    pthread_rwlock_destroy(&s->mu);
-    cairn_free(s);
+    server_free(s);
 }

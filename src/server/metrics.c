@@ -1,7 +1,8 @@
 /*
  * metrics.c — Prometheus counters and histograms for GET /metrics.
  *
- * Model. HTTP responses are counted per route and status; finished generations add their
+ * Model. HTTP responses are counted per route (the server's table: each API's paths,
+ * then its own routes) and status; finished generations add their
  * prompt, completion, hot-cached and cold-restored tokens, and their TTFT and time per
  * output token (1 / decode tokens/s) to fixed-bucket histograms. The scheduler's snapshot
  * (queue depth, running requests, the KV core's pool figures and the cold tier's counters,
@@ -29,24 +30,34 @@ typedef struct {
     double sum;
 } hist_t;
 
-static const char *const route_names[ROUTE_COUNT] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "other"};
 static const int status_codes[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
 #define N_STATUS CAIRN_ARRAY_LEN(status_codes)
 
 struct metrics {
     pthread_mutex_t mu;
-    uint64_t http[ROUTE_COUNT][N_STATUS + 1]; /* last column: any other status */
+    const char *const *routes; /* [n_routes] labels, borrowed */
+    int n_routes, n_always;
+    uint64_t (*http)[N_STATUS + 1]; /* [n_routes]; last column: any other status */
     uint64_t gen_ok, gen_failed, gen_canceled;
     uint64_t prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
     hist_t ttft, tpot;
 };
 
-int metrics_create(metrics_t **out)
+int metrics_create(const char *const *routes, int n_routes, int n_always, metrics_t **out)
 {
+    *out = NULL;
+    if (n_routes < 1 || n_always < 0 || n_always > n_routes)
+        return CAIRN_EINVAL;
     metrics_t *m = cairn_calloc(1, sizeof *m);
     if (!m)
         return CAIRN_ENOMEM;
+    if (!(m->http = cairn_calloc((size_t)n_routes, sizeof *m->http))) {
+        cairn_free(m);
+        return CAIRN_ENOMEM;
+    }
+    m->routes = routes;
+    m->n_routes = n_routes;
+    m->n_always = n_always;
     pthread_mutex_init(&m->mu, NULL);
     *out = m;
     return 0;
@@ -57,11 +68,14 @@ void metrics_destroy(metrics_t *m)
     if (!m)
         return;
     pthread_mutex_destroy(&m->mu);
+    cairn_free(m->http);
     cairn_free(m);
 }
 
-void metrics_http(metrics_t *m, route_t route, int status)
+void metrics_http(metrics_t *m, int route, int status)
 {
+    if (route < 0 || route >= m->n_routes)
+        return;
     size_t col = N_STATUS;
     for (size_t i = 0; i < N_STATUS; i++)
         if (status_codes[i] == status)
@@ -171,16 +185,16 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
     pthread_mutex_lock(&m->mu);
     put(&b, "# HELP cairn_http_requests_total HTTP responses by route and status.\n"
             "# TYPE cairn_http_requests_total counter\n");
-    for (int r = 0; r < ROUTE_COUNT; r++)
+    for (int r = 0; r < m->n_routes; r++)
         for (size_t c = 0; c <= N_STATUS; c++)
-            if (m->http[r][c] || (c == 0 && r <= ROUTE_COMPLETIONS)) {
+            if (m->http[r][c] || (c == 0 && r < m->n_always)) {
                 char code[8];
                 if (c < N_STATUS)
                     snprintf(code, sizeof code, "%d", status_codes[c]);
                 else
                     snprintf(code, sizeof code, "other");
                 put(&b, "cairn_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
-                    route_names[r], code, (unsigned long long)m->http[r][c]);
+                    m->routes[r], code, (unsigned long long)m->http[r][c]);
             }
     put(&b, "# HELP cairn_generations_total Generation requests by outcome.\n"
             "# TYPE cairn_generations_total counter\n"
@@ -228,6 +242,15 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
             "cairn_pool_prefix_lookups_total{result=\"hit\"} %llu\n"
             "cairn_pool_prefix_lookups_total{result=\"miss\"} %llu\n",
         (unsigned long long)st->pool_hits, (unsigned long long)st->pool_misses);
+    put_counter(&b, "cairn_state_checkpoints_saved_total",
+                "Recurrent states saved at a block boundary.", st->ckpt_saves);
+    put_counter(&b, "cairn_state_checkpoints_restored_total",
+                "Recurrent states restored (prefix hits, truncations).", st->ckpt_restores);
+    put_counter(&b, "cairn_state_checkpoints_evicted_total",
+                "Recurrent checkpoints dropped for their byte budget.", st->ckpt_evictions);
+    put_gauge(&b, "cairn_state_checkpoints", "Recurrent checkpoints held.", (double)st->ckpt_count);
+    put_gauge(&b, "cairn_state_checkpoint_bytes", "Bytes the recurrent checkpoints take.",
+              (double)st->ckpt_bytes);
     put_gauge(&b, "cairn_cold_enabled", "1 when the cold tier (SSD prefix store) is open.",
               st->cold_enabled ? 1.0 : 0.0);
     put_counter(&b, "cairn_cold_restored_blocks_total", "KV blocks restored from the cold tier.",

@@ -110,21 +110,15 @@ void tenancy_destroy(tenancy_t *t)
 
 bool tenancy_enabled(const tenancy_t *t) { return t && t->n_keys > 0; }
 
-int tenancy_resolve(const tenancy_t *t, const char *auth, const char *client_salt, char **salt,
-                    char domain_tag[17])
+int tenancy_resolve(const tenancy_t *t, const char *key, size_t kl, const char *client_salt,
+                    char **salt, char domain_tag[17])
 {
     *salt = NULL;
     char buf[64 + 1 + 64 + 1];
     const char *chosen = client_salt;
     if (tenancy_enabled(t)) {
-        if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+        if (!key)
             return CAIRN_ENOENT;
-        const char *key = auth + 7;
-        while (*key == ' ')
-            key++;
-        size_t kl = strlen(key);
-        while (kl && key[kl - 1] == ' ')
-            kl--;
         unsigned char d[SHA256_DIGEST_LENGTH];
         SHA256((const unsigned char *)key, kl, d);
         int found = 0;

@@ -3,7 +3,9 @@
  *
  * Values: projection and embedding weights are approximately normal(0, 0.02) (an
  * Irwin–Hall sum of four uniforms, scaled to that deviation), norm weights are
- * 1 + normal(0, 0.02)·1, so a forward pass of any depth stays finite. Each tensor has its
+ * 1 + normal(0, 0.02)·1, so a forward pass of any depth stays finite (gemma3 and qwen3_5
+ * norms are applied as 1 + w, so they are written as plain noise, except qwen3_5's gated
+ * norm's plain w). Each tensor has its
  * own xoshiro256** stream seeded from splitmix64(seed ^ fnv1a(name)); only integer and
  * exactly-rounded float arithmetic is used, so the bytes are the same on every platform.
  *
@@ -19,6 +21,7 @@
 #include "tools/synth.h"
 
 #include "formats/safetensors.h"
+#include "util/util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -30,6 +33,7 @@
 #include <unistd.h>
 
 const char *const cairn_synth_preset_names[] = {"tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b",
+                                                "gemma3-1b", "lfm2-1.2b", "qwen3.5-0.8b",
                                                 NULL};
 
 void cairn_synth_options_default(cairn_synth_options_t *o)
@@ -49,14 +53,25 @@ int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o)
         int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, max_pos;
         bool tied;
         double theta, eps;
+        uint64_t attn_layers;
+        int conv_taps;
     } presets[] = {
-        {"tiny", CAIRN_SYNTH_LLAMA, 2, 64, 4, 2, 16, 192, 512, 2048, false, 10000.0, 1e-6},
+        {"tiny", CAIRN_SYNTH_LLAMA, 2, 64, 4, 2, 16, 192, 512, 2048, false, 10000.0, 1e-6, 0, 0},
         {"llama-8l", CAIRN_SYNTH_LLAMA, 8, 512, 8, 2, 64, 1536, 32000, 8192, false, 500000.0,
-         1e-5},
+         1e-5, 0, 0},
         {"qwen3-8l", CAIRN_SYNTH_QWEN3, 8, 1024, 16, 8, 128, 3072, 32000, 40960, true, 1e6,
-         1e-6},
+         1e-6, 0, 0},
         {"qwen3-0.6b", CAIRN_SYNTH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, 1e6,
-         1e-6},
+         1e-6, 0, 0},
+        /* google/gemma-3-1b-it (window 512, pattern 6: the gemma3 defaults below) */
+        {"gemma3-1b", CAIRN_SYNTH_GEMMA3, 26, 1152, 4, 1, 256, 6912, 262144, 32768, true, 1e6,
+         1e-6, 0, 0},
+        /* LiquidAI/LFM2-1.2B: block_ff_dim 12288 auto-adjusted to int(2*12288/3) = 8192. */
+        {"lfm2-1.2b", CAIRN_SYNTH_LFM2, 16, 2048, 32, 8, 64, 8192, 65536, 128000, true, 1e6,
+         1e-5, (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 3},
+        /* Qwen/Qwen3.5-0.8B text_config; GDN sizes set below. */
+        {"qwen3.5-0.8b", CAIRN_SYNTH_QWEN35, 24, 1024, 8, 2, 256, 3584, 248320, 262144, true,
+         1e7, 1e-6, 0, 0},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(presets); i++) {
         if (strcmp(presets[i].name, name) != 0)
@@ -73,6 +88,16 @@ int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o)
         o->tied = presets[i].tied;
         o->rope_theta = presets[i].theta;
         o->rms_eps = presets[i].eps;
+        o->sliding_window = o->sliding_pattern = 0;
+        o->attn_layers = presets[i].attn_layers;
+        o->conv_taps = presets[i].conv_taps;
+        if (o->arch == CAIRN_SYNTH_QWEN35) {
+            o->lin_k_heads = o->lin_v_heads = 16;
+            o->lin_k_dim = o->lin_v_dim = 128;
+            o->conv_kernel = 4;
+            o->full_interval = 4;
+            o->partial_rotary = 0.25;
+        }
         return 0;
     }
     return CAIRN_EINVAL;
@@ -179,18 +204,6 @@ typedef struct {
 
 static int io_status(int neg_errno) { return neg_errno == -ENOSPC ? CAIRN_ENOSPC : CAIRN_EIO; }
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 static void of_abort(out_file_t *f)
 {
     if (f->fd >= 0)
@@ -207,7 +220,7 @@ static int of_open(out_file_t *f, const char *dir, const char *name, char *err, 
 {
     f->fd = -1;
     f->tmp = NULL;
-    f->path = path_join(dir, name);
+    f->path = cairn_path_join(dir, name);
     if (!f->path)
         goto oom;
     size_t n = strlen(f->path) + 32;
@@ -327,7 +340,7 @@ static int write_json(const char *dir, const char *name, const cJSON *doc, bool 
 typedef struct {
     char name[96];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     bool is_norm;   /* 1 + noise instead of noise */
     int shard;
     uint64_t begin; /* offset in its shard's data section */
@@ -335,23 +348,212 @@ typedef struct {
 
 static uint64_t tensor_elems(const syn_tensor_t *t)
 {
-    return t->ndim == 1 ? (uint64_t)t->shape[0] : (uint64_t)t->shape[0] * (uint64_t)t->shape[1];
+    uint64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= (uint64_t)t->shape[d];
+    return n;
 }
 
-static void add_tensor(syn_tensor_t *t, int *k, const char *name, int ndim, int64_t d0,
-                       int64_t d1, bool is_norm)
+static void add_tensor3(syn_tensor_t *t, int *k, const char *name, int ndim, int64_t d0,
+                        int64_t d1, int64_t d2, bool is_norm)
 {
     syn_tensor_t *x = &t[(*k)++];
     snprintf(x->name, sizeof x->name, "%s", name);
     x->ndim = ndim;
     x->shape[0] = d0;
     x->shape[1] = d1;
+    x->shape[2] = d2;
     x->is_norm = is_norm;
+}
+
+static void add_tensor(syn_tensor_t *t, int *k, const char *name, int ndim, int64_t d0,
+                       int64_t d1, bool is_norm)
+{
+    add_tensor3(t, k, name, ndim, d0, d1, 1, is_norm);
+}
+
+static int gemma3_window(const cairn_synth_options_t *o) { return o->sliding_window ? o->sliding_window : 512; }
+static int gemma3_pattern(const cairn_synth_options_t *o) { return o->sliding_pattern ? o->sliding_pattern : 6; }
+
+/* gemma3 tensors in model order. Its norms multiply by (1 + w), so their w is the noise
+ * alone (is_norm false): an identity norm, like the other layouts' 1 + noise. */
+static int list_tensors_gemma3(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
+{
+    int n = 2 + (o->tied ? 0 : 1) + 13 * o->n_layers;
+    syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return CAIRN_ENOMEM;
+    int k = 0;
+    int64_t h = o->hidden, q = (int64_t)o->n_heads * o->head_dim;
+    int64_t kv = (int64_t)o->n_kv_heads * o->head_dim;
+    add_tensor(t, &k, "model.embed_tokens.weight", 2, o->vocab, h, false);
+    for (int l = 0; l < o->n_layers; l++) {
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1;
+        } per_layer[] = {
+            {"input_layernorm", 1, h, 0},           {"self_attn.q_proj", 2, q, h},
+            {"self_attn.k_proj", 2, kv, h},         {"self_attn.v_proj", 2, kv, h},
+            {"self_attn.o_proj", 2, h, q},          {"self_attn.q_norm", 1, o->head_dim, 0},
+            {"self_attn.k_norm", 1, o->head_dim, 0}, {"post_attention_layernorm", 1, h, 0},
+            {"pre_feedforward_layernorm", 1, h, 0}, {"post_feedforward_layernorm", 1, h, 0},
+            {"mlp.gate_proj", 2, o->ffn, h},        {"mlp.up_proj", 2, o->ffn, h},
+            {"mlp.down_proj", 2, h, o->ffn},
+        };
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(per_layer); i++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, per_layer[i].suffix);
+            add_tensor(t, &k, name, per_layer[i].ndim, per_layer[i].d0, per_layer[i].d1, false);
+        }
+    }
+    add_tensor(t, &k, "model.norm.weight", 1, h, 0, false);
+    if (!o->tied)
+        add_tensor(t, &k, "lm_head.weight", 2, o->vocab, h, false);
+    CAIRN_ASSERT(k == n);
+    *out = t;
+    *n_out = n;
+    return 0;
+}
+
+/* lfm2: which layers attend (the default pattern when none is given). */
+static bool lfm2_attends(const cairn_synth_options_t *o, int l)
+{
+    if (o->attn_layers)
+        return (o->attn_layers >> l) & 1;
+    return o->n_layers < 3 ? l == o->n_layers - 1 : l % 3 == 2;
+}
+
+static int lfm2_taps(const cairn_synth_options_t *o) { return o->conv_taps ? o->conv_taps : 3; }
+
+/* lfm2 tensors in model order (embed, layers, embedding_norm, lm_head). */
+static int list_tensors_lfm2(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
+{
+    int n = 2 + (o->tied ? 0 : 1);
+    for (int l = 0; l < o->n_layers; l++)
+        n += lfm2_attends(o, l) ? 11 : 8;
+    syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return CAIRN_ENOMEM;
+    int k = 0;
+    int64_t h = o->hidden, q = (int64_t)o->n_heads * o->head_dim;
+    int64_t kv = (int64_t)o->n_kv_heads * o->head_dim;
+    add_tensor(t, &k, "model.embed_tokens.weight", 2, o->vocab, h, false);
+    for (int l = 0; l < o->n_layers; l++) {
+        const bool attn = lfm2_attends(o, l);
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1, d2;
+            bool is_norm;
+            int kind; /* 0 both, 1 conv, 2 attention */
+        } per_layer[] = {
+            {"operator_norm", 1, h, 0, 0, true, 0},
+            {"conv.in_proj", 2, 3 * h, h, 0, false, 1},
+            {"conv.conv", 3, h, 1, lfm2_taps(o), false, 1},
+            {"conv.out_proj", 2, h, h, 0, false, 1},
+            {"self_attn.q_proj", 2, q, h, 0, false, 2},
+            {"self_attn.k_proj", 2, kv, h, 0, false, 2},
+            {"self_attn.v_proj", 2, kv, h, 0, false, 2},
+            {"self_attn.out_proj", 2, h, q, 0, false, 2},
+            {"self_attn.q_layernorm", 1, o->head_dim, 0, 0, true, 2},
+            {"self_attn.k_layernorm", 1, o->head_dim, 0, 0, true, 2},
+            {"ffn_norm", 1, h, 0, 0, true, 0},
+            {"feed_forward.w1", 2, o->ffn, h, 0, false, 0},
+            {"feed_forward.w3", 2, o->ffn, h, 0, false, 0},
+            {"feed_forward.w2", 2, h, o->ffn, 0, false, 0},
+        };
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(per_layer); i++) {
+            if (per_layer[i].kind == (attn ? 1 : 2))
+                continue;
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, per_layer[i].suffix);
+            add_tensor3(t, &k, name, per_layer[i].ndim, per_layer[i].d0, per_layer[i].d1,
+                        per_layer[i].d2, per_layer[i].is_norm);
+        }
+    }
+    add_tensor(t, &k, "model.embedding_norm.weight", 1, h, 0, true);
+    if (!o->tied)
+        add_tensor(t, &k, "lm_head.weight", 2, o->vocab, h, false);
+    CAIRN_ASSERT(k == n);
+    *out = t;
+    *n_out = n;
+    return 0;
+}
+
+static bool qwen35_full_layer(const cairn_synth_options_t *o, int l)
+{
+    return (l + 1) % o->full_interval == 0;
+}
+
+/* The qwen3_5_text tensors in model order: per layer the Gated DeltaNet mixer
+ * (linear_attn.*) or the gated attention (self_attn.*, q_proj twice as wide), then the
+ * MLP. Norms are stored as w of (1 + w), so plain noise; the gated norm's w is 1 + noise. */
+static int list_tensors_qwen35(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
+{
+    int n = 2 + (o->tied ? 0 : 1);
+    for (int l = 0; l < o->n_layers; l++)
+        n += 5 + (qwen35_full_layer(o, l) ? 6 : 9);
+    syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return CAIRN_ENOMEM;
+    int k = 0;
+    const int64_t h = o->hidden, q = (int64_t)o->n_heads * o->head_dim;
+    const int64_t kv = (int64_t)o->n_kv_heads * o->head_dim;
+    const int64_t kd = (int64_t)o->lin_k_heads * o->lin_k_dim, vd = (int64_t)o->lin_v_heads * o->lin_v_dim;
+    const int64_t conv = 2 * kd + vd;
+    add_tensor(t, &k, "model.embed_tokens.weight", 2, o->vocab, h, false);
+    for (int l = 0; l < o->n_layers; l++) {
+        char name[96];
+#define QT(suffix, nd, a, b, norm)                                                          \
+    do {                                                                                   \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                      \
+        add_tensor(t, &k, name, nd, a, b, norm);                                           \
+    } while (0)
+        QT("input_layernorm.weight", 1, h, 0, false);
+        if (qwen35_full_layer(o, l)) {
+            QT("self_attn.q_proj.weight", 2, 2 * q, h, false);
+            QT("self_attn.k_proj.weight", 2, kv, h, false);
+            QT("self_attn.v_proj.weight", 2, kv, h, false);
+            QT("self_attn.o_proj.weight", 2, h, q, false);
+            QT("self_attn.q_norm.weight", 1, o->head_dim, 0, false);
+            QT("self_attn.k_norm.weight", 1, o->head_dim, 0, false);
+        } else {
+            QT("linear_attn.in_proj_qkv.weight", 2, conv, h, false);
+            QT("linear_attn.in_proj_z.weight", 2, vd, h, false);
+            QT("linear_attn.in_proj_b.weight", 2, o->lin_v_heads, h, false);
+            QT("linear_attn.in_proj_a.weight", 2, o->lin_v_heads, h, false);
+            snprintf(name, sizeof name, "model.layers.%d.linear_attn.conv1d.weight", l);
+            add_tensor3(t, &k, name, 3, conv, 1, o->conv_kernel, false);
+            QT("linear_attn.A_log", 1, o->lin_v_heads, 0, false);
+            QT("linear_attn.dt_bias", 1, o->lin_v_heads, 0, false);
+            QT("linear_attn.norm.weight", 1, o->lin_v_dim, 0, true);
+            QT("linear_attn.out_proj.weight", 2, h, vd, false);
+        }
+        QT("post_attention_layernorm.weight", 1, h, 0, false);
+        QT("mlp.gate_proj.weight", 2, o->ffn, h, false);
+        QT("mlp.up_proj.weight", 2, o->ffn, h, false);
+        QT("mlp.down_proj.weight", 2, h, o->ffn, false);
+#undef QT
+    }
+    add_tensor(t, &k, "model.norm.weight", 1, h, 0, false);
+    if (!o->tied)
+        add_tensor(t, &k, "lm_head.weight", 2, o->vocab, h, false);
+    CAIRN_ASSERT(k == n);
+    *out = t;
+    *n_out = n;
+    return 0;
 }
 
 /* Lists the tensors in model order (embed, layers, norm, lm_head). */
 static int list_tensors(const cairn_synth_options_t *o, syn_tensor_t **out, int *n_out)
 {
+    if (o->arch == CAIRN_SYNTH_GEMMA3)
+        return list_tensors_gemma3(o, out, n_out);
+    if (o->arch == CAIRN_SYNTH_LFM2)
+        return list_tensors_lfm2(o, out, n_out);
+    if (o->arch == CAIRN_SYNTH_QWEN35)
+        return list_tensors_qwen35(o, out, n_out);
     bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     int n = 2 + (o->tied ? 0 : 1) + (qwen ? 11 : 9) * o->n_layers;
     syn_tensor_t *t = cairn_calloc((size_t)n, sizeof *t);
@@ -538,8 +740,165 @@ static cJSON *append(cJSON *arr, cJSON *item)
     return item;
 }
 
+/* gemma3_text's config.json in the transformers 5 spelling (Gemma3TextConfig):
+ * layer_types, and rope_parameters keyed by layer kind. */
+static cJSON *config_doc_gemma3(const cairn_synth_options_t *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
+    if (!append(arch, cJSON_CreateString("Gemma3ForCausalLM")))
+        goto fail;
+    bool ok = cJSON_AddFalseToObject(c, "attention_bias") &&
+              cJSON_AddNumberToObject(c, "attention_dropout", 0) &&
+              cJSON_AddNullToObject(c, "attn_logit_softcapping") &&
+              cJSON_AddNullToObject(c, "bos_token_id") &&
+              cJSON_AddStringToObject(c, "dtype", dtype_torch_name(o->dtype)) &&
+              cJSON_AddNumberToObject(c, "eos_token_id", o->vocab - 1) &&
+              cJSON_AddNullToObject(c, "final_logit_softcapping") &&
+              cJSON_AddNumberToObject(c, "head_dim", o->head_dim) &&
+              cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh") &&
+              cJSON_AddNumberToObject(c, "hidden_size", o->hidden) &&
+              cJSON_AddNumberToObject(c, "initializer_range", 0.02) &&
+              cJSON_AddNumberToObject(c, "intermediate_size", o->ffn);
+    cJSON *lt = ok ? cJSON_AddArrayToObject(c, "layer_types") : NULL;
+    ok = lt != NULL;
+    for (int l = 0; ok && l < o->n_layers; l++)
+        ok = append(lt, cJSON_CreateString((l + 1) % gemma3_pattern(o) ? "sliding_attention"
+                                                                        : "full_attention")) != NULL;
+    ok = ok && cJSON_AddNumberToObject(c, "max_position_embeddings", o->max_pos) &&
+         cJSON_AddStringToObject(c, "model_type", "gemma3_text") &&
+         cJSON_AddNumberToObject(c, "num_attention_heads", o->n_heads) &&
+         cJSON_AddNumberToObject(c, "num_hidden_layers", o->n_layers) &&
+         cJSON_AddNumberToObject(c, "num_key_value_heads", o->n_kv_heads) &&
+         cJSON_AddNumberToObject(c, "pad_token_id", o->vocab - 3) &&
+         cJSON_AddNumberToObject(c, "query_pre_attn_scalar", o->head_dim) &&
+         cJSON_AddNumberToObject(c, "rms_norm_eps", o->rms_eps);
+    cJSON *rp = ok ? cJSON_AddObjectToObject(c, "rope_parameters") : NULL;
+    cJSON *full = rp ? cJSON_AddObjectToObject(rp, "full_attention") : NULL;
+    cJSON *slid = full ? cJSON_AddObjectToObject(rp, "sliding_attention") : NULL;
+    ok = slid && cJSON_AddNumberToObject(full, "rope_theta", o->rope_theta) &&
+         cJSON_AddStringToObject(full, "rope_type", "default") &&
+         cJSON_AddNumberToObject(slid, "rope_theta", 10000.0) &&
+         cJSON_AddStringToObject(slid, "rope_type", "default") &&
+         cJSON_AddNumberToObject(c, "sliding_window", gemma3_window(o)) &&
+         cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tied) &&
+         cJSON_AddFalseToObject(c, "use_bidirectional_attention") &&
+         cJSON_AddTrueToObject(c, "use_cache") &&
+         cJSON_AddNumberToObject(c, "vocab_size", o->vocab);
+    if (!ok)
+        goto fail;
+    return c;
+fail:
+    cJSON_Delete(c);
+    return NULL;
+}
+
+/* lfm2's config.json in the transformers 5 spelling (Lfm2Config), with the feed-forward
+ * width given as is (block_auto_adjust_ff_dim false). */
+static cJSON *config_doc_lfm2(const cairn_synth_options_t *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
+    if (!append(arch, cJSON_CreateString("Lfm2ForCausalLM")))
+        goto fail;
+    bool ok = cJSON_AddFalseToObject(c, "block_auto_adjust_ff_dim") &&
+              cJSON_AddNumberToObject(c, "block_ffn_dim_multiplier", 1.0) &&
+              cJSON_AddNumberToObject(c, "block_multiple_of", 256) &&
+              cJSON_AddNullToObject(c, "bos_token_id") &&
+              cJSON_AddNumberToObject(c, "conv_L_cache", lfm2_taps(o)) &&
+              cJSON_AddFalseToObject(c, "conv_bias") &&
+              cJSON_AddStringToObject(c, "dtype", dtype_torch_name(o->dtype)) &&
+              cJSON_AddNumberToObject(c, "eos_token_id", o->vocab - 1);
+    cJSON *idx = ok ? cJSON_AddArrayToObject(c, "full_attn_idxs") : NULL;
+    ok = idx != NULL;
+    for (int l = 0; ok && l < o->n_layers; l++)
+        if (lfm2_attends(o, l))
+            ok = append(idx, cJSON_CreateNumber(l)) != NULL;
+    ok = ok && cJSON_AddNumberToObject(c, "hidden_size", o->hidden) &&
+         cJSON_AddNumberToObject(c, "initializer_range", 0.02) &&
+         cJSON_AddNumberToObject(c, "intermediate_size", o->ffn);
+    cJSON *lt = ok ? cJSON_AddArrayToObject(c, "layer_types") : NULL;
+    ok = lt != NULL;
+    for (int l = 0; ok && l < o->n_layers; l++)
+        ok = append(lt, cJSON_CreateString(lfm2_attends(o, l) ? "full_attention" : "conv")) != NULL;
+    ok = ok && cJSON_AddNumberToObject(c, "max_position_embeddings", o->max_pos) &&
+         cJSON_AddStringToObject(c, "model_type", "lfm2") &&
+         cJSON_AddNumberToObject(c, "norm_eps", o->rms_eps) &&
+         cJSON_AddNumberToObject(c, "num_attention_heads", o->n_heads) &&
+         cJSON_AddNumberToObject(c, "num_hidden_layers", o->n_layers) &&
+         cJSON_AddNumberToObject(c, "num_key_value_heads", o->n_kv_heads) &&
+         cJSON_AddNumberToObject(c, "pad_token_id", o->vocab - 3);
+    cJSON *rp = ok ? cJSON_AddObjectToObject(c, "rope_parameters") : NULL;
+    ok = rp && cJSON_AddNumberToObject(rp, "rope_theta", o->rope_theta) &&
+         cJSON_AddStringToObject(rp, "rope_type", "default") &&
+         cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tied) &&
+         cJSON_AddTrueToObject(c, "use_cache") &&
+         cJSON_AddNumberToObject(c, "vocab_size", o->vocab);
+    if (!ok)
+        goto fail;
+    return c;
+fail:
+    cJSON_Delete(c);
+    return NULL;
+}
+
+/* config.json of a qwen3_5_text model (Qwen3_5TextConfig field names). */
+static cJSON *config_doc_qwen35(const cairn_synth_options_t *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
+    if (!append(arch, cJSON_CreateString("Qwen3_5ForCausalLM")))
+        goto fail;
+    bool ok = cJSON_AddFalseToObject(c, "attention_bias") &&
+              cJSON_AddNumberToObject(c, "attention_dropout", 0) &&
+              cJSON_AddNullToObject(c, "bos_token_id") &&
+              cJSON_AddStringToObject(c, "dtype", dtype_torch_name(o->dtype)) &&
+              cJSON_AddNumberToObject(c, "eos_token_id", o->vocab - 1) &&
+              cJSON_AddNumberToObject(c, "head_dim", o->head_dim) &&
+              cJSON_AddStringToObject(c, "hidden_act", "silu") &&
+              cJSON_AddNumberToObject(c, "hidden_size", o->hidden) &&
+              cJSON_AddNumberToObject(c, "initializer_range", 0.02) &&
+              cJSON_AddNumberToObject(c, "intermediate_size", o->ffn);
+    cJSON *lt = ok ? cJSON_AddArrayToObject(c, "layer_types") : NULL;
+    ok = lt != NULL;
+    for (int l = 0; ok && l < o->n_layers; l++)
+        ok = append(lt, cJSON_CreateString(qwen35_full_layer(o, l) ? "full_attention"
+                                                                   : "linear_attention")) != NULL;
+    ok = ok && cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", o->conv_kernel) &&
+         cJSON_AddNumberToObject(c, "linear_key_head_dim", o->lin_k_dim) &&
+         cJSON_AddNumberToObject(c, "linear_num_key_heads", o->lin_k_heads) &&
+         cJSON_AddNumberToObject(c, "linear_num_value_heads", o->lin_v_heads) &&
+         cJSON_AddNumberToObject(c, "linear_value_head_dim", o->lin_v_dim) &&
+         cJSON_AddNumberToObject(c, "max_position_embeddings", o->max_pos) &&
+         cJSON_AddStringToObject(c, "model_type", "qwen3_5_text") &&
+         cJSON_AddNumberToObject(c, "num_attention_heads", o->n_heads) &&
+         cJSON_AddNumberToObject(c, "num_hidden_layers", o->n_layers) &&
+         cJSON_AddNumberToObject(c, "num_key_value_heads", o->n_kv_heads) &&
+         cJSON_AddNumberToObject(c, "pad_token_id", o->vocab - 3) &&
+         cJSON_AddNumberToObject(c, "rms_norm_eps", o->rms_eps);
+    cJSON *rp = ok ? cJSON_AddObjectToObject(c, "rope_parameters") : NULL;
+    ok = rp && cJSON_AddNumberToObject(rp, "partial_rotary_factor", o->partial_rotary) &&
+         cJSON_AddNumberToObject(rp, "rope_theta", o->rope_theta) &&
+         cJSON_AddStringToObject(rp, "rope_type", "default") &&
+         cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tied) &&
+         cJSON_AddTrueToObject(c, "use_cache") &&
+         cJSON_AddNumberToObject(c, "vocab_size", o->vocab);
+    if (!ok)
+        goto fail;
+    return c;
+fail:
+    cJSON_Delete(c);
+    return NULL;
+}
+
 static cJSON *config_doc(const cairn_synth_options_t *o)
 {
+    if (o->arch == CAIRN_SYNTH_GEMMA3)
+        return config_doc_gemma3(o);
+    if (o->arch == CAIRN_SYNTH_LFM2)
+        return config_doc_lfm2(o);
+    if (o->arch == CAIRN_SYNTH_QWEN35)
+        return config_doc_qwen35(o);
     bool qwen = o->arch == CAIRN_SYNTH_QWEN3;
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = c ? cJSON_AddArrayToObject(c, "architectures") : NULL;
@@ -801,9 +1160,43 @@ static int check_options(const cairn_synth_options_t *o, char *err, size_t err_l
             return CAIRN_EINVAL;
         }
     }
-    if (o->arch != CAIRN_SYNTH_LLAMA && o->arch != CAIRN_SYNTH_QWEN3) {
+    if (o->arch != CAIRN_SYNTH_LLAMA && o->arch != CAIRN_SYNTH_QWEN3 &&
+        o->arch != CAIRN_SYNTH_GEMMA3 && o->arch != CAIRN_SYNTH_LFM2 &&
+        o->arch != CAIRN_SYNTH_QWEN35) {
         st_errf(err, err_len, "synth: unknown architecture");
         return CAIRN_EINVAL;
+    }
+    if (o->sliding_window < 0 || o->sliding_pattern < 0 || o->sliding_pattern > 4096) {
+        st_errf(err, err_len, "synth: the sliding window and pattern must be positive (0: default)");
+        return CAIRN_EINVAL;
+    }
+    if (o->arch == CAIRN_SYNTH_LFM2) {
+        if (o->n_layers > 64 || (o->n_layers < 64 && (o->attn_layers >> o->n_layers) != 0) ||
+            o->conv_taps < 0 || o->conv_taps > 64) {
+            st_errf(err, err_len, "synth: lfm2 needs at most 64 layers, attention layers "
+                    "among them and 1..64 conv taps");
+            return CAIRN_EINVAL;
+        }
+    }
+    if (o->arch == CAIRN_SYNTH_QWEN35) {
+        const struct {
+            const char *name;
+            int v, max;
+        } lin[] = {{"lin-k-heads", o->lin_k_heads, 1024}, {"lin-v-heads", o->lin_v_heads, 1024},
+                   {"lin-k-dim", o->lin_k_dim, 1024},     {"lin-v-dim", o->lin_v_dim, 1024},
+                   {"conv-kernel", o->conv_kernel, 64},   {"full-interval", o->full_interval, 4096}};
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(lin); i++) {
+            if (lin[i].v < 1 || lin[i].v > lin[i].max) {
+                st_errf(err, err_len, "synth: %s = %d is outside [1, %d]", lin[i].name, lin[i].v,
+                        lin[i].max);
+                return CAIRN_EINVAL;
+            }
+        }
+        if (o->lin_v_heads % o->lin_k_heads != 0 || !(o->partial_rotary > 0 && o->partial_rotary <= 1)) {
+            st_errf(err, err_len, "synth: lin-v-heads must be a multiple of lin-k-heads and "
+                    "partial_rotary in (0, 1]");
+            return CAIRN_EINVAL;
+        }
     }
     if (o->dtype != CAIRN_DTYPE_F32 && o->dtype != CAIRN_DTYPE_F16 &&
         o->dtype != CAIRN_DTYPE_BF16) {
@@ -834,7 +1227,7 @@ static int check_options(const cairn_synth_options_t *o, char *err, size_t err_l
 /* Removes dir/name if it exists (a stale file of the other weight layout). */
 static int remove_stale(const char *dir, const char *name, char *err, size_t err_len)
 {
-    char *p = path_join(dir, name);
+    char *p = cairn_path_join(dir, name);
     if (!p) {
         st_errf(err, err_len, "%s: out of memory", dir);
         return CAIRN_ENOMEM;

@@ -19,10 +19,15 @@
 
 #include "cairn/checkpoint.h"
 
-/* Which checkpoint layout to write (the llama family's model_types). */
+/* Which checkpoint layout to write. */
 typedef enum {
-    CAIRN_SYNTH_LLAMA = 0, /* model_type "llama" */
-    CAIRN_SYNTH_QWEN3 = 1, /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_LLAMA = 0,  /* model_type "llama" */
+    CAIRN_SYNTH_QWEN3 = 1,  /* model_type "qwen3": adds per-head q/k norms */
+    CAIRN_SYNTH_LFM2 = 2,   /* model_type "lfm2": short-convolution layers + attention layers */
+    CAIRN_SYNTH_QWEN35 = 3, /* model_type "qwen3_5_text": Gated DeltaNet layers, every
+                               full_interval-th layer gated full attention */
+    CAIRN_SYNTH_GEMMA3 = 4, /* model_type "gemma3_text": sliding and full attention layers,
+                               (1 + w) norms around attention and MLP, q/k norms */
 } cairn_synth_arch_t;
 
 typedef struct {
@@ -41,15 +46,36 @@ typedef struct {
     double rope_theta;
     double rms_eps;
     int n_shards;        /* 1: model.safetensors; more: sharded with an index */
+    /* gemma3 only: the sliding layers' window (0: 512) and the pattern P, layer l full
+     * when (l + 1) % P == 0 (0: 6). The sliding layers' RoPE base is 10000. */
+    int sliding_window, sliding_pattern;
+    /* lfm2 only: bit l set = layer l attends (layers < 64; 0: every third layer from
+     * layer 2, or the last layer of a shorter model); taps of the short convolution
+     * (conv_L_cache; 0: 3). The other layers are conv layers. */
+    uint64_t attn_layers;
+    int conv_taps;
+    /* qwen3_5 only (ignored otherwise): Gated DeltaNet sizes and the layer pattern. */
+    int lin_k_heads, lin_v_heads; /* linear_num_key_heads, _value_heads (a multiple) */
+    int lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
+    int conv_kernel;              /* linear_conv_kernel_dim */
+    int full_interval;            /* layer l is full attention when (l + 1) % this == 0 */
+    double partial_rotary;        /* partial_rotary_factor */
 } cairn_synth_options_t;
 
 /* Fills *o with the "tiny" preset (a 2-layer llama, hidden 64, vocab 512, bf16, seed 0). */
 void cairn_synth_options_default(cairn_synth_options_t *o);
 
 /*
- * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos) with
- * a named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b". dtype, seed and n_shards
- * are left alone. CAIRN_EINVAL for an unknown name.
+ * Overwrites the shape fields of *o (arch, sizes, tied, rope_theta, rms_eps, max_pos,
+ * sliding_window, sliding_pattern, attn_layers, conv_taps, the qwen3_5 GDN fields) with a
+ * named preset: "tiny", "llama-8l", "qwen3-8l", "qwen3-0.6b", "gemma3-1b" (the
+ * google/gemma-3-1b-it text shape: 26 layers, every 6th full attention, the others sliding
+ * over 512 tokens, hidden 1152, 4/1 heads of 256, ffn 6912, vocab 262144, tied,
+ * rope_theta 1e6 / 1e4; about 2 GB in bf16), "lfm2-1.2b" (the LiquidAI/LFM2-1.2B shape: 16
+ * layers of which 2, 5, 8, 10, 12, 14 attend, hidden 2048, 32/8 heads of 64, feed-forward
+ * 8192, vocab 65536, 3 conv taps, tied), "qwen3.5-0.8b" (the text model of Qwen3.5-0.8B:
+ * 24 layers, 3 Gated DeltaNet : 1 gated attention). dtype, seed and n_shards are left
+ * alone. CAIRN_EINVAL for an unknown name.
  */
 int cairn_synth_options_preset(const char *name, cairn_synth_options_t *o);
 

@@ -183,7 +183,7 @@ static void test_rejections(void **state)
 {
     expect_reject("{\"model_type\": \"llama\", ", CAIRN_EFORMAT, "not valid JSON");
     expect_reject("[1, 2]", CAIRN_EFORMAT, "not a JSON object");
-    expect_reject("{\"model_type\": \"gemma3_text\"}", CAIRN_EUNSUPPORTED, "gemma3_text");
+    expect_reject("{\"model_type\": \"gpt_neox\"}", CAIRN_EUNSUPPORTED, "gpt_neox");
     expect_reject("{\"model_type\": \"mamba\"}", CAIRN_EUNSUPPORTED, "mamba");
     expect_reject("{\"hidden_size\": 4}", CAIRN_EFORMAT, "model_type");
     expect_reject("{\"model_type\": \"llama\", \"num_hidden_layers\": 2}", CAIRN_EFORMAT,

@@ -164,22 +164,71 @@ static void test_groups_build(void **state)
     uint32_t ng;
     size_t bb;
     assert_int_equal(kv_groups_build(specs, 6, CAIRN_DTYPE_F16, 16, groups, &ng, layers, &bb), 0);
-    assert_int_equal(ng, 4); /* full, sliding 32, recurrent, sliding 64 */
-    assert_int_equal(layers[0].group, layers[3].group);
-    assert_int_equal(groups[layers[0].group].n_layers, 2);
-    /* full group: layer 0 K at 0, V at 16*2*8*2 = 512; layer 3 K at 1024, V at 1536 */
-    assert_int_equal(layers[0].k_offset, 0);
+    /* The smallest paged class (each sliding window) has 1 layer, so the 2 full layers
+     * are split: full(0), sliding 32, recurrent, full(3), sliding 64. */
+    assert_int_equal(ng, 5);
+    assert_int_not_equal(layers[0].group, layers[3].group);
+    assert_int_equal(groups[layers[0].group].kind, CAIRN_KV_LAYER_FULL);
+    assert_int_equal(groups[layers[3].group].kind, CAIRN_KV_LAYER_FULL);
+    assert_int_equal(groups[layers[0].group].n_layers, 1);
+    /* full(0): K at 0, V at 16*2*8*2 = 512; full(3): K at 0, V at 16*4*4*2 = 512 */
     assert_int_equal(layers[0].v_offset, 512);
-    assert_int_equal(layers[3].k_offset, 1024);
-    assert_int_equal(layers[3].v_offset, 1536);
+    assert_int_equal(layers[3].k_offset, 0);
+    assert_int_equal(layers[3].v_offset, 512);
     assert_int_equal(layers[3].slot_stride, 32);
-    assert_int_equal(groups[layers[0].group].bytes, 2048);
-    assert_int_equal(bb, 2048);
+    assert_int_equal(groups[layers[3].group].bytes, 1024);
+    assert_int_equal(bb, 1024);
     /* alias resolves to its source */
     assert_int_equal(layers[4].group, layers[1].group);
     assert_int_equal(layers[4].k_offset, layers[1].k_offset);
     assert_int_equal(layers[4].storage_layer, 1);
     assert_int_not_equal(layers[1].group, layers[5].group);
+
+    /* Classes of equal size stay whole: two full and two sliding layers, two groups, and
+     * a group's layers lie one after another in its block. */
+    cairn_kv_layer_spec_t even[4] = {
+        {CAIRN_KV_LAYER_FULL, 2, 8, 0, 0}, {CAIRN_KV_LAYER_SLIDING, 1, 16, 32, 0},
+        {CAIRN_KV_LAYER_FULL, 4, 4, 0, 0}, {CAIRN_KV_LAYER_SLIDING, 1, 16, 32, 0},
+    };
+    kv_layer_t el[4];
+    assert_int_equal(kv_groups_build(even, 4, CAIRN_DTYPE_F16, 16, groups, &ng, el, &bb), 0);
+    assert_int_equal(ng, 2);
+    assert_int_equal(el[0].group, el[2].group);
+    assert_int_equal(el[1].group, el[3].group);
+    assert_int_equal(groups[el[0].group].n_layers, 2);
+    assert_int_equal(el[0].k_offset, 0);
+    assert_int_equal(el[0].v_offset, 512);
+    assert_int_equal(el[2].k_offset, 1024);
+    assert_int_equal(el[2].v_offset, 1536);
+    assert_int_equal(groups[el[0].group].bytes, 2048);
+    assert_int_equal(bb, 2048);
+
+    /* Gemma 3 1B: 22 sliding layers and 4 full (every 6th): the full group keeps its 4,
+     * the sliding class becomes groups of 4, 4, 4, 4, 4, 2, so a block is 4 layers. */
+    cairn_kv_layer_spec_t g3[26];
+    kv_layer_t gl[26];
+    for (uint32_t l = 0; l < 26; l++)
+        g3[l] = (l + 1) % 6 ? kvt_sliding(256, 512) : kvt_full(256);
+    assert_int_equal(kv_groups_build(g3, 26, CAIRN_DTYPE_BF16, 16, groups, &ng, gl, &bb), 0);
+    assert_int_equal(ng, 7);
+    uint32_t sizes[CAIRN_KV_MAX_GROUPS] = {0};
+    for (uint32_t l = 0; l < 26; l++)
+        sizes[gl[l].group]++;
+    assert_int_equal(sizes[gl[5].group], 4);
+    assert_int_equal(groups[gl[5].group].kind, CAIRN_KV_LAYER_FULL);
+    assert_int_equal(sizes[gl[0].group], 4);
+    assert_int_equal(sizes[gl[25].group], 2);
+    assert_int_equal(bb, 4 * 2 * 16 * 256 * 2);
+
+    /* 1 full layer and 40 sliding: groups of 1 would be 41; 3 layers per group fit 16. */
+    cairn_kv_layer_spec_t lop[41];
+    kv_layer_t ll[41];
+    lop[0] = kvt_full(8);
+    for (uint32_t l = 1; l < 41; l++)
+        lop[l] = kvt_sliding(8, 64);
+    assert_int_equal(kv_groups_build(lop, 41, CAIRN_DTYPE_F16, 16, groups, &ng, ll, &bb), 0);
+    assert_int_equal(ng, 1 + 14);
+    assert_true(ng <= CAIRN_KV_MAX_GROUPS);
     /* errors */
     specs[4].shared_from = 2; /* recurrent source */
     assert_int_equal(kv_groups_build(specs, 6, CAIRN_DTYPE_F16, 16, groups, &ng, layers, &bb), CAIRN_EINVAL);

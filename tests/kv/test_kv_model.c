@@ -18,8 +18,17 @@
  *    releases itself: blocks dropped from a table go last position first (so pressure
  *    trims a conversation from its end), blocks a commit slides out of a window go
  *    together, and a failed begin/resume hands its hits back the same way.
- * Seeded and reproducible: test_kv_model --steps N --seed S [--config 0|1|2]. CI runs a
- * bounded number of steps; without --config all three model configurations run.
+ *  - recurrent checkpoints: a prefix is served only with a checkpoint at exactly its
+ *    length; when the registry is full, the least recently used checkpoint (registered
+ *    or touched by a hit) is dropped and on_checkpoint_evict names exactly its key (the
+ *    chain hash of its tokens in its domain); a checkpoint the engine drops (its state
+ *    store's budget) stops serving at once.
+ * Configurations: 0 full + two sliding windows + shared; 1 full + recurrent + shared;
+ * 2 everything; 3 the LFM2 / Qwen3.5 mix (recurrent layers first, interleaved with two
+ * full layers); 4 the Gemma 3 mix (five sliding layers of one window interleaved with a
+ * full one, a shared alias last).
+ * Seeded and reproducible: test_kv_model --steps N --seed S [--config 0..4]. CI runs a
+ * bounded number of steps; without --config every configuration runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,6 +46,7 @@
 #define MAXSEQ 6
 #define MAXG CAIRN_KV_MAX_GROUPS
 #define CKPT_CAP 6
+#define N_CONFIGS 5
 
 static long opt_steps = 30000;
 static uint64_t opt_seed = 1;
@@ -151,6 +161,29 @@ static long ckpt_find(int dom, int ext, const int32_t *t, size_t len)
     return -1;
 }
 
+/* The registry key of a checkpoint: the chain hash of the block ending at len. */
+static cairn_kv_hash_t ckpt_key(int dom, int ext, const int32_t *t, size_t len)
+{
+    cairn_kv_hash_t h[4096 / BS];
+    assert_true(len >= BS && len % BS == 0);
+    assert_int_equal(cairn_kv_cache_hash_blocks(C, dom ? &doms[dom] : NULL, extra_sets[ext],
+                                                (size_t)ext, t, len, h), 0);
+    return h[len / BS - 1];
+}
+
+/* Checkpoint evictions the reference expects during the current operation, and the
+ * keys the cache reported. */
+static cairn_kv_hash_t ckpt_expected[4], ckpt_reported[4];
+static int n_ckpt_expected, n_ckpt_reported;
+static long ckpt_evictions, ckpt_drops; /* over a run */
+
+static void on_ckpt_evict(void *user, const cairn_kv_hash_t *key)
+{
+    (void)user;
+    assert_true(n_ckpt_reported < 4);
+    ckpt_reported[n_ckpt_reported++] = *key;
+}
+
 static void ckpt_add(int dom, int ext, const int32_t *t, size_t len)
 {
     long i = ckpt_find(dom, ext, t, len);
@@ -163,6 +196,9 @@ static void ckpt_add(int dom, int ext, const int32_t *t, size_t len)
         for (size_t j = 1; j < n_ckpts; j++)
             if (ckpts[j].stamp < ckpts[old].stamp)
                 old = j;
+        assert_true(n_ckpt_expected < 4);
+        ckpt_expected[n_ckpt_expected++] =
+            ckpt_key(ckpts[old].dom, ckpts[old].ext, ckpts[old].toks, ckpts[old].len);
         free(ckpts[old].toks);
         ckpts[old] = ckpts[--n_ckpts];
     }
@@ -696,6 +732,29 @@ static void op_checkpoint(void)
     ckpt_add(q->dom, q->ext, q->toks, b);
 }
 
+/* The engine dropped a checkpoint (its state store evicted it for its byte budget):
+ * that length stops serving at once; an unknown key is CAIRN_ENOENT. */
+static void op_checkpoint_drop(void)
+{
+    if (!has_rec)
+        return;
+    if (n_ckpts == 0 || rn(4) == 0) {
+        int32_t t[BS];
+        gen_prompt((int)rn(3), t, BS);
+        t[0] = 99991; /* no generated prompt starts with it: never registered */
+        cairn_kv_hash_t k = ckpt_key(0, 0, t, BS);
+        assert_int_equal(cairn_kv_cache_checkpoint_drop(C, &k), CAIRN_ENOENT);
+        return;
+    }
+    size_t i = rn(n_ckpts);
+    cairn_kv_hash_t k = ckpt_key(ckpts[i].dom, ckpts[i].ext, ckpts[i].toks, ckpts[i].len);
+    assert_int_equal(cairn_kv_cache_checkpoint_drop(C, &k), 0);
+    ckpt_drops++;
+    free(ckpts[i].toks);
+    ckpts[i] = ckpts[--n_ckpts];
+    assert_int_equal(cairn_kv_cache_checkpoint_drop(C, &k), CAIRN_ENOENT);
+}
+
 static void op_lookup(void)
 {
     int dom = (int)rn(3), ext = (int)rn(4) == 0, fam = (int)rn(3);
@@ -720,19 +779,36 @@ static void op_lookup(void)
 static void run_model(int config, long steps, uint64_t seed)
 {
     rng = seed * 0x9E3779B97F4A7C15ull + (uint64_t)config + 1;
-    cairn_kv_layer_spec_t l[6];
+    cairn_kv_layer_spec_t l[8];
     uint32_t nl = 0;
-    l[nl++] = kvt_full(DIM);
-    if (config != 1) {
-        l[nl++] = kvt_sliding(DIM, 6);
-        l[nl++] = kvt_sliding(DIM / 2, 13);
+    if (config <= 2) {
+        l[nl++] = kvt_full(DIM);
+        if (config != 1) {
+            l[nl++] = kvt_sliding(DIM, 6);
+            l[nl++] = kvt_sliding(DIM / 2, 13);
+        }
+        if (config != 0)
+            l[nl++] = kvt_recurrent();
+        l[nl++] = kvt_shared(0);
+    } else if (config == 3) { /* LFM2: conv, conv, attn, conv, conv, attn */
+        for (uint32_t i = 0; i < 6; i++)
+            l[nl++] = i % 3 == 2 ? kvt_full(DIM / 2) : kvt_recurrent();
+    } else { /* Gemma 3: five sliding layers, one full, then an alias of a sliding one */
+        for (uint32_t i = 0; i < 6; i++)
+            l[nl++] = i == 5 ? kvt_full(DIM) : kvt_sliding(DIM, 9);
+        l[nl++] = kvt_shared(1);
     }
-    if (config != 0)
-        l[nl++] = kvt_recurrent();
-    l[nl++] = kvt_shared(0);
     cairn_kv_config_t cfg = kvt_config(l, nl, BS, 6, 1); /* 16 blocks growing to 96 */
     cfg.max_checkpoints = CKPT_CAP;
+    cfg.on_checkpoint_evict = on_ckpt_evict;
     assert_int_equal(cairn_kv_cache_create(&cfg, &C), 0);
+    {
+        /* The reference's per-block arrays hold MAX_BLOCKS: a configuration whose pool can
+         * grow past that must fail here, not write past them. */
+        cairn_kv_stats_t st0;
+        cairn_kv_cache_stats(C, &st0);
+        assert_true(st0.blocks_max <= MAX_BLOCKS);
+    }
     C->evict_observer = on_evict;
     n_groups = C->n_groups;
     n_paged = 0;
@@ -751,9 +827,10 @@ static void run_model(int config, long steps, uint64_t seed)
     assert_int_equal(cairn_kv_domain_from_salt(C, "tenant-1", 8, &doms[1]), 0);
     assert_int_equal(cairn_kv_domain_from_salt(C, "tenant-2", 8, &doms[2]), 0);
     n_ents = n_ckpts = n_seqs = 0;
+    ckpt_evictions = ckpt_drops = 0;
     release_clock = 1;
     memset(idle_at, 0, sizeof idle_at);
-    long counts[12] = {0};
+    long counts[13] = {0};
     for (long step = 0; step < steps; step++) {
         size_t op = rn(100);
         int kind;
@@ -768,11 +845,13 @@ static void run_model(int config, long steps, uint64_t seed)
         else if (op < 85) kind = 8;
         else if (op < 87) kind = 9;
         else if (op < 92) kind = 10;
+        else if (op < 93) kind = 12;
         else kind = 11;
         counts[kind]++;
         if (getenv("KV_MODEL_TRACE"))
             fprintf(stderr, "step %ld op %d\n", step, kind);
         lru_before_op();
+        n_ckpt_expected = n_ckpt_reported = 0;
         switch (kind) {
         case 0: op_begin(); break;
         case 1: op_append(); break;
@@ -785,21 +864,29 @@ static void run_model(int config, long steps, uint64_t seed)
         case 8: op_evict(); break;
         case 9: op_grow(); break;
         case 10: op_checkpoint(); break;
+        case 12: op_checkpoint_drop(); break;
         default: op_lookup(); break;
         }
         lru_after_op();
+        assert_int_equal(n_ckpt_reported, n_ckpt_expected);
+        ckpt_evictions += n_ckpt_reported;
+        for (int i = 0; i < n_ckpt_expected; i++)
+            assert_memory_equal(ckpt_reported[i].bytes, ckpt_expected[i].bytes, 32);
         check_all();
     }
     cairn_kv_stats_t st;
     cairn_kv_cache_stats(C, &st);
     printf("model config %d seed %llu: %ld steps; hits %llu misses %llu evictions %llu grows %llu "
-           "cow %llu, %zu published at end\n",
+           "cow %llu, %zu published at end; checkpoints %llu, %ld evicted, %ld dropped\n",
            config, (unsigned long long)seed, steps, (unsigned long long)st.hits,
            (unsigned long long)st.misses, (unsigned long long)st.evictions,
-           (unsigned long long)st.grows, (unsigned long long)st.cow_copies, n_ents);
+           (unsigned long long)st.grows, (unsigned long long)st.cow_copies, n_ents,
+           (unsigned long long)st.checkpoints, ckpt_evictions, ckpt_drops);
     /* the run must have exercised the interesting paths */
     if (steps >= 5000) {
         assert_true(st.hits > 0 && st.evictions > 0 && st.grows > 0 && st.cow_copies > 0);
+        if (has_rec)
+            assert_true(ckpt_evictions > 0 && ckpt_drops > 0);
     }
     cairn_kv_cache_destroy(C);
     C = NULL;
@@ -817,8 +904,8 @@ static void test_model(void **state)
         run_model(opt_config, opt_steps, opt_seed);
         return;
     }
-    for (int cfg = 0; cfg < 3; cfg++)
-        run_model(cfg, opt_steps / 3, opt_seed);
+    for (int cfg = 0; cfg < N_CONFIGS; cfg++)
+        run_model(cfg, opt_steps / N_CONFIGS, opt_seed);
 }
 
 int main(int argc, char **argv)

@@ -82,7 +82,7 @@ static int nothing_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
     return 0;
 }
 
-static void nothing_describe(const cairn_model_t *m, cairn_cold_model_desc_t *d, char *extra,
+static void nothing_describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *extra,
                              size_t extra_len)
 {
     d->architecture = m->cfg.model_type;
@@ -358,17 +358,23 @@ static void run_paths(void **state)
         check_row(lg, toks, 34, 35.0f, paged);
         check_row(lg + VOCAB, toks, 34, 35.0f, paged);
 
-        /* Recurrent state cannot be rewound without a checkpoint. */
-        assert_int_equal(cairn_seq_truncate(s, 10), CAIRN_EUNSUPPORTED);
-        assert_int_equal(cairn_seq_n_past(s), 35);
+        /* Rewinding the state below the first checkpoint (16) recomputes from the empty
+         * state (engine/seq_state.h): tokens [0, 10) are pending again. */
+        assert_int_equal(cairn_seq_truncate(s, 10), 0);
+        assert_int_equal(cairn_seq_n_past(s), 0);
+        assert_int_equal(cairn_seq_n_pending(s), 10);
+        it = (cairn_batch_item_t){s, 0, CAIRN_LOGITS_LAST};
+        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &nr), 0);
+        check_row(lg, toks, 9, 10.0f, paged);
         cairn_seq_release(t);
         assert_int_equal(cairn_seq_end_turn(s), 0);
 
-        /* The same prompt again: the KV core built a recurrent group from the layout, so
-         * without a registered checkpoint no prefix is reused and the state starts over. */
+        /* The same prompt again: paged, the first step checkpointed the state at 16 (the
+         * grid) and 32 (the prompt's last full block), so the begin resumes at 32 with
+         * that state; flat shares nothing and starts over. */
         cairn_seq_t *u = NULL;
         assert_int_equal(cairn_seq_begin(e, NULL, toks, 33, &u, &cached), 0);
-        assert_int_equal(cached, 0);
+        assert_int_equal(cached, paged ? 32 : 0);
         it = (cairn_batch_item_t){u, 0, CAIRN_LOGITS_LAST};
         assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &nr), 0);
         check_row(lg, toks, 32, 33.0f, paged);

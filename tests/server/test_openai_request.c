@@ -1,27 +1,49 @@
 /*
- * test_openai_request.c — the request parser/validator (src/server/openai_request.c) and
- * the response renderers, without a network: field types, defaults, ranges, unknown and
- * default-only fields, UTF-8 validation, content-part normalization, allocation failures.
+ * test_openai_request.c — the OpenAI adapters' request parsers (src/server/api/
+ * openai_chat.c, openai_completions.c, openai_common.c) and their renderers, without a
+ * network: field types, defaults, ranges, unknown and default-only fields, UTF-8
+ * validation, content-part normalization, allocation failures.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
-#include "server/server_impl.h"
+#include "server/api/openai.h"
 
-static int parse(oai_kind_t k, const char *body, oai_request_t *r, oai_error_t *e)
+/* The endpoint a body is parsed for: its adapter. */
+typedef const api_adapter_t *oai_kind_t;
+#define OAI_CHAT (&api_openai_chat)
+#define OAI_COMPLETION (&api_openai_completions)
+
+static int oai_request_parse(oai_kind_t k, const char *body, size_t len, gen_request_t *r,
+                             api_error_t *e)
+{
+    api_input_t in = {.op = API_OP_GENERATE, .body = body, .len = len};
+    return k->parse(&in, r, e);
+}
+
+static int parse(oai_kind_t k, const char *body, gen_request_t *r, api_error_t *e)
 {
     memset(e, 0, sizeof *e);
     return oai_request_parse(k, body, strlen(body), r, e);
 }
 
+/* The error body as the adapters render it (cairn_malloc'd). */
+static char *oai_error_json(const api_error_t *e)
+{
+    api_buf_t b = {0};
+    assert_int_equal(oai_render_error(e, &b), 0);
+    return b.p;
+}
+
 static void test_chat_defaults(void **state)
 {
-    oai_request_t r;
-    oai_error_t e;
+    gen_request_t r;
+    api_error_t e;
     assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &e), 0);
     assert_int_equal(r.n, 1);
     assert_false(r.stream);
@@ -29,17 +51,17 @@ static void test_chat_defaults(void **state)
     assert_true(r.sampling.temperature == 1.0f);
     assert_null(r.cache_salt);
     assert_int_equal(cJSON_GetArraySize(r.messages), 1);
-    oai_request_fini(&r);
+    gen_request_fini(&r);
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"hi\"}", &r, &e), 0);
     assert_int_equal(r.sampling.max_tokens, 16); /* OpenAI's completions default */
     assert_string_equal(r.prompt_text, "hi");
-    oai_request_fini(&r);
+    gen_request_fini(&r);
 }
 
 static void test_all_fields(void **state)
 {
-    oai_request_t r;
-    oai_error_t e;
+    gen_request_t r;
+    api_error_t e;
     const char *body =
         "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
         "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
@@ -74,23 +96,23 @@ static void test_all_fields(void **state)
     assert_string_equal(cJSON_GetObjectItem(m1, "content")->valuestring, "a\nb");
     assert_non_null(cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 2), "tool_calls"));
     assert_int_equal(cairn_sampling_params_validate(&r.sampling, 100, NULL, 0), 0);
-    oai_request_fini(&r);
+    gen_request_fini(&r);
 }
 
 static void test_prompt_forms(void **state)
 {
-    oai_request_t r;
-    oai_error_t e;
+    gen_request_t r;
+    api_error_t e;
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[1,2,3]}", &r, &e), 0);
     assert_int_equal(r.n_prompt_ids, 3);
     assert_int_equal(r.prompt_ids[2], 3);
-    oai_request_fini(&r);
+    gen_request_fini(&r);
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[[4,5]]}", &r, &e), 0);
     assert_int_equal(r.n_prompt_ids, 2);
-    oai_request_fini(&r);
+    gen_request_fini(&r);
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":[\"only\"]}", &r, &e), 0);
     assert_string_equal(r.prompt_text, "only");
-    oai_request_fini(&r);
+    gen_request_fini(&r);
     assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", &r, &e), 0);
     assert_string_equal(e.param, "prompt");
     assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":[1,-2]}", &r, &e), 0);
@@ -100,8 +122,8 @@ static void test_prompt_forms(void **state)
 
 static void expect_bad(oai_kind_t k, const char *body, int status, const char *param)
 {
-    oai_request_t r;
-    oai_error_t e;
+    gen_request_t r;
+    api_error_t e;
     assert_int_not_equal(parse(k, body, &r, &e), 0);
     assert_int_equal(e.http_status, status);
     if (param)
@@ -155,24 +177,24 @@ static void test_rejections(void **state)
     snprintf(b, sizeof b, "{\"prompt\":\"x\",\"cache_salt\":\"%s\"}", salt);
     expect_bad(OAI_COMPLETION, b, 400, "cache_salt");
     salt[256] = '\0';
-    oai_request_t r;
-    oai_error_t e;
+    gen_request_t r;
+    api_error_t e;
     snprintf(b, sizeof b, "{\"prompt\":\"x\",\"cache_salt\":\"%s\"}", salt);
     assert_int_equal(parse(OAI_COMPLETION, b, &r, &e), 0);
-    oai_request_fini(&r);
+    gen_request_fini(&r);
 #undef BODY
 }
 
 static void test_utf8(void **state)
 {
-    assert_true(oai_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
-    assert_false(oai_utf8_valid("\xc3\x28", 2));
-    assert_false(oai_utf8_valid("\xc0\xaf", 2));         /* overlong */
-    assert_false(oai_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-    assert_false(oai_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
-    assert_false(oai_utf8_valid("\xe2\x82", 2));         /* truncated */
-    oai_request_t r;
-    oai_error_t e;
+    assert_true(api_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
+    assert_false(api_utf8_valid("\xc3\x28", 2));
+    assert_false(api_utf8_valid("\xc0\xaf", 2));         /* overlong */
+    assert_false(api_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    assert_false(api_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    assert_false(api_utf8_valid("\xe2\x82", 2));         /* truncated */
+    gen_request_t r;
+    api_error_t e;
     const char bad[] = "{\"prompt\":\"\xff\"}";
     assert_int_not_equal(oai_request_parse(OAI_COMPLETION, bad, sizeof bad - 1, &r, &e), 0);
     assert_int_equal(e.http_status, 400);
@@ -181,14 +203,36 @@ static void test_utf8(void **state)
     assert_int_not_equal(parse(OAI_COMPLETION, "{\"prompt\":\"\\ud800\"}", &r, &e), 0);
 }
 
+/* Renders a whole response through the adapter's begin / delta / end, as the server does. */
+static char *render_full(const api_adapter_t *a, gen_request_t *req, api_render_t *r, int n,
+                         char *const *texts, const size_t *lens,
+                         const cairn_finish_reason_t *finish, const api_usage_t *u)
+{
+    assert_int_equal(a->begin(r), 0);
+    for (int i = 0; i < n; i++) {
+        api_delta_t d = {.kind = API_DELTA_TEXT, .choice = i, .text = texts[i], .len = lens[i]};
+        assert_int_equal(a->delta(r, &d), 0);
+    }
+    api_end_t end = {.finish = finish, .usage = *u};
+    assert_int_equal(a->end(r, &end), 0);
+    a->release(r);
+    (void)req;
+    char *out = r->out.p;
+    memset(&r->out, 0, sizeof r->out);
+    return out;
+}
+
 static void test_render(void **state)
 {
-    oai_meta_t m = {OAI_CHAT, "chatcmpl-1", 1700000000, "qwen3"};
+    gen_request_t req;
+    gen_request_init(&req);
+    req.n = 2;
+    api_render_t m = {&req, "chatcmpl-1", 1700000000, "qwen3", {0}, NULL};
     char *texts[2] = {"he\"llo\n", "x"};
     size_t lens[2] = {7, 1};
     cairn_finish_reason_t f[2] = {CAIRN_FINISH_STOP, CAIRN_FINISH_LENGTH};
-    oai_usage_t u = {10, 3, 8, 32};
-    char *full = oai_render_full(&m, 2, texts, lens, f, &u);
+    api_usage_t u = {10, 3, 8, 32};
+    char *full = render_full(OAI_CHAT, &req, &m, 2, texts, lens, f, &u);
     cJSON *j = cJSON_Parse(full);
     assert_non_null(j);
     cJSON *c1 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 1);
@@ -204,18 +248,22 @@ static void test_render(void **state)
                                          "cold_restored_tokens")->valueint, 32);
     cJSON_Delete(j);
     cairn_free(full);
-    char *ch = oai_render_chunk(&m, 0, "ab", 2, true, CAIRN_FINISH_NONE, true);
+    req.include_usage = true;
+    assert_int_equal(oai_emit_chunk(&m, true, 0, "ab", 2, true, CAIRN_FINISH_NONE), 0);
+    char *ch = m.out.p;
     assert_int_equal(strncmp(ch, "data: {", 7), 0);
     assert_string_equal(ch + strlen(ch) - 2, "\n\n");
     assert_non_null(strstr(ch, "\"delta\":{\"role\":\"assistant\",\"content\":\"ab\"}"));
     assert_non_null(strstr(ch, "\"finish_reason\":null"));
     assert_non_null(strstr(ch, "\"usage\":null"));
-    cairn_free(ch);
-    m.kind = OAI_COMPLETION;
-    ch = oai_render_chunk(&m, 1, "", 0, false, CAIRN_FINISH_STOP, false);
+    api_buf_free(&m.out);
+    req.include_usage = false;
+    assert_int_equal(oai_emit_chunk(&m, false, 1, "", 0, false, CAIRN_FINISH_STOP), 0);
+    ch = m.out.p;
     assert_non_null(strstr(ch, "\"object\":\"text_completion\""));
     assert_non_null(strstr(ch, "\"finish_reason\":\"stop\""));
-    cairn_free(ch);
+    api_buf_free(&m.out);
+    gen_request_fini(&req);
 }
 
 static void test_alloc_failures(void **state)
@@ -223,16 +271,64 @@ static void test_alloc_failures(void **state)
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}],"
                        "\"stop\":[\"x\"],\"cache_salt\":\"s\",\"model\":\"m\",\"logit_bias\":{\"1\":2}}";
     for (long n = 0; n < 64; n++) {
-        oai_request_t r;
-        oai_error_t e;
+        gen_request_t r;
+        api_error_t e;
         cairn_alloc_fail_after(n, false);
         int rc = parse(OAI_CHAT, body, &r, &e);
         cairn_alloc_fail_after(-1, false);
         if (rc == 0) {
-            oai_request_fini(&r);
+            gen_request_fini(&r);
             break;
         }
-        assert_int_equal(e.http_status, 500);
+        assert_int_equal(e.http_status, 503); /* memory pressure: retry, not a server fault */
+    }
+}
+
+/*
+ * A sweep over every allocation of valid requests' parses, cJSON's included (cairn_init
+ * routes them through cairn_malloc): each failure answers 503 out_of_memory, never a 400
+ * "not valid JSON", and the sweep ends in a success (it reached the last allocation).
+ */
+static void test_alloc_failure_sweep(void **state)
+{
+    static const struct {
+        oai_kind_t kind;
+        const char *body;
+    } cases[] = {
+        {OAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                   "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,"
+                   "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}],"
+                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                   "\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":[\"x\",\"yz\"],"
+                   "\"stop_token_ids\":[1,2],\"logit_bias\":{\"5\":-100},\"cache_salt\":\"salt\","
+                   "\"user\":\"u\",\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {OAI_COMPLETION, "{\"prompt\":\"hello there\",\"stop\":\"x\",\"max_tokens\":3}"},
+        {OAI_COMPLETION, "{\"prompt\":[[1,2,3]],\"echo\":false,\"seed\":4}"},
+    };
+    cairn_init();
+    for (size_t c = 0; c < CAIRN_ARRAY_LEN(cases); c++) {
+        long n, failures = 0;
+        for (n = 0; n < 100000; n++) {
+            gen_request_t r;
+            api_error_t e;
+            cairn_alloc_fail_after(n, false);
+            int rc = parse(cases[c].kind, cases[c].body, &r, &e);
+            cairn_alloc_fail_after(-1, false);
+            if (rc == 0) {
+                gen_request_fini(&r);
+                break;
+            }
+            if (e.http_status != 503)
+                fprintf(stderr, "case %zu, allocation %ld: %d %s\n", c, n, e.http_status,
+                        e.message);
+            assert_int_equal(rc, CAIRN_ENOMEM);
+            assert_int_equal(e.http_status, 503);
+            assert_string_equal(e.code, "out_of_memory");
+            failures++;
+        }
+        assert_true(n < 100000);
+        assert_true(failures > 5);
     }
 }
 
@@ -242,7 +338,7 @@ int main(void)
         cmocka_unit_test(test_chat_defaults), cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_prompt_forms),  cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_utf8),          cmocka_unit_test(test_render),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_alloc_failure_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

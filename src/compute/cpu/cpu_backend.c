@@ -7,10 +7,9 @@
  * kernels.h (tests/compute/test_backend.c asserts it). Buffers are cairn_malloc'd host
  * memory (64-byte aligned through over-allocation) or wrapped caller memory.
  *
- * Optional ops: short_conv and delta_rule are NULL here (compute_supports reports it, so
- * a family that needs them fails at bind with a message); their contracts are in
- * backend.h, and LFM2 / Qwen3.5 add them as src/compute/cpu/short_conv.c and
- * delta_rule.c plus one line each in `ops` below.
+ * Optional ops: short_conv is src/compute/cpu/short_conv.c (LFM2), delta_rule
+ * src/compute/cpu/delta_rule.c (Qwen3.5: dr__rule on the object's kernel table and pool);
+ * their contracts are in backend.h.
  *
  * Thread-safety: one thread at a time per object; ops use the object's pool.
  */
@@ -19,6 +18,9 @@
 
 #include "compute/cpu/attention_impl.h"
 #include "compute/cpu/cpu_backend.h"
+#include "compute/cpu/delta_rule_impl.h"
+#include "compute/cpu/short_conv.h"
+#include "util/util.h"
 
 typedef struct {
     compute_backend_t base;      /* first: the object is a compute_backend_t */
@@ -64,8 +66,8 @@ static bool cpu_supports(const compute_backend_t *be, compute_op_t op, cairn_dty
     case COMPUTE_OP_GET_ROWS: return tt != NULL;                    /* the traits' to_f32 */
     case COMPUTE_OP_NORM: return plain_type(t);                     /* kern__rmsnorm reads elements */
     case COMPUTE_OP_KV: return tt && k->types[t].from_f32 && k->types[t].rows_to_f32;
-    case COMPUTE_OP_SHORT_CONV: return false;
-    case COMPUTE_OP_DELTA_RULE: return false;
+    case COMPUTE_OP_SHORT_CONV: return plain_type(t);                /* short_conv.c widens taps */
+    case COMPUTE_OP_DELTA_RULE: return t == CAIRN_DTYPE_F32;        /* dr__rule: f32 operands */
     case COMPUTE_OP_COUNT: break;
     }
     return false;
@@ -221,6 +223,13 @@ static void cpu_kv_store(compute_backend_t *be, void *dst, cairn_dtype_t type, c
         k->types[type].from_f32(dst, src, n);
 }
 
+static void cpu_short_conv(compute_backend_t *be, float *out, const float *x, int n, compute_mat_t w,
+                           float *state)
+{
+    (void)be;
+    short_conv_rows(out, x, n, w.data, w.type, w.rows, w.cols, state);
+}
+
 static int cpu_attn_create(compute_backend_t *be, const compute_attn_params_t *p, compute_attn_t **out)
 {
     cpu_backend_t *c = cpu(be);
@@ -260,6 +269,14 @@ static void cpu_attention(compute_backend_t *be, compute_attn_t *a, int layer, c
     kern__attn_forward(c->k, c->tp, &a->cfg, &a->math, layer, queries, n);
 }
 
+static void cpu_delta_rule(compute_backend_t *be, float *out, const float *q, const float *k, const float *v,
+                           const float *g, const float *beta, int n, int n_k_heads, int n_v_heads, int dk,
+                           int dv, float *state)
+{
+    cpu_backend_t *c = cpu(be);
+    dr__rule(c->k, c->tp, out, q, k, v, g, beta, n, n_k_heads, n_v_heads, dk, dv, state);
+}
+
 static const compute_backend_ops_t ops = {
     .name = "cpu",
     .host_memory = true,
@@ -285,15 +302,9 @@ static const compute_backend_ops_t ops = {
     .attn_create = cpu_attn_create,
     .attn_destroy = cpu_attn_destroy,
     .attention = cpu_attention,
-    .short_conv = NULL, /* LFM2's issue: src/compute/cpu/short_conv.c */
-    .delta_rule = NULL, /* Qwen3.5's issue: src/compute/cpu/delta_rule.c */
+    .short_conv = cpu_short_conv,
+    .delta_rule = cpu_delta_rule,
 };
-
-static void set_err(char *err, size_t err_len, const char *msg, const char *arg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, msg, arg);
-}
 
 int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err, size_t err_len)
 {
@@ -303,7 +314,7 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (o.impl) {
         int rc = kern__impl_status(o.impl);
         if (rc) {
-            set_err(err, err_len,
+            cairn_errf(err, err_len,
                     rc == CAIRN_EINVAL ? "cpu backend: no kernel implementation is named '%s'"
                                        : "cpu backend: kernel implementation '%s' is not in this build or not "
                                          "supported by this CPU",
@@ -315,12 +326,12 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (o.n_threads == 0)
         o.n_threads = 1;
     if (!o.pool && (o.n_threads < 1 || o.n_threads > 1024)) {
-        set_err(err, err_len, "cpu backend: n_threads must be in [1, 1024]%s", "");
+        cairn_errf(err, err_len, "cpu backend: n_threads must be in [1, 1024]");
         return CAIRN_EINVAL;
     }
     cpu_backend_t *c = cairn_calloc(1, sizeof(*c));
     if (!c) {
-        set_err(err, err_len, "cpu backend: out of memory%s", "");
+        cairn_errf(err, err_len, "cpu backend: out of memory");
         return CAIRN_ENOMEM;
     }
     c->base.ops = &ops;
@@ -329,7 +340,7 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (!c->tp) {
         int rc = cairn_thread_pool_create(o.n_threads, &c->tp);
         if (rc) {
-            set_err(err, err_len, "cpu backend: cannot create the thread pool (%s)", cairn_strerror(rc));
+            cairn_errf(err, err_len, "cpu backend: cannot create the thread pool (%s)", cairn_strerror(rc));
             cairn_free(c);
             return rc;
         }

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "compute/cpu/attention_impl.h"
+#include "compute/cpu/delta_rule.h"
 #ifdef CAIRN_HAVE_X86
 #include "compute/cpu/x86/x86_impls.h"
 #endif
@@ -294,6 +295,7 @@ const kern_impl_t kern__scalar = {
             [COMPUTE_GLU_SIGMOID] = scalar_sigmoid_mul},
     .bf16_math_fast = false,
     .attn = &attn__generic,
+    .delta_step = dr_ref_delta_step, /* delta_rule.c */
 };
 
 /* ---- registry and dispatch -------------------------------------------------------- */

@@ -30,7 +30,7 @@ static int cache_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
  * rope, and through `extra` the config values that shape the layers below (widths, norm
  * epsilon). The weights digest (added by the caller) covers every tensor's name, shape
  * and dtype. */
-static void describe(const cairn_model_t *m, cairn_cold_model_desc_t *d, char *extra,
+static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *extra,
                      size_t extra_len)
 {
     const cairn_model_config_t *cfg = &m->cfg;

@@ -11,6 +11,7 @@
  * functions; thread-safe.
  */
 #include "compute/cpu/x86/x86_impls.h"
+#include "compute/cpu/delta_rule_impl.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -274,4 +275,5 @@ const kern_impl_t kern__avx2 = {
             [COMPUTE_GLU_SIGMOID] = avx2_sigmoid_mul},
     .bf16_math_fast = false,
     .attn = &attn__avx2,
+    .delta_step = dr__delta_avx2, /* delta_rule_x86.c */
 };

@@ -20,6 +20,7 @@
  * variant). Pure functions; thread-safe.
  */
 #include "compute/cpu/x86/x86_impls.h"
+#include "compute/cpu/delta_rule_impl.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -450,7 +451,7 @@ extern const struct attn_impl attn__avx512;
         .sumsq = avx512_sumsq,                                                                         \
         .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
                 [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
-        .bf16_math_fast = true, .attn = &attn__avx512,                                                 \
+        .bf16_math_fast = true, .attn = &attn__avx512, .delta_step = dr__delta_avx512,                 \
     }
 
 /* The quantized rows: AVX-512 VNNI (quant_avx512.c) where "avx512" runs (it needs

@@ -1,0 +1,182 @@
+/*
+ * cairn/tier.h — the cache tier's logic, once, over any store (cairn/tier_store.h): the
+ * model fingerprint that names a store, the per-turn capture walk with its budget and
+ * deadline, the restore walk that finds and loads the longest restorable prefix of a
+ * chain, and the per-turn telemetry trace.
+ *
+ * Model. A chain is a prompt's full blocks in order; block i is usable only if blocks
+ * 0..i-1 are (attention needs the whole prefix), so both walks go from the front and stop
+ * at the first block they cannot handle: capture never leaves a hole that would make the
+ * blocks after it unreachable, restore never loads past one. A restore asks the store how
+ * long a chain it holds from metadata alone (no payload read) before it reads anything,
+ * so the caller can prepare destinations (and, for hybrid families, reduce the length to
+ * a boundary its sidecars back) first.
+ *
+ * What stays with the caller: which blocks are hot already, where restored payloads go
+ * (pool blocks), and publishing them. The engine's bridge is src/engine/engine_cold.c.
+ *
+ * Thread-safety: the walks and the fingerprint are reentrant (the store's ops are
+ * thread-safe); a trace object serializes its own lines.
+ */
+#ifndef CAIRN_TIER_H
+#define CAIRN_TIER_H
+
+#include "cairn/tier_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Model fingerprint ------------------------------------------------------------ */
+
+/*
+ * Everything that makes K/V bytes meaningful. The engine fills it from its config; the
+ * canonical serialization hashed by cairn_tier_fingerprint() is docs/FORMAT.md 1.4. Any
+ * field that differs gives another fingerprint (another store directory, another key
+ * prefix), so K/V written for one model is never read by another.
+ */
+typedef struct {
+    const char *architecture;  /* e.g. "llama", "qwen3"; non-NULL */
+    uint32_t n_layers;         /* layers whose K/V the pool holds */
+    uint32_t n_heads;          /* query heads */
+    uint32_t n_kv_heads;       /* K/V heads per layer */
+    uint32_t head_dim;         /* dims per head */
+    uint32_t block_tokens;     /* tokens per block (block size) */
+    cairn_dtype_t kv_dtype;    /* element type of stored K/V */
+    uint32_t rope_dim;         /* rotary dims per head (0: head_dim) */
+    double rope_theta;         /* rope base frequency */
+    uint32_t rope_scaling;     /* engine-defined scaling kind id (0: none) */
+    double rope_scaling_factor;
+    uint32_t rope_original_ctx;/* original context of the scaling (0: none) */
+    const char *extra;         /* any other K/V-relevant settings ("math=bf16;..."), or NULL */
+    uint8_t weights_digest[32];/* cairn_tier_weights_digest() of the checkpoint */
+    /* The compute backend's numerics id when its K/V bits may differ from the CPU
+     * backend's (another backend, another kernel family). NULL or "": the CPU numerics,
+     * which every fingerprint before this field meant; nothing is serialized for them,
+     * so their fingerprints (and stores) are unchanged. */
+    const char *numerics;
+} cairn_tier_model_desc_t;
+
+/* One safetensors file of a checkpoint, as fed to the weights digest. */
+typedef struct {
+    const char *name;          /* file name (no directory), e.g. "model-00001-of-00002.safetensors" */
+    const void *header;        /* the file's JSON header bytes */
+    size_t header_len;
+    uint64_t file_size;        /* total file size in bytes */
+} cairn_tier_weights_file_t;
+
+/* SHA-256 over the files' names, headers and sizes, in the order given (the caller sorts
+ * by name; docs/FORMAT.md 1.5). Cheap: no tensor data is read. Errors: CAIRN_EINVAL. */
+CAIRN_API int cairn_tier_weights_digest(const cairn_tier_weights_file_t *files, size_t n, uint8_t out[32]);
+
+/* SHA-256 of the canonical serialization of *desc. Errors: CAIRN_EINVAL, CAIRN_ENOMEM. */
+CAIRN_API int cairn_tier_fingerprint(const cairn_tier_model_desc_t *desc, cairn_tier_hash_t *out);
+
+/* ---- Chains --------------------------------------------------------------------------- */
+
+/* A chain of n full blocks: keys[i] names block i (kind BLOCK), so block i's parent is
+ * keys[i-1].hash (zero for block 0) and its tokens tokens[i*block_tokens ..]. */
+typedef struct {
+    const cairn_tier_key_t *keys;
+    const int32_t *tokens;     /* n * block_tokens token ids */
+    uint32_t block_tokens;
+    size_t n;
+} cairn_tier_chain_t;
+
+/* ---- Capture --------------------------------------------------------------------------- */
+
+#define CAIRN_TIER_DEFAULT_CAPTURE_BLOCKS 128
+#define CAIRN_TIER_DEFAULT_CAPTURE_BUDGET_MS 250
+
+/* Yields object i of a chain (key, parent, tokens, payload pointer); returns 0, or a
+ * negative code to stop the walk. */
+typedef int (*cairn_tier_object_fn)(void *user, size_t i, cairn_tier_object_t *out);
+
+typedef enum {
+    CAIRN_TIER_STOP_END = 0,   /* the whole chain is held or accepted */
+    CAIRN_TIER_STOP_BUDGET,    /* blocks_per_turn new objects were accepted */
+    CAIRN_TIER_STOP_DEADLINE,  /* budget_ms elapsed */
+    CAIRN_TIER_STOP_REFUSED,   /* an object could not be put (no room, no memory, bad size) */
+    CAIRN_TIER_STOP_CALLBACK,  /* the callback returned an error */
+} cairn_tier_stop_t;
+
+typedef struct {
+    uint32_t blocks_per_turn;  /* 0: knob CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN > 128 */
+    uint32_t budget_ms;        /* 0: knob CAIRN_COLD_CAPTURE_BUDGET_MS > 250 */
+} cairn_tier_capture_budget_t;
+
+typedef struct {
+    size_t reached;            /* leading objects now held or accepted */
+    size_t already;            /* of those, held or accepted before (a metadata probe only) */
+    size_t enqueued;           /* of those, newly accepted this call */
+    cairn_tier_stop_t stop;
+    double elapsed_ms;
+} cairn_tier_capture_result_t;
+
+/*
+ * Capture: walks objects 0..n of a chain through fn. An object the store already holds or
+ * has accepted (contains) costs a metadata probe and spends no budget; a new one is put
+ * (copied), waiting for room until the deadline rather than giving up. The walk stops at
+ * the first object it could not capture, because restore stops at the first hole. budget
+ * may be NULL (knobs; the environment wins over a given budget). A deadline stop is
+ * logged. Returns 0 (the result says why it stopped) or CAIRN_EINVAL.
+ */
+CAIRN_API int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_fn fn, void *user,
+                             const cairn_tier_capture_budget_t *budget, cairn_tier_capture_result_t *res);
+
+/* ---- Restore --------------------------------------------------------------------------- */
+
+/* Where a restore puts a chain's payloads. */
+typedef struct {
+    /* Optional. Called once before any read: the store's metadata holds `expected`
+     * blocks from `start` (chain_length), so the sink may prepare that many destinations
+     * at once. The walk may still read past them (another process may have written more). */
+    void (*prepare)(void *user, size_t start, size_t expected);
+    /* Destination of block i's payload (payload_size bytes), or NULL to decline it (the
+     * walk stops there). Called with the object protected from the store's eviction. */
+    void *(*dest)(void *user, size_t i, size_t payload_size);
+    void *user;
+} cairn_tier_restore_sink_t;
+
+typedef struct {
+    size_t start;              /* the first block the walk tried */
+    size_t expected;           /* blocks from start the store's metadata held */
+    size_t loaded;             /* blocks read and validated, from start, contiguous */
+    int stop;                  /* why the walk ended: 0 the chain's end, else the get's status
+                                  (CAIRN_ENOENT hole, CAIRN_ECORRUPT, CAIRN_ECANCELED decline ...) */
+} cairn_tier_restore_result_t;
+
+/*
+ * Restore: the longest restorable prefix of a chain past `start` (the blocks before it
+ * are hot already). Asks chain_length for the expected length (metadata only), lets the
+ * sink prepare, hints the store to prefetch ahead, then reads blocks start.. n-1 in order
+ * into the sink's destinations, validating each, and stops at the first missing, invalid
+ * or declined block. Blocks [start, start + res->loaded) hold validated payloads.
+ * Errors: CAIRN_EINVAL (bad arguments); CAIRN_ENOMEM (a read ran out of memory: res says
+ * what was loaded before, and callers discard it). Otherwise 0, whatever the walk found.
+ */
+CAIRN_API int cairn_tier_restore_chain(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
+                             const cairn_tier_restore_sink_t *sink, cairn_tier_restore_result_t *res);
+
+/* ---- Trace ------------------------------------------------------------------------------ */
+
+typedef struct cairn_tier_trace cairn_tier_trace_t;
+
+/*
+ * Opens a per-turn trace: knob CAIRN_COLD_TRACE > path > none. *out is NULL when there is
+ * no trace (every trace call then does nothing). Errors: CAIRN_ENOMEM.
+ */
+CAIRN_API int cairn_tier_trace_create(const char *path, cairn_tier_trace_t **out);
+CAIRN_API void cairn_tier_trace_destroy(cairn_tier_trace_t *t);
+
+/*
+ * Appends one JSON line {"turn": label, "cold": {store counter deltas since the previous
+ * line}} (docs/FORMAT.md 1.6); the first line's deltas count from the store's opening.
+ * Write errors are logged, never returned. Thread-safe.
+ */
+CAIRN_API void cairn_tier_trace_turn(cairn_tier_trace_t *t, cairn_tier_store_t *s, const char *label);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CAIRN_TIER_H */

@@ -1,0 +1,924 @@
+/*
+ * fs_store.c — the filesystem store's directory, in-memory index, LRU quota, validated
+ * reads, chain queries, maintenance (verify, prune, clear) and counters.
+ *
+ * Model: <root>/<fingerprint hex>/<hh>/<hash hex>.kv, one immutable object per full block
+ * (format: docs/FORMAT.md, "Cold tier objects"). The index maps block hash -> entry and
+ * keeps an LRU list; it is built at open from names and headers (never payloads) and
+ * updated by the writer after each committed object.
+ * Invariants:
+ *  - an indexed entry's file had a valid header for this model and block and the exact
+ *    size that header implies when it was indexed; reads re-validate everything anyway,
+ *    because the file may have changed since (another process, a bit flip, a power cut);
+ *  - used == sum of file_bytes over indexed entries;
+ *  - a pinned entry (pins > 0) is never evicted; an entry removed while pinned is freed by
+ *    the last unpin.
+ * Thread-safety: all public functions lock s->mu around index and counter access; file
+ * I/O of reads happens outside the lock with the entry pinned.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tier/fs/fs_store_impl.h"
+
+/* ---- paths ---- */
+
+char *fs__shard_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    char hex[65];
+    cairn_tier_hash_hex(h, hex);
+    size_t n = strlen(s->dir) + 4;
+    char *p = cairn_malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%.2s", s->dir, hex);
+    return p;
+}
+
+char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    char hex[65];
+    cairn_tier_hash_hex(h, hex);
+    size_t n = strlen(s->dir) + 4 + 64 + 4 + 1;
+    char *p = cairn_malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%.2s/%s.kv", s->dir, hex, hex);
+    return p;
+}
+
+char *cairn_cold_default_root(const char *config_root)
+{
+    const char *r = cairn_knob_str("CAIRN_CACHE_DIR", config_root, NULL);
+    if (r)
+        return cairn_strdup(r);
+    const char *base = getenv("XDG_CACHE_HOME");
+    const char *suffix = "/cairn";
+    if (!base || base[0] != '/') {
+        base = getenv("HOME");
+        suffix = "/.cache/cairn";
+        if (!base || !*base)
+            return NULL;
+    }
+    size_t n = strlen(base) + strlen(suffix) + 1;
+    char *p = cairn_malloc(n);
+    if (p)
+        snprintf(p, n, "%s%s", base, suffix);
+    return p;
+}
+
+/* mkdir -p with mode 0700 for each created component. */
+static int make_dirs(const char *path)
+{
+    char *p = cairn_strdup(path);
+    if (!p)
+        return CAIRN_ENOMEM;
+    int rc = CAIRN_OK;
+    for (char *q = p + 1;; q++) {
+        if (*q == '/' || *q == '\0') {
+            char c = *q;
+            *q = '\0';
+            if (cairn_io_check("mkdir", p) < 0 || (mkdir(p, 0700) < 0 && errno != EEXIST)) {
+                rc = CAIRN_EIO;
+                break;
+            }
+            *q = c;
+            if (!c)
+                break;
+        }
+    }
+    cairn_free(p);
+    return rc;
+}
+
+/* ---- index ---- */
+
+static size_t bucket_of(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    uint64_t v;
+    memcpy(&v, h->bytes, 8);
+    return (size_t)(v & (s->n_buckets - 1));
+}
+
+fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    for (fs_entry_t *e = s->buckets[bucket_of(s, h)]; e; e = e->next)
+        if (!memcmp(e->hash.bytes, h->bytes, 32))
+            return e;
+    return NULL;
+}
+
+static void lru_unlink(cairn_cold_store_t *s, fs_entry_t *e)
+{
+    if (e->prev_lru)
+        e->prev_lru->next_lru = e->next_lru;
+    else
+        s->lru_head = e->next_lru;
+    if (e->next_lru)
+        e->next_lru->prev_lru = e->prev_lru;
+    else
+        s->lru_tail = e->prev_lru;
+    e->prev_lru = e->next_lru = NULL;
+}
+
+static void lru_push_tail(cairn_cold_store_t *s, fs_entry_t *e)
+{
+    e->prev_lru = s->lru_tail;
+    e->next_lru = NULL;
+    if (s->lru_tail)
+        s->lru_tail->next_lru = e;
+    else
+        s->lru_head = e;
+    s->lru_tail = e;
+}
+
+static int grow_buckets(cairn_cold_store_t *s)
+{
+    size_t nb = s->n_buckets * 2;
+    fs_entry_t **b = cairn_calloc(nb, sizeof *b);
+    if (!b)
+        return CAIRN_ENOMEM;
+    fs_entry_t **old = s->buckets;
+    size_t on = s->n_buckets;
+    s->buckets = b;
+    s->n_buckets = nb;
+    for (size_t i = 0; i < on; i++) {
+        for (fs_entry_t *e = old[i], *nx; e; e = nx) {
+            nx = e->next;
+            size_t k = bucket_of(s, &e->hash);
+            e->next = b[k];
+            b[k] = e;
+        }
+    }
+    cairn_free(old);
+    return CAIRN_OK;
+}
+
+int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
+                      uint64_t file_bytes, uint32_t n_tokens)
+{
+    fs_entry_t *e = fs__find_locked(s, h);
+    if (e) {
+        lru_unlink(s, e);
+        lru_push_tail(s, e);
+        return CAIRN_OK;
+    }
+    if (s->count + 1 > s->n_buckets && grow_buckets(s))
+        return CAIRN_ENOMEM;
+    e = cairn_calloc(1, sizeof *e);
+    if (!e)
+        return CAIRN_ENOMEM;
+    e->hash = *h;
+    e->parent = *parent;
+    e->file_bytes = file_bytes;
+    e->n_tokens = n_tokens;
+    size_t k = bucket_of(s, h);
+    e->next = s->buckets[k];
+    s->buckets[k] = e;
+    lru_push_tail(s, e);
+    s->count++;
+    s->used += file_bytes;
+    return CAIRN_OK;
+}
+
+/* Takes e out of the index; frees it unless pinned (the last unpin frees it then). */
+static void remove_locked(cairn_cold_store_t *s, fs_entry_t *e)
+{
+    if (e->removed)
+        return;
+    fs_entry_t **pp = &s->buckets[bucket_of(s, &e->hash)];
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    lru_unlink(s, e);
+    s->count--;
+    s->used -= e->file_bytes;
+    e->removed = true;
+    if (!e->pins)
+        cairn_free(e);
+}
+
+static void unpin_locked(cairn_cold_store_t *s, fs_entry_t *e)
+{
+    (void)s;
+    if (--e->pins == 0 && e->removed)
+        cairn_free(e);
+}
+
+static void unlink_object(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    char *p = fs__object_path(s, h);
+    if (p) {
+        unlink(p);
+        cairn_free(p);
+    }
+}
+
+size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep)
+{
+    size_t n = 0;
+    fs_entry_t *e = s->lru_head;
+    while (s->used > quota && e) {
+        fs_entry_t *nx = e->next_lru;
+        if (!e->pins && e != keep) {
+            unlink_object(s, &e->hash);
+            remove_locked(s, e);
+            s->c.evictions++;
+            n++;
+        }
+        e = nx;
+    }
+    return n;
+}
+
+/* ---- open: scan ---- */
+
+typedef struct {
+    cairn_tier_hash_t hash, parent;
+    uint64_t bytes;
+    uint32_t n_tokens;
+    struct timespec mtime;
+} scan_item_t;
+
+static bool is_hex_name(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[n] == '\0' || s[n] == '.';
+}
+
+/* Checks a header against the store's identity and layout. */
+static bool header_matches(const cairn_cold_store_t *s, const tier_object_header_t *h, const cairn_tier_hash_t *hash)
+{
+    if (memcmp(h->fingerprint.bytes, s->fp.bytes, 32) || memcmp(h->hash.bytes, hash->bytes, 32))
+        return false;
+    if (!s->n_layers)
+        return true;
+    if (h->dtype != (uint32_t)s->dtype || h->n_tokens != s->block_tokens || h->n_layers != s->n_layers)
+        return false;
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        if (tier_object_layer_bytes(h, l) != s->layer_bytes[l])
+            return false;
+    return true;
+}
+
+/* Reads and checks one object's header. 0 when it belongs in the index. */
+static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const cairn_tier_hash_t *hash,
+                       scan_item_t *it)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? CAIRN_ENOENT : CAIRN_ECORRUPT;
+    struct stat st;
+    uint8_t stackbuf[4096];
+    uint8_t *buf = stackbuf;
+    int rc = CAIRN_ECORRUPT;
+    if (fstat(fd, &st) < 0)
+        goto out;
+    size_t want = st.st_size < (off_t)sizeof stackbuf ? (size_t)st.st_size : sizeof stackbuf;
+    ssize_t got = pread(fd, buf, want, 0);
+    if (got < 0 || (size_t)got != want)
+        goto out;
+    tier_object_header_t h;
+    int prc = tier_object_parse_header(buf, want, &h);
+    if (prc == CAIRN_ERANGE && h.header_bytes > want && (off_t)h.header_bytes <= st.st_size) {
+        buf = cairn_malloc(h.header_bytes);
+        if (!buf) {
+            rc = CAIRN_ENOMEM;
+            goto out;
+        }
+        want = h.header_bytes;
+        got = pread(fd, buf, want, 0);
+        if (got < 0 || (size_t)got != want)
+            goto out;
+        prc = tier_object_parse_header(buf, want, &h);
+    }
+    if (prc || !header_matches(s, &h, hash) || (uint64_t)st.st_size != h.header_bytes + h.payload_bytes)
+        goto out;
+    it->hash = *hash;
+    it->parent = h.parent;
+    it->bytes = (uint64_t)st.st_size;
+    it->n_tokens = h.n_tokens;
+    it->mtime = st.st_mtim;
+    rc = CAIRN_OK;
+out:
+    if (buf != stackbuf)
+        cairn_free(buf);
+    close(fd);
+    return rc;
+}
+
+/* A temporary file ".tmp.<hash>.<pid>.<seq>" is garbage once its writer process is gone. */
+static bool temp_is_stale(const char *name)
+{
+    const char *p = name + 5 + 64;
+    if (strlen(name) < 5 + 64 + 2 || *p != '.')
+        return true;
+    char *end;
+    long pid = strtol(p + 1, &end, 10);
+    if (pid <= 0 || *end != '.')
+        return true;
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+static int scan_shard(cairn_cold_store_t *s, const char *shard, scan_item_t **items, size_t *n, size_t *cap)
+{
+    size_t plen = strlen(s->dir) + 4;
+    char *path = cairn_malloc(plen);
+    if (!path)
+        return CAIRN_ENOMEM;
+    snprintf(path, plen, "%s/%s", s->dir, shard);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cairn_free(path);
+    if (dfd < 0)
+        return CAIRN_OK;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return CAIRN_ENOMEM;
+    }
+    int rc = CAIRN_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, ".."))
+            continue;
+        if (!strncmp(nm, ".tmp.", 5)) {
+            if (temp_is_stale(nm))
+                unlinkat(dfd, nm, 0);
+            continue;
+        }
+        struct stat st;
+        if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+            continue;
+        cairn_tier_hash_t h;
+        char hex[65];
+        bool named = strlen(nm) == 67 && is_hex_name(nm, 64) && !strcmp(nm + 64, ".kv") &&
+                     !memcmp(nm, shard, 2);
+        if (named) {
+            memcpy(hex, nm, 64);
+            hex[64] = '\0';
+            named = cairn_tier_hash_parse(hex, &h) == CAIRN_OK;
+        }
+        int orc = CAIRN_ECORRUPT;
+        if (named && S_ISREG(st.st_mode)) {
+            if (*n == *cap) {
+                size_t nc = *cap ? *cap * 2 : 256;
+                scan_item_t *ni = cairn_realloc(*items, nc * sizeof *ni);
+                if (!ni) {
+                    rc = CAIRN_ENOMEM;
+                    break;
+                }
+                *items = ni;
+                *cap = nc;
+            }
+            orc = scan_object(s, dfd, nm, &h, &(*items)[*n]);
+            if (orc == CAIRN_ENOMEM) {
+                rc = orc;
+                break;
+            }
+            if (orc == CAIRN_OK)
+                (*n)++;
+        }
+        if (orc == CAIRN_ECORRUPT) {
+            cairn_log(CAIRN_LOG_WARN, "cold tier: removing invalid object %s/%s/%s", s->dir, shard, nm);
+            unlinkat(dfd, nm, 0);
+            s->c.corruptions++;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_mtime(const void *a, const void *b)
+{
+    const scan_item_t *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec)
+        return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+        return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+    return 0;
+}
+
+static int scan_dir(cairn_cold_store_t *s)
+{
+    DIR *d = opendir(s->dir);
+    if (!d)
+        return CAIRN_EIO;
+    scan_item_t *items = NULL;
+    size_t n = 0, cap = 0;
+    int rc = CAIRN_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) && !rc) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, ".."))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (strlen(nm) == 2 && is_hex_name(nm, 2))
+                rc = scan_shard(s, nm, &items, &n, &cap);
+            continue;
+        }
+        /* Anything else at the model level is not ours to keep: objects live in shards. */
+        cairn_log(CAIRN_LOG_WARN, "cold tier: removing stray file %s/%s", s->dir, nm);
+        unlinkat(dirfd(d), nm, 0);
+        s->c.corruptions++;
+    }
+    closedir(d);
+    if (!rc) {
+        /* Oldest first, so the LRU starts in modification order. */
+        if (n)
+            qsort(items, n, sizeof *items, cmp_mtime);
+        for (size_t i = 0; i < n && !rc; i++)
+            rc = fs__insert_locked(s, &items[i].hash, &items[i].parent, items[i].bytes, items[i].n_tokens);
+    }
+    cairn_free(items);
+    return rc;
+}
+
+/* ---- lifecycle ---- */
+
+int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t **out)
+{
+    if (!cfg || !out || (cfg->n_layers && (!cfg->layer_bytes || !cfg->block_tokens ||
+                                           cfg->n_layers > TIER_OBJECT_MAX_LAYERS ||
+                                           cfg->block_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS ||
+                                           !cairn_dtype_block_elems(cfg->dtype))))
+        return CAIRN_EINVAL;
+    *out = NULL;
+    cairn_cold_store_t *s = cairn_calloc(1, sizeof *s);
+    if (!s)
+        return CAIRN_ENOMEM;
+    int rc = CAIRN_ENOMEM;
+    s->base.ops = &fs__ops;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_mutex_init(&s->amu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->q_not_full, &ca);
+    pthread_cond_init(&s->q_not_empty, &ca);
+    pthread_cond_init(&s->q_idle, &ca);
+    pthread_condattr_destroy(&ca);
+
+    s->fp = cfg->fingerprint;
+    s->dtype = cfg->dtype;
+    s->block_tokens = cfg->block_tokens;
+    s->n_layers = cfg->n_layers;
+    if (s->n_layers) {
+        s->layer_bytes = cairn_malloc(s->n_layers * sizeof *s->layer_bytes);
+        if (!s->layer_bytes)
+            goto fail;
+        for (uint32_t l = 0; l < s->n_layers; l++) {
+            s->layer_bytes[l] = cfg->layer_bytes[l];
+            s->payload_bytes += cfg->layer_bytes[l];
+        }
+        if (!s->payload_bytes || s->payload_bytes > TIER_OBJECT_MAX_PAYLOAD) {
+            rc = CAIRN_EINVAL;
+            goto fail;
+        }
+    }
+    /* The environment wins (in MiB); -1 means unset or unparseable. */
+    int64_t qmib = cairn_knob_int("CAIRN_COLD_QUOTA_MIB", false, 0, -1, 0, INT64_C(1) << 40);
+    s->quota = qmib >= 0 ? (uint64_t)qmib << 20
+                         : cfg->has_quota ? cfg->quota_bytes : (uint64_t)CAIRN_COLD_DEFAULT_QUOTA_MIB << 20;
+    s->depth = (uint32_t)cairn_knob_int("CAIRN_COLD_QUEUE_DEPTH", cfg->queue_depth != 0, cfg->queue_depth,
+                                        CAIRN_COLD_DEFAULT_QUEUE_DEPTH, 1, 4096);
+    s->n_buckets = 1024;
+    s->buckets = cairn_calloc(s->n_buckets, sizeof *s->buckets);
+    s->batch_max = (uint32_t)cairn_knob_int("CAIRN_COLD_WRITE_BATCH", cfg->write_batch != 0, cfg->write_batch,
+                                            s->depth, 1, 4096);
+    s->queue = cairn_calloc(s->depth, sizeof *s->queue);
+    s->batch = cairn_calloc(s->batch_max, sizeof *s->batch);
+    char *root = cairn_cold_default_root(cfg->root);
+    if (!s->buckets || !s->queue || !s->batch || !root) {
+        cairn_free(root);
+        goto fail;
+    }
+    char hex[65];
+    cairn_tier_hash_hex(&s->fp, hex);
+    size_t n = strlen(root) + 66;
+    s->dir = cairn_malloc(n);
+    if (s->dir)
+        snprintf(s->dir, n, "%s/%s", root, hex);
+    cairn_free(root);
+    if (!s->dir)
+        goto fail;
+    if ((rc = make_dirs(s->dir))) {
+        cairn_log(CAIRN_LOG_ERROR, "cold tier: cannot create %s: %s", s->dir, strerror(errno));
+        goto fail;
+    }
+    chmod(s->dir, 0700);
+    if ((rc = scan_dir(s)))
+        goto fail;
+    fs__evict_locked(s, s->quota, NULL);
+    if (!cfg->no_writer && (rc = fs__writer_start(s)))
+        goto fail;
+    cairn_log(CAIRN_LOG_INFO, "cold tier: %s: %zu objects, %llu bytes", s->dir, s->count,
+              (unsigned long long)s->used);
+    *out = s;
+    return CAIRN_OK;
+fail:
+    cairn_cold_store_destroy(s);
+    return rc;
+}
+
+void cairn_cold_store_destroy(cairn_cold_store_t *s)
+{
+    if (!s)
+        return;
+    fs__writer_stop(s);
+    fs__drop_ahead(s);
+    if (s->buckets)
+        for (size_t i = 0; i < s->n_buckets; i++)
+            for (fs_entry_t *e = s->buckets[i], *nx; e; e = nx) {
+                nx = e->next;
+                cairn_free(e);
+            }
+    cairn_free(s->buckets);
+    cairn_free(s->queue);
+    cairn_free(s->batch);
+    cairn_free(s->layer_bytes);
+    cairn_free(s->dir);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->qmu);
+    pthread_mutex_destroy(&s->amu);
+    pthread_cond_destroy(&s->q_not_full);
+    pthread_cond_destroy(&s->q_not_empty);
+    pthread_cond_destroy(&s->q_idle);
+    cairn_free(s);
+}
+
+const char *cairn_cold_store_dir(const cairn_cold_store_t *s) { return s->dir; }
+
+bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_tier_hash_t *hash)
+{
+    pthread_mutex_lock(&s->mu);
+    bool r = fs__find_locked(s, hash) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_tier_hash_t *hashes, size_t n)
+{
+    size_t i = 0;
+    pthread_mutex_lock(&s->mu);
+    while (i < n && fs__find_locked(s, &hashes[i]))
+        i++;
+    pthread_mutex_unlock(&s->mu);
+    return i;
+}
+
+/* ---- reads ---- */
+
+static int read_full(int fd, struct iovec *iov, int cnt, size_t total)
+{
+    size_t done = 0;
+    while (done < total) {
+        ssize_t r = preadv(fd, iov, cnt, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return CAIRN_EIO;
+        if (r == 0)
+            return CAIRN_ECORRUPT; /* short read: the file is shorter than its header says */
+        done += (size_t)r;
+        size_t adv = (size_t)r;
+        while (cnt && adv >= iov->iov_len) {
+            adv -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt) {
+            iov->iov_base = (uint8_t *)iov->iov_base + adv;
+            iov->iov_len -= adv;
+        }
+    }
+    return CAIRN_OK;
+}
+
+/* Validates an object from fd whose header goes to hbuf and payload to dst. */
+static int read_object(cairn_cold_store_t *s, int fd, const cairn_tier_hash_t *hash,
+                       const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
+                       void *dst, size_t dst_size, uint64_t *payload_out, uint64_t *file_out)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return CAIRN_EIO;
+    uint8_t stackbuf[4096];
+    uint8_t *hbuf = stackbuf;
+    size_t hb;
+    int rc;
+    if (s->n_layers) {
+        hb = tier_object_header_size(s->block_tokens, s->n_layers);
+    } else {
+        uint8_t pre[16];
+        if (pread(fd, pre, 16, 0) != 16)
+            return CAIRN_ECORRUPT;
+        tier_object_header_t tmp;
+        if (tier_object_parse_header(pre, 16, &tmp) != CAIRN_ERANGE)
+            return CAIRN_ECORRUPT;
+        hb = tmp.header_bytes;
+    }
+    if ((uint64_t)st.st_size < hb)
+        return CAIRN_ECORRUPT;
+    uint64_t payload = (uint64_t)st.st_size - hb;
+    if (s->n_layers && payload != s->payload_bytes)
+        return CAIRN_ECORRUPT;
+    if (payload > dst_size)
+        return payload > TIER_OBJECT_MAX_PAYLOAD ? CAIRN_ECORRUPT : CAIRN_ERANGE;
+    if (hb > sizeof stackbuf && !(hbuf = cairn_malloc(hb)))
+        return CAIRN_ENOMEM;
+    struct iovec iov[2] = {{hbuf, hb}, {dst, (size_t)payload}};
+    rc = read_full(fd, iov, payload ? 2 : 1, hb + (size_t)payload);
+    if (rc)
+        goto out;
+    tier_object_header_t h;
+    rc = CAIRN_ECORRUPT;
+    if (tier_object_parse_header(hbuf, hb, &h) || h.payload_bytes != payload || !header_matches(s, &h, hash))
+        goto out;
+    if (memcmp(h.parent.bytes, parent->bytes, 32) || h.n_tokens != n_tokens)
+        goto out;
+    for (uint32_t i = 0; i < n_tokens; i++) {
+        const uint8_t *p = h.tokens_le + 4u * i;
+        uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (v != (uint32_t)tokens[i])
+            goto out;
+    }
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(dst, (size_t)payload, sum);
+    if (memcmp(sum, h.payload_sum, TIER_OBJECT_SUM_BYTES))
+        goto out;
+    *payload_out = payload;
+    *file_out = (uint64_t)st.st_size;
+    rc = CAIRN_OK;
+out:
+    if (hbuf != stackbuf)
+        cairn_free(hbuf);
+    return rc;
+}
+
+/* The read path of cairn_cold_store_read and the interface's get (fs_store_impl.h). */
+int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent,
+             const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
+             void *user)
+{
+    int prefd = fs__take_ahead(s, hash); /* opened by a prefetch, if any */
+    char *path = fs__object_path(s, hash);
+    if (!path) {
+        if (prefd >= 0)
+            close(prefd);
+        return CAIRN_ENOMEM;
+    }
+    pthread_mutex_lock(&s->mu);
+    fs_entry_t *e = fs__find_locked(s, hash);
+    if (e)
+        e->pins++;
+    pthread_mutex_unlock(&s->mu);
+
+    if (!e && prefd >= 0) {
+        /* Evicted since the prefetch opened it: only the name, not an old inode, counts. */
+        close(prefd);
+        prefd = -1;
+    }
+    int fd = prefd >= 0 ? prefd : open(path, O_RDONLY | O_CLOEXEC);
+    int rc;
+    uint64_t payload = 0, file_bytes = 0;
+    if (fd < 0) {
+        rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
+    } else {
+        if (dest) {
+            dst_size = (size_t)s->payload_bytes;
+            dst = dest(user, dst_size);
+        }
+        rc = dst || !dest ? read_object(s, fd, hash, parent, tokens, n_tokens, dst, dst_size, &payload, &file_bytes)
+                          : CAIRN_ECANCELED;
+        close(fd);
+    }
+
+    pthread_mutex_lock(&s->mu);
+    if (fd >= 0 && rc != CAIRN_ECANCELED)
+        s->c.reads++;
+    if (rc == CAIRN_OK) {
+        s->c.hits++;
+        s->c.bytes_restored += payload;
+        if (e && !e->removed) {
+            lru_unlink(s, e);
+            lru_push_tail(s, e);
+        } else if (!e && access(path, F_OK) == 0) {
+            /* Written by another process since open: adopt it (if it is still there). */
+            fs__insert_locked(s, hash, parent, file_bytes, n_tokens);
+            fs__evict_locked(s, s->quota, fs__find_locked(s, hash));
+        }
+    } else if (rc == CAIRN_ECANCELED) {
+        s->c.restore_declines++;
+    } else if (rc == CAIRN_ENOENT) {
+        s->c.misses++;
+        if (e)
+            remove_locked(s, e);
+    } else if (rc == CAIRN_ECORRUPT) {
+        s->c.corruptions++;
+        unlink(path);
+        if (e)
+            remove_locked(s, e);
+        cairn_log(CAIRN_LOG_WARN, "cold tier: removed invalid object %s", path);
+    }
+    if (e)
+        unpin_locked(s, e);
+    pthread_mutex_unlock(&s->mu);
+    cairn_free(path);
+    return rc;
+}
+
+int cairn_cold_store_read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash,
+                          const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
+                          void *dst, size_t dst_size)
+{
+    static const cairn_tier_hash_t zero;
+    if (!s || !hash || (!tokens && n_tokens) || (!dst && dst_size))
+        return CAIRN_EINVAL;
+    return fs__read(s, hash, parent ? parent : &zero, tokens, n_tokens, dst, dst_size, NULL, NULL);
+}
+
+void cairn_cold_store_note_decline(cairn_cold_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->c.restore_declines++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- maintenance ---- */
+
+void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const cairn_tier_entry_t *e),
+                              void *user)
+{
+    pthread_mutex_lock(&s->mu);
+    for (fs_entry_t *e = s->lru_head; e; e = e->next_lru) {
+        cairn_tier_entry_t info = {.key = {.kind = CAIRN_TIER_BLOCK, .hash = e->hash},
+                                   .parent = e->parent,
+                                   .bytes = e->file_bytes,
+                                   .n_tokens = e->n_tokens,
+                                   .pinned = e->pins > 0};
+        if (fn(user, &info))
+            break;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int verify_one(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+{
+    char *path = fs__object_path(s, h);
+    if (!path)
+        return CAIRN_ENOMEM;
+    int rc = CAIRN_ECORRUPT;
+    uint8_t *buf = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_ECORRUPT;
+        goto out;
+    }
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > TIER_OBJECT_MAX_PAYLOAD + 65536)
+        goto out;
+    buf = cairn_malloc((size_t)st.st_size);
+    if (!buf) {
+        rc = CAIRN_ENOMEM;
+        goto out;
+    }
+    struct iovec iov = {buf, (size_t)st.st_size};
+    if (read_full(fd, &iov, 1, (size_t)st.st_size))
+        goto out;
+    tier_object_header_t hd;
+    if (tier_object_validate(buf, (size_t)st.st_size, &s->fp, h, &hd) == CAIRN_OK && header_matches(s, &hd, h))
+        rc = CAIRN_OK;
+out:
+    if (fd >= 0)
+        close(fd);
+    pthread_mutex_lock(&s->mu);
+    fs_entry_t *e = fs__find_locked(s, h);
+    if (rc == CAIRN_ECORRUPT) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: verify removed invalid object %s", path);
+        unlink(path);
+        s->c.corruptions++;
+    }
+    if ((rc == CAIRN_ECORRUPT || rc == CAIRN_ENOENT) && e)
+        remove_locked(s, e);
+    pthread_mutex_unlock(&s->mu);
+    cairn_free(buf);
+    cairn_free(path);
+    return rc;
+}
+
+int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->count, k = 0;
+    cairn_tier_hash_t *hs = cairn_malloc((n ? n : 1) * sizeof *hs);
+    if (hs)
+        for (fs_entry_t *e = s->lru_head; e; e = e->next_lru)
+            hs[k++] = e->hash;
+    pthread_mutex_unlock(&s->mu);
+    if (!hs)
+        return CAIRN_ENOMEM;
+    size_t nbad = 0;
+    int rc = CAIRN_OK;
+    for (size_t i = 0; i < k; i++) {
+        int r = verify_one(s, &hs[i]);
+        if (r == CAIRN_ENOMEM) {
+            rc = r;
+            break;
+        }
+        if (r == CAIRN_ECORRUPT)
+            nbad++;
+    }
+    cairn_free(hs);
+    if (checked)
+        *checked = k;
+    if (bad)
+        *bad = nbad;
+    return rc;
+}
+
+void cairn_cold_store_prune(cairn_cold_store_t *s, uint64_t quota_bytes, size_t *evicted)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t n = fs__evict_locked(s, quota_bytes, NULL);
+    pthread_mutex_unlock(&s->mu);
+    if (evicted)
+        *evicted = n;
+}
+
+void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (fs_entry_t *e = s->lru_head, *nx; e; e = nx) {
+        nx = e->next_lru;
+        if (e->pins)
+            continue;
+        unlink_object(s, &e->hash);
+        remove_locked(s, e);
+        n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* Drop the emptied shard directories (rmdir fails harmlessly on non-empty ones). */
+    size_t plen = strlen(s->dir) + 4;
+    char *p = cairn_malloc(plen);
+    if (p) {
+        static const char hex[] = "0123456789abcdef";
+        for (int i = 0; i < 256; i++) {
+            snprintf(p, plen, "%s/%c%c", s->dir, hex[i >> 4], hex[i & 15]);
+            rmdir(p);
+        }
+        cairn_free(p);
+    }
+    if (removed)
+        *removed = n;
+}
+
+int cairn_cold_list_models(const char *root, int (*fn)(void *user, const cairn_tier_hash_t *fp), void *user)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return CAIRN_ENOENT;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        cairn_tier_hash_t h;
+        if (strlen(de->d_name) == 64 && is_hex_name(de->d_name, 64) &&
+            cairn_tier_hash_parse(de->d_name, &h) == CAIRN_OK && fn(user, &h))
+            break;
+    }
+    closedir(d);
+    return CAIRN_OK;
+}
+
+/* ---- telemetry ---- */
+
+void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    *out = s->c;
+    out->used_bytes = s->used;
+    out->objects = s->count;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->qmu);
+    out->queue_len = s->qlen;
+    pthread_mutex_unlock(&s->qmu);
+    out->enabled = true;
+    out->root = s->dir;
+    out->quota_bytes = s->quota;
+}

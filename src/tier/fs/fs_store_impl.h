@@ -1,0 +1,121 @@
+/*
+ * fs_store_impl.h — private: the filesystem store's structure, shared by fs_store.c
+ * (directory, index, quota, reads, maintenance, telemetry), fs_writer.c (queue, writer
+ * thread) and fs_ops.c (the store behind the tier interface).
+ *
+ * Locks: `mu` guards the index, the LRU list and the counters; `qmu` guards the write
+ * queue; `amu` guards the prefetched descriptors. No two are ever held together, so there
+ * is no lock order to get wrong.
+ */
+#ifndef CAIRN_FS_STORE_IMPL_H
+#define CAIRN_FS_STORE_IMPL_H
+
+#include <pthread.h>
+
+#include "cairn/cold_tier.h"
+#include "tier/tier_object.h"
+
+typedef struct fs_entry {
+    cairn_tier_hash_t hash, parent;
+    uint64_t file_bytes;
+    uint32_t n_tokens;
+    uint32_t pins;             /* readers in flight; eviction skips pinned entries */
+    bool removed;              /* unlinked from the index while pinned: freed on unpin */
+    struct fs_entry *next;     /* hash bucket chain */
+    struct fs_entry *prev_lru, *next_lru; /* lru_head is the least recently used */
+} fs_entry_t;
+
+/* One queued write: the block's identity and a private copy of tokens and payload. The
+ * buffer reserves header_cap bytes in front of the payload so the writer encodes the
+ * header in place and commits the object with a single write. */
+typedef struct {
+    cairn_tier_object_t obj;   /* a BLOCK; tokens and payload point into the copies below */
+    int32_t *tokens;
+    uint8_t *buf;
+    size_t header_cap;
+} fs_job_t;
+
+/* Objects a prefetch opened (and hinted to the kernel), waiting for their read. */
+#define FS_AHEAD_SLOTS 32
+
+typedef struct {
+    cairn_tier_hash_t hash;
+    int fd;
+} fs_ahead_t;
+
+struct cairn_cold_store {
+    cairn_tier_store_t base;   /* first: the tier interface (fs_ops.c) */
+    char *dir;                 /* <root>/<fingerprint hex> */
+    cairn_tier_hash_t fp;
+    cairn_dtype_t dtype;
+    uint32_t block_tokens, n_layers;   /* n_layers 0: layout "any" */
+    uint64_t *layer_bytes;
+    uint64_t payload_bytes;
+    uint64_t quota;
+
+    pthread_mutex_t mu;
+    fs_entry_t **buckets;
+    size_t n_buckets, count;
+    uint64_t used;
+    fs_entry_t *lru_head, *lru_tail;
+    cairn_tier_stats_t c;      /* counters only; gauges are filled by stats() */
+
+    pthread_mutex_t qmu;
+    pthread_cond_t q_not_full, q_not_empty, q_idle;
+    fs_job_t **queue;
+    uint32_t depth, qhead, qlen;
+    fs_job_t **batch;          /* the jobs the writer is committing (a group commit) */
+    uint32_t batch_len, batch_max;
+    bool stop, has_thread;
+    pthread_t thread;
+    unsigned long tmp_seq;
+
+    pthread_mutex_t amu;
+    fs_ahead_t ahead[FS_AHEAD_SLOTS]; /* oldest first; a full table closes its oldest */
+    uint32_t n_ahead;
+};
+
+/* The ops table of the tier interface (fs_ops.c); set by create. */
+extern const cairn_tier_store_ops_t fs__ops;
+
+/* Object and temp-file paths; the caller frees. NULL on ENOMEM. */
+char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+char *fs__shard_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+
+/* Index operations; the caller holds s->mu. */
+fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+/* Inserts (or touches) an entry as most recently used. CAIRN_ENOMEM on failure. */
+int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
+                      uint64_t file_bytes, uint32_t n_tokens);
+/* Evicts LRU unpinned entries (except `keep`) until used <= quota; counts evictions. */
+size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep);
+
+/*
+ * The read path (fs_store.c) of cairn_cold_store_read and the interface's get: with
+ * `dest` NULL the payload goes to dst (dst_size >= payload, else CAIRN_ERANGE); with dest
+ * set it is asked for the destination after the entry is pinned (so nothing it does can
+ * evict it), and a NULL destination returns CAIRN_ECANCELED (restore_declines). The other
+ * results and counters: cairn_cold_store_read's.
+ */
+int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent,
+             const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
+             void *user);
+
+/* Prefetch (fs_ops.c): opens the object of h, hints the kernel to read it and keeps the
+ * descriptor for its read. fs__take_ahead hands a kept descriptor over (-1: none);
+ * fs__drop_ahead closes them all (destroy). */
+void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+int fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+void fs__drop_ahead(cairn_cold_store_t *s);
+
+/* Writer lifecycle (fs_writer.c). */
+int fs__writer_start(cairn_cold_store_t *s);
+void fs__writer_stop(cairn_cold_store_t *s);
+/* Whether the block is queued or being written; the caller holds s->qmu. */
+bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+/* The same, taking s->qmu. */
+bool fs__pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+/* cairn_cold_store_enqueue of a BLOCK object (fs_writer.c); the same contract. */
+int fs__enqueue(cairn_cold_store_t *s, const cairn_tier_object_t *obj, uint32_t wait_ms, bool *queued);
+
+#endif
