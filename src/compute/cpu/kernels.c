@@ -302,7 +302,7 @@ const kern_impl_t kern__scalar = {
 
 /* Every implementation name any build of Cairn has (the CAIRN_KERNELS values): a name on
  * this list that this build lacks is "unsupported", any other name "invalid". */
-static const char *const all_names[] = {"scalar", "avx2", "avx512", "avx512-emubf16"};
+static const char *const all_names[] = {"scalar", "avx2", "avx512", "avx512-emubf16", "amx"};
 
 enum { MAX_IMPLS = 8 };
 static kern_impl_t resolved[MAX_IMPLS]; /* the registry, complete, best first */

@@ -467,8 +467,19 @@ extern const struct attn_impl attn__avx512;
     [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
     [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
 #define QROWS_AVX2 KERN_AVX2_QROWS
+/* "amx": the VNNI rows with AMX-INT8 tiles for prefill (quant_amx.c); same bits. */
+#define QROWS_AMX                                                                                      \
+    [CAIRN_DTYPE_Q8_0] = {.rows_to_f32 = kern__avx512_rows_q8_0, .from_f32 = kern__avx512_from_q8_0,   \
+                          .qmatmul_range = kern__amx_qmm_q8_0},                                        \
+    [CAIRN_DTYPE_Q4_0] = {.qmatmul_range = kern__amx_qmm_q4_0},                                        \
+    [CAIRN_DTYPE_Q4_K] = {.qmatmul_range = kern__amx_qmm_q4_k},                                        \
+    [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__amx_qmm_q5_k},                                        \
+    [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__amx_qmm_q6_k},                                        \
+    [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
+    [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
 
 const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_native, "avx512-emubf16",
                                              matmul_bf16w_native, QROWS_VNNI);
+const kern_impl_t kern__amx = AVX512_IMPL("amx", kern__x86_has_amx_int8, "avx512", matmul_bf16w_native, QROWS_AMX);
 const kern_impl_t kern__avx512_emubf16 = AVX512_IMPL("avx512-emubf16", kern__x86_has_avx512, NULL,
                                                      matmul_bf16w_emu, QROWS_AVX2);

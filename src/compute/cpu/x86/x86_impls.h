@@ -14,6 +14,7 @@
 extern const kern_impl_t kern__avx2;
 extern const kern_impl_t kern__avx512;         /* native AVX512_BF16 dot products */
 extern const kern_impl_t kern__avx512_emubf16; /* same bits, BF16 dot emulated with AVX-512F */
+extern const kern_impl_t kern__amx;            /* "avx512" with AMX-INT8 tiles for quantized prefill */
 
 /* The x86 implementations, best first, for the registry. */
 extern const kern_impl_t *const kern__x86_impls[];
@@ -33,6 +34,13 @@ void kern__avx512_from_q8_0(void *dst, const float *src, int n);
 void kern__avx512_from_q8_k(void *dst, const float *src, int n);
 void kern__avx512_rows_q8_0(float *dst, const void *src, size_t stride, int rows, int n);
 void kern__avx512_rows_fp8(float *dst, const void *src, size_t stride, int rows, int n);
+
+/* quant_amx.c: AMX-INT8 tiles for calls of >= 32 rows, the rest through the VNNI rows. */
+void kern__amx_qmm_q8_0(KERN_QMM_ARGS);
+void kern__amx_qmm_q4_0(KERN_QMM_ARGS);
+void kern__amx_qmm_q4_k(KERN_QMM_ARGS);
+void kern__amx_qmm_q5_k(KERN_QMM_ARGS);
+void kern__amx_qmm_q6_k(KERN_QMM_ARGS);
 
 void kern__avx2_qmm_q8_0(KERN_QMM_ARGS);
 void kern__avx2_qmm_q4_0(KERN_QMM_ARGS);
@@ -54,5 +62,8 @@ bool kern__x86_has_avx512_bf16(void); /* AVX512_BF16 on top */
 bool kern__x86_has_avx512_vnni(void); /* AVX512_VNNI on top of AVX-512 */
 /* "avx512": AVX512_BF16 and AVX512_VNNI (the bf16 dots and the int8 products). */
 bool kern__x86_has_avx512_native(void);
+/* "amx": "avx512" plus AMX-TILE and AMX-INT8, the OS saving the tile state and the kernel
+ * granting this process the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM)). */
+bool kern__x86_has_amx_int8(void);
 
 #endif
