@@ -105,7 +105,8 @@ static void mm(const char *impl, cairn_thread_pool_t *tp, float *y, const float 
 static void test_impls_equal_scalar(void **state)
 {
     (void)state;
-    static const int rows_set[] = {1, 2, 5, 7, 8, 9, 13, 31};
+    /* 32 and 49: the AMX tiles (a pair of 16-row tiles; three and a VNNI remainder row). */
+    static const int rows_set[] = {1, 2, 5, 7, 8, 9, 13, 31, 32, 49};
     static const int outs_set[] = {1, 7, 16, 17, 50};
     for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++) {
         const cairn_dtype_t wt = wtypes[t];
@@ -114,12 +115,12 @@ static void test_impls_equal_scalar(void **state)
         for (size_t ii = 0; ii < 3; ii++) {
             const int in = ins[ii];
             void *w = malloc(cairn_dtype_row_bytes(wt, in) * 50);
-            float *x = malloc(sizeof(float) * 31 * (size_t)in);
-            float *y0 = malloc(sizeof(float) * 31 * 50), *y1 = malloc(sizeof(float) * 31 * 50);
+            float *x = malloc(sizeof(float) * 49 * (size_t)in);
+            float *y0 = malloc(sizeof(float) * 49 * 50), *y1 = malloc(sizeof(float) * 49 * 50);
             assert_non_null(w);
             assert_non_null(x);
             random_weights(w, wt, 50, in);
-            random_x(x, 31 * (size_t)in);
+            random_x(x, 49 * (size_t)in);
             for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
                 for (size_t oi = 0; oi < sizeof outs_set / sizeof outs_set[0]; oi++) {
                     const int rows = rows_set[ri], out = outs_set[oi];
@@ -127,7 +128,7 @@ static void test_impls_equal_scalar(void **state)
                     for (size_t k = 1; k < sizeof impls / sizeof impls[0]; k++) {
                         if (!usable(impls[k]))
                             continue;
-                        memset(y1, 0xff, sizeof(float) * 31 * 50);
+                        memset(y1, 0xff, sizeof(float) * 49 * 50);
                         mm(impls[k], NULL, y1, x, rows, in, w, wt, out);
                         if (memcmp(y0, y1, sizeof(float) * (size_t)rows * out))
                             fail_msg("%s %s: rows %d in %d out %d differ from scalar", impls[k], cairn_dtype_name(wt),
@@ -149,7 +150,7 @@ static void test_pieces_accumulate(void **state)
     (void)state;
     for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++) {
         const cairn_dtype_t wt = wtypes[t];
-        const int in = 1024, rows = 9, out = 19;
+        const int in = 1024, rows = 33, out = 19;
         const kern_type_ops_t *sc = &kern__impl_by_name("scalar")->types[wt];
         const cairn_dtype_t act = sc->act;
         const size_t ldw = cairn_dtype_row_bytes(wt, in), ldq = cairn_dtype_row_bytes(act, in);
@@ -168,8 +169,8 @@ static void test_pieces_accumulate(void **state)
             if (!usable(impls[k]))
                 continue;
             const kern_type_ops_t *o = &kern__impl_by_name(impls[k])->types[wt];
-            for (int pass = 0; pass < 2; pass++) { /* 1 and 4 rows: the row kernel; 9: packed */
-                const int R = pass ? rows : 1;
+            for (int pass = 0; pass < 3; pass++) { /* 1 row: the row kernel; 9: packed; 33: AMX tiles */
+                const int R = pass == 0 ? 1 : pass == 1 ? 9 : rows;
                 o->qmatmul_range(y0, out, xq, ldq, xs, R, in, w, ldw, 0, out, false);
                 /* Two pieces: [0, 512) then [512, 1024), carrying acc. */
                 const size_t q_half = cairn_dtype_row_bytes(act, 512);
