@@ -84,33 +84,69 @@ typedef struct {
     _Alignas(64) float d[16], dmin[16];
 } kq_pack_t;
 
-/* The integer weight sc_j * q_i of element e of row `blk` (q4_k / q5_k / q6_k). */
-INLINE int kq_weight(const unsigned char *blk, cairn_dtype_t t, int e)
+/* The 256 q of one super-block and its sub-block scales (q4_k / q5_k: 8 of 32 elements,
+ * 6-bit; q6_k: 16 of 16, signed). Plain loops over the layout of quant_blocks.h. */
+TA static void kq_unpack(const unsigned char *blk, cairn_dtype_t t, uint8_t q[256], int16_t sc[16])
 {
     if (t == CAIRN_DTYPE_Q6_K) {
         const blk_q6_k_t *b = (const blk_q6_k_t *)blk;
-        return b->scales[e / 16] * quant_q6_k_q(b, e);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *L = b->ql + 64 * h, *H = b->qh + 32 * h;
+            uint8_t *o = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (uint8_t)((L[l] & 15) | (H[l] & 3) << 4);
+                o[32 + l] = (uint8_t)((L[l + 32] & 15) | (H[l] >> 2 & 3) << 4);
+                o[64 + l] = (uint8_t)((L[l] >> 4) | (H[l] >> 4 & 3) << 4);
+                o[96 + l] = (uint8_t)((L[l + 32] >> 4) | (H[l] >> 6) << 4);
+            }
+        }
+        for (int j = 0; j < 16; j++)
+            sc[j] = b->scales[j];
+        return;
     }
-    int sc, m;
-    quant_k4_scale_min(blk + 4, e / 32, &sc, &m);
-    return sc * (t == CAIRN_DTYPE_Q5_K ? quant_q5_k_q((const blk_q5_k_t *)blk, e)
-                                       : quant_q4_k_q((const blk_q4_k_t *)blk, e));
+    const bool q5 = t == CAIRN_DTYPE_Q5_K;
+    const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * g + l] = qs[32 * g + l] & 15;
+            q[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+        }
+    if (q5) {
+        const uint8_t *qh = ((const blk_q5_k_t *)blk)->qh;
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * g + l] |= (uint8_t)((qh[l] >> (2 * g) & 1) << 4);
+                q[64 * g + 32 + l] |= (uint8_t)((qh[l] >> (2 * g + 1) & 1) << 4);
+            }
+    }
+    for (int j = 0; j < 8; j++) {
+        int s6, m6;
+        quant_k4_scale_min(blk + 4, j, &s6, &m6);
+        sc[j] = (int16_t)s6;
+    }
 }
 
 /* Packs super-block b of the 16 rows wr (missing outputs repeat the last row). */
-static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, cairn_dtype_t t)
+TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, cairn_dtype_t t)
 {
     const size_t bsz = t == CAIRN_DTYPE_Q6_K ? sizeof(blk_q6_k_t)
                        : t == CAIRN_DTYPE_Q5_K ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
-    const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
+    const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5, sub = t == CAIRN_DTYPE_Q6_K ? 16 : 32;
     for (int o = 0; o < 16; o++) {
         const unsigned char *blk = wr[o] + (size_t)b * bsz;
+        uint8_t q[256];
+        int16_t sc[16];
+        int8_t hd[256], ld[256];
+        kq_unpack(blk, t, q, sc);
         for (int e = 0; e < QK_K; e++) {
-            int w = kq_weight(blk, t, e);
-            int l = ((w % (1 << s)) + (1 << s)) % (1 << s);
-            int g = e / 64, k = (e % 64) / 4, at = 4 * o + e % 4;
-            pk->hd[g][k][at] = (int8_t)((w - l) / (1 << s));
-            pk->ld[g][k][at] = (int8_t)l;
+            /* w = 2^s h + l with 0 <= l < 2^s: h = floor(w / 2^s) (w < 0 for q6_k's negative scales) */
+            const int w = sc[e / sub] * q[e], l = w & ((1 << s) - 1);
+            hd[e] = (int8_t)((w - l) / (1 << s));
+            ld[e] = (int8_t)l;
+        }
+        for (int e4 = 0; e4 < QK_K / 4; e4++) {
+            memcpy(&pk->hd[e4 / 16][e4 % 16][4 * o], hd + 4 * e4, 4);
+            memcpy(&pk->ld[e4 / 16][e4 % 16][4 * o], ld + 4 * e4, 4);
         }
         uint16_t d16, dm16 = 0;
         if (t == CAIRN_DTYPE_Q6_K) {
@@ -123,8 +159,8 @@ static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, cai
             memcpy(&d16, blk, 2);
             memcpy(&dm16, blk + 2, 2);
             for (int j = 0; j < 8; j++) {
-                int sc, m;
-                quant_k4_scale_min(blk + 4, j, &sc, &m);
+                int sc6, m;
+                quant_k4_scale_min(blk + 4, j, &sc6, &m);
                 pk->mp[j][o] = (int32_t)((uint32_t)m | (uint32_t)m << 16);
             }
         }
@@ -167,7 +203,7 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
     for (int k = 0; k < nbk; k++) {
         const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)(b0 + k) * sizeof(blk_q8_k_t) +
                                    offsetof(blk_q8_k_t, q);
-        const unsigned char *xb1 = xb0 + 16 * ldq;
+        const unsigned char *xb1 = nt > 1 ? xb0 + 16 * ldq : xb0;
         _tile_zero(0);
         _tile_zero(1);
         if (nt > 1) {
@@ -233,7 +269,7 @@ typedef struct {
     _Alignas(64) float d[16];
 } b32_pack_t;
 
-static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b, bool q4)
+TA static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b, bool q4)
 {
     for (int o = 0; o < 16; o++) {
         uint16_t d16;
