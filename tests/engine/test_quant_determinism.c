@@ -282,6 +282,58 @@ static void test_quantize_at_load(void **state)
     }
 }
 
+/* --quantize through every family's forward pass: each fixture folder converted to q8_0
+ * computes logits close to its float ones (q8_0's rounding: a few percent of their RMS),
+ * not another model's. A family that offsets into weight rows by element size computes
+ * garbage here (every row range at row 0), which this catches. */
+static void test_quantize_every_family(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"llama", "qwen3", "gemma3", "lfm2", "qwen3_5"};
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        char dir[1024], err[512] = "";
+        snprintf(dir, sizeof dir, "%s/models/%s", CAIRN_FIXTURES_DIR, models[m]);
+        cairn_checkpoint_t *ck[2] = {NULL, NULL};
+        if (cairn_checkpoint_open(dir, &ck[0], err, sizeof err) ||
+            cairn_checkpoint_open_quantized(dir, CAIRN_DTYPE_Q8_0, &ck[1], err, sizeof err))
+            fail_msg("%s: %s", dir, err);
+        assert_true(cairn_checkpoint_weight_bytes(ck[1]) < cairn_checkpoint_weight_bytes(ck[0]));
+        const int vocab = cairn_checkpoint_config(ck[0])->vocab, n = 48;
+        int32_t ids[48];
+        for (int i = 0; i < n; i++)
+            ids[i] = (int32_t)((i * 131 + 17) % (vocab - 8));
+        float *lg[2];
+        for (int k = 0; k < 2; k++) {
+            cairn_engine_t *e = engine(ck[k], CAIRN_DTYPE_F32, CAIRN_KV_PAGED, 1, NULL);
+            cairn_seq_t *s;
+            int hit = 0;
+            assert_int_equal(cairn_seq_begin(e, NULL, ids, n, &s, &hit), 0);
+            cairn_batch_item_t it = {s, n, CAIRN_LOGITS_ALL};
+            const float *out;
+            int rows;
+            assert_int_equal(cairn_engine_step(e, &it, 1, &out, &rows), 0);
+            assert_int_equal(rows, n);
+            lg[k] = malloc((size_t)n * vocab * sizeof(float));
+            assert_non_null(lg[k]);
+            memcpy(lg[k], out, (size_t)n * vocab * sizeof(float));
+            cairn_seq_release(s);
+            cairn_engine_destroy(e);
+        }
+        double dd = 0, ss = 0;
+        for (size_t i = 0; i < (size_t)n * vocab; i++) {
+            dd += (lg[1][i] - lg[0][i]) * (double)(lg[1][i] - lg[0][i]);
+            ss += lg[0][i] * (double)lg[0][i];
+        }
+        printf("    --quantize q8_0, %s: relative RMS of the logits' change %.4f\n", models[m], sqrt(dd / ss));
+        if (!(sqrt(dd / ss) < 0.1))
+            fail_msg("%s: --quantize q8_0 moved the logits by %.3f of their RMS", models[m], sqrt(dd / ss));
+        for (int k = 0; k < 2; k++) {
+            free(lg[k]);
+            cairn_checkpoint_close(ck[k]);
+        }
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -303,7 +355,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0),   cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_k_m),
         cmocka_unit_test(test_q5_k_m), cmocka_unit_test(test_q6_k), cmocka_unit_test(test_cold_restore),
-        cmocka_unit_test(test_quantize_at_load),
+        cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_quantize_every_family),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
