@@ -654,7 +654,7 @@ static int sha_le(EVP_MD_CTX *md, uint64_t v, int bytes)
 }
 
 /*
- * The weights digest of docs/FORMAT.md 1.5 (the same bytes cairn_cold_weights_digest()
+ * The weights digest of docs/FORMAT.md 1.5 (the same bytes cairn_tier_weights_digest()
  * hashes): "cairn.weights.v1", u64 file count, then per file in name order: u32 name
  * length + name, u64 header length, the header JSON bytes, u64 file size (little-endian).
  */

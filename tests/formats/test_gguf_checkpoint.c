@@ -450,7 +450,7 @@ static void test_llama3_rope_freqs(void **state)
     assert_int_equal(c->rope_type, CAIRN_ROPE_DEFAULT);
     assert_non_null(llama_model_weights(cairn_checkpoint_model(ck))->rope_freqs.data);
     /* The divisors are part of the cold tier's description of the model. */
-    cairn_cold_model_desc_t d;
+    cairn_tier_model_desc_t d;
     char extra[256];
     memset(&d, 0, sizeof d);
     cairn_checkpoint_model(ck)->family->describe(cairn_checkpoint_model(ck), &d, extra, sizeof extra);
