@@ -8,6 +8,11 @@
  * prefix from the cold tier; and every implementation gives the portable one's bits. An
  * implementation this CPU lacks (AMX) is reported as skipped. The K/V type enters the
  * cold tier's fingerprint: blocks stored under one type are never restored under another.
+ *
+ * CI runs each file with f32 K/V and one 8-bit K/V type (q8_0 and fp8_e4m3 alternate over
+ * the files, so each meets several weight types) and compares the implementations over 48
+ * tokens (the row kernel in chunks of 5; the packed and AMX tile kernels in one step);
+ * CAIRN_TEST_FULL=1 runs every file with every K/V type and 200 tokens (~10x longer).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,32 +147,45 @@ static void check_paths(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t 
     free(ref_shr);
 }
 
-static void check_file(const char *file)
+static bool full_sweep(void)
 {
+    const char *e = getenv("CAIRN_TEST_FULL");
+    return e && strcmp(e, "0") != 0;
+}
+
+static void check_file(int index)
+{
+    const char *file = files[index];
     cairn_checkpoint_t *ck = open_gguf(file);
-    const cairn_dtype_t kvs[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_FP8_E4M3};
-    for (size_t k = 0; k < sizeof kvs / sizeof kvs[0]; k++)
+    const bool full = full_sweep();
+    /* f32 and one 8-bit type in CI (alternating over the files), all three in full. */
+    const cairn_dtype_t kvs[] = {CAIRN_DTYPE_F32, index % 2 ? CAIRN_DTYPE_FP8_E4M3 : CAIRN_DTYPE_Q8_0,
+                                 index % 2 ? CAIRN_DTYPE_Q8_0 : CAIRN_DTYPE_FP8_E4M3};
+    const size_t n_kv = full ? 3 : 2;
+    for (size_t k = 0; k < n_kv; k++)
         check_paths(ck, file, kvs[k]);
-    /* Every implementation = the portable one: long_720 in one step and chunks of 5 (the
-     * row kernel for 5 rows, the packed one for 512), flat path. */
+    /* Every implementation = the portable one: the first n tokens of long_720 in one step
+     * (the packed kernel, and AMX's tiles from 32 rows) and in chunks of 5 (the row kernel),
+     * flat path. */
+    const int n = full ? 200 : 48;
     const char *const first = kern_impl_name();
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < (full ? 2 : 1); k++) {
         float *portable = NULL;
         for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
             if (!usable(impls[i]))
                 continue;
             assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* engines below take it */
             cairn_engine_t *e = engine(ck, kvs[k], CAIRN_KV_FLAT, 2, NULL);
-            float *ref = run(e, NULL, lng, 200, 0, NULL, NULL);
-            float *x = run(e, NULL, lng, 200, 5, NULL, NULL);
-            same(x, ref, 200, "chunks of 5", file, impls[i], kvs[k]);
+            float *ref = run(e, NULL, lng, n, 0, NULL, NULL);
+            float *x = run(e, NULL, lng, n, 5, NULL, NULL);
+            same(x, ref, n, "chunks of 5", file, impls[i], kvs[k]);
             free(x);
             cairn_engine_destroy(e);
             if (!portable) {
                 portable = ref;
                 continue;
             }
-            same(ref, portable, 200, "this implementation against the portable one", file, impls[i], kvs[k]);
+            same(ref, portable, n, "this implementation against the portable one", file, impls[i], kvs[k]);
             free(ref);
         }
         free(portable);
@@ -176,11 +194,11 @@ static void check_file(const char *file)
     cairn_checkpoint_close(ck);
 }
 
-static void test_q8_0(void **state) { (void)state; check_file(files[0]); }
-static void test_q4_0(void **state) { (void)state; check_file(files[1]); }
-static void test_q4_k_m(void **state) { (void)state; check_file(files[2]); }
-static void test_q5_k_m(void **state) { (void)state; check_file(files[3]); }
-static void test_q6_k(void **state) { (void)state; check_file(files[4]); }
+static void test_q8_0(void **state) { (void)state; check_file(0); }
+static void test_q4_0(void **state) { (void)state; check_file(1); }
+static void test_q4_k_m(void **state) { (void)state; check_file(2); }
+static void test_q5_k_m(void **state) { (void)state; check_file(3); }
+static void test_q6_k(void **state) { (void)state; check_file(4); }
 
 /* Cold-tier restore parity with 8-bit K/V: a prefix persisted by one engine and restored
  * by another gives the logits of the cold computation; the K/V type is part of the
