@@ -79,9 +79,13 @@ typedef struct {
      * cold_root (tests, other stores). Lent: the engine never destroys it, and it must
      * outlive the engine. NULL: the filesystem store. */
     cairn_tier_store_t *cold_store;
+    /* The compute backend the forward pass runs on: "cpu" (NULL: the default) or "cuda"
+     * (a build with -DCAIRN_CUDA=ON and a GPU; paged K/V only, the pool in device memory,
+     * bf16 K/V; docs/DESIGN.md, "CUDA backend"). */
+    const char *backend;
 } cairn_engine_options_t;
 
-/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
+/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math, the cpu backend). */
 CAIRN_API void cairn_engine_options_default(cairn_engine_options_t *o);
 
 typedef struct cairn_engine cairn_engine_t;

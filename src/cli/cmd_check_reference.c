@@ -6,6 +6,7 @@
  * "N passed, N failed"; exits 0 only when nothing failed.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +18,19 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: cairn check-reference MODEL [REF.json] [--threads N] [--kv-dtype T]\n"
-            "                             [--math f32|bf16] [--max-diff X] [--min-margin M] [--verbose]\n"
+            "                             [--math f32|bf16] [--backend cpu|cuda] [--max-diff X]\n"
+            "                             [--min-margin M] [--verbose]\n"
             "\n"
             "MODEL is a checkpoint folder or a .gguf file; REF.json defaults to MODEL/reference.json.\n"
-            "Runs every case of REF.json on the flat and the paged K/V path and compares the\n"
-            "logits at the reference positions (prefill and decode) and the teacher-forced\n"
-            "argmax at every prompt position wherever the reference top-2 margin is at least M,\n"
-            "and for HF references the greedy continuation. Defaults: an HF reference\n"
-            "(last_logits_file) max |diff| 2e-3, M 1e-3; a llama.cpp reference (logits_file,\n"
-            "logit_positions) max |diff| 0.1, M 0.25. Logits files are read beside REF.json,\n"
-            "or from their .xz twin.\n");
+            "Runs every case of REF.json on the flat and the paged K/V path (the paged one only on\n"
+            "a device backend) and compares the logits at the reference positions (prefill and\n"
+            "decode) and the teacher-forced argmax at every prompt position wherever the reference\n"
+            "top-2 margin is at least M, and for HF references the greedy continuation. Defaults:\n"
+            "an HF reference (last_logits_file) max |diff| 2e-3, M 1e-3; a llama.cpp reference\n"
+            "(logits_file, logit_positions) max |diff| 0.1, M 0.25. Logits files are read beside\n"
+            "REF.json, or from their .xz twin. --max-abs-tol is --max-diff. --backend cuda computes\n"
+            "in bf16 with bf16 K/V (its default): for an HF reference its tolerances default to\n"
+            "--max-diff 0.5 --min-margin 0.3 (docs/PERFORMANCE.md).\n");
 }
 
 static int parse_float(const char *s, float lo, float *out)
@@ -41,12 +45,14 @@ static int parse_float(const char *s, float lo, float *out)
 
 static int run(int argc, char **argv)
 {
-    enum { OPT_MAX_DIFF = 256, OPT_MIN_MARGIN, OPT_MATH };
+    enum { OPT_MAX_DIFF = 256, OPT_MIN_MARGIN, OPT_MATH, OPT_BACKEND };
     static const struct option opts[] = {
         {"threads", required_argument, 0, 't'},
         {"kv-dtype", required_argument, 0, 'k'},
         {"math", required_argument, 0, OPT_MATH},
+        {"backend", required_argument, 0, OPT_BACKEND},
         {"max-diff", required_argument, 0, OPT_MAX_DIFF},
+        {"max-abs-tol", required_argument, 0, OPT_MAX_DIFF},
         {"min-margin", required_argument, 0, OPT_MIN_MARGIN},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -56,6 +62,7 @@ static int run(int argc, char **argv)
     refcheck_options_default(&o);
     int verbose = 0, c;
     float f;
+    bool kv_set = false, tol_set = false, margin_set = false;
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:k:vh", opts, NULL)) != -1) {
         switch (c) {
@@ -70,6 +77,7 @@ static int run(int argc, char **argv)
             break;
         }
         case 'k':
+            kv_set = true;
             if (cairn_dtype_parse(optarg, &o.kv_dtype)) {
                 fprintf(stderr, "cairn check-reference: --kv-dtype wants f32, bf16, f16, q8_0 or fp8_e4m3, got '%s'\n", optarg);
                 return 2;
@@ -91,6 +99,7 @@ static int run(int argc, char **argv)
                 return 2;
             }
             o.max_abs_tol = o.peer_max_abs_tol = f;
+            tol_set = true;
             break;
         case OPT_MIN_MARGIN:
             if (parse_float(optarg, 0.0f, &f)) {
@@ -98,6 +107,10 @@ static int run(int argc, char **argv)
                 return 2;
             }
             o.min_margin = o.peer_min_margin = f;
+            margin_set = true;
+            break;
+        case OPT_BACKEND:
+            o.backend = optarg;
             break;
         case 'v':
             verbose++;
@@ -113,6 +126,16 @@ static int run(int argc, char **argv)
     if (optind != argc - 1 && optind != argc - 2) {
         usage(stderr);
         return 2;
+    }
+    if (o.backend && !strcmp(o.backend, "cuda")) {
+        /* bf16 compute: bf16 K/V and, for HF references, the bf16 tolerances
+         * (docs/PERFORMANCE.md, "CUDA backend"). */
+        if (!kv_set)
+            o.kv_dtype = CAIRN_DTYPE_BF16;
+        if (!tol_set)
+            o.max_abs_tol = 0.5f;
+        if (!margin_set)
+            o.min_margin = 0.3f;
     }
     cairn_cli_install_logger(verbose);
     const char *model = argv[optind];

@@ -66,6 +66,7 @@ static void usage(FILE *out)
             "                          (also q4_0, q5_k, q6_k)\n"
             "      --math M            matmul activations: f32 (default) or bf16\n"
             "      --pool-mib N        paged K/V pool budget in MiB (default 256)\n"
+            "      --backend B         compute backend: cpu (default) or cuda (a CUDA build)\n"
             "      --salt STR          prefix cache domain (tenant salt)\n"
             "      --cache-dir DIR     cold tier root: prompts persist across runs (default:\n"
             "                          CAIRN_CACHE_DIR, else $XDG_CACHE_HOME/cairn or ~/.cache/cairn)\n"
@@ -260,6 +261,7 @@ enum {
     OPT_CHAT = 256, OPT_SYSTEM, OPT_USER, OPT_PROMPT_IDS, OPT_MAX_TOKENS, OPT_TEMPERATURE,
     OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS, OPT_THREADS,
     OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD, OPT_QUANTIZE,
+    OPT_BACKEND,
 };
 
 /* Returns 0, or the exit status of a usage error (2) or --help (-1 -> exit 0). */
@@ -288,6 +290,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         {"print-ids", no_argument, 0, OPT_PRINT_IDS},
         {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
         {"no-cold", no_argument, 0, OPT_NO_COLD},
+        {"backend", required_argument, 0, OPT_BACKEND},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -380,6 +383,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         case OPT_PRINT_IDS: a->print_ids = true; break;
         case OPT_CACHE_DIR: a->cache_dir = optarg; break;
         case OPT_NO_COLD: a->no_cold = true; break;
+        case OPT_BACKEND: a->eo.backend = optarg; break;
         case 'v': a->verbose++; break;
         case 'h': usage(stdout); return -1;
         case ':':

@@ -53,6 +53,7 @@ static void usage(FILE *out)
             "  --quantize T         convert the float weight matrices at load: q8_0 | q4_k\n"
             "                       (also q4_0, q5_k, q6_k)\n"
             "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --backend B          compute backend: cpu (default) or cuda (a CUDA build)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
             "  --max-queued N       waiting requests before 429 (default 64)\n"
@@ -228,6 +229,8 @@ static int cmd_serve(int argc, char **argv)
             quantize = true;
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
+        else if (!strcmp(a, "--backend"))
+            eo.backend = val;
         else if (!strcmp(a, "--request-log"))
             so.request_log_path = val;
         else if (!strcmp(a, "--model-id"))

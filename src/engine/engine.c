@@ -147,14 +147,28 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         goto fail;
     }
     compute_backend_options_t bo = {0, e->tp, NULL};
-    if ((rc = compute_backend_create("cpu", &bo, &e->be, err, err_len)))
+    const char *backend = o.backend ? o.backend : "cpu";
+    if ((rc = compute_backend_create(backend, &bo, &e->be, err, err_len)))
         goto fail;
+    if (!e->be->ops->host_memory && o.kv_path != CAIRN_KV_PAGED) {
+        rc = CAIRN_EUNSUPPORTED;
+        if (err && err_len)
+            snprintf(err, err_len, "engine: the %s backend runs the paged K/V path only", backend);
+        goto fail;
+    }
+    if (!compute_supports(e->be, COMPUTE_OP_KV, o.kv_dtype)) {
+        rc = CAIRN_EUNSUPPORTED;
+        compute_backend_require(e->be, COMPUTE_OP_KV, o.kv_dtype, err, err_len);
+        goto fail;
+    }
     cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
-        cairn_errf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
-                                                 : "engine: the model's forward pass does not run with these "
-                                                   "options (K/V type, rope type)");
+        cairn_errf(err, err_len,
+                   rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+                                      : "engine: the %s family cannot run this model on the %s backend (%s; "
+                                        "the log names the operation)",
+                   cfg->family, backend, cairn_strerror(rc));
         goto fail;
     }
     if (o.kv_path == CAIRN_KV_PAGED) {
@@ -162,8 +176,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         uint64_t ckpt_bytes = (uint64_t)cairn_knob_int("CAIRN_STATE_CKPT_MIB", o.state_ckpt_mib != 0,
                                                        o.state_ckpt_mib > 0 ? o.state_ckpt_mib : 0,
                                                        256, 0, 1 << 20) << 20;
+        void *sctx = NULL;
+        const cairn_kv_storage_ops_t *stor = compute_kv_storage(e->be, &sctx);
         rc = kv_paged_create_ckpt(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
-                                  (size_t)o.pool_mib,
+                                  (size_t)o.pool_mib, stor, sctx,
                                   seq_ckpts_registry_capacity(e->state_bytes, ckpt_bytes),
                                   seq_ckpts_registry_evicted, &e->ckpts, &e->paged, err, err_len);
         if (rc)
@@ -174,7 +190,11 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
-        if ((rc = engine_cold_open(ck, &o, e->paged, &e->cold))) {
+        /* CPU numerics are the math mode's name, which the fingerprint already carries. */
+        const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math);
+        if (!strcmp(numerics, o.math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32"))
+            numerics = NULL;
+        if ((rc = engine_cold_open(ck, &o, numerics, e->paged, &e->cold))) {
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }

@@ -18,6 +18,12 @@
  * prefix is always a contiguous chain of valid blocks. Capture is the tier's capture walk
  * (cairn_tier_capture_chain) over the sequence's full computed blocks.
  *
+ * Device pools (the CUDA backend): the pool's bytes are not host memory, so the store
+ * reads into and copies from the storage's two pinned staging buffers instead, and the
+ * bridge queues the device copies (restore_dest, capture_staged): double-buffered, a
+ * block's copy overlaps the next block's disk read or store copy. The fingerprint then
+ * carries the backend's numerics id, so GPU- and CPU-written K/V never mix on disk.
+ *
  * Invariants: only model_types of cairn_cold_eligible_families() (each family lists its
  * own, models/family.h) open a store; a restored payload is exactly one pool block's used
  * bytes (the filesystem store's layout is the pool's block layout; a payload of another
@@ -43,6 +49,9 @@ struct engine_cold {
     cairn_cold_store_t *fs;        /* the filesystem store, when the engine opened it (owned) */
     cairn_tier_trace_t *trace;     /* per-turn trace, or NULL */
     cairn_kv_cache_t *cache;
+    const cairn_kv_storage_ops_t *stor; /* the pool's storage: staging calls when device memory */
+    void *stor_ctx;
+    bool staged;                   /* the pool is not host memory: copy through stor's staging */
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
@@ -59,11 +68,11 @@ struct engine_cold {
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
- * weights digest, which covers every tensor's name, shape and dtype. `numerics` stays
- * NULL: the CPU backend's numerics, which every fingerprint so far meant (a backend whose
- * K/V bits may differ sets its id there; docs/FORMAT.md 1.4). */
+ * weights digest, which covers every tensor's name, shape and dtype. `numerics` is NULL
+ * for the CPU backend's numerics, which every fingerprint so far meant, and the backend's
+ * id otherwise (docs/FORMAT.md 1.4). */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                           uint32_t block_tokens, char *extra, size_t extra_len,
+                           const char *numerics, uint32_t block_tokens, char *extra, size_t extra_len,
                            cairn_tier_model_desc_t *d)
 {
     const cairn_model_t *m = cairn_checkpoint_model(ck);
@@ -76,17 +85,18 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
     snprintf(extra, extra_len, "math=%s;%s", o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32",
              fam);
     d->extra = extra;
+    d->numerics = numerics;
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }
 
 /* Opens the filesystem store for the model under root (layout: the pool's blocks). */
-static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *root,
-                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
-                         cairn_cold_store_t **out)
+static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
+                         const char *root, uint32_t block_tokens, uint32_t n_layers,
+                         const uint64_t *layer_bytes, cairn_cold_store_t **out)
 {
     char extra[256];
     cairn_tier_model_desc_t desc;
-    describe_model(ck, o, block_tokens, extra, sizeof(extra), &desc);
+    describe_model(ck, o, numerics, block_tokens, extra, sizeof(extra), &desc);
     cairn_cold_config_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.root = root;
@@ -101,7 +111,7 @@ static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_option
 }
 
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                     kv_paged_t *kp, engine_cold_t **out)
+                     const char *numerics, kv_paged_t *kp, engine_cold_t **out)
 {
     *out = NULL;
     const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
@@ -125,6 +135,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     if (!layer_bytes || !c)
         goto nomem;
     c->cache = cache;
+    c->stor = kv_paged_storage(kp, &c->stor_ctx);
+    c->staged = c->stor->stage && c->stor->stage_upload && c->stor->stage_download && c->stor->stage_sync;
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS;
     c->budget.blocks_per_turn = o->cold_capture_blocks > 0 ? (uint32_t)o->cold_capture_blocks : 0;
@@ -153,7 +165,7 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         c->store = o->cold_store;
         cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->store));
     } else {
-        int rc = open_fs_store(ck, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
+        int rc = open_fs_store(ck, o, numerics, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
         if (rc == CAIRN_ENOMEM)
             goto nomem;
         if (rc) {
@@ -224,7 +236,24 @@ typedef struct {
     engine_cold_t *c;
     size_t taken;         /* chain indices [start, taken) got a pool block before the walk */
     size_t first, last;   /* chain indices [first, last) that got a pool block in the walk */
+    /* Staged restores (device pool): the block whose payload sits in staging slot
+     * staged_i & 1, read but not yet uploaded (valid when has_staged), and its pool bytes. */
+    bool has_staged;
+    size_t staged_i;
+    uint8_t *staged_dst;
+    bool stage_failed;
 } restore_ctx_t;
+
+/* Queues the upload of the staged block (its read was validated). */
+static void upload_staged(restore_ctx_t *r)
+{
+    engine_cold_t *c = r->c;
+    if (!r->has_staged)
+        return;
+    r->has_staged = false;
+    if (c->stor->stage_upload(c->stor_ctx, (int)(r->staged_i & 1), r->staged_dst, c->payload_size))
+        r->stage_failed = true;
+}
 
 /* The sink's prepare: takes the pool blocks for the chain the store's metadata expects and
  * materialises their memory in one pass (filling fresh pool memory page fault by page
@@ -264,7 +293,21 @@ static void *restore_dest(void *user, size_t i, size_t payload_size)
     if (r->last == r->first)
         r->first = i;
     r->last = i + 1;
-    return bytes;
+    if (!c->staged)
+        return bytes;
+    /* Device pool: the store reads into staging slot i & 1. The walk asks for block i only
+     * after block i - 1 validated, so that one's upload is queued now and runs while the
+     * store reads this one; the slot reused here waits for the upload of block i - 2. */
+    upload_staged(r);
+    void *stage = r->stage_failed ? NULL : c->stor->stage(c->stor_ctx, (int)(i & 1), payload_size);
+    if (!stage) {
+        r->stage_failed = true;
+        return NULL;
+    }
+    r->has_staged = true;
+    r->staged_i = i;
+    r->staged_dst = bytes;
+    return stage;
 }
 
 void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
@@ -301,13 +344,23 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     }
     c->n.restore_lookups++;
     memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
-    restore_ctx_t r = {c, start, start, start};
+    restore_ctx_t r = {c, start, start, start, false, 0, NULL, false};
     const cairn_tier_chain_t chain = {c->keys, tokens, (uint32_t)bs, kmax};
     const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, &r};
     cairn_tier_restore_result_t res;
     size_t loaded = 0;
     if (cairn_tier_restore_chain(c->store, &chain, start, &sink, &res) == CAIRN_OK)
         loaded = res.loaded;
+    if (c->staged) {
+        /* The last staged block counts only if its read validated. */
+        if (r.has_staged && r.staged_i < start + loaded)
+            upload_staged(&r);
+        r.has_staged = false;
+        if (c->stor->stage_sync(c->stor_ctx) || r.stage_failed) {
+            cairn_log(CAIRN_LOG_WARN, "cold tier: copying restored blocks to the device failed");
+            loaded = 0; /* nothing is published: every block goes back to the free queue */
+        }
+    }
     /* Publish the validated prefix of the walk; give back the block it stopped on and
      * any taken block the walk did not reach. */
     int published = 0;
@@ -341,7 +394,26 @@ typedef struct {
     const cairn_kv_hash_t *domain;
     const uint32_t *table;
     const int32_t *tokens;
+    size_t n;             /* blocks of the walk */
+    size_t in_slot[2];    /* staged captures: 1 + the block queued into each slot, 0: none */
 } capture_ctx_t;
+
+/* Device pool: block i's bytes in host memory, through staging slot i & 1; block i + 1 is
+ * queued into the other slot first, so its copy runs while the store copies block i (the
+ * store copied block i - 1, the slot's last occupant, before the walk asked for i). */
+static const void *capture_staged(capture_ctx_t *k, size_t i)
+{
+    engine_cold_t *c = k->c;
+    for (size_t j = i; j <= i + 1 && j < k->n; j++) {
+        if (k->in_slot[j & 1] == j + 1)
+            continue;
+        if (c->stor->stage_download(c->stor_ctx, (int)(j & 1), cairn_kv_cache_block_data(c->cache, k->table[j]),
+                                    c->payload_size))
+            return NULL;
+        k->in_slot[j & 1] = j + 1;
+    }
+    return c->stor->stage(c->stor_ctx, (int)(i & 1), c->payload_size);
+}
 
 /* Yields full block i of the sequence: its hash and parent from the core, its tokens and
  * its pool bytes (copied by the store before this returns to the walk). */
@@ -365,7 +437,7 @@ static int capture_block(void *user, size_t i, cairn_tier_object_t *out)
     }
     out->tokens = k->tokens + i * bs;
     out->n_tokens = (uint32_t)bs;
-    out->payload = cairn_kv_cache_block_data(k->c->cache, k->table[i]);
+    out->payload = k->c->staged ? capture_staged(k, i) : cairn_kv_cache_block_data(k->c->cache, k->table[i]);
     out->payload_size = k->c->payload_size;
     return out->payload ? CAIRN_OK : CAIRN_EINVAL;
 }
@@ -384,13 +456,15 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     if (n_full == 0)
         return;
     double t0 = cairn_now_seconds();
-    capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq)};
+    capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq), n_full, {0, 0}};
     cairn_tier_capture_result_t res;
     memset(&res, 0, sizeof(res));
     if (cairn_tier_capture_chain(c->store, n_full, capture_block, &k, &c->budget, &res) == CAIRN_OK) {
         c->n.capture_walks++;
         c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the walk */
     }
+    if (c->staged && c->stor->stage_sync(c->stor_ctx))
+        cairn_log(CAIRN_LOG_WARN, "cold tier: copying captured blocks from the device failed");
     cairn_tier_trace_turn(c->trace, c->store, label);
     c->n.capture_seconds += cairn_now_seconds() - t0;
 }

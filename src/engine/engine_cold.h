@@ -26,9 +26,14 @@ typedef struct engine_cold engine_cold_t;
  * is eligible; *out is NULL when the tier is off (disabled, neither a lent store nor a
  * root, not eligible, or the store failed to open — the last with a CAIRN_LOG_WARN).
  * Returns CAIRN_OK or CAIRN_ENOMEM (the only error that fails engine creation).
+ * `numerics` is the compute backend's numerics id when it differs from the CPU numerics
+ * (NULL otherwise): it enters the fingerprint, so K/V of other numerics never mix. When
+ * the pool lives in device memory (its storage has staging calls), block bytes move
+ * through the storage's two pinned buffers, the copy of one block overlapping the disk
+ * read (restore) or the store's copy (capture) of the other.
  */
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
-                     kv_paged_t *kp, engine_cold_t **out);
+                     const char *numerics, kv_paged_t *kp, engine_cold_t **out);
 
 /* Waits up to the drain deadline for queued writes, then closes the store it opened (a
  * lent store is left to its owner). NULL: no-op. */

@@ -47,6 +47,7 @@ void refcheck_options_default(refcheck_options_t *o)
     o->min_margin = 1e-3f;
     o->peer_max_abs_tol = 0.1f;
     o->peer_min_margin = 0.25f;
+    o->backend = NULL;
 }
 
 void refcheck_report_free(refcheck_report_t *rep)
@@ -522,13 +523,16 @@ int refcheck_run_file(const char *model, const char *ref_path, const refcheck_op
     if (!cases)
         goto nomem;
 
-    for (int p = 0; p < 2; p++) {
+    /* A device backend has no flat path (its K/V live in the device pool). */
+    const int first_path = o->backend && strcmp(o->backend, "cpu") ? 1 : 0;
+    for (int p = first_path; p < 2; p++) {
         cairn_engine_options_t eo;
         cairn_engine_options_default(&eo);
         eo.n_threads = o->n_threads;
         eo.kv_path = paths[p];
         eo.kv_dtype = o->kv_dtype;
         eo.math = o->math;
+        eo.backend = o->backend;
         eo.pool_mib = 64;
         char eerr[256] = "";
         st = cairn_engine_create(ck, &eo, &engines[p], eerr, sizeof(eerr));
@@ -546,7 +550,7 @@ int refcheck_run_file(const char *model, const char *ref_path, const refcheck_op
         ref_case_t *rcase = &cases[i++];
         char cerr[1400] = "";
         st = case_load(obj, file, dir, vocab, rcase, cerr, sizeof(cerr));
-        for (int p = 0; p < 2; p++) {
+        for (int p = first_path; p < 2; p++) {
             refcheck_case_t *c = add_entry(rep, rcase->name, paths[p]);
             if (!c)
                 goto nomem;

@@ -22,6 +22,8 @@
  *      greedy_ids up to the first step whose reference margin is below the threshold;
  *   3. decode: a fresh sequence fed the prompt one token at a time, the same argmax and
  *      logits checks at every position.
+ * Options choose the math mode, the compute backend (a device backend runs the paged path
+ * only) and the tolerances (bf16 compute needs wider ones than the float32 defaults).
  * The library prints nothing: results come back in a report the caller renders.
  */
 #ifndef CAIRN_TOOLS_REFERENCE_CHECK_H
@@ -33,6 +35,7 @@ typedef struct {
     int n_threads;           /* default 1 */
     cairn_dtype_t kv_dtype;  /* default f32 */
     cairn_engine_math_t math;/* default f32 */
+    const char *backend;     /* default NULL: the cpu backend */
     float max_abs_tol;       /* HF layout: default 2e-3 */
     float min_margin;        /* HF layout: default 1e-3 */
     float peer_max_abs_tol;  /* llama.cpp layout: default 0.1 */

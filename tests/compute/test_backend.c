@@ -430,7 +430,14 @@ static void test_registry_and_capabilities(void **state)
     compute_backend_t *be = NULL;
     const char *const *names = compute_backend_names();
     assert_string_equal(names[0], "cpu");
-    assert_null(names[1]);
+    assert_string_equal(names[1], "cuda");
+    assert_null(names[2]);
+#ifndef CAIRN_TEST_HAVE_CUDA
+    /* A build without CUDA knows the name and says what is missing. */
+    assert_int_equal(compute_backend_create("cuda", NULL, &be, err, sizeof(err)), CAIRN_EUNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err, "CAIRN_CUDA"));
+#endif
     assert_int_equal(compute_backend_create("tpu", NULL, &be, err, sizeof(err)), CAIRN_ENOENT);
     assert_null(be);
     assert_non_null(strstr(err, "tpu"));
