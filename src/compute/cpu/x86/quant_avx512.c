@@ -32,6 +32,15 @@
 #define TV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
+/* Full unrolling of the packed micro-kernel's row loops (only when optimizing: at -O0 GCC
+ * rejects the annotation on loops it does not analyse). */
+#ifdef __OPTIMIZE__
+#define PK_UNROLL(n) _Pragma(PK_STR(GCC unroll n))
+#define PK_STR(x) #x
+#else
+#define PK_UNROLL(n)
+#endif
+
 enum {
     PACK_ROWS = 8,   /* rows from which the packed kernel pays for its unpacking */
     PACK_R = 6,      /* rows per packed micro-kernel step (independent vpdpbusd chains) */
@@ -535,19 +544,19 @@ TV static void pack_k(pk_block_t *pk, const unsigned char *const wr[16], int b, 
 TV INLINE void pk_rows_k_n(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, const int R, const bool q6)
 {
     __m512i S[PACK_R];
-#pragma GCC unroll 6
+    PK_UNROLL(6)
     for (int r = 0; r < R; r++)
         S[r] = _mm512_setzero_si512();
     const int sub = q6 ? 16 : 32, nsub = 256 / sub;
     for (int j = 0; j < nsub; j++) {
         __m512i t[PACK_R];
-    #pragma GCC unroll 6
+    PK_UNROLL(6)
     for (int r = 0; r < R; r++)
             t[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
+    PK_UNROLL(8)
         for (int g = j * sub / 4; g < (j + 1) * sub / 4; g++) {
             const __m512i wq = _mm512_load_si512(&pk->q[g]);
-        #pragma GCC unroll 6
+    PK_UNROLL(6)
     for (int r = 0; r < R; r++) {
                 int32_t x4;
                 memcpy(&x4, xr[r]->q + 4 * g, 4);
@@ -555,14 +564,14 @@ TV INLINE void pk_rows_k_n(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *
             }
         }
         const __m512i scj = _mm512_load_si512(&pk->sc[j]);
-    #pragma GCC unroll 6
+    PK_UNROLL(6)
     for (int r = 0; r < R; r++)
             S[r] = _mm512_add_epi32(S[r], _mm512_mullo_epi32(t[r], scj));
     }
-#pragma GCC unroll 6
+    PK_UNROLL(6)
     for (int r = 0; r < R; r++) {
         __m512i M = _mm512_setzero_si512();
-#pragma GCC unroll 8
+    PK_UNROLL(8)
         for (int p = 0; p < 8; p++) {
             int32_t bp;
             memcpy(&bp, &xr[r]->bsums[2 * p], 4);
