@@ -155,8 +155,15 @@ static void test_emulated_amx_equals_portable(void **state)
                                           CAIRN_DTYPE_Q6_K};
     static qmm_fn *const amx[] = {emu_amx_qmm_q8_0, emu_amx_qmm_q4_0, emu_amx_qmm_q4_k, emu_amx_qmm_q5_k,
                                   emu_amx_qmm_q6_k};
+#ifdef __SANITIZE_ADDRESS__
+    /* The model runs ~10x slower instrumented: a tile pair, a single tile, remainder rows
+     * and a partial output tile still meet in these. */
+    static const int rows_set[] = {33, 49};
+    static const int outs_set[] = {17};
+#else
     static const int rows_set[] = {1, 31, 32, 33, 48, 49, 64};
     static const int outs_set[] = {1, 16, 17, 50};
+#endif
     enum { R = 64, O = 50 };
     const kern_impl_t *portable = kern__impl_by_name("scalar");
     assert_non_null(portable);
