@@ -5,13 +5,16 @@
  * restore, trace) is cairn/tier.h and works on cairn_cold_store_tier(s).
  *
  * Model. A store is one directory per model fingerprint under a cache root:
- *     <root>/<fingerprint hex>/<2 hex of block hash>/<block hash hex>.kv
- * Each file is one full block (K/V of every layer, block-major, exactly as the KV pool
- * holds it), named by its block hash. The hash already covers the parent chain, the tenant
- * domain and the tokens, so equal names mean equal content and a request can only name
- * blocks of its own domain. The on-disk format is docs/FORMAT.md, "Cold tier objects".
- * Objects: BLOCK of cache group 0 only; STATE objects and other groups are refused with
- * CAIRN_EUNSUPPORTED until their format exists (the hybrid persistence issue).
+ *     <root>/<fingerprint hex>/<2 hex of hash>/<block hash hex>.kv
+ *     <root>/<fingerprint hex>/<2 hex of hash>/<chain hash hex>.<group>.st
+ * A .kv file is one full block (K/V of every layer, block-major, exactly as the KV pool
+ * holds it), named by its block hash; a .st file is one STATE sidecar (a hybrid model's
+ * out-of-pool state at one block boundary), named by the chain hash at that boundary and
+ * its group. The hash already covers the parent chain, the tenant domain and the tokens,
+ * so equal names mean equal content and a request can only name objects of its own
+ * domain. The on-disk format is docs/FORMAT.md, "Cold tier objects" (1.2 and 1.8).
+ * Objects: BLOCK of cache group 0 and STATE of any group; a BLOCK of another group is
+ * refused with CAIRN_EUNSUPPORTED (its layout is not the store's).
  *
  * Durability. One writer thread commits each object as create-exclusive temp file ->
  * write -> fsync -> rename -> directory fsync. A crash leaves either the complete object
@@ -87,9 +90,10 @@ CAIRN_API void cairn_cold_store_destroy(cairn_cold_store_t *s);
 /*
  * The store behind the tier interface (cairn/tier_store.h): what the tier logic, the
  * engine and the tools use. Owned by s (its destroy op is cairn_cold_store_destroy).
- * Keys: BLOCK of group 0, named by the block hash (the key's domain is not stored: the
- * hash covers it); other kinds and groups are CAIRN_EUNSUPPORTED. contains() also counts
- * blocks queued for writing; get() needs a store with a layout (not "any": CAIRN_EINVAL);
+ * Keys: BLOCK of group 0, named by the block hash, and STATE of any group, named by hash
+ * and group (the key's domain is not stored: the hash covers it); a BLOCK of another group
+ * is CAIRN_EUNSUPPORTED. contains() also counts objects queued for writing; a BLOCK get()
+ * needs a store with a layout (not "any": CAIRN_EINVAL), a STATE get() does not;
  * prefetch() opens the objects and hints the kernel to read them ahead
  * (POSIX_FADV_WILLNEED), keeping at most 32 descriptors for the reads that follow.
  */

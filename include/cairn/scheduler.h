@@ -163,6 +163,16 @@ typedef struct {
     uint64_t cold_write_errors;            /* writes that failed (ENOSPC, EIO...) */
     uint64_t cold_queue_drops;             /* blocks not queued (writer queue full) */
     uint64_t cold_bytes_written, cold_used_bytes, cold_objects;
+    /* The shared tier (cairn_engine_cold_counters .shared...), same snapshot; all 0 when
+     * none is configured. */
+    bool shared_enabled, shared_connected;
+    uint64_t shared_restored_blocks;       /* restored blocks read from the shared tier */
+    uint64_t shared_promoted_blocks;       /* of those, written to the local tier too */
+    uint64_t shared_hits, shared_misses, shared_corruptions;
+    uint64_t shared_enqueued, shared_bytes_written, shared_bytes_restored;
+    uint64_t shared_write_errors, shared_queue_drops, shared_unavailable;
+    uint64_t shared_faults, shared_outages, shared_reconnects, shared_timeouts;
+    uint32_t shared_queue_len;
 } cairn_sched_stats_t;
 
 /* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the

@@ -20,8 +20,10 @@
  * store validates all of it on every read, so a damaged or foreign object is a counted
  * miss that the store removes, never bytes handed to inference.
  *
- * Implementations: src/tier/fs (the SSD store, cairn/cold_tier.h; BLOCK only so far),
- * src/tier/mem (in memory: the test double). A store is a struct whose first member is a
+ * Implementations: src/tier/fs (the SSD store, cairn/cold_tier.h; BLOCKs of group 0 and
+ * STATE objects), src/tier/mem (in memory: the test double), src/tier/redis (the shared
+ * store on Redis, cairn/shared_tier.h; both kinds), src/tier/layered (a local store in
+ * front of a shared one, as one store). A store is a struct whose first member is a
  * cairn_tier_store_t pointing at its ops table; adding a store is a new folder, with no edit
  * to the tier logic, the engine or another store. tests/tier/store_contract.c is the
  * behaviour every store must show.
@@ -112,6 +114,8 @@ typedef struct {
     uint64_t used_bytes;
     uint64_t objects;
     uint32_t queue_len;        /* accepted objects not yet written */
+    uint64_t state_objects;    /* of objects, STATE sidecars (0 for a store that keeps no count) */
+    uint64_t state_bytes;      /* of used_bytes, theirs */
 } cairn_tier_stats_t;
 
 /* Renders stats as one JSON object (no newline); the caller frees with cairn_free. With
@@ -124,8 +128,9 @@ typedef struct {
     cairn_tier_key_t key;      /* domain all zero when the store does not record it */
     cairn_tier_hash_t parent;
     uint64_t bytes;            /* stored bytes (header + payload) */
-    uint32_t n_tokens;
+    uint32_t n_tokens;         /* BLOCK: tokens of the block */
     bool pinned;               /* being read right now (eviction skips it) */
+    uint64_t boundary;         /* STATE: tokens before its boundary (0 for a BLOCK) */
 } cairn_tier_entry_t;
 
 /* ---- The interface ------------------------------------------------------------------ */

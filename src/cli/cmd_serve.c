@@ -68,7 +68,16 @@ static void usage(FILE *out)
             "                       $XDG_CACHE_HOME/cairn, else ~/.cache/cairn); holds the\n"
             "                       default model and the SSD cold tier (K/V blocks of past\n"
             "                       prompts, restored after a restart)\n"
-            "  --no-cold            neither restore nor persist K/V on disk\n"
+            "  --no-cold            neither restore nor persist K/V on disk (nor on a shared tier)\n"
+            "  --shared-tier URL    share K/V blocks with other servers of the same model through\n"
+            "                       Redis: redis://HOST[:PORT][/DB] (default CAIRN_SHARED_TIER);\n"
+            "                       tiers: hot pool, then the local SSD tier, then Redis\n"
+            "  --shared-tier-ttl S  lifetime of each key written, seconds (default 86400; 0: none,\n"
+            "                       Redis maxmemory + allkeys-lru then bounds the tier)\n"
+            "  --shared-tier-auth-file FILE\n"
+            "                       Redis AUTH: 'PASSWORD' or 'USERNAME PASSWORD' on the first line\n"
+            "                       (default: the environment variable CAIRN_SHARED_TIER_AUTH);\n"
+            "                       never on the command line\n"
             "  -v, --verbose        log informational messages\n");
 }
 
@@ -167,6 +176,9 @@ static int cmd_serve(int argc, char **argv)
     long drain_ms = 5000, v;
     int verbose = 0;
     bool no_cold = false;
+    const char *shared_url = getenv("CAIRN_SHARED_TIER"), *shared_auth = NULL;
+    cairn_shared_tier_config_t shared;
+    memset(&shared, 0, sizeof shared);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -237,7 +249,14 @@ static int cmd_serve(int argc, char **argv)
             model_id = val;
         else if (!strcmp(a, "--cache-dir"))
             cache_opt = val;
-        else if (!rc) {
+        else if (!strcmp(a, "--shared-tier"))
+            shared_url = val;
+        else if (!strcmp(a, "--shared-tier-auth-file"))
+            shared_auth = val;
+        else if (!strcmp(a, "--shared-tier-ttl") && !(rc = parse_int(a, val, 0, 100L * 365 * 86400, &v))) {
+            shared.has_ttl = true;
+            shared.ttl_s = (uint32_t)v;
+        } else if (!rc) {
             fprintf(stderr, "cairn serve: unknown option '%s' (see --help)\n", a);
             return 2;
         }
@@ -245,11 +264,30 @@ static int cmd_serve(int argc, char **argv)
             return 2;
     }
     cairn_cli_install_logger(verbose);
+    char shared_err[512] = "";
+    char *shared_user = NULL, *shared_pass = NULL;
+    if (shared_url && shared_url[0] && !no_cold) {
+        if (cairn_shared_tier_check_url(shared_url, shared_err, sizeof shared_err)) {
+            fprintf(stderr, "cairn serve: --shared-tier: %s\n", shared_err);
+            return 2;
+        }
+        if (cairn_shared_tier_read_auth(shared_auth, &shared_user, &shared_pass, shared_err, sizeof shared_err)) {
+            fprintf(stderr, "cairn serve: %s\n", shared_err);
+            return 2;
+        }
+        shared.url = shared_url;
+        shared.username = shared_user;
+        shared.password = shared_pass;
+        eo.shared_tier = &shared;
+    }
 
     char default_dir[PATH_MAX];
     if (!model) {
-        if (default_model(cache_opt, default_dir, sizeof default_dir))
+        if (default_model(cache_opt, default_dir, sizeof default_dir)) {
+            cairn_free(shared_user);
+            cairn_free(shared_pass);
             return 1;
+        }
         model = default_dir;
         if (!model_id)
             model_id = "synth-tiny";
@@ -299,7 +337,13 @@ static int cmd_serve(int argc, char **argv)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
         eo.cold_root = cold_root;
-    if ((rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err))) {
+    rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err);
+    if (shared_pass) { /* the store keeps its own copy */
+        memset(shared_pass, 0, strlen(shared_pass));
+        cairn_free(shared_pass);
+        shared_pass = NULL;
+    }
+    if (rc) {
         fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
@@ -332,6 +376,8 @@ out:
     cairn_tokenizer_destroy(tok);
     cairn_checkpoint_close(ck);
     cairn_free(cold_root);
+    cairn_free(shared_user);
+    cairn_free(shared_pass);
     return status;
 }
 

@@ -8,7 +8,9 @@
  * domain), so a prompt's stored chain is found from the hashes the core computes, and
  * domains (cache_salt) hold in the store too. The store is the filesystem store under the
  * cache root (cairn/cold_tier.h), or one the caller lends (cairn_engine_options_t
- * .cold_store). Restore runs before the KV core admits a prompt: the tier's restore walk
+ * .cold_store), optionally with a shared store behind it (cairn/shared_tier.h: Redis,
+ * cairn_engine_options_t.shared_tier), composed by a layered store so that the walks see
+ * one store: hot pool -> local store -> shared store. Restore runs before the KV core admits a prompt: the tier's restore walk
  * (cairn_tier_restore_chain) loads the blocks past the hot prefix into freshly allocated
  * pool blocks, taken and prefaulted in one pass before the walk (a block's K/V for every
  * layer is one contiguous byte range, identical in the pool and in the object payload),
@@ -45,8 +47,11 @@
 _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byte block hash");
 
 struct engine_cold {
-    cairn_tier_store_t *store;     /* what the tier logic walks */
+    cairn_tier_store_t *store;     /* what the tier logic walks: local, shared or layered */
+    cairn_tier_store_t *local;     /* the filesystem store's interface or the lent store, or NULL */
     cairn_cold_store_t *fs;        /* the filesystem store, when the engine opened it (owned) */
+    cairn_tier_store_t *shared;    /* the shared store (owned), or NULL */
+    cairn_tier_store_t *layered;   /* local in front of shared (owned), or NULL */
     cairn_tier_trace_t *trace;     /* per-turn trace, or NULL */
     cairn_kv_cache_t *cache;
     const cairn_kv_storage_ops_t *stor; /* the pool's storage: staging calls when device memory */
@@ -89,20 +94,25 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }
 
-/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
-static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
-                         const char *root, uint32_t block_tokens, uint32_t n_layers,
-                         const uint64_t *layer_bytes, cairn_cold_store_t **out)
+/* The model fingerprint that names the engine's stores. */
+static int model_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
+                             uint32_t block_tokens, cairn_tier_hash_t *fp)
 {
     char extra[256];
     cairn_tier_model_desc_t desc;
     describe_model(ck, o, numerics, block_tokens, extra, sizeof(extra), &desc);
+    return cairn_tier_fingerprint(&desc, fp);
+}
+
+/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
+static int open_fs_store(const cairn_tier_hash_t *fp, const cairn_engine_options_t *o, const char *root,
+                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
+                         cairn_cold_store_t **out)
+{
     cairn_cold_config_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.root = root;
-    int rc = cairn_tier_fingerprint(&desc, &cc.fingerprint);
-    if (rc)
-        return rc;
+    cc.fingerprint = *fp;
     cc.dtype = o->kv_dtype;
     cc.block_tokens = block_tokens;
     cc.n_layers = n_layers;
@@ -125,7 +135,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     /* A lent store, else an explicit root (--cache-dir), else the environment's. */
     const char *root = o->cold_root ? o->cold_root : cairn_knob_str("CAIRN_CACHE_DIR", NULL, NULL);
-    if (!o->cold_store && (!root || !root[0]))
+    const bool want_shared = o->shared_tier && o->shared_tier->url;
+    if (!o->cold_store && (!root || !root[0]) && !want_shared)
         return CAIRN_OK;
 
     cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
@@ -161,32 +172,67 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     if (cairn_tier_trace_create(o->cold_trace, &c->trace))
         goto nomem;
+    cairn_tier_hash_t fp;
+    int rc = model_fingerprint(ck, o, numerics, c->block_tokens, &fp);
+    if (rc == CAIRN_ENOMEM)
+        goto nomem;
+    if (rc) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (no model fingerprint: %s)", cairn_strerror(rc));
+        goto off;
+    }
     if (o->cold_store) {
-        c->store = o->cold_store;
-        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->store));
-    } else {
-        int rc = open_fs_store(ck, o, numerics, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
+        c->local = o->cold_store;
+        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->local));
+    } else if (root && root[0]) {
+        rc = open_fs_store(&fp, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
         if (rc == CAIRN_ENOMEM)
             goto nomem;
         if (rc) {
             cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
                       cairn_strerror(rc));
-            goto off;
+        } else {
+            c->local = cairn_cold_store_tier(c->fs);
+            cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
         }
-        c->store = cairn_cold_store_tier(c->fs);
-        cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
     }
+    if (want_shared) {
+        /* The shared store holds the pool's blocks of group 0 (the dense families'
+         * only group), under the same fingerprint as the local store. */
+        const cairn_tier_group_layout_t g0 = {n_layers, layer_bytes};
+        const cairn_tier_layout_t layout = {fp, o->kv_dtype, c->block_tokens, 1, &g0};
+        char err[512] = "";
+        rc = cairn_shared_tier_open(o->shared_tier, &layout, &c->shared, err, sizeof(err));
+        if (rc == CAIRN_ENOMEM)
+            goto nomem;
+        if (rc)
+            cairn_log(CAIRN_LOG_WARN, "shared tier: off (%s)", err[0] ? err : cairn_strerror(rc));
+    }
+    if (c->local && c->shared) {
+        if (cairn_tier_layered_create(c->local, c->shared, &c->layered))
+            goto nomem;
+        c->store = c->layered;
+    } else {
+        c->store = c->local ? c->local : c->shared;
+    }
+    if (!c->store)
+        goto off;
     cairn_free(layer_bytes);
     c->n.enabled = true;
     *out = c;
     return CAIRN_OK;
 nomem:
-    if (c)
+    if (c) {
         cairn_tier_trace_destroy(c->trace);
+        cairn_tier_store_destroy(c->layered);
+        cairn_tier_store_destroy(c->shared);
+        cairn_cold_store_destroy(c->fs);
+    }
     cairn_free(layer_bytes);
     cairn_free(c);
     return CAIRN_ENOMEM;
 off:
+    cairn_tier_store_destroy(c->shared);
+    cairn_cold_store_destroy(c->fs);
     cairn_tier_trace_destroy(c->trace);
     cairn_free(layer_bytes);
     cairn_free(c);
@@ -198,17 +244,24 @@ void engine_cold_close(engine_cold_t *c)
     if (!c)
         return;
     /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
-     * finishes at most the queue depth of blocks still queued. A lent store is only
-     * drained: its owner destroys it. */
+     * finishes at most the queue depth of blocks still queued (the shared store: what
+     * it can write while the server answers). A lent store is only drained: its owner
+     * destroys it. */
     double deadline = cairn_now_seconds() + c->drain_ms / 1e3;
     for (;;) {
         cairn_tier_stats_t st;
-        cairn_tier_store_stats(c->store, &st);
-        if (st.queue_len == 0 || cairn_now_seconds() >= deadline)
+        cairn_tier_store_stats(c->local, &st);
+        /* An unreachable shared tier keeps its queue: waiting for it would only delay
+         * the exit by the whole deadline. */
+        cairn_shared_tier_stats_t sh;
+        bool shared_busy = cairn_shared_tier_stats(c->shared, &sh) == CAIRN_OK && sh.connected && sh.tier.queue_len;
+        if ((st.queue_len == 0 && !shared_busy) || cairn_now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    cairn_tier_store_destroy(c->layered);
+    cairn_tier_store_destroy(c->shared);
     cairn_cold_store_destroy(c->fs);
     cairn_tier_trace_destroy(c->trace);
     cairn_free(c->hashes);
@@ -349,8 +402,16 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, &r};
     cairn_tier_restore_result_t res;
     size_t loaded = 0;
+    /* The engine thread alone reads the stores, so the shared store's hits during the
+     * walk are this restore's blocks from the shared tier. */
+    cairn_tier_layered_counters_t ly0, ly1;
+    cairn_shared_tier_stats_t sh0, sh1;
+    (void)cairn_tier_layered_counters(c->layered, &ly0);
+    (void)cairn_shared_tier_stats(c->shared, &sh0);
     if (cairn_tier_restore_chain(c->store, &chain, start, &sink, &res) == CAIRN_OK)
         loaded = res.loaded;
+    (void)cairn_tier_layered_counters(c->layered, &ly1);
+    (void)cairn_shared_tier_stats(c->shared, &sh1);
     if (c->staged) {
         /* The last staged block counts only if its read validated. */
         if (r.has_staged && r.staged_i < start + loaded)
@@ -378,6 +439,9 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     }
     *restored_blocks = published;
     c->n.restored_blocks += (uint64_t)published;
+    uint64_t from_shared = sh1.tier.hits - sh0.tier.hits;
+    c->n.shared_restored_blocks += from_shared < (uint64_t)published ? from_shared : (uint64_t)published;
+    c->n.shared_promoted_blocks += ly1.promoted - ly0.promoted;
 done:
     c->n.restore_seconds += cairn_now_seconds() - t0;
 }
@@ -475,7 +539,9 @@ void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *
     if (!c)
         return;
     *out = c->n;
-    cairn_tier_store_stats(c->store, &out->store);
+    cairn_tier_store_stats(c->local, &out->store);
+    out->shared_enabled = c->shared != NULL;
+    (void)cairn_shared_tier_stats(c->shared, &out->shared);
 }
 
 void engine_cold_flush(engine_cold_t *c)

@@ -5,7 +5,9 @@
  * An engine_cold_t walks one store: the filesystem store (include/cairn/cold_tier.h) it
  * opens for the engine's model fingerprint (architecture, layer geometry, K/V dtype, block
  * size, rope, math mode, weights digest) under the cache root, or a store the caller lends
- * through cairn_engine_options_t.cold_store. It restores a prompt's full blocks past the
+ * through cairn_engine_options_t.cold_store, with the shared store of
+ * cairn_engine_options_t.shared_tier behind it when one is configured (a layered store:
+ * local first, shared for what local lacks). It restores a prompt's full blocks past the
  * hot prefix into the pool before the KV core admits the prompt (so the core attaches them
  * like any cached block) and captures a sequence's full computed blocks at the end of a
  * turn. Everything it does is best-effort: a failure is counted and logged, never

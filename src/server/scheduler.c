@@ -710,6 +710,24 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_bytes_written = cc.store.bytes_written;
     s->stats.cold_used_bytes = cc.store.used_bytes;
     s->stats.cold_objects = cc.store.objects;
+    s->stats.shared_enabled = cc.shared_enabled;
+    s->stats.shared_connected = cc.shared.connected;
+    s->stats.shared_restored_blocks = cc.shared_restored_blocks;
+    s->stats.shared_promoted_blocks = cc.shared_promoted_blocks;
+    s->stats.shared_hits = cc.shared.tier.hits;
+    s->stats.shared_misses = cc.shared.tier.misses;
+    s->stats.shared_corruptions = cc.shared.tier.corruptions;
+    s->stats.shared_enqueued = cc.shared.tier.enqueued;
+    s->stats.shared_bytes_written = cc.shared.tier.bytes_written;
+    s->stats.shared_bytes_restored = cc.shared.tier.bytes_restored;
+    s->stats.shared_write_errors = cc.shared.tier.write_errors;
+    s->stats.shared_queue_drops = cc.shared.tier.queue_drops;
+    s->stats.shared_unavailable = cc.shared.unavailable;
+    s->stats.shared_faults = cc.shared.faults;
+    s->stats.shared_outages = cc.shared.outages;
+    s->stats.shared_reconnects = cc.shared.reconnects;
+    s->stats.shared_timeouts = cc.shared.timeouts;
+    s->stats.shared_queue_len = cc.shared.tier.queue_len;
     pthread_mutex_unlock(&s->mu);
 }
 

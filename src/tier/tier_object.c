@@ -1,13 +1,15 @@
 /*
- * tier_object.c — encodes and validates BLOCK objects in their byte form (format:
- * docs/FORMAT.md 1.2, "Cold tier objects").
+ * tier_object.c — encodes and validates BLOCK objects (docs/FORMAT.md 1.2, "Cold tier
+ * objects") and STATE objects (FORMAT.md 1.8) in their byte form.
  *
  * Model: an object is a self-describing header (identity, tokens, per-layer sizes, payload
  * checksum, then a checksum of the header itself) followed by the payload. Every integer is
  * little-endian and explicitly encoded, so the format does not depend on the host.
  * Invariants checked by the parser: header_bytes == 152 + 4*n_tokens + 8*n_layers + 16,
  * the layer sizes sum to payload_bytes, every count within the TIER_OBJECT_MAX_* limits,
- * and the header checksum matches. The parser never reads outside [buf, buf+len).
+ * and the header checksum matches. A STATE header is the same idea with a layout
+ * descriptor in place of tokens and layers: header_bytes == 128 + layout_size + 16,
+ * boundary >= 1, flags and reserved zero. The parsers never read outside [buf, buf+len).
  * Thread-safety: pure functions, no state.
  */
 #include <string.h>
@@ -147,6 +149,88 @@ int tier_object_validate(const uint8_t *buf, size_t len, const cairn_tier_hash_t
     if (fingerprint && memcmp(fingerprint->bytes, h->fingerprint.bytes, 32))
         return CAIRN_ECORRUPT;
     if (hash && memcmp(hash->bytes, h->hash.bytes, 32))
+        return CAIRN_ECORRUPT;
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(buf + h->header_bytes, (size_t)h->payload_bytes, sum);
+    return memcmp(sum, h->payload_sum, TIER_OBJECT_SUM_BYTES) ? CAIRN_ECORRUPT : CAIRN_OK;
+}
+
+/* ---- STATE objects ---- */
+
+size_t tier_state_header_size(uint32_t layout_size)
+{
+    return TIER_STATE_FIXED_BYTES + (size_t)layout_size + TIER_OBJECT_SUM_BYTES;
+}
+
+int tier_state_encode_header(uint8_t *buf, size_t cap, const cairn_tier_hash_t *fingerprint,
+                             const cairn_tier_object_t *st, size_t *header_bytes)
+{
+    if (st->key.kind != CAIRN_TIER_STATE || !st->boundary || st->layout_size > TIER_STATE_MAX_LAYOUT ||
+        (st->layout_size && !st->layout) || (st->payload_size && !st->payload) ||
+        (uint64_t)st->payload_size > TIER_OBJECT_MAX_PAYLOAD)
+        return CAIRN_EINVAL;
+    size_t hb = tier_state_header_size(st->layout_size);
+    if (cap < hb)
+        return CAIRN_ERANGE;
+    memset(buf, 0, hb);
+    memcpy(buf, TIER_STATE_MAGIC, 8);
+    put32(buf + 8, TIER_STATE_VERSION);
+    put32(buf + 12, (uint32_t)hb);
+    memcpy(buf + 16, fingerprint->bytes, 32);
+    memcpy(buf + 48, st->key.hash.bytes, 32);
+    put32(buf + 80, st->key.group);
+    put32(buf + 84, st->layout_size);
+    put64(buf + 88, st->boundary);
+    put64(buf + 96, (uint64_t)st->payload_size);
+    tier_object_checksum(st->payload_size ? st->payload : "", st->payload_size, buf + 104);
+    /* 120: flags, 124: reserved, both zero. */
+    if (st->layout_size)
+        memcpy(buf + TIER_STATE_FIXED_BYTES, st->layout, st->layout_size);
+    tier_object_checksum(buf, hb - TIER_OBJECT_SUM_BYTES, buf + hb - TIER_OBJECT_SUM_BYTES);
+    *header_bytes = hb;
+    return CAIRN_OK;
+}
+
+int tier_state_parse_header(const uint8_t *buf, size_t len, tier_state_header_t *h)
+{
+    memset(h, 0, sizeof *h);
+    if (len < 16)
+        return len >= 8 && memcmp(buf, TIER_STATE_MAGIC, 8) ? CAIRN_ECORRUPT : CAIRN_ERANGE;
+    if (memcmp(buf, TIER_STATE_MAGIC, 8) || get32(buf + 8) != TIER_STATE_VERSION)
+        return CAIRN_ECORRUPT;
+    h->version = TIER_STATE_VERSION;
+    h->header_bytes = get32(buf + 12);
+    if (h->header_bytes < tier_state_header_size(0) ||
+        h->header_bytes > tier_state_header_size(TIER_STATE_MAX_LAYOUT))
+        return CAIRN_ECORRUPT;
+    if (len < h->header_bytes)
+        return CAIRN_ERANGE;
+    memcpy(h->fingerprint.bytes, buf + 16, 32);
+    memcpy(h->hash.bytes, buf + 48, 32);
+    h->group = get32(buf + 80);
+    h->layout_size = get32(buf + 84);
+    h->boundary = get64(buf + 88);
+    h->payload_bytes = get64(buf + 96);
+    memcpy(h->payload_sum, buf + 104, TIER_OBJECT_SUM_BYTES);
+    if (get32(buf + 120) || get32(buf + 124) || !h->boundary || h->layout_size > TIER_STATE_MAX_LAYOUT ||
+        h->payload_bytes > TIER_OBJECT_MAX_PAYLOAD || tier_state_header_size(h->layout_size) != h->header_bytes)
+        return CAIRN_ECORRUPT;
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(buf, h->header_bytes - TIER_OBJECT_SUM_BYTES, sum);
+    if (memcmp(sum, buf + h->header_bytes - TIER_OBJECT_SUM_BYTES, TIER_OBJECT_SUM_BYTES))
+        return CAIRN_ECORRUPT;
+    h->layout = buf + TIER_STATE_FIXED_BYTES;
+    return CAIRN_OK;
+}
+
+int tier_state_validate(const uint8_t *buf, size_t len, const cairn_tier_hash_t *fingerprint,
+                        tier_state_header_t *h)
+{
+    if (tier_state_parse_header(buf, len, h))
+        return CAIRN_ECORRUPT;
+    if ((uint64_t)len - h->header_bytes != h->payload_bytes)
+        return CAIRN_ECORRUPT;
+    if (fingerprint && memcmp(fingerprint->bytes, h->fingerprint.bytes, 32))
         return CAIRN_ECORRUPT;
     uint8_t sum[TIER_OBJECT_SUM_BYTES];
     tier_object_checksum(buf + h->header_bytes, (size_t)h->payload_bytes, sum);

@@ -202,34 +202,89 @@ static void check_kinds(const store_factory_t *f)
     assert_int_equal(cairn_tier_store_chain_length(s, &b2g1, 1), 0);
     assert_int_equal(cairn_tier_store_chain_length(s, &st_obj.key, 1), 0);
     if (!f->holds_all_kinds) {
-        assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_EUNSUPPORTED);
+        /* A block of another group than 0 is refused. */
         assert_int_equal(cairn_tier_store_put(s, &g1, 0, &queued), CAIRN_EUNSUPPORTED);
+        assert_false(queued);
+        assert_false(cairn_tier_store_contains(s, &g1.key));
+        assert_int_equal(cairn_tier_store_get(s, &g1, to_buf, &d), CAIRN_EUNSUPPORTED);
+    }
+    int prc = cairn_tier_store_put(s, &st_obj, 0, &queued);
+    if (prc == CAIRN_EUNSUPPORTED && !f->holds_all_kinds) {
         assert_false(queued);
         assert_false(cairn_tier_store_contains(s, &st_obj.key));
         assert_int_equal(cairn_tier_store_get(s, &st_obj, to_buf, &d), CAIRN_EUNSUPPORTED);
         f->destroy(f->ctx, s);
         return;
     }
-    assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_OK);
+    print_message("store contract: %s holds STATE objects\n", f->name);
+    assert_int_equal(prc, CAIRN_OK);
     assert_true(queued);
-    assert_int_equal(cairn_tier_store_put(s, &g1, 0, &queued), CAIRN_OK);
+    if (f->holds_all_kinds)
+        assert_int_equal(cairn_tier_store_put(s, &g1, 0, &queued), CAIRN_OK);
     cairn_tier_store_flush(s);
     assert_true(cairn_tier_store_contains(s, &st_obj.key));
+    /* Readable now: a one-key chain of it has length 1 (metadata only). */
+    assert_int_equal(cairn_tier_store_chain_length(s, &st_obj.key, 1), 1);
+    /* A second put of the held sidecar queues nothing. */
+    assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_OK);
+    assert_false(queued);
     /* Same hash, other kind or group: other objects. */
     cairn_tier_key_t k = st_obj.key;
     k.kind = CAIRN_TIER_BLOCK;
-    assert_false(cairn_tier_store_contains(s, &k));
-    k = g1.key;
     k.group = 0;
+    assert_true(cairn_tier_store_contains(s, &k)); /* b2, the block ending at the boundary */
+    k = st_obj.key;
+    k.group = 2;
     assert_false(cairn_tier_store_contains(s, &k));
+    if (f->holds_all_kinds) {
+        k = g1.key;
+        k.group = 0;
+        assert_false(cairn_tier_store_contains(s, &k));
+    }
     cairn_tier_object_t want = st_obj;
+    want.payload = NULL;
+    want.payload_size = 0;
+    d.asked = 0;
     assert_int_equal(cairn_tier_store_get(s, &want, to_buf, &d), CAIRN_OK);
+    assert_int_equal(d.asked, T_PAYLOAD);
     assert_memory_equal(d.buf, pay, T_PAYLOAD);
-    /* Another layout or boundary than the one stored: refused as corrupt. */
+    /* A declined destination: counted, the sidecar stays. */
+    d.decline = true;
+    assert_int_equal(cairn_tier_store_get(s, &want, to_buf, &d), CAIRN_ECANCELED);
+    d.decline = false;
+    assert_true(cairn_tier_store_contains(s, &st_obj.key));
+    /* Another boundary than the one stored: refused as corrupt, removed. */
+    want.boundary = 4 * T_TOKENS;
+    assert_int_equal(cairn_tier_store_get(s, &want, to_buf, &d), CAIRN_ECORRUPT);
+    assert_false(cairn_tier_store_contains(s, &st_obj.key));
+    assert_int_equal(cairn_tier_store_get(s, &st_obj, to_buf, &d), CAIRN_ENOENT);
+    /* Another layout descriptor (same size, one byte apart; then another size). */
     static const uint8_t other[] = "bf16;2;[4,1025]";
+    static const uint8_t longer[] = "bf16;2;[4,10240]";
+    assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_OK);
+    cairn_tier_store_flush(s);
+    want = st_obj;
     want.layout = other;
     assert_int_equal(cairn_tier_store_get(s, &want, to_buf, &d), CAIRN_ECORRUPT);
     assert_false(cairn_tier_store_contains(s, &st_obj.key));
+    assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_OK);
+    cairn_tier_store_flush(s);
+    want.layout = longer;
+    want.layout_size = sizeof longer;
+    assert_int_equal(cairn_tier_store_get(s, &want, to_buf, &d), CAIRN_ECORRUPT);
+    assert_false(cairn_tier_store_contains(s, &st_obj.key));
+    /* Damaged payload bytes: a corruption that removes it. */
+    assert_int_equal(cairn_tier_store_put(s, &st_obj, 0, &queued), CAIRN_OK);
+    cairn_tier_store_flush(s);
+    f->damage(f->ctx, s, &st_obj.key);
+    assert_int_equal(cairn_tier_store_get(s, &st_obj, to_buf, &d), CAIRN_ECORRUPT);
+    assert_false(cairn_tier_store_contains(s, &st_obj.key));
+    /* The sidecar's own stats: hits 1 and corruptions 4 (the block b2 was never read). */
+    cairn_tier_stats_t stt;
+    cairn_tier_store_stats(s, &stt);
+    assert_int_equal(stt.hits, 1);
+    assert_int_equal(stt.corruptions, 4);
+    assert_int_equal(stt.restore_declines, 1);
     f->destroy(f->ctx, s);
 }
 
@@ -245,6 +300,7 @@ static int count_entry(void *user, const cairn_tier_entry_t *e)
     w->bytes += e->bytes;
     assert_int_equal(e->key.kind, CAIRN_TIER_BLOCK);
     assert_int_equal(e->n_tokens, T_TOKENS);
+    assert_int_equal(e->boundary, 0);
     return 0;
 }
 

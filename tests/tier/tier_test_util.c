@@ -109,6 +109,30 @@ void t_object(uint32_t seed, size_t i, cairn_tier_object_t *obj, int32_t *tokens
     obj->payload_size = T_PAYLOAD;
 }
 
+size_t t_state_bytes(size_t i) { return (i % 4 + 1) * (T_PAYLOAD / 4); }
+
+void t_state(uint32_t seed, size_t i, uint32_t group, cairn_tier_object_t *obj, uint8_t *layout, uint8_t *payload)
+{
+    memset(obj, 0, sizeof *obj);
+    obj->key.kind = CAIRN_TIER_STATE;
+    obj->key.group = group;
+    t_block(seed, i, &obj->key.hash, NULL, NULL, NULL);
+    obj->boundary = (uint64_t)(i + 1) * T_TOKENS;
+    memset(layout, 0, T_STATE_LAYOUT);
+    snprintf((char *)layout, T_STATE_LAYOUT, "t.state;rows=%zu", i % 4 + 1);
+    obj->layout = layout;
+    obj->layout_size = T_STATE_LAYOUT;
+    uint32_t x = seed * 2246822519u ^ (uint32_t)i * 3266489917u ^ group * 668265263u ^ 0x85ebca6bu;
+    for (size_t k = 0; k < t_state_bytes(i); k++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        payload[k] = (uint8_t)x;
+    }
+    obj->payload = payload;
+    obj->payload_size = t_state_bytes(i);
+}
+
 void t_chain(uint32_t seed, size_t n, cairn_tier_key_t *keys, int32_t *tokens)
 {
     for (size_t i = 0; i < n; i++) {

@@ -29,6 +29,15 @@ void t_block(uint32_t seed, size_t i, cairn_tier_hash_t *hash, cairn_tier_hash_t
  * parent, tokens (into `tokens`, T_TOKENS ids) and payload (into `payload`, T_PAYLOAD). */
 void t_object(uint32_t seed, size_t i, cairn_tier_object_t *obj, int32_t *tokens, uint8_t *payload);
 
+/* The sidecar at the boundary after block i of chain `seed` as a STATE object of `group`:
+ * key hash = block i's hash, boundary (i + 1) * T_TOKENS, a layout descriptor naming its
+ * rows (into `layout`, T_STATE_LAYOUT bytes) and t_state_bytes(i) payload bytes derived
+ * from seed, i and group (into `payload`, T_PAYLOAD bytes). Sizes vary with i, as a
+ * sliding window's rows do below the window. */
+#define T_STATE_LAYOUT 24
+size_t t_state_bytes(size_t i);
+void t_state(uint32_t seed, size_t i, uint32_t group, cairn_tier_object_t *obj, uint8_t *layout, uint8_t *payload);
+
 /* The keys of blocks [0, n) of chain `seed` and their tokens (n * T_TOKENS, may be NULL). */
 void t_chain(uint32_t seed, size_t n, cairn_tier_key_t *keys, int32_t *tokens);
 

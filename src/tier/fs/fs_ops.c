@@ -3,12 +3,12 @@
  * (include/cairn/tier_store.h): keys to block hashes, the interface's contract onto the
  * store's own calls.
  *
- * Model: the store holds BLOCK objects of cache group 0, named by the block hash alone
- * (docs/FORMAT.md 1.1; the hash covers the domain, so the key's domain is not stored).
- * Any other kind or group is CAIRN_EUNSUPPORTED: STATE objects get their own documented
- * object type with the hybrid persistence issue. contains() counts queued blocks too (a
- * put of them would queue nothing); chain_length() only what the index holds (what a read
- * can find now). prefetch() opens each object and asks the kernel to read it ahead
+ * Model: the store holds BLOCK objects of cache group 0, named by the block hash alone,
+ * and STATE objects of any group, named by the hash and the group (docs/FORMAT.md 1.1; the
+ * hash covers the domain, so the key's domain is not stored). A BLOCK of another group is
+ * CAIRN_EUNSUPPORTED (its layout is not the store's). contains() counts queued objects
+ * too (a put of them would queue nothing); chain_length() only what the index holds (what
+ * a read can find now). prefetch() opens each object and asks the kernel to read it ahead
  * (POSIX_FADV_WILLNEED), keeping the descriptor for the read that follows (at most
  * FS_AHEAD_SLOTS; a full table closes its oldest, destroy closes the rest), so a restore
  * opens each object once while the device works on the next ones. A read whose object
@@ -24,12 +24,20 @@
 
 static cairn_cold_store_t *fs_of(cairn_tier_store_t *t) { return (cairn_cold_store_t *)t; }
 
-static bool held_kind(const cairn_tier_key_t *k) { return k->kind == CAIRN_TIER_BLOCK && k->group == 0; }
+static bool held_kind(const cairn_tier_key_t *k)
+{
+    return (k->kind == CAIRN_TIER_BLOCK && k->group == 0) || k->kind == CAIRN_TIER_STATE;
+}
 
 static bool fs_contains(cairn_tier_store_t *t, const cairn_tier_key_t *key)
 {
     cairn_cold_store_t *s = fs_of(t);
-    return held_kind(key) && (cairn_cold_store_contains(s, &key->hash) || fs__pending(s, &key->hash));
+    if (!held_kind(key))
+        return false;
+    pthread_mutex_lock(&s->mu);
+    bool held = fs__find_locked(s, key) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return held || fs__pending(s, key);
 }
 
 static size_t fs_chain_length(cairn_tier_store_t *t, const cairn_tier_key_t *keys, size_t n)
@@ -37,7 +45,7 @@ static size_t fs_chain_length(cairn_tier_store_t *t, const cairn_tier_key_t *key
     cairn_cold_store_t *s = fs_of(t);
     size_t i = 0;
     pthread_mutex_lock(&s->mu);
-    while (i < n && held_kind(&keys[i]) && fs__find_locked(s, &keys[i].hash))
+    while (i < n && held_kind(&keys[i]) && fs__find_locked(s, &keys[i]))
         i++;
     pthread_mutex_unlock(&s->mu);
     return i;
@@ -55,6 +63,8 @@ static int fs_get(cairn_tier_store_t *t, const cairn_tier_object_t *want, cairn_
     cairn_cold_store_t *s = fs_of(t);
     if (!held_kind(&want->key))
         return CAIRN_EUNSUPPORTED;
+    if (want->key.kind == CAIRN_TIER_STATE)
+        return fs__read_state(s, want, dest, user);
     if (!s->n_layers)
         return CAIRN_EINVAL; /* layout "any": the payload size is not known before the read */
     return fs__read(s, &want->key.hash, &want->parent, want->tokens, want->n_tokens, NULL, 0, dest, user);
@@ -64,7 +74,7 @@ static void fs_prefetch(cairn_tier_store_t *t, const cairn_tier_key_t *keys, siz
 {
     cairn_cold_store_t *s = fs_of(t);
     for (size_t i = 0; i < n; i++)
-        if (held_kind(&keys[i]))
+        if (keys[i].kind == CAIRN_TIER_BLOCK && keys[i].group == 0)
             fs__prefetch(s, &keys[i].hash);
 }
 
@@ -93,7 +103,8 @@ void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
     pthread_mutex_unlock(&s->amu);
     if (have)
         return;
-    char *path = fs__object_path(s, h);
+    const cairn_tier_key_t k = fs__block_key(h);
+    char *path = fs__object_path(s, &k);
     if (!path)
         return;
     int fd = open(path, O_RDONLY | O_CLOEXEC);

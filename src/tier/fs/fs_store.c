@@ -2,10 +2,11 @@
  * fs_store.c — the filesystem store's directory, in-memory index, LRU quota, validated
  * reads, chain queries, maintenance (verify, prune, clear) and counters.
  *
- * Model: <root>/<fingerprint hex>/<hh>/<hash hex>.kv, one immutable object per full block
- * (format: docs/FORMAT.md, "Cold tier objects"). The index maps block hash -> entry and
- * keeps an LRU list; it is built at open from names and headers (never payloads) and
- * updated by the writer after each committed object.
+ * Model: <root>/<fingerprint hex>/<hh>/<hash hex>.kv, one immutable object per full block,
+ * and <hh>/<hash hex>.<group>.st, one per STATE sidecar at a block boundary (format:
+ * docs/FORMAT.md 1.1-1.2 and 1.8). The index maps (hash, kind, group) -> entry and keeps
+ * one LRU list over both kinds (one quota); it is built at open from names and headers
+ * (never payloads) and updated by the writer after each committed object.
  * Invariants:
  *  - an indexed entry's file had a valid header for this model and block and the exact
  *    size that header implies when it was indexed; reads re-validate everything anyway,
@@ -43,13 +44,26 @@ char *fs__shard_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
     return p;
 }
 
-char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+cairn_tier_key_t fs__block_key(const cairn_tier_hash_t *h)
+{
+    cairn_tier_key_t k;
+    memset(&k, 0, sizeof k);
+    k.kind = CAIRN_TIER_BLOCK;
+    k.hash = *h;
+    return k;
+}
+
+char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_key_t *k)
 {
     char hex[65];
-    cairn_tier_hash_hex(h, hex);
-    size_t n = strlen(s->dir) + 4 + 64 + 4 + 1;
+    cairn_tier_hash_hex(&k->hash, hex);
+    size_t n = strlen(s->dir) + 4 + 64 + 16 + 1;
     char *p = cairn_malloc(n);
-    if (p)
+    if (!p)
+        return NULL;
+    if (k->kind == CAIRN_TIER_STATE)
+        snprintf(p, n, "%s/%.2s/%s.%u.st", s->dir, hex, hex, (unsigned)k->group);
+    else
         snprintf(p, n, "%s/%.2s/%s.kv", s->dir, hex, hex);
     return p;
 }
@@ -107,10 +121,11 @@ static size_t bucket_of(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
     return (size_t)(v & (s->n_buckets - 1));
 }
 
-fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k)
 {
-    for (fs_entry_t *e = s->buckets[bucket_of(s, h)]; e; e = e->next)
-        if (!memcmp(e->hash.bytes, h->bytes, 32))
+    const uint32_t group = k->kind == CAIRN_TIER_STATE ? k->group : 0;
+    for (fs_entry_t *e = s->buckets[bucket_of(s, &k->hash)]; e; e = e->next)
+        if (e->kind == (uint8_t)k->kind && e->group == group && !memcmp(e->hash.bytes, k->hash.bytes, 32))
             return e;
     return NULL;
 }
@@ -161,10 +176,10 @@ static int grow_buckets(cairn_cold_store_t *s)
     return CAIRN_OK;
 }
 
-int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
-                      uint64_t file_bytes, uint32_t n_tokens)
+int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k, const cairn_tier_hash_t *parent,
+                      uint64_t file_bytes, uint32_t n_tokens, uint64_t boundary)
 {
-    fs_entry_t *e = fs__find_locked(s, h);
+    fs_entry_t *e = fs__find_locked(s, k);
     if (e) {
         lru_unlink(s, e);
         lru_push_tail(s, e);
@@ -175,16 +190,24 @@ int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const c
     e = cairn_calloc(1, sizeof *e);
     if (!e)
         return CAIRN_ENOMEM;
-    e->hash = *h;
-    e->parent = *parent;
+    e->hash = k->hash;
+    e->kind = (uint8_t)k->kind;
+    e->group = k->kind == CAIRN_TIER_STATE ? k->group : 0;
+    if (parent)
+        e->parent = *parent;
     e->file_bytes = file_bytes;
     e->n_tokens = n_tokens;
-    size_t k = bucket_of(s, h);
-    e->next = s->buckets[k];
-    s->buckets[k] = e;
+    e->boundary = boundary;
+    size_t b = bucket_of(s, &k->hash);
+    e->next = s->buckets[b];
+    s->buckets[b] = e;
     lru_push_tail(s, e);
     s->count++;
     s->used += file_bytes;
+    if (e->kind == CAIRN_TIER_STATE) {
+        s->n_state++;
+        s->state_used += file_bytes;
+    }
     return CAIRN_OK;
 }
 
@@ -200,6 +223,10 @@ static void remove_locked(cairn_cold_store_t *s, fs_entry_t *e)
     lru_unlink(s, e);
     s->count--;
     s->used -= e->file_bytes;
+    if (e->kind == CAIRN_TIER_STATE) {
+        s->n_state--;
+        s->state_used -= e->file_bytes;
+    }
     e->removed = true;
     if (!e->pins)
         cairn_free(e);
@@ -212,9 +239,21 @@ static void unpin_locked(cairn_cold_store_t *s, fs_entry_t *e)
         cairn_free(e);
 }
 
-static void unlink_object(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+/* The key an entry names (domain zero: not stored). */
+static cairn_tier_key_t entry_key(const fs_entry_t *e)
 {
-    char *p = fs__object_path(s, h);
+    cairn_tier_key_t k;
+    memset(&k, 0, sizeof k);
+    k.kind = (cairn_tier_kind_t)e->kind;
+    k.group = e->group;
+    k.hash = e->hash;
+    return k;
+}
+
+static void unlink_object(cairn_cold_store_t *s, const fs_entry_t *e)
+{
+    cairn_tier_key_t k = entry_key(e);
+    char *p = fs__object_path(s, &k);
     if (p) {
         unlink(p);
         cairn_free(p);
@@ -228,7 +267,7 @@ size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t 
     while (s->used > quota && e) {
         fs_entry_t *nx = e->next_lru;
         if (!e->pins && e != keep) {
-            unlink_object(s, &e->hash);
+            unlink_object(s, e);
             remove_locked(s, e);
             s->c.evictions++;
             n++;
@@ -241,8 +280,9 @@ size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t 
 /* ---- open: scan ---- */
 
 typedef struct {
-    cairn_tier_hash_t hash, parent;
-    uint64_t bytes;
+    cairn_tier_key_t key;
+    cairn_tier_hash_t parent;
+    uint64_t bytes, boundary;
     uint32_t n_tokens;
     struct timespec mtime;
 } scan_item_t;
@@ -255,7 +295,40 @@ static bool is_hex_name(const char *s, size_t n)
     return s[n] == '\0' || s[n] == '.';
 }
 
-/* Checks a header against the store's identity and layout. */
+/*
+ * Parses an object's file name inside shard `shard`: "<64 hex>.kv" (a BLOCK of group 0) or
+ * "<64 hex>.<group>.st" (a STATE; group in decimal, no leading zero). False for anything
+ * else, including a name in the wrong shard.
+ */
+static bool parse_object_name(const char *nm, const char *shard, cairn_tier_key_t *k)
+{
+    memset(k, 0, sizeof *k);
+    size_t len = strlen(nm);
+    if (len < 64 + 3 || !is_hex_name(nm, 64) || nm[64] != '.' || memcmp(nm, shard, 2))
+        return false;
+    char hex[65];
+    memcpy(hex, nm, 64);
+    hex[64] = '\0';
+    if (cairn_tier_hash_parse(hex, &k->hash) != CAIRN_OK)
+        return false;
+    const char *t = nm + 65;
+    if (!strcmp(t, "kv")) {
+        k->kind = CAIRN_TIER_BLOCK;
+        return true;
+    }
+    /* <group>.st */
+    uint64_t g = 0;
+    const char *d = t;
+    while (*d >= '0' && *d <= '9' && d - t < 10)
+        g = g * 10 + (uint64_t)(*d++ - '0');
+    if (d == t || (d - t > 1 && *t == '0') || g > UINT32_MAX || strcmp(d, ".st"))
+        return false;
+    k->kind = CAIRN_TIER_STATE;
+    k->group = (uint32_t)g;
+    return true;
+}
+
+/* Checks a BLOCK header against the store's identity and layout. */
 static bool header_matches(const cairn_cold_store_t *s, const tier_object_header_t *h, const cairn_tier_hash_t *hash)
 {
     if (memcmp(h->fingerprint.bytes, s->fp.bytes, 32) || memcmp(h->hash.bytes, hash->bytes, 32))
@@ -270,8 +343,42 @@ static bool header_matches(const cairn_cold_store_t *s, const tier_object_header
     return true;
 }
 
+/* Checks a STATE header against the store's identity and the key it is named by. */
+static bool state_header_matches(const cairn_cold_store_t *s, const tier_state_header_t *h,
+                                 const cairn_tier_key_t *k)
+{
+    return !memcmp(h->fingerprint.bytes, s->fp.bytes, 32) && !memcmp(h->hash.bytes, k->hash.bytes, 32) &&
+           h->group == k->group;
+}
+
+/* Reads an object's header (the first bytes of fd, growing the buffer when the header is
+ * longer than the stack buffer) and parses it as the key's kind. 0, CAIRN_ECORRUPT or
+ * CAIRN_ENOMEM; *buf is the caller's to free when it is not stackbuf. */
+static int read_header(int fd, off_t size, const cairn_tier_key_t *k, uint8_t *stackbuf, size_t stack_len,
+                       uint8_t **buf, tier_object_header_t *bh, tier_state_header_t *sh)
+{
+    *buf = stackbuf;
+    size_t want = size < (off_t)stack_len ? (size_t)size : stack_len;
+    ssize_t got = pread(fd, *buf, want, 0);
+    if (got < 0 || (size_t)got != want)
+        return CAIRN_ECORRUPT;
+    bool state = k->kind == CAIRN_TIER_STATE;
+    int prc = state ? tier_state_parse_header(*buf, want, sh) : tier_object_parse_header(*buf, want, bh);
+    uint32_t hb = state ? sh->header_bytes : bh->header_bytes;
+    if (prc == CAIRN_ERANGE && hb > want && (off_t)hb <= size) {
+        if (!(*buf = cairn_malloc(hb)))
+            return CAIRN_ENOMEM;
+        want = hb;
+        got = pread(fd, *buf, want, 0);
+        if (got < 0 || (size_t)got != want)
+            return CAIRN_ECORRUPT;
+        prc = state ? tier_state_parse_header(*buf, want, sh) : tier_object_parse_header(*buf, want, bh);
+    }
+    return prc ? CAIRN_ECORRUPT : CAIRN_OK;
+}
+
 /* Reads and checks one object's header. 0 when it belongs in the index. */
-static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const cairn_tier_hash_t *hash,
+static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const cairn_tier_key_t *k,
                        scan_item_t *it)
 {
     int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
@@ -283,30 +390,26 @@ static int scan_object(cairn_cold_store_t *s, int dfd, const char *name, const c
     int rc = CAIRN_ECORRUPT;
     if (fstat(fd, &st) < 0)
         goto out;
-    size_t want = st.st_size < (off_t)sizeof stackbuf ? (size_t)st.st_size : sizeof stackbuf;
-    ssize_t got = pread(fd, buf, want, 0);
-    if (got < 0 || (size_t)got != want)
-        goto out;
     tier_object_header_t h;
-    int prc = tier_object_parse_header(buf, want, &h);
-    if (prc == CAIRN_ERANGE && h.header_bytes > want && (off_t)h.header_bytes <= st.st_size) {
-        buf = cairn_malloc(h.header_bytes);
-        if (!buf) {
-            rc = CAIRN_ENOMEM;
-            goto out;
-        }
-        want = h.header_bytes;
-        got = pread(fd, buf, want, 0);
-        if (got < 0 || (size_t)got != want)
-            goto out;
-        prc = tier_object_parse_header(buf, want, &h);
-    }
-    if (prc || !header_matches(s, &h, hash) || (uint64_t)st.st_size != h.header_bytes + h.payload_bytes)
+    tier_state_header_t sh;
+    int prc = read_header(fd, st.st_size, k, stackbuf, sizeof stackbuf, &buf, &h, &sh);
+    if (prc) {
+        rc = prc;
         goto out;
-    it->hash = *hash;
-    it->parent = h.parent;
+    }
+    memset(it, 0, sizeof *it);
+    if (k->kind == CAIRN_TIER_STATE) {
+        if (!state_header_matches(s, &sh, k) || (uint64_t)st.st_size != sh.header_bytes + sh.payload_bytes)
+            goto out;
+        it->boundary = sh.boundary;
+    } else {
+        if (!header_matches(s, &h, &k->hash) || (uint64_t)st.st_size != h.header_bytes + h.payload_bytes)
+            goto out;
+        it->parent = h.parent;
+        it->n_tokens = h.n_tokens;
+    }
+    it->key = *k;
     it->bytes = (uint64_t)st.st_size;
-    it->n_tokens = h.n_tokens;
     it->mtime = st.st_mtim;
     rc = CAIRN_OK;
 out:
@@ -359,15 +462,8 @@ static int scan_shard(cairn_cold_store_t *s, const char *shard, scan_item_t **it
         struct stat st;
         if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
             continue;
-        cairn_tier_hash_t h;
-        char hex[65];
-        bool named = strlen(nm) == 67 && is_hex_name(nm, 64) && !strcmp(nm + 64, ".kv") &&
-                     !memcmp(nm, shard, 2);
-        if (named) {
-            memcpy(hex, nm, 64);
-            hex[64] = '\0';
-            named = cairn_tier_hash_parse(hex, &h) == CAIRN_OK;
-        }
+        cairn_tier_key_t k;
+        bool named = parse_object_name(nm, shard, &k);
         int orc = CAIRN_ECORRUPT;
         if (named && S_ISREG(st.st_mode)) {
             if (*n == *cap) {
@@ -380,7 +476,7 @@ static int scan_shard(cairn_cold_store_t *s, const char *shard, scan_item_t **it
                 *items = ni;
                 *cap = nc;
             }
-            orc = scan_object(s, dfd, nm, &h, &(*items)[*n]);
+            orc = scan_object(s, dfd, nm, &k, &(*items)[*n]);
             if (orc == CAIRN_ENOMEM) {
                 rc = orc;
                 break;
@@ -440,7 +536,8 @@ static int scan_dir(cairn_cold_store_t *s)
         if (n)
             qsort(items, n, sizeof *items, cmp_mtime);
         for (size_t i = 0; i < n && !rc; i++)
-            rc = fs__insert_locked(s, &items[i].hash, &items[i].parent, items[i].bytes, items[i].n_tokens);
+            rc = fs__insert_locked(s, &items[i].key, &items[i].parent, items[i].bytes, items[i].n_tokens,
+                                   items[i].boundary);
     }
     cairn_free(items);
     return rc;
@@ -499,7 +596,8 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     s->buckets = cairn_calloc(s->n_buckets, sizeof *s->buckets);
     s->batch_max = (uint32_t)cairn_knob_int("CAIRN_COLD_WRITE_BATCH", cfg->write_batch != 0, cfg->write_batch,
                                             s->depth, 1, 4096);
-    s->queue = cairn_calloc(s->depth, sizeof *s->queue);
+    s->qcap = s->depth + FS_STATE_SLOTS;
+    s->queue = cairn_calloc(s->qcap, sizeof *s->queue);
     s->batch = cairn_calloc(s->batch_max, sizeof *s->batch);
     char *root = cairn_cold_default_root(cfg->root);
     if (!s->buckets || !s->queue || !s->batch || !root) {
@@ -564,8 +662,9 @@ const char *cairn_cold_store_dir(const cairn_cold_store_t *s) { return s->dir; }
 
 bool cairn_cold_store_contains(cairn_cold_store_t *s, const cairn_tier_hash_t *hash)
 {
+    cairn_tier_key_t k = fs__block_key(hash);
     pthread_mutex_lock(&s->mu);
-    bool r = fs__find_locked(s, hash) != NULL;
+    bool r = fs__find_locked(s, &k) != NULL;
     pthread_mutex_unlock(&s->mu);
     return r;
 }
@@ -574,8 +673,11 @@ size_t cairn_cold_store_chain_length(cairn_cold_store_t *s, const cairn_tier_has
 {
     size_t i = 0;
     pthread_mutex_lock(&s->mu);
-    while (i < n && fs__find_locked(s, &hashes[i]))
-        i++;
+    for (; i < n; i++) {
+        cairn_tier_key_t k = fs__block_key(&hashes[i]);
+        if (!fs__find_locked(s, &k))
+            break;
+    }
     pthread_mutex_unlock(&s->mu);
     return i;
 }
@@ -669,20 +771,25 @@ out:
     return rc;
 }
 
+static void finish_read(cairn_cold_store_t *s, fs_entry_t *e, const cairn_tier_key_t *key, const char *path,
+                        bool opened, int rc, uint64_t payload, uint64_t file_bytes,
+                        const cairn_tier_hash_t *parent, uint32_t n_tokens, uint64_t boundary);
+
 /* The read path of cairn_cold_store_read and the interface's get (fs_store_impl.h). */
 int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent,
              const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
              void *user)
 {
     int prefd = fs__take_ahead(s, hash); /* opened by a prefetch, if any */
-    char *path = fs__object_path(s, hash);
+    const cairn_tier_key_t key = fs__block_key(hash);
+    char *path = fs__object_path(s, &key);
     if (!path) {
         if (prefd >= 0)
             close(prefd);
         return CAIRN_ENOMEM;
     }
     pthread_mutex_lock(&s->mu);
-    fs_entry_t *e = fs__find_locked(s, hash);
+    fs_entry_t *e = fs__find_locked(s, &key);
     if (e)
         e->pins++;
     pthread_mutex_unlock(&s->mu);
@@ -707,8 +814,23 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
         close(fd);
     }
 
+    finish_read(s, e, &key, path, fd >= 0, rc, payload, file_bytes, parent, n_tokens, 0);
+    cairn_free(path);
+    return rc;
+}
+
+/*
+ * What every read does afterwards, under mu: counters; a hit becomes most recently used
+ * (or, written by another process since open, is adopted into the index); an absent
+ * object leaves the index; an invalid one is deleted and counted. Then the read's pin on
+ * e (may be NULL) is dropped.
+ */
+static void finish_read(cairn_cold_store_t *s, fs_entry_t *e, const cairn_tier_key_t *key, const char *path,
+                        bool opened, int rc, uint64_t payload, uint64_t file_bytes,
+                        const cairn_tier_hash_t *parent, uint32_t n_tokens, uint64_t boundary)
+{
     pthread_mutex_lock(&s->mu);
-    if (fd >= 0 && rc != CAIRN_ECANCELED)
+    if (opened && rc != CAIRN_ECANCELED)
         s->c.reads++;
     if (rc == CAIRN_OK) {
         s->c.hits++;
@@ -718,8 +840,8 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
             lru_push_tail(s, e);
         } else if (!e && access(path, F_OK) == 0) {
             /* Written by another process since open: adopt it (if it is still there). */
-            fs__insert_locked(s, hash, parent, file_bytes, n_tokens);
-            fs__evict_locked(s, s->quota, fs__find_locked(s, hash));
+            fs__insert_locked(s, key, parent, file_bytes, n_tokens, boundary);
+            fs__evict_locked(s, s->quota, fs__find_locked(s, key));
         }
     } else if (rc == CAIRN_ECANCELED) {
         s->c.restore_declines++;
@@ -737,6 +859,92 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
     if (e)
         unpin_locked(s, e);
     pthread_mutex_unlock(&s->mu);
+}
+
+static int pread_full(int fd, void *buf, size_t len, off_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = pread(fd, (uint8_t *)buf + done, len - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return CAIRN_EIO;
+        if (r == 0)
+            return CAIRN_ECORRUPT; /* the file is shorter than its header says */
+        done += (size_t)r;
+    }
+    return CAIRN_OK;
+}
+
+/* Validates a STATE object from fd against `want` (docs/FORMAT.md 1.8): header first, then
+ * the payload into dest's buffer, then its checksum. */
+static int read_state_object(cairn_cold_store_t *s, int fd, const cairn_tier_object_t *want,
+                             cairn_tier_dest_fn dest, void *user, uint64_t *payload_out, uint64_t *file_out)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return CAIRN_EIO;
+    const size_t hb = tier_state_header_size(want->layout_size);
+    if ((uint64_t)st.st_size < hb || (uint64_t)st.st_size - hb > TIER_OBJECT_MAX_PAYLOAD)
+        return CAIRN_ECORRUPT;
+    const uint64_t payload = (uint64_t)st.st_size - hb;
+    uint8_t stackbuf[4096];
+    uint8_t *hbuf = hb <= sizeof stackbuf ? stackbuf : cairn_malloc(hb);
+    if (!hbuf)
+        return CAIRN_ENOMEM;
+    tier_state_header_t h;
+    int rc = pread_full(fd, hbuf, hb, 0);
+    if (rc)
+        goto out;
+    rc = CAIRN_ECORRUPT;
+    /* The stored descriptor must be the reader's byte for byte: same size (so the header
+     * has the size the reader computed), same bytes. */
+    if (tier_state_parse_header(hbuf, hb, &h) || h.header_bytes != hb || !state_header_matches(s, &h, &want->key) ||
+        h.boundary != want->boundary || h.layout_size != want->layout_size || h.payload_bytes != payload ||
+        (want->layout_size && memcmp(h.layout, want->layout, want->layout_size)))
+        goto out;
+    void *dst = dest(user, (size_t)payload);
+    if (!dst) {
+        rc = CAIRN_ECANCELED;
+        goto out;
+    }
+    if ((rc = pread_full(fd, dst, (size_t)payload, (off_t)hb)))
+        goto out;
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(dst, (size_t)payload, sum);
+    rc = memcmp(sum, h.payload_sum, TIER_OBJECT_SUM_BYTES) ? CAIRN_ECORRUPT : CAIRN_OK;
+    *payload_out = payload;
+    *file_out = (uint64_t)st.st_size;
+out:
+    if (hbuf != stackbuf)
+        cairn_free(hbuf);
+    return rc;
+}
+
+int fs__read_state(cairn_cold_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest, void *user)
+{
+    if (want->layout_size > TIER_STATE_MAX_LAYOUT || (want->layout_size && !want->layout) || !want->boundary)
+        return CAIRN_EINVAL;
+    const cairn_tier_key_t *key = &want->key;
+    char *path = fs__object_path(s, key);
+    if (!path)
+        return CAIRN_ENOMEM;
+    pthread_mutex_lock(&s->mu);
+    fs_entry_t *e = fs__find_locked(s, key);
+    if (e)
+        e->pins++;
+    pthread_mutex_unlock(&s->mu);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc;
+    uint64_t payload = 0, file_bytes = 0;
+    if (fd < 0) {
+        rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
+    } else {
+        rc = read_state_object(s, fd, want, dest, user, &payload, &file_bytes);
+        close(fd);
+    }
+    finish_read(s, e, key, path, fd >= 0, rc, payload, file_bytes, NULL, 0, want->boundary);
     cairn_free(path);
     return rc;
 }
@@ -765,20 +973,21 @@ void cairn_cold_store_foreach(cairn_cold_store_t *s, int (*fn)(void *user, const
 {
     pthread_mutex_lock(&s->mu);
     for (fs_entry_t *e = s->lru_head; e; e = e->next_lru) {
-        cairn_tier_entry_t info = {.key = {.kind = CAIRN_TIER_BLOCK, .hash = e->hash},
+        cairn_tier_entry_t info = {.key = entry_key(e),
                                    .parent = e->parent,
                                    .bytes = e->file_bytes,
                                    .n_tokens = e->n_tokens,
-                                   .pinned = e->pins > 0};
+                                   .pinned = e->pins > 0,
+                                   .boundary = e->boundary};
         if (fn(user, &info))
             break;
     }
     pthread_mutex_unlock(&s->mu);
 }
 
-static int verify_one(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+static int verify_one(cairn_cold_store_t *s, const cairn_tier_key_t *k)
 {
-    char *path = fs__object_path(s, h);
+    char *path = fs__object_path(s, k);
     if (!path)
         return CAIRN_ENOMEM;
     int rc = CAIRN_ECORRUPT;
@@ -791,7 +1000,7 @@ static int verify_one(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
     }
     if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > TIER_OBJECT_MAX_PAYLOAD + 65536)
         goto out;
-    buf = cairn_malloc((size_t)st.st_size);
+    buf = cairn_malloc(st.st_size ? (size_t)st.st_size : 1);
     if (!buf) {
         rc = CAIRN_ENOMEM;
         goto out;
@@ -799,14 +1008,21 @@ static int verify_one(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
     struct iovec iov = {buf, (size_t)st.st_size};
     if (read_full(fd, &iov, 1, (size_t)st.st_size))
         goto out;
-    tier_object_header_t hd;
-    if (tier_object_validate(buf, (size_t)st.st_size, &s->fp, h, &hd) == CAIRN_OK && header_matches(s, &hd, h))
-        rc = CAIRN_OK;
+    if (k->kind == CAIRN_TIER_STATE) {
+        tier_state_header_t sh;
+        if (tier_state_validate(buf, (size_t)st.st_size, &s->fp, &sh) == CAIRN_OK && state_header_matches(s, &sh, k))
+            rc = CAIRN_OK;
+    } else {
+        tier_object_header_t hd;
+        if (tier_object_validate(buf, (size_t)st.st_size, &s->fp, &k->hash, &hd) == CAIRN_OK &&
+            header_matches(s, &hd, &k->hash))
+            rc = CAIRN_OK;
+    }
 out:
     if (fd >= 0)
         close(fd);
     pthread_mutex_lock(&s->mu);
-    fs_entry_t *e = fs__find_locked(s, h);
+    fs_entry_t *e = fs__find_locked(s, k);
     if (rc == CAIRN_ECORRUPT) {
         cairn_log(CAIRN_LOG_WARN, "cold tier: verify removed invalid object %s", path);
         unlink(path);
@@ -824,17 +1040,17 @@ int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad)
 {
     pthread_mutex_lock(&s->mu);
     size_t n = s->count, k = 0;
-    cairn_tier_hash_t *hs = cairn_malloc((n ? n : 1) * sizeof *hs);
-    if (hs)
+    cairn_tier_key_t *ks = cairn_malloc((n ? n : 1) * sizeof *ks);
+    if (ks)
         for (fs_entry_t *e = s->lru_head; e; e = e->next_lru)
-            hs[k++] = e->hash;
+            ks[k++] = entry_key(e);
     pthread_mutex_unlock(&s->mu);
-    if (!hs)
+    if (!ks)
         return CAIRN_ENOMEM;
     size_t nbad = 0;
     int rc = CAIRN_OK;
     for (size_t i = 0; i < k; i++) {
-        int r = verify_one(s, &hs[i]);
+        int r = verify_one(s, &ks[i]);
         if (r == CAIRN_ENOMEM) {
             rc = r;
             break;
@@ -842,7 +1058,7 @@ int cairn_cold_store_verify(cairn_cold_store_t *s, size_t *checked, size_t *bad)
         if (r == CAIRN_ECORRUPT)
             nbad++;
     }
-    cairn_free(hs);
+    cairn_free(ks);
     if (checked)
         *checked = k;
     if (bad)
@@ -867,7 +1083,7 @@ void cairn_cold_store_clear(cairn_cold_store_t *s, size_t *removed)
         nx = e->next_lru;
         if (e->pins)
             continue;
-        unlink_object(s, &e->hash);
+        unlink_object(s, e);
         remove_locked(s, e);
         n++;
     }
@@ -914,6 +1130,8 @@ void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out)
     *out = s->c;
     out->used_bytes = s->used;
     out->objects = s->count;
+    out->state_objects = s->n_state;
+    out->state_bytes = s->state_used;
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->qmu);
     out->queue_len = s->qlen;

@@ -16,24 +16,34 @@
 #include "tier/tier_object.h"
 
 typedef struct fs_entry {
-    cairn_tier_hash_t hash, parent;
+    cairn_tier_hash_t hash, parent; /* parent: BLOCK only */
     uint64_t file_bytes;
-    uint32_t n_tokens;
+    uint64_t boundary;         /* STATE: tokens before its boundary */
+    uint32_t n_tokens;         /* BLOCK: tokens per block */
+    uint32_t group;            /* the key's group (BLOCK: 0) */
+    uint8_t kind;              /* CAIRN_TIER_BLOCK or CAIRN_TIER_STATE: with hash and group, the name */
     uint32_t pins;             /* readers in flight; eviction skips pinned entries */
     bool removed;              /* unlinked from the index while pinned: freed on unpin */
     struct fs_entry *next;     /* hash bucket chain */
     struct fs_entry *prev_lru, *next_lru; /* lru_head is the least recently used */
 } fs_entry_t;
 
-/* One queued write: the block's identity and a private copy of tokens and payload. The
- * buffer reserves header_cap bytes in front of the payload so the writer encodes the
- * header in place and commits the object with a single write. */
+/* One queued write: the object's identity and a private copy of tokens (BLOCK), layout
+ * descriptor (STATE) and payload. The buffer reserves header_cap bytes in front of the
+ * payload so the writer encodes the header in place and commits the object with a single
+ * write. */
 typedef struct {
-    cairn_tier_object_t obj;   /* a BLOCK; tokens and payload point into the copies below */
+    cairn_tier_object_t obj;   /* tokens, layout and payload point into the copies below */
     int32_t *tokens;
+    uint8_t *layout;
     uint8_t *buf;
     size_t header_cap;
 } fs_job_t;
+
+/* Queue slots only STATE objects may take, beyond the depth every object shares: a capture
+ * walk that fills the queue with blocks still leaves its sidecar room (a dropped sidecar
+ * makes the turn's whole chain unrestorable for a hybrid model). */
+#define FS_STATE_SLOTS 2
 
 /* Objects a prefetch opened (and hinted to the kernel), waiting for their read. */
 #define FS_AHEAD_SLOTS 32
@@ -57,13 +67,15 @@ struct cairn_cold_store {
     fs_entry_t **buckets;
     size_t n_buckets, count;
     uint64_t used;
+    size_t n_state;            /* of count, STATE objects */
+    uint64_t state_used;       /* of used, their bytes */
     fs_entry_t *lru_head, *lru_tail;
     cairn_tier_stats_t c;      /* counters only; gauges are filled by stats() */
 
     pthread_mutex_t qmu;
     pthread_cond_t q_not_full, q_not_empty, q_idle;
-    fs_job_t **queue;
-    uint32_t depth, qhead, qlen;
+    fs_job_t **queue;          /* ring of depth + FS_STATE_SLOTS entries */
+    uint32_t depth, qcap, qhead, qlen; /* qcap = depth + FS_STATE_SLOTS */
     fs_job_t **batch;          /* the jobs the writer is committing (a group commit) */
     uint32_t batch_len, batch_max;
     bool stop, has_thread;
@@ -78,15 +90,21 @@ struct cairn_cold_store {
 /* The ops table of the tier interface (fs_ops.c); set by create. */
 extern const cairn_tier_store_ops_t fs__ops;
 
-/* Object and temp-file paths; the caller frees. NULL on ENOMEM. */
-char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+/* The key of the BLOCK of group 0 named h (what the store's own block calls take). */
+cairn_tier_key_t fs__block_key(const cairn_tier_hash_t *h);
+
+/* Object and shard paths (docs/FORMAT.md 1.1: <hash>.kv for a BLOCK, <hash>.<group>.st
+ * for a STATE); the caller frees. NULL on ENOMEM. */
+char *fs__object_path(const cairn_cold_store_t *s, const cairn_tier_key_t *k);
 char *fs__shard_path(const cairn_cold_store_t *s, const cairn_tier_hash_t *h);
 
-/* Index operations; the caller holds s->mu. */
-fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
-/* Inserts (or touches) an entry as most recently used. CAIRN_ENOMEM on failure. */
-int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_hash_t *h, const cairn_tier_hash_t *parent,
-                      uint64_t file_bytes, uint32_t n_tokens);
+/* Index operations; the caller holds s->mu. An entry is named by (hash, kind, group); the
+ * key's domain is not stored (the hash covers it). */
+fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k);
+/* Inserts (or touches) an entry as most recently used: parent and n_tokens of a BLOCK,
+ * boundary of a STATE. CAIRN_ENOMEM on failure. */
+int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k, const cairn_tier_hash_t *parent,
+                      uint64_t file_bytes, uint32_t n_tokens, uint64_t boundary);
 /* Evicts LRU unpinned entries (except `keep`) until used <= quota; counts evictions. */
 size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep);
 
@@ -101,6 +119,12 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
              const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
              void *user);
 
+/* The read path of a STATE object (the interface's get): pins the entry, reads and checks
+ * the header against `want` (fingerprint, hash, group, boundary, the layout descriptor
+ * byte for byte, the exact size), asks dest for the payload's destination, reads it and
+ * checks its XXH3-128. Results and counters as fs__read's. */
+int fs__read_state(cairn_cold_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest, void *user);
+
 /* Prefetch (fs_ops.c): opens the object of h, hints the kernel to read it and keeps the
  * descriptor for its read. fs__take_ahead hands a kept descriptor over (-1: none);
  * fs__drop_ahead closes them all (destroy). */
@@ -111,11 +135,13 @@ void fs__drop_ahead(cairn_cold_store_t *s);
 /* Writer lifecycle (fs_writer.c). */
 int fs__writer_start(cairn_cold_store_t *s);
 void fs__writer_stop(cairn_cold_store_t *s);
-/* Whether the block is queued or being written; the caller holds s->qmu. */
-bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+/* Whether the object is queued or being written; the caller holds s->qmu. */
+bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_key_t *k);
 /* The same, taking s->qmu. */
-bool fs__pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
-/* cairn_cold_store_enqueue of a BLOCK object (fs_writer.c); the same contract. */
+bool fs__pending(cairn_cold_store_t *s, const cairn_tier_key_t *k);
+/* cairn_cold_store_enqueue of a BLOCK (group 0) or a STATE object (fs_writer.c); the same
+ * contract. A BLOCK waits for one of the `depth` shared slots, a STATE may also take one
+ * of the FS_STATE_SLOTS reserved for sidecars. */
 int fs__enqueue(cairn_cold_store_t *s, const cairn_tier_object_t *obj, uint32_t wait_ms, bool *queued);
 
 #endif

@@ -1,17 +1,19 @@
 /*
  * fs_writer.c — the filesystem store's bounded write queue and its single writer thread.
  *
- * Model: producers (the engine, at the end of a turn) copy a block's tokens and payload
- * into a queue entry, so the pool block may be evicted or recycled the moment enqueue
- * returns. One writer thread takes up to `batch_max` queued entries at a time and commits
+ * Model: producers (the engine's capture, at the end of a turn) copy an object's tokens
+ * (BLOCK) or layout descriptor (STATE) and payload into a queue entry, so the pool block
+ * or state may be evicted or recycled the moment enqueue returns. One writer thread takes up to `batch_max` queued entries at a time and commits
  * them as one group (commit_batch): for each, O_EXCL temp file (unique name) -> write;
  * then fdatasync each; then rename each; then fsync each distinct directory once; only
  * then are they indexed. A name appears only after its payload was synced, so a crash at
  * any point leaves every final name either absent or complete; a temp file of a dead
  * writer is removed by the next open.
- * Invariants: the queue holds at most `depth` entries and the batch being committed at
- * most `batch_max` (host memory in flight is bounded by (depth + batch_max) x object
- * size); a block is never queued twice; an object already present is never
+ * Invariants: the queue holds at most `depth` entries of any kind plus FS_STATE_SLOTS
+ * that only STATE objects take (so blocks filling the queue never crowd out a turn's
+ * sidecar), and the batch being committed at most `batch_max` (host memory in flight is
+ * bounded by (depth + FS_STATE_SLOTS + batch_max) x object size); an object is never
+ * queued twice; an object already present is never
  * rewritten; an I/O failure is counted (write_errors) and logged, never reported to the
  * producer, and leaves no object behind.
  * Thread-safety: enqueue/flush may be called from any thread; the queue is guarded by
@@ -35,6 +37,7 @@ static void job_free(fs_job_t *j)
     if (!j)
         return;
     cairn_free(j->tokens);
+    cairn_free(j->layout);
     cairn_free(j->buf);
     cairn_free(j);
 }
@@ -191,8 +194,9 @@ static void obj_fail(cairn_cold_store_t *s, obj_t *o, const char *what, int err)
 static void obj_write(cairn_cold_store_t *s, obj_t *o)
 {
     fs_job_t *j = o->job;
+    const bool state = j->obj.key.kind == CAIRN_TIER_STATE;
     o->st = OBJ_SKIP;
-    o->final = fs__object_path(s, &j->obj.key.hash);
+    o->final = fs__object_path(s, &j->obj.key);
     o->shard = fs__shard_path(s, &j->obj.key.hash);
     if (!o->final || !o->shard) {
         obj_fail(s, o, "allocation for", ENOMEM);
@@ -203,13 +207,16 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         /* Already present (another process, or a duplicate that raced the index check):
          * objects are immutable, so it is not rewritten. */
         pthread_mutex_lock(&s->mu);
-        fs__insert_locked(s, &j->obj.key.hash, &j->obj.parent, (uint64_t)st.st_size, j->obj.n_tokens);
+        fs__insert_locked(s, &j->obj.key, &j->obj.parent, (uint64_t)st.st_size, j->obj.n_tokens,
+                          state ? j->obj.boundary : 0);
         pthread_mutex_unlock(&s->mu);
         return;
     }
     size_t hb = 0;
-    if (tier_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes, &j->obj,
-                                  &hb) || hb != j->header_cap) {
+    int erc = state ? tier_state_encode_header(j->buf, j->header_cap, &s->fp, &j->obj, &hb)
+                    : tier_object_encode_header(j->buf, j->header_cap, &s->fp, s->dtype, s->n_layers, s->layer_bytes,
+                                                &j->obj, &hb);
+    if (erc || hb != j->header_cap) {
         obj_fail(s, o, "encoding", EINVAL);
         return;
     }
@@ -376,8 +383,9 @@ static void commit_batch(cairn_cold_store_t *s, fs_job_t **jobs, uint32_t n, obj
             const cairn_tier_object_t *b = &o->job->obj;
             pthread_mutex_lock(&s->mu);
             s->c.bytes_written += o->total;
-            if (fs__insert_locked(s, &b->key.hash, &b->parent, o->total, b->n_tokens) == CAIRN_OK)
-                fs__evict_locked(s, s->quota, fs__find_locked(s, &b->key.hash));
+            if (fs__insert_locked(s, &b->key, &b->parent, o->total, b->n_tokens,
+                                  b->key.kind == CAIRN_TIER_STATE ? b->boundary : 0) == CAIRN_OK)
+                fs__evict_locked(s, s->quota, fs__find_locked(s, &b->key));
             pthread_mutex_unlock(&s->mu);
         }
         cairn_free(o->tmp);
@@ -417,7 +425,7 @@ static void *writer_main(void *arg)
         while (s->qlen && n < max) {
             s->batch[n++] = s->queue[s->qhead];
             s->queue[s->qhead] = NULL;
-            s->qhead = (s->qhead + 1) % s->depth;
+            s->qhead = (s->qhead + 1) % s->qcap;
             s->qlen--;
         }
         s->batch_len = n;
@@ -472,43 +480,66 @@ void cairn_cold_store_flush(cairn_cold_store_t *s)
     pthread_mutex_unlock(&s->qmu);
 }
 
-bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+/* Whether two keys name the same stored object (the domain is not part of the name). */
+static bool same_object(const cairn_tier_key_t *a, const cairn_tier_key_t *b)
+{
+    return a->kind == b->kind && (a->kind != CAIRN_TIER_STATE || a->group == b->group) &&
+           !memcmp(a->hash.bytes, b->hash.bytes, 32);
+}
+
+bool fs__writer_pending(cairn_cold_store_t *s, const cairn_tier_key_t *k)
 {
     for (uint32_t i = 0; i < s->batch_len; i++)
-        if (!memcmp(s->batch[i]->obj.key.hash.bytes, h->bytes, 32))
+        if (same_object(&s->batch[i]->obj.key, k))
             return true;
     for (uint32_t i = 0; i < s->qlen; i++) {
-        fs_job_t *j = s->queue[(s->qhead + i) % s->depth];
-        if (!memcmp(j->obj.key.hash.bytes, h->bytes, 32))
+        fs_job_t *j = s->queue[(s->qhead + i) % s->qcap];
+        if (same_object(&j->obj.key, k))
             return true;
     }
     return false;
 }
 
-bool fs__pending(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
+bool fs__pending(cairn_cold_store_t *s, const cairn_tier_key_t *k)
 {
     pthread_mutex_lock(&s->qmu);
-    bool r = fs__writer_pending(s, h);
+    bool r = fs__writer_pending(s, k);
     pthread_mutex_unlock(&s->qmu);
     return r;
 }
 
 static fs_job_t *job_copy(const cairn_cold_store_t *s, const cairn_tier_object_t *b)
 {
+    const bool state = b->key.kind == CAIRN_TIER_STATE;
     fs_job_t *j = cairn_calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    j->header_cap = tier_object_header_size(b->n_tokens, s->n_layers);
-    j->tokens = cairn_malloc(b->n_tokens * sizeof *j->tokens);
+    j->header_cap = state ? tier_state_header_size(b->layout_size) : tier_object_header_size(b->n_tokens, s->n_layers);
     j->buf = cairn_malloc(j->header_cap + b->payload_size);
-    if (!j->tokens || !j->buf) {
+    if (state)
+        j->layout = cairn_malloc(b->layout_size ? b->layout_size : 1);
+    else
+        j->tokens = cairn_malloc(b->n_tokens * sizeof *j->tokens);
+    if (!j->buf || (state ? !j->layout : !j->tokens)) {
         job_free(j);
         return NULL;
     }
-    memcpy(j->tokens, b->tokens, b->n_tokens * sizeof *j->tokens);
-    memcpy(j->buf + j->header_cap, b->payload, b->payload_size);
     j->obj = *b;
-    j->obj.tokens = j->tokens;
+    if (state) {
+        if (b->layout_size)
+            memcpy(j->layout, b->layout, b->layout_size);
+        j->obj.layout = j->layout;
+        j->obj.tokens = NULL;
+        j->obj.n_tokens = 0;
+        memset(j->obj.parent.bytes, 0, sizeof j->obj.parent.bytes);
+    } else {
+        memcpy(j->tokens, b->tokens, b->n_tokens * sizeof *j->tokens);
+        j->obj.tokens = j->tokens;
+        j->obj.layout = NULL;
+        j->obj.layout_size = 0;
+    }
+    if (b->payload_size)
+        memcpy(j->buf + j->header_cap, b->payload, b->payload_size);
     j->obj.payload = j->buf + j->header_cap;
     return j;
 }
@@ -530,18 +561,34 @@ int cairn_cold_store_enqueue(cairn_cold_store_t *s, const cairn_cold_block_t *b,
     return fs__enqueue(s, &obj, wait_ms, queued);
 }
 
+/* Whether an object may be queued: a BLOCK must match the store's layout; a STATE only
+ * its own limits (the reader checks its layout descriptor). */
+static bool acceptable(const cairn_cold_store_t *s, const cairn_tier_object_t *b)
+{
+    if (b->key.kind == CAIRN_TIER_STATE)
+        return b->boundary > 0 && b->layout_size <= TIER_STATE_MAX_LAYOUT && (!b->layout_size || b->layout) &&
+               (!b->payload_size || b->payload) && (uint64_t)b->payload_size <= TIER_OBJECT_MAX_PAYLOAD;
+    return b->key.kind == CAIRN_TIER_BLOCK && s->n_layers && b->n_tokens == s->block_tokens && b->tokens &&
+           b->payload && b->payload_size == s->payload_bytes;
+}
+
 int fs__enqueue(cairn_cold_store_t *s, const cairn_tier_object_t *b, uint32_t wait_ms, bool *queued)
 {
     if (queued)
         *queued = false;
-    if (!s->has_thread || !s->n_layers || b->key.kind != CAIRN_TIER_BLOCK || b->n_tokens != s->block_tokens ||
-        !b->tokens || !b->payload || b->payload_size != s->payload_bytes)
+    if (!s->has_thread || !acceptable(s, b))
         return CAIRN_EINVAL;
-    if (cairn_cold_store_contains(s, &b->key.hash) || fs__pending(s, &b->key.hash))
+    bool held;
+    pthread_mutex_lock(&s->mu);
+    held = fs__find_locked(s, &b->key) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (held || fs__pending(s, &b->key))
         return CAIRN_OK;
     fs_job_t *j = job_copy(s, b);
     if (!j)
         return CAIRN_ENOMEM;
+    /* A STATE may also take the slots reserved for sidecars. */
+    const uint32_t room = b->key.kind == CAIRN_TIER_STATE ? s->qcap : s->depth;
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
     dl.tv_sec += wait_ms / 1000;
@@ -553,22 +600,22 @@ int fs__enqueue(cairn_cold_store_t *s, const cairn_tier_object_t *b, uint32_t wa
     pthread_mutex_lock(&s->qmu);
     int rc = CAIRN_OK;
     for (;;) {
-        if (fs__writer_pending(s, &b->key.hash)) {
+        if (fs__writer_pending(s, &b->key)) {
             pthread_mutex_unlock(&s->qmu);
             job_free(j);
             return CAIRN_OK;
         }
-        if (s->qlen < s->depth)
+        if (s->qlen < room)
             break;
         if (!wait_ms || pthread_cond_timedwait(&s->q_not_full, &s->qmu, &dl) == ETIMEDOUT) {
-            if (s->qlen < s->depth)
+            if (s->qlen < room)
                 break;
             rc = CAIRN_EEXHAUSTED;
             break;
         }
     }
     if (rc == CAIRN_OK) {
-        s->queue[(s->qhead + s->qlen) % s->depth] = j;
+        s->queue[(s->qhead + s->qlen) % s->qcap] = j;
         s->qlen++;
         pthread_cond_signal(&s->q_not_empty);
     }

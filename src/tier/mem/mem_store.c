@@ -268,6 +268,11 @@ static void mem_stats(cairn_tier_store_t *t, cairn_tier_stats_t *out)
     out->root = "memory";
     out->used_bytes = m->used;
     out->objects = m->n;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->recs[i]->key.kind == CAIRN_TIER_STATE) {
+            out->state_objects++;
+            out->state_bytes += m->recs[i]->payload_size;
+        }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -287,7 +292,7 @@ static int mem_foreach(cairn_tier_store_t *t, int (*fn)(void *user, const cairn_
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; i < m->n; i++) {
         const rec_t *r = m->recs[i];
-        cairn_tier_entry_t e = {r->key, r->parent, r->payload_size, r->n_tokens, r->pins > 0};
+        cairn_tier_entry_t e = {r->key, r->parent, r->payload_size, r->n_tokens, r->pins > 0, r->boundary};
         if (fn(user, &e))
             break;
     }

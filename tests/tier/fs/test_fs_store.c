@@ -372,6 +372,256 @@ static void test_corruption_at_open(void **state)
     free(foreign);
 }
 
+/* ---- STATE objects (sidecars) ---- */
+
+static char *state_path(cairn_cold_store_t *s, uint32_t seed, size_t i, uint32_t group)
+{
+    cairn_tier_hash_t h;
+    t_block(seed, i, &h, NULL, NULL, NULL);
+    char hex[65];
+    cairn_tier_hash_hex(&h, hex);
+    char *p = malloc(4096);
+    snprintf(p, 4096, "%s/%.2s/%s.%u.st", cairn_cold_store_dir(s), hex, hex, group);
+    return p;
+}
+
+static void put_state(cairn_cold_store_t *s, uint32_t seed, size_t i, uint32_t group)
+{
+    cairn_tier_object_t o;
+    uint8_t lay[T_STATE_LAYOUT];
+    static uint8_t pay[T_PAYLOAD];
+    t_state(seed, i, group, &o, lay, pay);
+    bool queued = false;
+    assert_int_equal(cairn_tier_store_put(cairn_cold_store_tier(s), &o, 10000, &queued), CAIRN_OK);
+    assert_true(queued);
+}
+
+typedef struct {
+    uint8_t buf[T_PAYLOAD];
+    size_t asked;
+} state_dst_t;
+
+static void *state_dest(void *user, size_t n)
+{
+    state_dst_t *d = user;
+    d->asked = n;
+    return n <= sizeof d->buf ? d->buf : NULL;
+}
+
+/* Reads sidecar i of chain seed as a restore would ask for it; checks the bytes on
+ * success. */
+static int get_state(cairn_cold_store_t *s, uint32_t seed, size_t i, uint32_t group)
+{
+    cairn_tier_object_t want;
+    uint8_t lay[T_STATE_LAYOUT];
+    static uint8_t expect[T_PAYLOAD];
+    t_state(seed, i, group, &want, lay, expect);
+    want.payload = NULL;
+    want.payload_size = 0;
+    state_dst_t d = {{0}, 0};
+    int rc = cairn_tier_store_get(cairn_cold_store_tier(s), &want, state_dest, &d);
+    if (rc == CAIRN_OK) {
+        assert_int_equal(d.asked, t_state_bytes(i));
+        assert_memory_equal(d.buf, expect, t_state_bytes(i));
+    }
+    return rc;
+}
+
+typedef struct {
+    size_t blocks, states;
+    uint64_t boundaries;
+} kind_walk_t;
+
+static int walk_kinds(void *user, const cairn_tier_entry_t *e)
+{
+    kind_walk_t *w = user;
+    if (e->key.kind == CAIRN_TIER_STATE) {
+        w->states++;
+        w->boundaries += e->boundary;
+        assert_int_equal(e->n_tokens, 0);
+    } else {
+        w->blocks++;
+        assert_int_equal(e->boundary, 0);
+    }
+    return 0;
+}
+
+/* Sidecars next to blocks: their own file type (<hash>.<group>.st), the same hash as the
+ * block ending at their boundary, indexed at open from their headers, variable sizes, the
+ * same quota and maintenance. A store of blocks alone (every store before sidecars) opens
+ * unchanged. */
+static void test_state_objects(void **state)
+{
+    fixture_t *f = *state;
+    cairn_cold_store_t *s = open_store(f->root, 0, 0);
+    write_chain(s, 9, 6);
+    cairn_tier_stats_t st;
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 6);
+    assert_int_equal(st.state_objects, 0);
+    for (size_t i = 0; i < 6; i++)
+        put_state(s, 9, i, 0);
+    put_state(s, 9, 2, 1);
+    cairn_cold_store_flush(s);
+    uint64_t state_bytes = 0;
+    for (size_t i = 0; i < 6; i++) {
+        char *sp = state_path(s, 9, i, 0), *bp = obj_path(s, 9, i);
+        struct stat sb;
+        assert_int_equal(stat(sp, &sb), 0);
+        assert_int_equal((uint64_t)sb.st_size, 128 + T_STATE_LAYOUT + 16 + t_state_bytes(i));
+        state_bytes += (uint64_t)sb.st_size;
+        assert_int_equal(access(bp, F_OK), 0);
+        free(sp);
+        free(bp);
+    }
+    state_bytes += 128 + T_STATE_LAYOUT + 16 + t_state_bytes(2);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 13);
+    assert_int_equal(st.state_objects, 7);
+    assert_int_equal(st.state_bytes, state_bytes);
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(get_state(s, 9, i, 0), CAIRN_OK);
+    assert_int_equal(get_state(s, 9, 2, 1), CAIRN_OK);
+    assert_int_equal(get_state(s, 9, 3, 1), CAIRN_ENOENT);
+    cairn_cold_store_destroy(s);
+
+    /* Restart: the index is rebuilt from names and headers. */
+    s = open_store(f->root, 0, 0);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 13);
+    assert_int_equal(st.state_objects, 7);
+    assert_int_equal(st.corruptions, 0);
+    kind_walk_t w = {0, 0, 0};
+    cairn_cold_store_foreach(s, walk_kinds, &w);
+    assert_int_equal(w.blocks, 6);
+    assert_int_equal(w.states, 7);
+    assert_int_equal(w.boundaries, (1 + 2 + 3 + 4 + 5 + 6 + 3) * T_TOKENS);
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(get_state(s, 9, i, 0), CAIRN_OK);
+        assert_int_equal(read_block(s, 9, i), CAIRN_OK);
+    }
+    /* Another model's sidecar under this model's name, and damage of every kind. */
+    cairn_cold_store_t *other = open_store(f->root, 1, 0);
+    put_state(other, 9, 0, 0);
+    cairn_cold_store_flush(other);
+    char *foreign = state_path(other, 9, 0, 0);
+    cairn_cold_store_destroy(other);
+    char *sp[6];
+    for (size_t i = 0; i < 6; i++)
+        sp[i] = state_path(s, 9, i, 0);
+    char *g1 = state_path(s, 9, 2, 1);
+    cairn_cold_store_destroy(s);
+    copy_file(foreign, sp[0]);                    /* another fingerprint */
+    flip_bit(sp[1], 100);                         /* header bit: header checksum */
+    assert_int_equal(truncate(sp[2], 200), 0);    /* truncated payload */
+    copy_file(sp[4], sp[3]);                      /* sidecar 4 under sidecar 3's name */
+    char moved[4096];                             /* group 0's file under group 7's name */
+    snprintf(moved, sizeof moved, "%.*s7.st", (int)(strlen(g1) - 4), g1);
+    assert_int_equal(rename(g1, moved), 0);
+    char junk[2][4096];                           /* names that are no object */
+    snprintf(junk[0], sizeof junk[0], "%.*s01.st", (int)(strlen(g1) - 4), g1);
+    snprintf(junk[1], sizeof junk[1], "%.*sx.st", (int)(strlen(g1) - 4), g1);
+    write_file(junk[0], "x", 1);
+    write_file(junk[1], "x", 1);
+    s = open_store(f->root, 0, 0);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.corruptions, 5 + 2);
+    assert_int_equal(st.state_objects, 2); /* sidecars 4 and 5 */
+    assert_int_equal(st.objects, 6 + 2);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(access(sp[i], F_OK), -1);
+    assert_int_equal(access(moved, F_OK), -1);
+    assert_int_equal(access(junk[0], F_OK), -1);
+    assert_int_equal(access(junk[1], F_OK), -1);
+    assert_int_equal(get_state(s, 9, 4, 0), CAIRN_OK);
+    /* Damage after open: caught by the read (payload) and by verify. */
+    flip_bit(sp[5], -3);
+    size_t checked = 0, bad = 0;
+    assert_int_equal(cairn_cold_store_verify(s, &checked, &bad), CAIRN_OK);
+    assert_int_equal(checked, 8);
+    assert_int_equal(bad, 1);
+    assert_int_equal(get_state(s, 9, 5, 0), CAIRN_ENOENT);
+    /* Quota and clear cover both kinds. */
+    size_t removed = 0;
+    cairn_cold_store_clear(s, &removed);
+    assert_int_equal(removed, 7);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(st.state_objects, 0);
+    assert_int_equal(st.state_bytes, 0);
+    cairn_cold_store_destroy(s);
+    for (size_t i = 0; i < 6; i++)
+        free(sp[i]);
+    free(g1);
+    free(foreign);
+}
+
+/* A writer stuck in fsync until released. */
+static atomic_int g_hold_writer;
+static atomic_int g_writer_held;
+
+static int hold_hook(const char *op, const char *path, void *user)
+{
+    (void)path;
+    (void)user;
+    if (!strcmp(op, "fsync")) {
+        atomic_store(&g_writer_held, 1);
+        while (atomic_load(&g_hold_writer))
+            usleep(1000);
+    }
+    return 0;
+}
+
+/* Blocks filling the queue leave the sidecar slots free: a turn's sidecar is never dropped
+ * because its blocks filled the queue. */
+static void test_state_slots(void **state)
+{
+    fixture_t *f = *state;
+    setenv("CAIRN_COLD_QUEUE_DEPTH", "2", 1);
+    setenv("CAIRN_COLD_WRITE_BATCH", "1", 1);
+    cairn_cold_store_t *s = open_store(f->root, 0, 0);
+    atomic_store(&g_hold_writer, 1);
+    atomic_store(&g_writer_held, 0);
+    cairn_io_set_hook(hold_hook, NULL);
+    cairn_tier_store_t *t = cairn_cold_store_tier(s);
+    cairn_tier_object_t o;
+    int32_t tk[T_TOKENS];
+    static uint8_t pay[T_PAYLOAD];
+    t_object(3, 0, &o, tk, pay);
+    assert_int_equal(cairn_tier_store_put(t, &o, 0, NULL), CAIRN_OK);
+    while (!atomic_load(&g_writer_held))
+        usleep(1000); /* the writer holds block 0 in its batch */
+    for (size_t i = 1; i <= 2; i++) {
+        t_object(3, i, &o, tk, pay);
+        assert_int_equal(cairn_tier_store_put(t, &o, 0, NULL), CAIRN_OK);
+    }
+    t_object(3, 3, &o, tk, pay);
+    assert_int_equal(cairn_tier_store_put(t, &o, 0, NULL), CAIRN_EEXHAUSTED); /* blocks: full */
+    uint8_t lay[T_STATE_LAYOUT];
+    static uint8_t spay[T_PAYLOAD];
+    for (size_t i = 0; i < 2; i++) {
+        t_state(3, i, 0, &o, lay, spay);
+        assert_int_equal(cairn_tier_store_put(t, &o, 0, NULL), CAIRN_OK); /* the reserved slots */
+    }
+    t_state(3, 2, 0, &o, lay, spay);
+    assert_int_equal(cairn_tier_store_put(t, &o, 0, NULL), CAIRN_EEXHAUSTED);
+    cairn_tier_stats_t st;
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.queue_len, 4);
+    assert_int_equal(st.queue_drops, 2);
+    atomic_store(&g_hold_writer, 0);
+    cairn_cold_store_flush(s);
+    cairn_io_set_hook(NULL, NULL);
+    cairn_cold_store_stats(s, &st);
+    assert_int_equal(st.objects, 5);
+    assert_int_equal(st.state_objects, 2);
+    assert_int_equal(get_state(s, 3, 0, 0), CAIRN_OK);
+    assert_int_equal(get_state(s, 3, 1, 0), CAIRN_OK);
+    cairn_cold_store_destroy(s);
+    unsetenv("CAIRN_COLD_QUEUE_DEPTH");
+    unsetenv("CAIRN_COLD_WRITE_BATCH");
+}
+
 /* ---- injected I/O errors ---- */
 
 typedef struct {
@@ -958,6 +1208,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_trip_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_objects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_io_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_commit_portable, setup, teardown),
