@@ -59,6 +59,7 @@ static cairn_engine_t *engine(cairn_checkpoint_t *ck, cairn_dtype_t kv, cairn_kv
     o.cold = cold_root ? 1 : -1;
     o.cold_root = cold_root;
     o.cold_capture_ms = 60000; /* a loaded machine must not cut the turn's capture short */
+    o.cold_drain_ms = 60000;   /* nor the writes queued when the engine is destroyed */
     cairn_engine_t *e = NULL;
     char err[256] = "";
     if (cairn_engine_create(ck, &o, &e, err, sizeof err))
