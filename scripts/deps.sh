@@ -16,8 +16,9 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# node + npm run the official `openai` client in the server tests; any node >= 18 will do,
-# so an existing installation (e.g. from another repository) is kept.
+# node + npm run the official `openai` and `@anthropic-ai/sdk` clients in the server tests
+# and install Claude Code (a native binary) for the agent CLI test; node >= 18 (the tests
+# ran on 20), so an existing installation (e.g. from another repository) is kept.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   missing+=(nodejs npm)
 fi

@@ -90,6 +90,18 @@ typedef struct {
     const char *miss_reason;
 } cairn_req_usage_t;
 
+#define CAIRN_SCHED_MAX_TOP_LOGPROBS 20 /* most alternatives reported per token */
+
+/* A generated token's log-probability under the model (log-softmax of the raw logits,
+ * before logit_bias, penalties and temperature) and its most likely alternatives. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;                                    /* the request's top_logprobs */
+    int32_t top_ids[CAIRN_SCHED_MAX_TOP_LOGPROBS];/* most likely first (ties: lower id) */
+    float top_logprobs[CAIRN_SCHED_MAX_TOP_LOGPROBS];
+} cairn_token_logprob_t;
+
 typedef struct {
     cairn_req_event_kind_t kind;
     int index;                   /* choice index (0 unless n > 1) */
@@ -97,8 +109,11 @@ typedef struct {
     size_t text_len;
     const int32_t *tokens;       /* DELTA: tokens accepted since the last delta */
     int n_tokens;
+    const cairn_token_logprob_t *logprobs; /* DELTA: [n_tokens] when the request asked for
+                                            * them (params.logprobs), else NULL */
     cairn_finish_reason_t finish;/* DONE: why it stopped */
-    const cairn_req_usage_t *usage; /* DONE/ERROR: usage so far */
+    const cairn_req_usage_t *usage; /* usage so far (DELTA too: the prompt's figures are
+                                     * final from admission on) */
     int status;                  /* ERROR: a CAIRN_E* code */
     const char *message;         /* ERROR: a one-line message */
     bool final;                  /* DONE/ERROR: the request's last event (see "Events") */
@@ -118,6 +133,8 @@ typedef struct {
     const char *cache_salt;       /* tenant domain salt (NULL: shared default), copied */
     cairn_sampling_params_t sampling; /* copied (stop strings included) */
     int n;                        /* choices (forked sequences), 1..CAIRN_SCHED_MAX_N; 0 means 1 */
+    bool logprobs;                /* report each generated token's log-probability... */
+    int top_logprobs;             /* ...and this many alternatives, 0..20 */
     cairn_req_event_fn on_event;
     void *user;
 } cairn_req_params_t;

@@ -52,7 +52,14 @@ static void usage(FILE *out)
             "  --kv-dtype T         K/V element type: bf16 | f16 | f32 | q8_0 | fp8_e4m3 (default bf16)\n"
             "  --quantize T         convert the float weight matrices at load: q8_0 | q4_k\n"
             "                       (also q4_0, q5_k, q6_k)\n"
-            "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --pool-mib N         KV pool size in MiB (default: one full context of the model,\n"
+            "                       at least 256, clamped to MemAvailable minus the weights and\n"
+            "                       headroom)\n"
+            "  --memory-mib N       one budget for weights + KV pool: the pool gets what the\n"
+            "                       weights leave (with --pool-mib: checked against it)\n"
+            "  --tool-parser NAME   tool-call format of the model's output: hermes,\n"
+            "                       qwen3_coder, llama3_json, pythonic, tool_code or none\n"
+            "                       (default: from the chat template)\n"
             "  --backend B          compute backend: cpu (default) or cuda (a CUDA build)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
@@ -61,6 +68,8 @@ static void usage(FILE *out)
             "                       FILE (one per line); each key is its own cache domain\n"
             "  --request-log FILE   append one JSON line per request to FILE\n"
             "  --max-body-bytes N   larger request bodies get 413 (default 4194304)\n"
+            "  --idle-timeout-s N   close connections idle this long (default 120)\n"
+            "  --max-connections N  open connections at most (default 512)\n"
             "  --model-id NAME      model id in /v1/models and responses (default: the\n"
             "                       folder's name)\n"
             "  --drain-ms N         on SIGINT/SIGTERM, let requests finish this long (default 5000)\n"
@@ -162,6 +171,95 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
     return 0;
 }
 
+/* MemAvailable from /proc/meminfo in MiB, or 0 when it cannot be read. */
+static uint64_t mem_available_mib(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib / 1024;
+}
+
+/*
+ * The KV pool's size when the operator did not give one (docs/API.md, "Memory"): enough
+ * for one full context of the served model (and at least the historical 256 MiB), within
+ * what is left of the budget after the weights and the recurrent-state checkpoints (their
+ * own budget, state_ckpt_mib; 0 for models without recurrent layers): --memory-mib when
+ * given, else MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes
+ * per block and the checkpoint budget are measured on a probe engine with a minimal pool
+ * (the family decides the cache layout). *ckpt_mib receives the checkpoint budget. With
+ * pool_given, *pool_mib is kept and only checked against --memory-mib. Returns 0, or a
+ * code with a message printed.
+ */
+static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t *eo_in,
+                     long memory_mib, bool pool_given, int *pool_mib, uint64_t *ckpt_mib)
+{
+    cairn_engine_options_t eo = *eo_in;
+    eo.pool_mib = 1;
+    eo.cold = -1;
+    cairn_engine_t *probe = NULL;
+    char err[512] = "";
+    int rc = cairn_engine_create(ck, &eo, &probe, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
+        return rc;
+    }
+    cairn_kv_stats_t kv;
+    cairn_engine_kv_stats(probe, &kv);
+    cairn_engine_counters_t ec;
+    cairn_engine_counters(probe, &ec);
+    int ctx = cairn_engine_options(probe)->max_context;
+    int bt = cairn_engine_options(probe)->block_tokens;
+    cairn_engine_destroy(probe);
+    *ckpt_mib = (ec.ckpt_budget + (1u << 20) - 1) >> 20;
+    uint64_t weights_mib = ((cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20) + *ckpt_mib;
+    if (pool_given) {
+        if (memory_mib > 0 && (uint64_t)*pool_mib + weights_mib > (uint64_t)memory_mib) {
+            fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights and state "
+                            "checkpoints (%llu MiB) and --pool-mib %d\n", memory_mib,
+                    (unsigned long long)weights_mib, *pool_mib);
+            return CAIRN_EINVAL;
+        }
+        return 0;
+    }
+    uint64_t need = (((uint64_t)ctx + (uint64_t)bt - 1) / (uint64_t)bt + 2) * kv.block_bytes;
+    uint64_t need_mib = (need + (1u << 20) - 1) >> 20;
+    uint64_t want = need_mib > 256 ? need_mib : 256, room;
+    if (memory_mib > 0) {
+        room = (uint64_t)memory_mib > weights_mib ? (uint64_t)memory_mib - weights_mib : 0;
+        want = room; /* one budget: the pool gets what the weights leave */
+    } else {
+        uint64_t avail = mem_available_mib();
+        uint64_t headroom = avail / 10 > 1024 ? avail / 10 : 1024;
+        room = avail > weights_mib + headroom ? avail - weights_mib - headroom : 0;
+        if (avail == 0)
+            room = want; /* no /proc: trust the model */
+    }
+    if (want > room)
+        want = room;
+    if (want < 1) {
+        fprintf(stderr, "cairn serve: no memory left for the KV pool (weights %llu MiB, %s %llu MiB); "
+                        "set --pool-mib or raise --memory-mib\n",
+                (unsigned long long)weights_mib, memory_mib > 0 ? "--memory-mib" : "room",
+                (unsigned long long)(memory_mib > 0 ? (uint64_t)memory_mib : room));
+        return CAIRN_ENOMEM;
+    }
+    if (want > (1u << 20))
+        want = 1u << 20;
+    if (want < need_mib)
+        fprintf(stderr, "cairn serve: warning: the KV pool (%llu MiB) holds less than one full "
+                        "context (%d tokens need %llu MiB); max_model_len is cut to what it holds\n",
+                (unsigned long long)want, ctx, (unsigned long long)need_mib);
+    *pool_mib = (int)want;
+    return 0;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     cairn_server_options_t so;
@@ -173,7 +271,8 @@ static int cmd_serve(int argc, char **argv)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
     const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
-    long drain_ms = 5000, v;
+    long drain_ms = 5000, memory_mib = 0, v;
+    bool pool_given = false;
     int verbose = 0;
     bool no_cold = false;
     const char *shared_url = getenv("CAIRN_SHARED_TIER"), *shared_auth = NULL;
@@ -216,8 +315,13 @@ static int cmd_serve(int argc, char **argv)
             eo.n_threads = (int)v;
         else if (!strcmp(a, "--http-threads") && !(rc = parse_int(a, val, 1, 256, &v)))
             so.http_threads = (int)v;
-        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v)))
+        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v))) {
             eo.pool_mib = (int)v;
+            pool_given = true;
+        } else if (!strcmp(a, "--memory-mib") && !(rc = parse_int(a, val, 1, 1L << 30, &v)))
+            memory_mib = v;
+        else if (!strcmp(a, "--tool-parser"))
+            so.tool_parser = val;
         else if (!strcmp(a, "--max-context") && !(rc = parse_int(a, val, 16, 1 << 20, &v)))
             eo.max_context = (int)v;
         else if (!strcmp(a, "--max-running") && !(rc = parse_int(a, val, 1, 4096, &v)))
@@ -226,6 +330,10 @@ static int cmd_serve(int argc, char **argv)
             so.sched.max_queued = (int)v;
         else if (!strcmp(a, "--max-body-bytes") && !(rc = parse_int(a, val, 1024, 1L << 30, &v)))
             so.max_body_bytes = (size_t)v;
+        else if (!strcmp(a, "--idle-timeout-s") && !(rc = parse_int(a, val, 1, 86400, &v)))
+            so.connection_timeout_s = (int)v;
+        else if (!strcmp(a, "--max-connections") && !(rc = parse_int(a, val, 1, 65536, &v)))
+            so.max_connections = (int)v;
         else if (!strcmp(a, "--drain-ms") && !(rc = parse_int(a, val, 0, 3600000, &v)))
             drain_ms = v;
         else if (!strcmp(a, "--kv-dtype")) {
@@ -333,6 +441,11 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cairn serve: tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
+    uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
+    uint64_t ckpt_mib = 0;
+    if ((!pool_given || memory_mib > 0)
+        && size_pool(ck, &eo, memory_mib, pool_given, &eo.pool_mib, &ckpt_mib))
+        goto out;
     if (no_cold)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
@@ -353,6 +466,10 @@ static int cmd_serve(int argc, char **argv)
     }
     int port = cairn_server_port(srv);
     const char *host = so.host;
+    printf("cairn serve: memory: weights %llu MiB, KV pool %d MiB (max_model_len %d tokens), "
+           "recurrent state checkpoints %llu MiB\n",
+           (unsigned long long)weights_mib, eo.pool_mib, cairn_server_max_model_len(srv),
+           (unsigned long long)ckpt_mib);
     printf("cairn serve: model '%s' from %s\n"
            "cairn serve: listening on http://%s:%d (Ctrl-C to stop)\n"
            "try:\n"
