@@ -30,7 +30,7 @@ static compute_mat_t mat(const cairn_tensor_t *t)
 static compute_mat_t mat_rows(const cairn_tensor_t *t, int r0, int n)
 {
     compute_mat_t m = mat(t);
-    m.data = (const unsigned char *)t->data + (size_t)r0 * cairn_dtype_size(t->dtype) * (size_t)m.cols;
+    m.data = (const unsigned char *)t->data + (size_t)r0 * cairn_dtype_row_bytes(t->dtype, m.cols); /* any block type */
     m.rows = n;
     return m;
 }
