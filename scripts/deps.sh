@@ -7,9 +7,10 @@ set -euo pipefail
 # libclang-rt-dev is clang's sanitizer and libFuzzer runtime (libclang_rt.*, the default
 # clang's version): the fuzz stage links against it, and clang only recommends it, which
 # --no-install-recommends skips.
+# liblzma-dev: `cairn check-reference` reads the fixtures' .xz reference logits in place.
 PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-dev xz-utils
       libssl-dev libxxhash-dev libpcre2-dev libcjson-dev libutf8proc-dev
-      libmicrohttpd-dev liburing-dev libcmocka-dev
+      libmicrohttpd-dev liburing-dev libcmocka-dev liblzma-dev
       libhiredis-dev redis-server)
 missing=()
 for p in "${PKGS[@]}"; do

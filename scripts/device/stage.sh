@@ -25,7 +25,7 @@ done
 for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so|cuda|cublas' |
   while read -r l; do cp -L "$l" "$DEST/lib/"; done
-for m in llama llama31 qwen3 qwen3_f32; do cp -r ../shared/fixtures/models/$m "$DEST/fixtures/models/"; done
+for m in llama llama31 qwen3 qwen3_f32 gemma3; do cp -r ../shared/fixtures/models/$m "$DEST/fixtures/models/"; done
 chmod -R u+w "$DEST/fixtures"
 cp bench/cuda/sdpa_decode.py scripts/device/run_*.sh "$DEST/"
 du -sh "$DEST"

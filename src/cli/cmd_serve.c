@@ -6,7 +6,7 @@
  * signal it stops accepting connections, lets in-flight requests finish for up to
  * --drain-ms, cancels the rest, and exits 0.
  *
- * Without MODEL_DIR it serves a default model that needs no download: the synth "tiny"
+ * Without MODEL (a folder or a .gguf file) it serves a default model that needs no download: the synth "tiny"
  * checkpoint (tools/synth.h), written once into <cache dir>/models/synth-tiny on the
  * first run. Its weights are seeded random numbers, so its text is gibberish; it exists
  * to try the API end to end.
@@ -34,12 +34,13 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn serve [MODEL_DIR] [options]\n"
+            "usage: cairn serve [MODEL] [options]\n"
             "\n"
             "Serves an OpenAI-compatible HTTP API (POST /v1/chat/completions,\n"
             "POST /v1/completions, GET /v1/models, GET /health, GET /metrics; see docs/API.md).\n"
-            "MODEL_DIR is a Hugging Face checkpoint folder (config.json, safetensors,\n"
-            "tokenizer.json, chat template). Without it, a small random 'tiny' model is\n"
+            "MODEL is a Hugging Face checkpoint folder (config.json, safetensors,\n"
+            "tokenizer.json, chat template) or a .gguf file (all of it in one file).\n"
+            "Without it, a small random 'tiny' model is\n"
             "synthesized once into <cache dir>/models/synth-tiny and served (no download;\n"
             "its output is gibberish, for trying the API).\n"
             "\n"
@@ -48,7 +49,9 @@ static void usage(FILE *out)
             "  --port N             TCP port, 0 for any free port (default 8080)\n"
             "  --threads N          engine compute threads (default: online CPUs, max 16)\n"
             "  --http-threads N     HTTP worker threads (default 4)\n"
-            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
+            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 | q8_0 | fp8_e4m3 (default bf16)\n"
+            "  --quantize T         convert the float weight matrices at load: q8_0 | q4_k\n"
+            "                       (also q4_0, q5_k, q6_k)\n"
             "  --pool-mib N         KV pool size in MiB (default: one full context of the model,\n"
             "                       at least 256, clamped to MemAvailable minus the weights and\n"
             "                       headroom)\n"
@@ -138,7 +141,7 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
 {
     char root[PATH_MAX];
     if (cache_root(cache_opt, root, sizeof root)) {
-        fprintf(stderr, "cairn serve: no MODEL_DIR and no cache directory (set --cache-dir, "
+        fprintf(stderr, "cairn serve: no MODEL and no cache directory (set --cache-dir, "
                         "CAIRN_CACHE_DIR or HOME)\n");
         return -1;
     }
@@ -262,6 +265,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_server_options_t so;
     cairn_server_options_default(&so);
     cairn_engine_options_t eo;
+    bool quantize = false; /* --quantize: convert the float weight matrices at load */
+    cairn_dtype_t quantize_to = CAIRN_DTYPE_Q8_0;
     cairn_engine_options_default(&eo);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
@@ -290,7 +295,7 @@ static int cmd_serve(int argc, char **argv)
         }
         if (a[0] != '-') {
             if (model) {
-                fprintf(stderr, "cairn serve: more than one MODEL_DIR ('%s', '%s')\n", model, a);
+                fprintf(stderr, "cairn serve: more than one MODEL ('%s', '%s')\n", model, a);
                 return 2;
             }
             model = a;
@@ -333,9 +338,15 @@ static int cmd_serve(int argc, char **argv)
             drain_ms = v;
         else if (!strcmp(a, "--kv-dtype")) {
             if (cairn_dtype_parse(val, &eo.kv_dtype) != 0) {
-                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16 or f32, got '%s'\n", val);
+                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", val);
                 return 2;
             }
+        } else if (!strcmp(a, "--quantize")) {
+            if (cairn_dtype_parse(val, &quantize_to) != 0) {
+                fprintf(stderr, "cairn serve: --quantize must be q8_0 or q4_k (or q4_0, q5_k, q6_k), got '%s'\n", val);
+                return 2;
+            }
+            quantize = true;
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
         else if (!strcmp(a, "--backend"))
@@ -399,6 +410,8 @@ static int cmd_serve(int argc, char **argv)
         name[l] = '\0';
         while (l > 1 && name[l - 1] == '/')
             name[--l] = '\0';
+        if (l > 5 && !strcmp(name + l - 5, ".gguf")) /* model.gguf serves as "model" */
+            name[l - 5] = '\0';
         model_id = name;
     }
     so.model_id = model_id;
@@ -418,7 +431,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_tokenizer_t *tok = NULL;
     cairn_server_t *srv = NULL;
     char *cold_root = NULL;
-    int rc = cairn_checkpoint_open(model, &ck, err, sizeof err);
+    int rc = quantize ? cairn_checkpoint_open_quantized(model, quantize_to, &ck, err, sizeof err)
+                      : cairn_checkpoint_open(model, &ck, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;

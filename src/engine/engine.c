@@ -112,8 +112,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     if (o.n_threads < 1 || o.max_step_tokens < 1 || o.max_context < 1 ||
         (o.kv_path != CAIRN_KV_PAGED && o.kv_path != CAIRN_KV_FLAT) ||
         (o.math != CAIRN_ENGINE_MATH_F32 && o.math != CAIRN_ENGINE_MATH_BF16) ||
-        (o.kv_dtype != CAIRN_DTYPE_F32 && o.kv_dtype != CAIRN_DTYPE_F16 &&
-         o.kv_dtype != CAIRN_DTYPE_BF16) ||
+        !cairn_dtype_block_elems(o.kv_dtype) || /* the backend says below which types it stores */
         (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
         cairn_errf(err, err_len, "%s", "engine: invalid options");
         return CAIRN_EINVAL;

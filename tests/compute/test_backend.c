@@ -446,7 +446,7 @@ static void test_registry_and_capabilities(void **state)
     assert_non_null(strstr(err, "nonsense"));
     o = (compute_backend_options_t){.n_threads = -3};
     assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_EINVAL);
-    const char *x86[] = {"avx2", "avx512", "avx512-emubf16"};
+    const char *x86[] = {"avx2", "avx512", "avx512-emubf16", "amx"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(x86); i++) {
         o = (compute_backend_options_t){.impl = x86[i]};
         int rc = compute_backend_create("cpu", &o, &be, err, sizeof(err));

@@ -7,7 +7,7 @@
  *
  * Also: the cold tier keeps GPU K/V apart from CPU K/V (the numerics id enters the
  * fingerprint: a CPU engine over the same directory restores nothing), and the engine
- * refuses the flat path and f32 K/V on the GPU with a message.
+ * refuses the flat path, f32 K/V and a host-memory family (gemma3) on the GPU with a message.
  *
  * `test_cuda_engine write DIR` and `test_cuda_engine restore DIR` are the two processes of
  * the cross-process check (the cmocka test spawns them).
@@ -255,6 +255,14 @@ static void test_refusals(void **state)
     o.kv_dtype = CAIRN_DTYPE_F32;
     assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
     assert_non_null(strstr(err, "f32"));
+    /* A family whose weights and activations are host memory (gemma3) is refused with a
+     * message naming it, not run into a device fault. */
+    cairn_checkpoint_t *g = fixture_open("gemma3");
+    o.kv_dtype = CAIRN_DTYPE_BF16;
+    assert_int_equal(cairn_engine_create(g, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
+    assert_non_null(strstr(err, "gemma3"));
+    assert_non_null(strstr(err, "cuda"));
+    cairn_checkpoint_close(g);
 }
 
 static void load_fixtures(void)

@@ -329,6 +329,10 @@ int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **
     int rc = compute_attn_create(be, &ap, &f->attn);
     if (rc == CAIRN_OK)
         rc = rope_inv_freq(cfg, f->inv_freq);
+    /* GGUF llama3 scaling: llama.cpp's theta = pos * inv_freq[i] / rope_freqs[i]. */
+    if (rc == CAIRN_OK && w->rope_freqs.data)
+        for (int i = 0; i < cfg->head_dim / 2; i++)
+            f->inv_freq[i] /= ((const float *)w->rope_freqs.data)[i];
     if (rc) {
         fwd_free(f);
         return rc;

@@ -956,7 +956,7 @@ static int copy_layout(redis_store_t *s, const cairn_tier_layout_t *L, char *err
     s->block_tokens = L->block_tokens;
     if (!L->n_groups)
         return CAIRN_OK;
-    if (!L->groups || L->n_groups > 64 || !cairn_dtype_size(L->dtype) || !L->block_tokens ||
+    if (!L->groups || L->n_groups > 64 || !cairn_dtype_block_elems(L->dtype) || !L->block_tokens ||
         L->block_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS) {
         cairn_errf(err, err_len, "shared tier: bad block layout (element type, tokens per block or groups)");
         return CAIRN_EINVAL;
