@@ -190,10 +190,8 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
-        /* CPU numerics are the math mode's name, which the fingerprint already carries. */
+        /* The backend's numerics id (with its revision) enters the model fingerprint. */
         const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math);
-        if (!strcmp(numerics, o.math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32"))
-            numerics = NULL;
         if ((rc = engine_cold_open(ck, &o, numerics, e->paged, &e->cold))) {
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;

@@ -73,9 +73,9 @@ struct engine_cold {
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
- * weights digest, which covers every tensor's name, shape and dtype. `numerics` is NULL
- * for the CPU backend's numerics, which every fingerprint so far meant, and the backend's
- * id otherwise (docs/FORMAT.md 1.4). */
+ * weights digest, which covers every tensor's name, shape and dtype. `numerics` is the
+ * backend's numerics id with its revision (the CPU's "f32.2"/"bf16.2"; NULL, for callers
+ * without a backend, means the CPU's revision 1) (docs/FORMAT.md 1.4). */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
                            const char *numerics, uint32_t block_tokens, char *extra, size_t extra_len,
                            cairn_tier_model_desc_t *d)

@@ -453,16 +453,16 @@ static void test_registry_and_capabilities(void **state)
         assert_int_equal(rc, kern_impl_available(x86[i]) ? CAIRN_OK : CAIRN_EUNSUPPORTED);
         if (rc == CAIRN_OK) {
             /* Every CPU implementation has the canonical numerics. */
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32");
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
             compute_backend_destroy(be);
         }
     }
     assert_int_equal(compute_backend_create(NULL, NULL, &be, err, sizeof(err)), CAIRN_OK);
     assert_string_equal(be->ops->name, "cpu");
     assert_true(be->ops->host_memory);
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32");
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
     /* The optional ops, both present (tests/compute/test_short_conv.c and
      * test_delta_rule.c); an unknown type is reported with a message. */
     assert_true(compute_supports(be, COMPUTE_OP_SHORT_CONV, CAIRN_DTYPE_BF16));

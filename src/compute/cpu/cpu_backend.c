@@ -47,8 +47,11 @@ static void cpu_destroy(compute_backend_t *be)
 
 static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math)
 {
-    (void)be; /* every CPU implementation follows the canonical order (kernels_impl.h) */
-    return math == CAIRN_MATH_BF16 ? "bf16" : "f32";
+    /* Every CPU implementation follows the canonical order (kernels_impl.h). The ".2" is the
+     * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
+     * an earlier build wrote to disk, under the bare math name, is never restored into it. */
+    (void)be;
+    return math == CAIRN_MATH_BF16 ? "bf16.2" : "f32.2";
 }
 
 static bool plain_type(cairn_dtype_t t)
