@@ -157,6 +157,13 @@ static int parse_layer_types(const cJSON *tc, q35_config_t *c, char *err, size_t
     c->n_linear = c->n_full = 0;
     for (int l = 0; l < n; l++)
         c->slot[l] = (int16_t)(c->kind[l] == Q35_LAYER_LINEAR ? c->n_linear++ : c->n_full++);
+    if (c->n_full == 0) {
+        /* The paged cache (and so prefix reuse) hangs off the full-attention layers: a
+         * stack of linear layers only has nothing to page. */
+        st_errf(err, err_len, "config.json: no full_attention layer among the %d layers "
+                "(layer_types or full_attention_interval): not supported", n);
+        return CAIRN_EUNSUPPORTED;
+    }
     return 0;
 }
 
