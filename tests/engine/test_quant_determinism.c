@@ -43,11 +43,17 @@ static int n_lng, n_shr;
 
 static cairn_engine_math_t math = CAIRN_ENGINE_MATH_F32; /* of the engines below */
 
+/* The fixtures' folder: $CAIRN_FIXTURES when set, else the build's. */
+static const char *fixtures_root(void)
+{
+    const char *root = getenv("CAIRN_FIXTURES");
+    return root && root[0] ? root : CAIRN_FIXTURES_DIR;
+}
+
 static cairn_checkpoint_t *open_gguf(const char *name)
 {
     char path[1024], err[512] = "";
-    const char *root = getenv("CAIRN_FIXTURES");
-    snprintf(path, sizeof path, "%s/gguf/q256/%s", root && root[0] ? root : CAIRN_FIXTURES_DIR, name);
+    snprintf(path, sizeof path, "%s/gguf/q256/%s", fixtures_root(), name);
     cairn_checkpoint_t *ck = NULL;
     if (cairn_checkpoint_open(path, &ck, err, sizeof err))
         fail_msg("%s: %s", path, err);
@@ -280,7 +286,7 @@ static void test_quantize_at_load(void **state)
 {
     (void)state;
     char hf[1024], err[512] = "";
-    snprintf(hf, sizeof hf, "%s/gguf/q256/hf", CAIRN_FIXTURES_DIR);
+    snprintf(hf, sizeof hf, "%s/gguf/q256/hf", fixtures_root());
     cairn_checkpoint_t *plain = NULL, *q8 = NULL, *q4 = NULL, *bad = NULL;
     assert_int_equal(cairn_checkpoint_open(hf, &plain, err, sizeof err), 0);
     assert_int_equal(cairn_checkpoint_open_quantized(hf, CAIRN_DTYPE_Q8_0, &q8, err, sizeof err), 0);
@@ -339,7 +345,7 @@ static void test_quantize_every_family(void **state)
     static const char *const models[] = {"llama", "qwen3", "gemma3", "lfm2", "qwen3_5"};
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         char dir[1024], err[512] = "";
-        snprintf(dir, sizeof dir, "%s/models/%s", CAIRN_FIXTURES_DIR, models[m]);
+        snprintf(dir, sizeof dir, "%s/models/%s", fixtures_root(), models[m]);
         cairn_checkpoint_t *ck[2] = {NULL, NULL};
         if (cairn_checkpoint_open(dir, &ck[0], err, sizeof err) ||
             cairn_checkpoint_open_quantized(dir, CAIRN_DTYPE_Q8_0, &ck[1], err, sizeof err))

@@ -6,7 +6,7 @@
  * pair (32b + 2j, 32b + 2j + 1) of every 32-element block b in increasing b, as vdpbf16ps
  * (odd element first, DAZ inputs, FTZ output, RNE), then the fixed 16 -> 1 tree. A TDPBF16PS
  * tile product adds into each C element the pairs of its K dimension one after the other,
- * with the same rounding (Intel SDM's model; see the probe below). So the tiles here run
+ * with the same rounding in Intel's SDM (the checks below test that the CPU does). So the tiles run
  * one lane at a time, with the K dimension walking the blocks: for lane j, A row r holds
  * row r's pair j of blocks b0 .. b0+15 and B row k the 16 outputs' pair j of block b0 + k,
  * and C (16 rows x 16 outputs) is lane j's accumulator, exactly. Each lane's C is stored,
@@ -23,18 +23,24 @@
  * the AVX-512 kernel (kernels_avx512.c), which gives the same bits: a row's result does not
  * depend on which kernel computed it, so not on the rows in the call.
  *
- * The probe. Before first use (once per process) one tile product on crafted operands tells
- * which element of a pair the tiles add first and that they round each product's sum, flush
- * output denormals and read input denormals as zero; a CPU whose tiles do otherwise (or one
- * without AMX-BF16) runs the AVX-512 kernel for every call, so the bits never change with
- * the CPU's tile arithmetic, only the speed.
+ * The checks. Before the first tiled call (once per process) a probe (one tile product on
+ * crafted operands) tells which element of a pair the tiles add first and that they round
+ * each product's sum, flush output denormals and read input denormals as zero; then a
+ * self-check computes one whole product through the tiles and through the AVX-512 kernel
+ * and compares the bits. A CPU without AMX-BF16, or whose tiles fail either check, runs the
+ * AVX-512 kernel for every call: the bits never depend on the CPU's tile arithmetic, only
+ * the speed. On the device machine's Xeon (family 6 model 207, 2026-12-01) the tiles passed
+ * the probe (even element first) but their products differed from vdpbf16ps's
+ * (test_quant_kernels' edge values; test_quant_determinism's q256 activations), in a way not
+ * yet characterized; the self-check was added for that CPU, to turn the tiles off there, and
+ * has not run on it yet (docs/PERFORMANCE.md).
  *
  * Tiles: tmm0-3 the C of (row tile t, output group g) = tmm(2t + g), tmm4-5 A of the two
  * row tiles, tmm6-7 B of the two output groups; all 16 rows x 64 bytes. Each call loads its
  * configuration and releases the tiles before returning.
  *
- * Only runs where kern__x86_has_amx_bf16(). Pure functions otherwise; thread-safe (the
- * probe behind pthread_once).
+ * Tiles only where kern__x86_has_amx_bf16() and the checks passed. Pure functions otherwise;
+ * thread-safe (the checks' decision behind a mutex, read atomically).
  */
 #include "compute/cpu/x86/x86_impls.h"
 
@@ -298,26 +304,93 @@ TB static int probe_order(void)
     return r[0] == two_m24 ? 1 : r[0] == 0 ? 0 : -1;
 }
 
-static int amx_bf16_mode = -1; /* 1: tiles, halves swapped; 0: tiles as stored; -1: AVX-512 only */
-static pthread_once_t amx_bf16_once = PTHREAD_ONCE_INIT;
+/* The self-check: one product (64 rows, 32 outputs, 1088 inputs: tile pairs, two output
+ * groups and a tail of blocks; mostly ordinary values, some near the denormal range)
+ * through the tiles and through the AVX-512 kernel. 1: the same bits; 0: they differ; -1: no memory for it (asked again next call). */
+TB static int self_check(bool swap)
+{
+    enum { SR = 64, SO = 32, SK = 1088 };
+    float *x = cairn_malloc(sizeof(float) * (SR * SK + 2 * SR * SO));
+    uint16_t *w = cairn_malloc(sizeof(uint16_t) * SO * SK);
+    int ok = -1;
+    if (!x || !w)
+        goto done;
+    float *y0 = x + SR * SK, *y1 = y0 + SR * SO;
+    uint32_t s = 0x2545f491u;
+    for (int i = 0; i < SR * SK + SO * SK; i++) {
+        s = s * 1664525u + 1013904223u;
+        /* a uniform mantissa in [-1, 1) times 2^(-8 .. 7); one value in 16 near 2^-120 (its
+         * products flush) and one an f32 denormal (read as zero) */
+        float v = ((float)(int32_t)(s & 0xffffffu) / 8388608.0f - 1.0f) * (float)(1 << (s >> 28)) / 256.0f;
+        const uint32_t k = (s >> 24) & 15, den = s & 0x807fffffu;
+        if (k == 0)
+            memcpy(&v, &den, 4);
+        else if (k == 1)
+            v = v * 0x1p-112f;
+        if (i < SR * SK) {
+            x[i] = v;
+        } else {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            w[i - SR * SK] = (uint16_t)(u >> 16);
+        }
+    }
+    if (!amx_bf16_rows(y1, x, SR, SK, w, SO, 0, SO, swap))
+        goto done;
+    kern__avx512_matmul_bf16w(y0, x, SR, SK, w, SO, 0, SO, CAIRN_MATH_BF16);
+    ok = memcmp(y0, y1, sizeof(float) * SR * SO) == 0;
+done:
+    cairn_free(x);
+    cairn_free(w);
+    return ok;
+}
 
-static void amx_bf16_init(void) { amx_bf16_mode = kern__x86_has_amx_bf16() ? probe_order() : -1; }
+/* What the tiles' checks said: */
+enum { BF16_UNKNOWN = 0, BF16_NO_AMX, BF16_PROBE_FAILED, BF16_SELF_CHECK_FAILED, BF16_TILES_SWAPPED, BF16_TILES };
+static int amx_bf16_mode = BF16_UNKNOWN; /* atomic loads and stores; written under the mutex */
+static pthread_mutex_t amx_bf16_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int amx_bf16_decide(void)
+{
+    int m = __atomic_load_n(&amx_bf16_mode, __ATOMIC_ACQUIRE);
+    if (m != BF16_UNKNOWN)
+        return m;
+    pthread_mutex_lock(&amx_bf16_lock);
+    m = amx_bf16_mode;
+    if (m == BF16_UNKNOWN) {
+        const int order = kern__x86_has_amx_bf16() ? probe_order() : -2;
+        const int check = order >= 0 ? self_check(order == 1) : 0;
+        m = order == -2   ? BF16_NO_AMX
+            : order < 0   ? BF16_PROBE_FAILED
+            : check < 0   ? BF16_UNKNOWN /* no memory: decide on a later call */
+            : check == 0  ? BF16_SELF_CHECK_FAILED
+            : order == 1  ? BF16_TILES_SWAPPED
+                          : BF16_TILES;
+        __atomic_store_n(&amx_bf16_mode, m, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&amx_bf16_lock);
+    return m;
+}
 
 const char *kern__amx_bf16_state(void)
 {
-    pthread_once(&amx_bf16_once, amx_bf16_init);
-    return amx_bf16_mode == 1   ? "AMX-BF16 tiles (even element first, pairs swapped)"
-           : amx_bf16_mode == 0 ? "AMX-BF16 tiles (odd element first)"
-           : kern__x86_has_amx_bf16() ? "AVX-512 only: the tiles' rounding differs from vdpbf16ps (probe)"
-                                      : "AVX-512 only: no AMX-BF16";
+    switch (amx_bf16_decide()) {
+    case BF16_NO_AMX: return "AVX-512 only: no AMX-BF16 (or no tile permission)";
+    case BF16_PROBE_FAILED: return "AVX-512 only: tdpbf16ps failed the probe (order, rounding, DAZ/FTZ)";
+    case BF16_SELF_CHECK_FAILED:
+        return "AVX-512 only: tdpbf16ps passed the probe but its product differs from vdpbf16ps's (self-check)";
+    case BF16_TILES_SWAPPED: return "AMX-BF16 tiles (even element first, pairs swapped)";
+    case BF16_TILES: return "AMX-BF16 tiles (odd element first)";
+    default: return "undecided (no memory for the self-check yet)";
+    }
 }
 
 void kern__amx_matmul_bf16w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
                             cairn_math_t math)
 {
-    pthread_once(&amx_bf16_once, amx_bf16_init);
-    const int tiled = math == CAIRN_MATH_BF16 && amx_bf16_mode >= 0 && rows >= AMX_BF16_MIN_ROWS ? rows / 16 * 16 : 0;
-    if (tiled && !amx_bf16_rows(y, x, tiled, in, w, out, o0, o1, amx_bf16_mode == 1)) {
+    const int mode = math == CAIRN_MATH_BF16 && rows >= AMX_BF16_MIN_ROWS ? amx_bf16_decide() : BF16_UNKNOWN;
+    const int tiled = mode == BF16_TILES_SWAPPED || mode == BF16_TILES ? rows / 16 * 16 : 0;
+    if (tiled && !amx_bf16_rows(y, x, tiled, in, w, out, o0, o1, mode == BF16_TILES_SWAPPED)) {
         kern__avx512_matmul_bf16w(y, x, rows, in, w, out, o0, o1, math);
         return;
     }
