@@ -33,7 +33,8 @@
  * the probe (even element first) but their products differed from vdpbf16ps's
  * (test_quant_kernels' edge values; test_quant_determinism's q256 activations), in a way not
  * yet characterized; the self-check was added for that CPU, to turn the tiles off there, and
- * has not run on it yet (docs/PERFORMANCE.md).
+ * has not run on it yet (docs/PERFORMANCE.md). Until it has, the tiles are off by default:
+ * only CAIRN_AMX_BF16=1 lets the checks run and the tiles serve (read once per process).
  *
  * Tiles: tmm0-3 the C of (row tile t, output group g) = tmm(2t + g), tmm4-5 A of the two
  * row tiles, tmm6-7 B of the two output groups; all 16 rows x 64 bytes. Each call loads its
@@ -346,7 +347,7 @@ done:
 }
 
 /* What the tiles' checks said: */
-enum { BF16_UNKNOWN = 0, BF16_NO_AMX, BF16_PROBE_FAILED, BF16_SELF_CHECK_FAILED, BF16_TILES_SWAPPED, BF16_TILES };
+enum { BF16_UNKNOWN = 0, BF16_OFF, BF16_NO_AMX, BF16_PROBE_FAILED, BF16_SELF_CHECK_FAILED, BF16_TILES_SWAPPED, BF16_TILES };
 static int amx_bf16_mode = BF16_UNKNOWN; /* atomic loads and stores; written under the mutex */
 static pthread_mutex_t amx_bf16_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -357,7 +358,10 @@ static int amx_bf16_decide(void)
         return m;
     pthread_mutex_lock(&amx_bf16_lock);
     m = amx_bf16_mode;
-    if (m == BF16_UNKNOWN) {
+    if (m == BF16_UNKNOWN && !cairn_knob_bool("CAIRN_AMX_BF16", false, false, false)) {
+        m = BF16_OFF;
+        __atomic_store_n(&amx_bf16_mode, m, __ATOMIC_RELEASE);
+    } else if (m == BF16_UNKNOWN) {
         const int order = kern__x86_has_amx_bf16() ? probe_order() : -2;
         const int check = order >= 0 ? self_check(order == 1) : 0;
         m = order == -2   ? BF16_NO_AMX
@@ -375,6 +379,7 @@ static int amx_bf16_decide(void)
 const char *kern__amx_bf16_state(void)
 {
     switch (amx_bf16_decide()) {
+    case BF16_OFF: return "AVX-512 only: the AMX-BF16 tiles are off unless CAIRN_AMX_BF16=1 (unverified on real tiles)";
     case BF16_NO_AMX: return "AVX-512 only: no AMX-BF16 (or no tile permission)";
     case BF16_PROBE_FAILED: return "AVX-512 only: tdpbf16ps failed the probe (order, rounding, DAZ/FTZ)";
     case BF16_SELF_CHECK_FAILED:
