@@ -758,6 +758,7 @@ static enum MHD_Result start_request(conn_t *c)
         p.sampling.max_tokens = s->max_context - n_ids;
     p.n = r->n;
     p.logprobs = r->logprobs;
+    p.retain = r->retain;
     p.top_logprobs = r->top_logprobs;
     p.on_event = on_event;
     p.user = c;

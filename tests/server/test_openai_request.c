@@ -157,6 +157,8 @@ static void test_agent_fields(void **state)
                                      "\"web_search_options\":null}", &r, &e), 0);
     assert_int_equal(r.enable_thinking, 0);
     assert_true(r.no_tool_calls);
+    assert_true(r.retain); /* prompt_cache_key: a retention hint */
+    assert_null(r.cache_salt); /* ... never a cache domain */
     assert_true(r.logprobs);
     assert_int_equal(r.top_logprobs, 3);
     assert_int_equal(r.sampling.max_tokens, 5);
@@ -165,8 +167,10 @@ static void test_agent_fields(void **state)
     assert_string_equal(cJSON_GetObjectItem(a, "content")->valuestring, "");
     gen_request_fini(&r);
     assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                                     "\"reasoning_effort\":\"high\",\"tool_choice\":\"required\"}", &r, &e), 0);
+                                     "\"reasoning_effort\":\"high\",\"tool_choice\":\"required\","
+                                     "\"prompt_cache_key\":\"\"}", &r, &e), 0);
     assert_int_equal(r.enable_thinking, 1);
+    assert_false(r.retain); /* an empty key is no hint */
     assert_false(r.no_tool_calls);
     gen_request_fini(&r);
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", &r, &e), 0);
@@ -271,7 +275,14 @@ static void test_anthropic_and_responses(void **state)
     cJSON_free(m);
     assert_int_equal(r.enable_thinking, 0);
     assert_int_equal(r.sampling.max_tokens, 7);
+    assert_false(r.retain);
     gen_request_fini(&r);
+    assert_int_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"prompt_cache_key\":\"k\"}", &r, &e), 0);
+    assert_true(r.retain);
+    assert_null(r.cache_salt);
+    gen_request_fini(&r);
+    assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"prompt_cache_key\":1}", &r, &e), 0);
+    assert_string_equal(e.param, "prompt_cache_key");
     assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"previous_response_id\":\"r\"}", &r, &e), 0);
     assert_string_equal(e.param, "previous_response_id");
     assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"text\":{\"format\":"

@@ -132,6 +132,8 @@ typedef struct {
                                * (Claude Code always asks 32000): past the context the
                                * server lowers it to what the context leaves, no 400 */
     bool logprobs;            /* report the generated tokens' log-probabilities */
+    bool retain;              /* prompt_cache_key sent (non-empty): a retention hint for the
+                               * prompt's blocks (cairn_req_params_t.retain); never a domain */
     int top_logprobs;         /* and this many alternatives each (0..20) */
     int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its
                                * enable_thinking switch (0/1) unless template_kwargs set it
