@@ -28,6 +28,8 @@
  * message_start, ping, then per block content_block_start / content_block_delta
  * (text_delta, thinking_delta, input_json_delta) / content_block_stop, then message_delta
  * (stop_reason, usage) and message_stop; a failure after it began is an `error` event.
+ * A stream silent for the server's keepalive_ms (queued, a long prefill) gets `ping`
+ * events, as the Anthropic API sends them (its SDKs skip them wherever they come).
  * Errors are {"type": "error", "error": {"type", "message"}}.
  *
  * Keys: x-api-key, or Authorization: Bearer. GET /v1/models with an anthropic-version
@@ -1162,6 +1164,7 @@ const api_adapter_t api_anthropic_messages = {
     .content_type = "application/json",
     .stream_content_type = "text/event-stream",
     .oom_body = ANT_OOM_BODY,
+    .keepalive = "event: ping\ndata: {\"type\":\"ping\"}\n\n",
     .parse = ant_parse,
     .render_error = ant_render_error,
     .begin = ant_begin,

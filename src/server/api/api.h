@@ -304,6 +304,9 @@ struct cairn_api_adapter {
     const char *stream_content_type; /* streams: "text/event-stream" */
     const char *oom_body;            /* static error body (503) for when rendering itself
                                       * runs out of memory */
+    const char *keepalive;           /* streams: what a stream silent for keepalive_ms
+                                      * sends (a long prefill, a queue), a whole SSE
+                                      * frame; NULL: the comment ": keepalive" */
 
     /*
      * Parses and validates a body into *out (which it initializes). Returns 0, or a
