@@ -300,6 +300,9 @@ static void test_llama3_json_streams(void **state)
                           "B0[write]A0[{\"text\": \"one, two\"}]E0[]B1[b]A1[{}]E1[]"};
     assert_string_equal(feed_steps(&o, pieces, want),
                         "B0[write]A0[{\"text\": \"one, two\"}]E0[]B1[b]A1[{}]E1[]");
+    const char *pieces2[] = {"{\"name\": \"get_weather\", \"parameters\": {\"city\": ", "\"Paris\"}}", NULL};
+    const char *want2[] = {"B0[get_weather]A0[{\"city\": ]", "B0[get_weather]A0[{\"city\": \"Paris\"}]E0[]"};
+    feed_steps(&o, pieces2, want2);
     int n = 0;
     assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {\"s\": \"}\"}}\n{\"name\": \"b\", \"parameters\": {\"x\": [1]}};", &n),
                         "B0[a]A0[{\"s\": \"}\"}]E0[]B1[b]A1[{\"x\": [1]}]E1[]");
