@@ -196,6 +196,7 @@ static void test_anthropic_and_responses(void **state)
         "\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"text\",\"text\":\"R\"}]},"
         "{\"type\":\"text\",\"text\":\"more\"}]},{\"role\":\"system\",\"content\":\"late\"}]}";
     assert_int_equal(parse(&api_anthropic_messages, ant, &r, &e), 0);
+    assert_true(r.retain); /* cache_control on the system block: a retention hint */
     char *m = cJSON_PrintUnformatted(r.messages);
     assert_string_equal(m, "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hi\"},"
                            "{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"T\","
@@ -217,6 +218,13 @@ static void test_anthropic_and_responses(void **state)
     const char *noMax = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
     api_input_t in = {.op = API_OP_COUNT_TOKENS, .body = noMax, .len = strlen(noMax)};
     assert_int_equal(api_anthropic_messages.parse(&in, &r, &e), 0);
+    assert_false(r.retain); /* no cache_control: no hint */
+    gen_request_fini(&r);
+    const char *ccMsg = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":"
+                        "[{\"type\":\"text\",\"text\":\"x\",\"cache_control\":{\"type\":\"ephemeral\"}}]}]}";
+    assert_int_equal(parse(&api_anthropic_messages, ccMsg, &r, &e), 0);
+    assert_true(r.retain);
+    assert_null(r.cache_salt);
     gen_request_fini(&r);
     /* Claude Code's per-request billing header is not part of the prompt (block or first
      * line); a system of only the header is no system message. */
