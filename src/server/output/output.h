@@ -34,7 +34,8 @@
  *
  * Thread-safety: a parser is used by one thread at a time; formats are immutable tables.
  * Cost: linear in the text (each byte is scanned a bounded number of times, plus one
- * JSON parse per call).
+ * JSON parse per call), except that a pythonic argument still being generated is scanned
+ * again at each feed (quadratic in that one argument's length).
  */
 #ifndef CAIRN_SERVER_OUTPUT_H
 #define CAIRN_SERVER_OUTPUT_H
