@@ -370,16 +370,23 @@ const fclients = (p) => [
   };
   const kbase = `http://127.0.0.1:${kaPort}`;
   const kant = new Anthropic({ baseURL: kbase, apiKey: 'unused', maxRetries: 0, fetch: tapFetch });
-  const koai = new OpenAI({ baseURL: `${kbase}/v1`, apiKey: 'unused', maxRetries: 0 });
-  const busy = koai.completions.create({ model, prompt: 'go', max_tokens: 800, ignore_eos: true,
-    temperature: 0 });
-  await new Promise((res) => setTimeout(res, 300)); // busy holds the one running slot
+  // busy holds the one running slot until the queued stream has had a ping; then its
+  // client hangs up (the server cancels it) and the stream runs.
+  const ctl = new AbortController();
+  const busy = fetch(`${kbase}/v1/completions`, { method: 'POST', signal: ctl.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'go', max_tokens: 4000, ignore_eos: true, stream: true }),
+  }).then((r) => r.body.getReader().read()).catch(() => null);
+  await new Promise((res) => setTimeout(res, 300));
   const kinds = [];
   const st = kant.messages.stream({ ...antReq, ...force(bias.answer) });
   st.on('streamEvent', (e) => kinds.push(e.type));
-  const msg = await st.finalMessage();
-  const b = await busy;
-  assert.equal(b.usage.completion_tokens, 800);
+  const final = st.finalMessage();
+  for (let t = 0; t < 100 && !seen.includes('event: ping'); t++)
+    await new Promise((res) => setTimeout(res, 50));
+  ctl.abort();
+  await busy;
+  const msg = await final;
   assert.equal(msg.content[0].text, ANSWER);
   assert.equal(kinds[0], 'message_start'); // the SDK skips the pings
   const head = seen.slice(0, seen.indexOf('event: message_start'));
