@@ -157,6 +157,8 @@ static void test_claude_code_print_mode(void **state)
     so.port = 0;
     so.model_id = "agent";
     so.request_log_path = WORK "/requests.jsonl";
+    so.keepalive_ms = 1000; /* a prefill longer than this sends Claude Code ping events
+                             * before message_start (run 1's takes seconds) */
     test_server_t ts;
     /* A 32K context: Claude Code's max_tokens (32000 by default) is lowered to what the
      * context leaves, not refused. */
