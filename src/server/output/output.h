@@ -9,10 +9,11 @@
  *      "<think>\nplan\n</think>\n\nOK<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>"
  *        -> REASONING "plan"  TEXT "OK"  TOOL_BEGIN 0 "f"  TOOL_ARGS 0 "{\"a\": 1}"  TOOL_END 0
  *
- * Arguments of the JSON call formats stream as they are generated (several TOOL_ARGS);
- * a call whose head (name, start of the arguments) was streamed and that then breaks
- * off or turns malformed still ends with TOOL_END, its arguments as far as they went,
- * and anything after them in the section as text.
+ * Arguments of the JSON call formats stream as they are generated (several TOOL_ARGS),
+ * those of the pythonic and XML formats an argument at a time (as JSON members); a call
+ * whose head (name, start of the arguments) was streamed and that then breaks off or
+ * turns malformed still ends with TOOL_END, its arguments as far as they went (pythonic
+ * and XML: a valid object), and anything after them in the section as text.
  *
  * Reasoning is the text between <think> and </think> at the start of the output (or from
  * the start, when the prompt already opened the block: in_reasoning); the newlines right
