@@ -22,6 +22,8 @@ pre-tokenizer qwen2) and its ChatML template, so `cairn generate` and `serve` ru
 (llama-quantize falls back to q5_0/q5_1 for a k-quant whose rows are not 256 wide).
 --shape kquant: hidden 256 and every matrix row a multiple of 256, for Q4_K_M/Q5_K_M/Q6_K
 (files too large to commit: the figures of docs/PERFORMANCE.md come from them).
+--shape fuzz: hidden 8, vocab 16, f32 files with the converters' dummy vocabulary only (no
+llama.cpp needed): the seeds fuzz/corpus/gguf/<family>_tiny.gguf.
 """
 import argparse
 import hashlib
@@ -38,6 +40,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 SHAPES = {
     "tiny": dict(E=64, nh=2, nkv=1, hd=32, F=128, V=320, dk=16, dv=16),
     "kquant": dict(E=256, nh=4, nkv=2, hd=64, F=512, V=512, dk=64, dv=64),
+    "fuzz": dict(E=8, nh=2, nkv=1, hd=8, F=16, V=16, dk=2, dv=2),
 }
 
 
@@ -207,22 +210,26 @@ def main():
                          for c in fixture["cases"]]}
     ppath = os.path.join(a.out, "prompts.json")
     json.dump(prompts, open(ppath, "w"))
+    fuzz = a.shape == "fuzz"
     tok = os.path.join(a.out, "tokenizer-hf")
-    run([a.cairn, "synth", tok, "--vocab", str(shape["V"])])
+    if not fuzz:
+        run([a.cairn, "synth", tok, "--vocab", str(shape["V"])])
     for fam in a.families.split(","):
         cfg, tensors = FAMILIES[fam](shape)
         hf = os.path.join(a.out, fam + "-hf")
         os.makedirs(hf, exist_ok=True)
-        for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        for f in () if fuzz else ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             with open(os.path.join(tok, f), "rb") as src, open(os.path.join(hf, f), "wb") as dst:
                 dst.write(src.read())
         json.dump(cfg, open(os.path.join(hf, "config.json"), "w"), indent=1)
         write_safetensors(os.path.join(hf, "model.safetensors"), tensors, a.seed)
         conv = os.path.join(ROOT, "bench", fam + "_hf2gguf.py")
         stem = os.path.join(a.out, fam)
-        for t in ("f32", "bf16"):
-            run([sys.executable, conv, hf, "-o", "%s-%s.gguf" % (stem, t), "--type", t, "--peer", a.peer,
-                 "--real-vocab", "qwen2"])
+        for t in ("f32",) if fuzz else ("f32", "bf16"):
+            run([sys.executable, conv, hf, "-o", "%s-%s.gguf" % (stem, t), "--type", t, "--peer", a.peer]
+                + ([] if fuzz else ["--real-vocab", "qwen2"]))
+        if fuzz:
+            continue
         models = ["%s-f32.gguf" % stem, "%s-bf16.gguf" % stem]
         for t in a.types.split(","):
             run([os.path.join(a.llama, "llama-quantize"), "%s-f32.gguf" % stem, "%s-%s.gguf" % (stem, t), t], env)
@@ -230,7 +237,8 @@ def main():
         run([sys.executable, os.path.join(a.peer, "gguf_ref.py"), os.path.join(a.llama, "peer-dump-logits"),
              a.out, ppath] + models, env)
         print("wrote", fam)
-    run(["sh", "-c", "xz -f -9 %s/*.logits.f32" % a.out])
+    if not fuzz:
+        run(["sh", "-c", "xz -f -9 %s/*.logits.f32" % a.out])
 
 
 if __name__ == "__main__":
