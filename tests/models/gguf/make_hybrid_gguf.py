@@ -120,7 +120,8 @@ def gemma3(s):
 
 
 def lfm2(s):
-    E, nh, nkv, hd, F, V = s["E"], s["nh"], s["nkv"], s["hd"], s["F"], s["V"]
+    E, nh, nkv, F, V = s["E"], s["nh"], s["nkv"], s["F"], s["V"]
+    hd = E // nh  # LFM2's head_dim
     kinds = ["conv", "full_attention", "conv"]
     cfg = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": E,
            "num_hidden_layers": len(kinds), "num_attention_heads": nh, "num_key_value_heads": nkv,
