@@ -43,6 +43,8 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--type", choices=["f32", "f16", "bf16"], default="bf16")
     ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peer"))
+    ap.add_argument("--real-vocab", metavar="PRE", help="write the folder's tokenizer.json as llama.cpp's gpt2 BPE vocab "
+                    "with this pre-tokenizer name, and its chat template (the peer's hf2gguf.py option)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.peer))
     import hf2gguf as h  # noqa: E402  (the peer's GGUF writer pieces)
@@ -129,7 +131,8 @@ def main():
                 h.kv(A + ".rope.scaling.factor", h.T_F32, full["factor"])]
     if cfg.get("final_logit_softcapping") is not None:
         kvs.append(h.kv(A + ".final_logit_softcapping", h.T_F32, cfg["final_logit_softcapping"]))
-    tkvs, eos, eog = h.tokenizer_kvs(d, cfg, V)
+    tkvs, eos, eog = (h.real_vocab_kvs(d, cfg, V, a.real_vocab) if a.real_vocab
+                      else h.tokenizer_kvs(d, cfg, V))
     kvs += tkvs
 
     def pad(n):

@@ -105,6 +105,8 @@ def main():
     ap.add_argument("--type", choices=["bf16", "f16", "f32"], default="bf16")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peer"))
+    ap.add_argument("--real-vocab", metavar="PRE", help="write the folder's tokenizer.json as llama.cpp's gpt2 BPE vocab "
+                    "with this pre-tokenizer name, and its chat template (the peer's hf2gguf.py option)")
     a = ap.parse_args()
     P = load_peer(a.peer)
 
@@ -188,7 +190,8 @@ def main():
         P.kv(A + ".full_attention_interval", P.T_U32, interval),
         P.kv(A + ".vocab_size", P.T_U32, V),
     ]
-    tkvs, eos, eog = P.tokenizer_kvs(d, cfg if "eos_token_id" in cfg else top, V)
+    tkvs, eos, eog = (P.real_vocab_kvs(d, cfg if "eos_token_id" in cfg else top, V, a.real_vocab) if a.real_vocab
+                      else P.tokenizer_kvs(d, cfg if "eos_token_id" in cfg else top, V))
     kvs += tkvs
 
     def pad(n):

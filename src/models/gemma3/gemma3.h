@@ -54,6 +54,9 @@ typedef struct {
     float final_softcap;       /* final_logit_softcapping; 0 = off */
     gemma3_rope_t rope[2];     /* [GEMMA3_SLIDING], [GEMMA3_FULL] */
     uint8_t kind[GEMMA3_MAX_LAYERS]; /* [n_layers] gemma3_kind_t */
+    /* The norm weights are stored as 1 + w (llama.cpp's converter adds the 1, in float32,
+     * as HF computes it): the norms multiply by the stored weight. False for HF folders. */
+    bool norm_weights_plus_one;
 } gemma3_config_t;
 
 /*
@@ -126,6 +129,19 @@ typedef struct {
 } gemma3_t;
 
 extern const cairn_family_t cairn_family_gemma3;
+
+/*
+ * GGUF files of general.architecture "gemma3" (gemma3_gguf.c, docs/FORMAT.md 3.5): the
+ * family's parse_gguf and gguf_tensor_name (models/family.h). llama.cpp's meaning: every
+ * 6th layer full (gemma3.attention.sliding_window_pattern may say otherwise: a period, or
+ * a per-layer bool array, true = sliding), sliding layers' RoPE base 10000
+ * (gemma3.rope.freq_base_swa), attention scale 1/sqrt(key_length) (1/sqrt(hidden/heads)
+ * for the 62-layer 27B), embedding scale sqrt(hidden), norm weights stored as 1 + w.
+ */
+int gemma3_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                      void **priv, char *err, size_t err_len);
+bool gemma3_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
+                             char *buf, size_t cap, int *permute_heads);
 
 /* ---- forward pass ---- */
 

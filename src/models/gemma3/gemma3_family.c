@@ -17,6 +17,8 @@
 #include "models/gemma3/gemma3.h"
 
 static const char *const model_types[] = {"gemma3_text", "gemma3", NULL};
+/* GGUF general.architecture values (gemma3_gguf.c). */
+static const char *const gguf_architectures[] = {"gemma3", NULL};
 
 static int parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
                         size_t err_len)
@@ -110,6 +112,9 @@ const cairn_family_t cairn_family_gemma3 = {
     .bind = bind,
     .ignore_tensor = gemma3_ignore_tensor,
     .destroy = destroy,
+    .gguf_architectures = gguf_architectures,
+    .parse_gguf = gemma3_parse_gguf,
+    .gguf_tensor_name = gemma3_gguf_tensor_name,
     .cache_layout = cache_layout,
     .describe = describe,
     .fwd_create = gemma3_fwd_create,

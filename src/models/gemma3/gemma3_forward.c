@@ -60,10 +60,11 @@ static void matmul(gemma3_fwd_t *f, float *y, const float *x, int rows, const ca
     compute_matmul(f->be, x, rows, (int)w->shape[1], &mm, 1, f->math);
 }
 
-/* Gemma's RMSNorm of n rows: x / rms(x) * (1 + w). */
+/* Gemma's RMSNorm of n rows: x / rms(x) * (1 + w); x / rms(x) * w where the file stores
+ * the weights as 1 + w already (GGUF, gemma3_config_t.norm_weights_plus_one). */
 static void norm(gemma3_fwd_t *f, float *out, const float *x, int rows, const cairn_tensor_t *w)
 {
-    compute_rmsnorm(f->be, out, x, rows, vec(w), f->cfg->rms_eps, true);
+    compute_rmsnorm(f->be, out, x, rows, vec(w), f->cfg->rms_eps, !f->cfg->norm_weights_plus_one);
 }
 
 /* cap(s) = tanh(s / c) * c in place, as HF's final_logit_softcapping (host memory). */

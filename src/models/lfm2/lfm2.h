@@ -60,6 +60,12 @@ typedef struct {
     size_t state_layer_bytes;              /* (L-1) * hidden * 4: one conv layer's part */
     size_t state_off[LFM2_MAX_LAYERS];     /* byte offset of conv layer l's part */
     size_t state_bytes;                    /* the whole state of one sequence */
+    /* GGUF: the conv weight is stored squeezed to [hidden, L] (llama.cpp's converter),
+     * not HF's [hidden, 1, L]; the same bytes. */
+    bool conv_squeezed;
+    /* GGUF: the file's name of the final norm ("token_embd_norm.weight" as llama.cpp's
+     * converter writes it, or "output_norm.weight"); empty for HF folders. */
+    char gguf_final_norm[32];
 } lfm2_config_t;
 
 /*
@@ -81,6 +87,21 @@ typedef struct {
  * base.model_type are left to the caller. Pure.
  */
 int lfm2_config_parse(const cJSON *o, lfm2_config_t *out, char *err, size_t err_len);
+/* Fills state_layer_bytes, state_off[] and state_bytes from conv_taps, hidden and kind[]
+ * (the parsers call it once the layer kinds are known). */
+void lfm2_config_layout_state(lfm2_config_t *cfg);
+
+/*
+ * GGUF files of general.architecture "lfm2" (lfm2_gguf.c, docs/FORMAT.md 3.5): the
+ * family's parse_gguf and gguf_tensor_name (models/family.h). Layer kinds come from
+ * lfm2.attention.head_count_kv, a per-layer array (0: a conv layer), as llama.cpp reads
+ * them; feed_forward_length is the effective width.
+ */
+int lfm2_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                    void **priv, char *err, size_t err_len);
+bool lfm2_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
+                           char *buf, size_t cap, int *permute_heads);
+
 /* The same from config.json text (len bytes), for tests and tools. Also CAIRN_ENOMEM. */
 int lfm2_config_parse_text(const char *json, size_t len, lfm2_config_t *out, char *err,
                            size_t err_len);

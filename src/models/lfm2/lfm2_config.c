@@ -99,7 +99,7 @@ static int parse_layer_kinds(const cJSON *root, lfm2_config_t *cfg, char *err, s
 }
 
 /* The state handle's layout: conv layers' parts in layer order, each 64-byte aligned. */
-static void layout_state(lfm2_config_t *cfg)
+void lfm2_config_layout_state(lfm2_config_t *cfg)
 {
     cfg->state_layer_bytes = (size_t)(cfg->conv_taps - 1) * (size_t)cfg->base.hidden * sizeof(float);
     size_t off = 0;
@@ -223,7 +223,7 @@ int lfm2_config_parse(const cJSON *root, lfm2_config_t *out, char *err, size_t e
         (rc = hf_parse_eos(root, b, "config.json", err, err_len)))
         return rc;
     b->rms_eps = (float)eps;
-    layout_state(&cfg);
+    lfm2_config_layout_state(&cfg);
     if (conv_bias) {
         st_errf(err, err_len, "config.json: conv_bias = true is not supported");
         return CAIRN_EUNSUPPORTED;

@@ -15,6 +15,8 @@
 #include "models/lfm2/lfm2.h"
 
 static const char *const model_types[] = {"lfm2", NULL};
+/* GGUF general.architecture values (lfm2_gguf.c). */
+static const char *const gguf_architectures[] = {"lfm2", NULL};
 
 const lfm2_t *lfm2_of(const cairn_model_t *m)
 {
@@ -72,6 +74,9 @@ const cairn_family_t cairn_family_lfm2 = {
     .bind = lfm2_bind,
     .ignore_tensor = lfm2_ignore_tensor,
     .destroy = lfm2_destroy,
+    .gguf_architectures = gguf_architectures,
+    .parse_gguf = lfm2_parse_gguf,
+    .gguf_tensor_name = lfm2_gguf_tensor_name,
     .cache_layout = cache_layout,
     .describe = describe,
     .fwd_create = lfm2_fwd_create,

@@ -52,7 +52,8 @@ static cairn_tensor_t *layer_slot(const lfm2_config_t *cfg, lfm2_layer_weights_t
     case 3: return SHAPE(&lw->w3, 2, F, H, 0);
     case 4: return SHAPE(&lw->w2, 2, H, F, 0);
     case 5: return SHAPE(&lw->in_proj, 2, 3 * H, H, 0);
-    case 6: return SHAPE(&lw->conv, 3, H, 1, cfg->conv_taps);
+    case 6: return cfg->conv_squeezed ? SHAPE(&lw->conv, 2, H, cfg->conv_taps, 0)
+                                       : SHAPE(&lw->conv, 3, H, 1, cfg->conv_taps);
     case 7: return SHAPE(&lw->conv_out, 2, H, H, 0);
     case 8: return SHAPE(&lw->wq, 2, q, H, 0);
     case 9: return SHAPE(&lw->wk, 2, kv, H, 0);

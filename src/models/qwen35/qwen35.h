@@ -69,7 +69,24 @@ typedef struct {
     int16_t slot[Q35_MAX_LAYERS];   /* ordinal of the layer among layers of its kind */
     /* Tensor name prefix of the text model: "model." or "model.language_model.". */
     char prefix[32];
+    /* GGUF files (qwen35_gguf.c), as llama.cpp's converter stores them; all false for HF
+     * folders:
+     *   norms_plus_one  the (1 + w) norms are stored as 1 + w: applied as plain w;
+     *   a_neg_exp       linear_attn.A_log is stored as ssm_a = -exp(A_log);
+     *   conv_squeezed   conv1d is [conv_dim, K], not [conv_dim, 1, K];
+     *   v_tiled         with Hk < Hv, every tensor indexed by value head holds the heads in
+     *                   llama.cpp's tiled order (tiled head j * Hk + kh is HF's head
+     *                   kh * (Hv / Hk) + j): bind restores HF's order where it can (the
+     *                   conv taps, -exp(A_log), dt_bias, a float out_proj's columns) and
+     *                   the forward pass permutes the activations of the rest. */
+    bool norms_plus_one, a_neg_exp, conv_squeezed, v_tiled;
 } q35_config_t;
+
+/* HF's (grouped) value head of tiled position p, Hk key heads, Hv value heads. */
+static inline int q35_v_grouped(int p, int Hk, int Hv)
+{
+    return (p % Hk) * (Hv / Hk) + p / Hk;
+}
 
 /* Derived sizes. */
 static inline int q35_key_dim(const q35_config_t *c) { return c->lin_k_heads * c->lin_k_dim; }
@@ -93,7 +110,11 @@ typedef struct {
     cairn_tensor_t in_a;        /* [Hv, hidden]        linear_attn.in_proj_a */
     cairn_tensor_t out_proj;    /* [hidden, Hv*dv]     linear_attn.out_proj */
     cairn_tensor_t gnorm;       /* [dv]  linear_attn.norm.weight, applied as plain w */
-    cairn_tensor_t conv;        /* [conv_dim, 1, K]  linear_attn.conv1d.weight: q, k, v channels */
+    cairn_tensor_t conv;        /* [conv_dim, 1, K]  linear_attn.conv1d.weight: q, k, v channels
+                                   ([conv_dim, K] from GGUF) */
+    bool out_proj_tiled;        /* GGUF v_tiled: out_proj's columns are in the tiled head
+                                   order (a quantized tensor), so the forward pass feeds it
+                                   the tiled activations */
     float *neg_a;               /* [Hv]  -exp(A_log) */
     float *dt_bias;             /* [Hv]  dt_bias */
     /* full_attention */
@@ -116,8 +137,11 @@ typedef struct {
 typedef struct {
     q35_config_t cfg;
     q35_weights_t w;
-    float *arena;               /* the derived float32 tables of w (neg_a, dt_bias) */
+    float *arena;               /* the derived float32 tables of w (neg_a, dt_bias; GGUF
+                                   v_tiled: the conv taps in HF's order) */
     size_t arena_used, arena_len;
+    unsigned char *copies;      /* GGUF v_tiled: float out_proj tensors, columns in HF order */
+    size_t copies_used, copies_len;
 } q35_t;
 
 extern const cairn_family_t cairn_family_qwen35;
@@ -147,6 +171,15 @@ int q35_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, cha
              size_t err_len);
 bool q35_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name);
 void q35_destroy(void *priv);
+
+/*
+ * GGUF files of general.architecture "qwen35" (qwen35_gguf.c, docs/FORMAT.md 3.5): the
+ * family's parse_gguf and gguf_tensor_name (models/family.h).
+ */
+int q35_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                   void **priv, char *err, size_t err_len);
+bool q35_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
+                          char *buf, size_t cap, int *permute_heads);
 
 /* ---- per-sequence recurrent state ---- */
 
@@ -197,6 +230,7 @@ typedef struct {
     float *hb2;            /* [max_rows][ffn] */
     float *rope_cs;        /* [max_rows][rope_dim]  cos/sin pairs */
     attn_query_t *queries; /* [max_rows] */
+    float *perm;           /* [Hv*dv]  one row of a head permutation (GGUF v_tiled) */
 } q35_fwd_t;
 
 /* The forward context (qwen35_forward.c): fwd_create / fwd_destroy / fwd_step. */

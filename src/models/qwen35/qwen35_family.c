@@ -14,6 +14,8 @@
 #include "models/qwen35/qwen35.h"
 
 static const char *const model_types[] = {"qwen3_5_text", "qwen3_5", NULL};
+/* GGUF general.architecture values (qwen35_gguf.c): llama.cpp's LLM_ARCH_QWEN35. */
+static const char *const gguf_architectures[] = {"qwen35", NULL};
 
 static int cache_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
                         cairn_layer_cache_t *layers)
@@ -66,6 +68,9 @@ const cairn_family_t cairn_family_qwen35 = {
     .bind = q35_bind,
     .ignore_tensor = q35_ignore_tensor,
     .destroy = q35_destroy,
+    .gguf_architectures = gguf_architectures,
+    .parse_gguf = q35_parse_gguf,
+    .gguf_tensor_name = q35_gguf_tensor_name,
     .cache_layout = cache_layout,
     .describe = describe,
     .fwd_create = q35_fwd_create,

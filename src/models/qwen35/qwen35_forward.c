@@ -85,6 +85,26 @@ static void matmul(q35_fwd_t *f, float *y, const float *x, int rows, const cairn
     compute_matmul(f->be, x, rows, (int)w->shape[1], &mm, 1, f->math);
 }
 
+/* GGUF v_tiled: x [rows][stride], Hv heads of `width` floats at column `off` of each row,
+ * from llama.cpp's tiled head order to HF's grouped one (to_grouped) or back. */
+static void permute_heads(q35_fwd_t *f, float *x, int rows, int stride, int off, int width,
+                          bool to_grouped)
+{
+    const int Hk = f->cfg->lin_k_heads, Hv = f->cfg->lin_v_heads;
+    const size_t hb = (size_t)width * sizeof(float);
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * stride + off;
+        memcpy(f->perm, row, (size_t)Hv * hb);
+        for (int p = 0; p < Hv; p++) {
+            const int h = q35_v_grouped(p, Hk, Hv);
+            if (to_grouped)
+                memcpy(row + (size_t)h * width, f->perm + (size_t)p * width, hb);
+            else
+                memcpy(row + (size_t)p * width, f->perm + (size_t)h * width, hb);
+        }
+    }
+}
+
 /* torch.nn.functional.softplus (beta 1, threshold 20). */
 static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -100,7 +120,8 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_
     compute_backend_t *be = f->be;
 
     /* In-projections of the normed input: q, k [n][KD], v, z [n][VD], b, a [n][Hv]. */
-    compute_rmsnorm(be, f->xb, f->x, n, vec(&L->attn_norm), c->base.rms_eps, true);
+    const bool unit = !c->norms_plus_one;
+    compute_rmsnorm(be, f->xb, f->x, n, vec(&L->attn_norm), c->base.rms_eps, unit);
     const compute_mm_t mm[6] = {{f->lq, row_range(&L->in_qkv, 0, KD)},
                                 {f->lk, row_range(&L->in_qkv, KD, KD)},
                                 {f->lv, row_range(&L->in_qkv, 2 * KD, VD)},
@@ -108,6 +129,12 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_
                                 {f->beta, mat(&L->in_b)},
                                 {f->g, mat(&L->in_a)}};
     compute_matmul(be, f->xb, n, dim, mm, 6, f->math);
+    if (c->v_tiled) { /* each output is its own row's dot product: reordering is exact */
+        permute_heads(f, f->lv, n, VD, 0, dv, true);
+        permute_heads(f, f->z, n, VD, 0, dv, true);
+        permute_heads(f, f->beta, n, Hv, 0, 1, true);
+        permute_heads(f, f->g, n, Hv, 0, 1, true);
+    }
 
     /* Causal conv of q, k, v over each run of consecutive rows of one sequence, so each
      * sequence's taps absorb its rows oldest first. Then silu (x * 1 after the gate:
@@ -151,6 +178,8 @@ static void linear_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_
     /* Gated RMSNorm per value head: rmsnorm(o) * w, then * silu(z). */
     compute_rmsnorm(be, f->core, f->core, n * Hv, vec(&L->gnorm), c->base.rms_eps, false);
     compute_glu(be, f->core, f->z, f->core, (size_t)n * VD, COMPUTE_GLU_SILU);
+    if (L->out_proj_tiled)
+        permute_heads(f, f->core, n, VD, 0, dv, false);
     matmul(f, f->xb2, f->core, n, &L->out_proj);
     compute_add(be, f->x, f->xb2, (size_t)n * dim);
 }
@@ -166,7 +195,8 @@ static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_fw
     const int q_dim = nh * hd, kv_dim = nkv * hd;
     compute_backend_t *be = f->be;
 
-    compute_rmsnorm(be, f->xb, f->x, n, vec(&L->attn_norm), c->base.rms_eps, true);
+    const bool unit = !c->norms_plus_one;
+    compute_rmsnorm(be, f->xb, f->x, n, vec(&L->attn_norm), c->base.rms_eps, unit);
     const compute_mm_t mm[3] = {{f->q2, mat(&L->wq)}, {f->k, mat(&L->wk)}, {f->v, mat(&L->wv)}};
     compute_matmul(be, f->xb, n, dim, mm, 3, f->math);
 
@@ -177,8 +207,8 @@ static void full_layer(q35_fwd_t *f, const q35_layer_t *L, int l, const cairn_fw
             memcpy(f->q + ((size_t)r * nh + h) * hd, src, (size_t)hd * sizeof(float));
             memcpy(f->gate + ((size_t)r * nh + h) * hd, src + hd, (size_t)hd * sizeof(float));
         }
-    compute_rmsnorm(be, f->q, f->q, n * nh, vec(&L->q_norm), c->base.rms_eps, true);
-    compute_rmsnorm(be, f->k, f->k, n * nkv, vec(&L->k_norm), c->base.rms_eps, true);
+    compute_rmsnorm(be, f->q, f->q, n * nh, vec(&L->q_norm), c->base.rms_eps, unit);
+    compute_rmsnorm(be, f->k, f->k, n * nkv, vec(&L->k_norm), c->base.rms_eps, unit);
     compute_rope(be, f->q, n, nh, hd, c->rope_dim, f->rope_cs); /* the first rope_dim dims */
     compute_rope(be, f->k, n, nkv, hd, c->rope_dim, f->rope_cs);
 
@@ -236,7 +266,7 @@ int q35_fwd_step(void *fwd, const cairn_fwd_batch_t *b)
             full_layer(f, L, l, b);
 
         /* MLP: pre-norm, SwiGLU, residual. */
-        compute_rmsnorm(be, f->xb, f->x, n, vec(&L->ffn_norm), c->base.rms_eps, true);
+        compute_rmsnorm(be, f->xb, f->x, n, vec(&L->ffn_norm), c->base.rms_eps, !c->norms_plus_one);
         const compute_mm_t mm[2] = {{f->hb, mat(&L->w_gate)}, {f->hb2, mat(&L->w_up)}};
         compute_matmul(be, f->xb, n, dim, mm, 2, f->math);
         compute_glu(be, f->hb, f->hb, f->hb2, (size_t)n * c->base.ffn, COMPUTE_GLU_SILU);
@@ -253,7 +283,7 @@ int q35_fwd_step(void *fwd, const cairn_fwd_batch_t *b)
             first_out = rows[r].out_row;
         CAIRN_ASSERT(rows[r].out_row == first_out + n_out);
         compute_rmsnorm(be, f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, 1, vec(&w->norm),
-                        c->base.rms_eps, true);
+                        c->base.rms_eps, !c->norms_plus_one);
         n_out++;
     }
     if (n_out > 0)
@@ -353,11 +383,12 @@ int q35_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **ou
     f->hb2 = cairn_malloc(R * b->ffn * sizeof(float));
     f->rope_cs = cairn_malloc(R * cfg->rope_dim * sizeof(float));
     f->queries = cairn_malloc(R * sizeof(attn_query_t));
+    f->perm = cairn_malloc(VD * sizeof(float));
     layers = cairn_malloc((size_t)b->n_layers * sizeof(*layers));
     if (!f->inv_freq || !f->ones || !f->state_off || !f->next_pos || !f->ids || !f->pos || !f->x ||
         !f->xb || !f->xb2 || !f->lq || !f->lk || !f->lv || !f->cq || !f->ck || !f->cv || !f->z ||
         !f->beta || !f->g || !f->core || !f->q2 || !f->q || !f->gate || !f->k || !f->v || !f->hb ||
-        !f->hb2 || !f->rope_cs || !f->queries || !layers)
+        !f->hb2 || !f->rope_cs || !f->queries || !f->perm || !layers)
         goto fail;
     for (size_t i = 0; i < ones; i++)
         f->ones[i] = 1.0f;
@@ -393,7 +424,8 @@ void q35_fwd_destroy(void *fwd)
     compute_attn_destroy(f->be, f->attn);
     void *bufs[] = {f->inv_freq, f->ones, f->state_off, f->next_pos, f->ids, f->pos, f->x, f->xb,
                     f->xb2, f->lq, f->lk, f->lv, f->cq, f->ck, f->cv, f->z, f->beta, f->g, f->core,
-                    f->q2, f->q, f->gate, f->k, f->v, f->hb, f->hb2, f->rope_cs, f->queries};
+                    f->q2, f->q, f->gate, f->k, f->v, f->hb, f->hb2, f->rope_cs, f->queries,
+                    f->perm};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(bufs); i++)
         cairn_free(bufs[i]);
     cairn_free(f);

@@ -1,0 +1,127 @@
+/*
+ * gguf_hparams.c — llama.cpp hyperparameters and special tokens for the hybrid families'
+ * GGUF readers; the contract is models/gguf_hparams.h.
+ *
+ * Pure functions of their input; thread-safe.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "formats/safetensors.h"
+#include "models/gguf_hparams.h"
+
+const char *ghp_key(char *buf, size_t cap, const char *arch, const char *suffix)
+{
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
+int ghp_dim(const gguf_file_t *g, const char *arch, const char *suffix, bool required, int dflt,
+            int lo, int hi, int *out, char *err, size_t err_len)
+{
+    char k[128];
+    ghp_key(k, sizeof k, arch, suffix);
+    const gguf_kv_t *kv = gguf_find(g, k);
+    if (kv && kv->type == GGUF_TYPE_ARRAY) {
+        st_errf(err, err_len, "%s: metadata %s is a per-layer array (not supported)",
+                gguf_what(g), k);
+        return CAIRN_EUNSUPPORTED;
+    }
+    uint64_t v;
+    int rc = gguf_get_uint(g, k, required, (uint64_t)dflt, (uint64_t)hi, &v, err, err_len);
+    if (rc)
+        return rc;
+    if (v < (uint64_t)lo) {
+        st_errf(err, err_len, "%s: metadata %s = %llu is below %d", gguf_what(g), k,
+                (unsigned long long)v, lo);
+        return CAIRN_EFORMAT;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int ghp_pos_float(const gguf_file_t *g, const char *arch, const char *suffix, bool required,
+                  float dflt, float *out, char *err, size_t err_len)
+{
+    char k[128];
+    int rc = gguf_get_float(g, ghp_key(k, sizeof k, arch, suffix), required, dflt, out, err,
+                            err_len);
+    if (rc)
+        return rc;
+    if (!(*out > 0.0f)) {
+        st_errf(err, err_len, "%s: metadata %s = %g must be positive", gguf_what(g), k,
+                (double)*out);
+        return CAIRN_EFORMAT;
+    }
+    return 0;
+}
+
+int ghp_refuse(const gguf_file_t *g, const char *arch, const char *suffix, char *err,
+               size_t err_len)
+{
+    char k[128];
+    if (!gguf_find(g, ghp_key(k, sizeof k, arch, suffix)))
+        return 0;
+    st_errf(err, err_len, "%s: metadata %s is not supported", gguf_what(g), k);
+    return CAIRN_EUNSUPPORTED;
+}
+
+/* Adds a special token id key (absent: nothing) to the eos list. */
+static int add_eos(const gguf_file_t *g, const char *k, cairn_model_config_t *cfg, char *err,
+                   size_t err_len)
+{
+    if (!gguf_find(g, k))
+        return 0;
+    uint64_t id;
+    int rc = gguf_get_uint(g, k, true, 0, (uint64_t)cfg->vocab - 1, &id, err, err_len);
+    if (rc)
+        return rc;
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_ids[i] == (int)id)
+            return 0;
+    CAIRN_ASSERT(cfg->n_eos < CAIRN_MAX_EOS); /* at most three keys are read */
+    cfg->eos_ids[cfg->n_eos++] = (int)id;
+    return 0;
+}
+
+int ghp_vocab_and_specials(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                           char *err, size_t err_len)
+{
+    const char *what = gguf_what(g);
+    const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) {
+        st_errf(err, err_len, "%s: checkpoint lacks tensor 'token_embd.weight'", what);
+        return CAIRN_ENOENT;
+    }
+    if (emb->n_dims != 2 || emb->ne[0] != cfg->hidden || emb->ne[1] < 1 || emb->ne[1] > (1 << 24)) {
+        st_errf(err, err_len, "%s: tensor 'token_embd.weight' is not a [%d, vocab] matrix "
+                "(%s.embedding_length %d)", what, cfg->hidden, arch, cfg->hidden);
+        return CAIRN_EFORMAT;
+    }
+    cfg->vocab = (int)emb->ne[1];
+    char k[128];
+    uint64_t v;
+    int rc = gguf_get_uint(g, ghp_key(k, sizeof k, arch, "vocab_size"), false,
+                           (uint64_t)cfg->vocab, 1 << 24, &v, err, err_len);
+    if (rc)
+        return rc;
+    if (v != (uint64_t)cfg->vocab) {
+        st_errf(err, err_len, "%s: %s = %llu but token_embd.weight has %d rows", what, k,
+                (unsigned long long)v, cfg->vocab);
+        return CAIRN_EFORMAT;
+    }
+    cfg->tie_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
+    cfg->bos_id = -1;
+    if (gguf_find(g, "tokenizer.ggml.bos_token_id")) {
+        if ((rc = gguf_get_uint(g, "tokenizer.ggml.bos_token_id", true, 0,
+                                (uint64_t)cfg->vocab - 1, &v, err, err_len)))
+            return rc;
+        cfg->bos_id = (int)v;
+    }
+    cfg->n_eos = 0;
+    if ((rc = add_eos(g, "tokenizer.ggml.eos_token_id", cfg, err, err_len)) ||
+        (rc = add_eos(g, "tokenizer.ggml.eot_token_id", cfg, err, err_len)) ||
+        (rc = add_eos(g, "tokenizer.ggml.eom_token_id", cfg, err, err_len)))
+        return rc;
+    return 0;
+}
