@@ -447,6 +447,7 @@ TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q4 ? sizeof(blk_q4_0_t) : sizeof(blk_q8_0_t);
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    const int off = q4 ? 8 : 128; /* the unsigned weights' offset: sum (q) x = sum w x + off sum x */
     for (int b = 0; b < nb; b += 2) {
         pf_step(pf, b / 2);
         const bool two = b + 1 < nb; /* an odd last block runs alone, its pair zero */
@@ -454,7 +455,6 @@ TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
         __m512i xv = pair256(x[b].q, x1);
         if (!two)
             xv = _mm512_zextsi256_si512(_mm512_castsi512_si256(xv));
-        const __m512i xu = _mm512_xor_si512(xv, k80); /* x + 128 as u8 */
         __m512i P[16];
         _Alignas(32) uint16_t da[16], db[16];
         for (int o = 0; o < 16; o++) {
@@ -465,18 +465,15 @@ TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
                 __m512i q = q4_0_pair((const blk_q4_0_t *)p0, (const blk_q4_0_t *)p1);
                 P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv); /* sum q x; -8 sum x below */
             } else {
-                __m512i wv = pair256(((const blk_q8_0_t *)p0)->q, ((const blk_q8_0_t *)p1)->q);
-                /* sum (x + 128) w - 128 sum w = sum x w, exactly */
-                __m512i pw = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, wv);
-                P[o] = _mm512_sub_epi32(pw, _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv));
+                /* sum (w + 128) x; -128 sum x below */
+                __m512i wu = _mm512_xor_si512(pair256(((const blk_q8_0_t *)p0)->q, ((const blk_q8_0_t *)p1)->q), k80);
+                P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, xv);
             }
         }
         __m512i sa, sb;
         reduce16x2x8(P, &sa, &sb);
-        if (q4) {
-            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(8 * xsum[b]));
-            sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? 8 * xsum[b + 1] : 0));
-        }
+        sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(off * xsum[b]));
+        sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? off * xsum[b + 1] : 0));
         accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
         if (two)
             accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(f16x16(db), _mm512_set1_ps(h2f(x[b + 1].d))),
