@@ -707,16 +707,73 @@ TV static void pack_b32(pk_block_t *pk, const unsigned char *const wr[16], int b
     pk->d = f16x16(d);
 }
 
+/* Packed b32 blocks use pk_block_t's first 8 q and d only. */
+typedef struct {
+    __m512i q[8];
+    __m512 d;
+} pkb_t;
+
+/* R rows (a constant once inlined) against one packed b32 block: S = sum (w + off) x
+ * - off sum x, exact, then acc = fma((float)S, dw * dx, acc) per row. */
+TV INLINE void pk_rows_b32_n(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr, const int32_t *const *sr,
+                             const int off, const int R)
+{
+    __m512i t[PACK_R];
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++)
+        t[r] = _mm512_setzero_si512();
+    PK_UNROLL(8)
+    for (int g = 0; g < 8; g++) {
+        const __m512i wq = _mm512_load_si512(&pk->q[g]);
+        PK_UNROLL(6)
+        for (int r = 0; r < R; r++) {
+            int32_t x4;
+            memcpy(&x4, xr[r]->q + 4 * g, 4);
+            t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
+        }
+    }
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++) {
+        __m512i s = _mm512_sub_epi32(t[r], _mm512_set1_epi32(off * *sr[r]));
+        __m512 dd = _mm512_mul_ps(pk->d, _mm512_set1_ps(h2f(xr[r]->d)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+    }
+}
+
+#define PK_B32_FN(R)                                                                                   \
+    TV static void pk_rows_b32_##R(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr,          \
+                                   const int32_t *const *sr, bool q4)                                  \
+    {                                                                                                  \
+        if (q4)                                                                                        \
+            pk_rows_b32_n(acc, pk, xr, sr, 8, R);                                                      \
+        else                                                                                           \
+            pk_rows_b32_n(acc, pk, xr, sr, 128, R);                                                    \
+    }
+PK_B32_FN(1)
+PK_B32_FN(2)
+PK_B32_FN(3)
+PK_B32_FN(4)
+PK_B32_FN(5)
+PK_B32_FN(6)
+
+TV static void pk_rows_b32(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr, const int32_t *const *sr,
+                           int R, bool q4)
+{
+    switch (R) {
+    case 1: pk_rows_b32_1(acc, pk, xr, sr, q4); break;
+    case 2: pk_rows_b32_2(acc, pk, xr, sr, q4); break;
+    case 3: pk_rows_b32_3(acc, pk, xr, sr, q4); break;
+    case 4: pk_rows_b32_4(acc, pk, xr, sr, q4); break;
+    case 5: pk_rows_b32_5(acc, pk, xr, sr, q4); break;
+    default: pk_rows_b32_6(acc, pk, xr, sr, q4); break;
+    }
+}
+
 TV static void packed_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
                           const void *w, size_t ldw, int o0, int o1, bool acc, bool q4)
 {
-    /* Packed blocks use pk_block_t's first 8 q and d only. */
-    typedef struct {
-        __m512i q[8];
-        __m512 d;
-    } pkb_t;
     _Alignas(64) pkb_t pk[PKB];
-    const int nb = n / QK8_0, off = q4 ? 8 : 128; /* sum (q) x = sum w x + off sum x */
+    const int nb = n / QK8_0;
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
         const unsigned char *wr[16];
@@ -742,24 +799,13 @@ TV static void packed_b32(float *y, int ldy, const void *xq, size_t ldq, const i
                     sr[r] = xsum + (size_t)rr * (size_t)nb + b0;
                 }
                 for (int k = 0; k < nbk; k++) {
-                    __m512i t[PACK_R];
-                    for (int r = 0; r < PACK_R; r++)
-                        t[r] = _mm512_setzero_si512();
-                    for (int g = 0; g < 8; g++) {
-                        const __m512i wq = pk[k].q[g];
-                        for (int r = 0; r < PACK_R; r++)
-                            if (r < R) {
-                                int32_t x4;
-                                memcpy(&x4, xr[r][k].q + 4 * g, 4);
-                                t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
-                            }
+                    const blk_q8_0_t *xk[PACK_R];
+                    const int32_t *sk[PACK_R];
+                    for (int r = 0; r < PACK_R; r++) {
+                        xk[r] = xr[r] + k;
+                        sk[r] = sr[r] + k;
                     }
-                    for (int r = 0; r < PACK_R; r++)
-                        if (r < R) {
-                            __m512i s = _mm512_sub_epi32(t[r], _mm512_set1_epi32(off * sr[r][k]));
-                            __m512 dd = _mm512_mul_ps(pk[k].d, _mm512_set1_ps(h2f(xr[r][k].d)));
-                            av[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, av[r]);
-                        }
+                    pk_rows_b32(av, &pk[k], xk, sk, R, q4);
                 }
                 for (int r = 0; r < R; r++)
                     _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy + o, mask16(nv), av[r]);
