@@ -314,6 +314,28 @@ TV INLINE __m512 acc_start(const float *y, int nv, bool acc)
 
 TV INLINE __m512 f16x16(const uint16_t h[16]) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
 
+TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* vpshufb controls for row_q4_k: int16 lanes of the low 256 bits take scale j0, of the high
+ * 256 bits scale j1, from 8 int16 scales repeated in every 128-bit lane. */
+TV INLINE __m512i k4_pick2(int j0, int j1)
+{
+    const __m512i lo = _mm512_set1_epi16((short)(2 * j0 | (2 * j0 + 1) << 8));
+    const __m512i hi = _mm512_set1_epi16((short)(2 * j1 | (2 * j1 + 1) << 8));
+    return _mm512_mask_blend_epi16(0xffff0000u, lo, hi);
+}
+
+/*
+ * q4_k / q5_k, one row against a tile of 16 outputs. The 128 qs bytes are read as two
+ * 64-byte halves h: their low nibbles are sub-blocks 4h and 4h + 2 (256-bit halves), their
+ * high nibbles 4h + 1 and 4h + 3, so the activations are regrouped once per block to match
+ * (xa, xb) and each output costs two loads, four nibble masks and four vpshufb scale
+ * broadcasts per super-block.
+ */
 TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
                         bool q5, const pf_tile_t *pf)
 {
@@ -321,12 +343,16 @@ TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q5 ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i pa[2] = {k4_pick2(0, 2), k4_pick2(4, 6)}, pb[2] = {k4_pick2(1, 3), k4_pick2(5, 7)};
     for (int b = 0; b < nb; b++) {
         pf_step(pf, b);
         const blk_q8_k_t *xb = x + b;
-        __m512i xv[4];
-        for (int g = 0; g < 4; g++)
-            xv[g] = _mm512_loadu_si512(xb->q + 64 * g);
+        __m512i xa[2], xbv[2];
+        for (int h = 0; h < 2; h++) {
+            xa[h] = pair256(xb->q + 128 * h, xb->q + 128 * h + 64);
+            xbv[h] = pair256(xb->q + 128 * h + 32, xb->q + 128 * h + 96);
+        }
         const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
         __m512i S[16];
         __m256i M[16];
@@ -339,18 +365,21 @@ TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
             dm[o] = d16[1];
             uint64_t sc8, m8;
             k4_scales(blk + 4, &sc8, &m8);
-            const __m512i scz = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
             const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
             __m512i qh2 = _mm512_setzero_si512();
             if (q5)
                 qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
             __m512i s = _mm512_setzero_si512();
-            for (int g = 0; g < 4; g++) {
-                __m512i q = k4_chunk(qs, g);
-                if (q5)
-                    q = _mm512_or_si512(q, k5_high(qh2, g));
-                __m512i p = _mm512_maddubs_epi16(q, xv[g]);
-                s = _mm512_dpwssd_epi32(s, p, _mm512_permutexvar_epi16(k4_scale_idx(g), scz));
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+                __m512i qa = _mm512_and_si512(v, m4), qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) { /* bit 4 of sub-block j is bit j of qh[l] */
+                    qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h, 4 * h + 2)), one), 4));
+                    qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h + 1, 4 * h + 3)), one), 4));
+                }
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qa, xa[h]), _mm512_shuffle_epi8(scb, pa[h]));
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qb, xbv[h]), _mm512_shuffle_epi8(scb, pb[h]));
             }
             S[o] = s;
             __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8));
@@ -430,12 +459,6 @@ TV INLINE __m512i q4_0_pair(const blk_q4_0_t *b0, const blk_q4_0_t *b1)
     const __m512i cnt = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
                                           0x0004000400040004ll, 0x0004000400040004ll);
     return _mm512_and_si512(_mm512_srlv_epi16(v, cnt), _mm512_set1_epi8(0x0f));
-}
-
-TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
 /* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step. */
