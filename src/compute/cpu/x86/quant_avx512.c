@@ -478,23 +478,39 @@ TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
         __m512i xv = pair256(x[b].q, x1);
         if (!two)
             xv = _mm512_zextsi256_si512(_mm512_castsi512_si256(xv));
-        __m512i P[16];
         _Alignas(32) uint16_t da[16], db[16];
-        for (int o = 0; o < 16; o++) {
-            const unsigned char *p0 = wr[o] + (size_t)b * bsz, *p1 = two ? p0 + bsz : p0;
-            memcpy(&da[o], p0, 2);
-            memcpy(&db[o], p1, 2);
-            if (q4) {
+        __m512i sa, sb;
+        if (q4) {
+            __m512i P[16];
+            for (int o = 0; o < 16; o++) {
+                const unsigned char *p0 = wr[o] + (size_t)b * bsz, *p1 = two ? p0 + bsz : p0;
+                memcpy(&da[o], p0, 2);
+                memcpy(&db[o], p1, 2);
                 __m512i q = q4_0_pair((const blk_q4_0_t *)p0, (const blk_q4_0_t *)p1);
                 P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv); /* sum q x; -8 sum x below */
-            } else {
-                /* sum (w + 128) x; -128 sum x below */
-                __m512i wu = _mm512_xor_si512(pair256(((const blk_q8_0_t *)p0)->q, ((const blk_q8_0_t *)p1)->q), k80);
-                P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, xv);
             }
+            reduce16x2x8(P, &sa, &sb);
+        } else {
+            /* One block of two outputs per vector (lanes 0-7 output 2i, 8-15 output 2i + 1):
+             * sum (w + 128) x, -128 sum x below; one reduction level fewer than a pair of
+             * blocks of one output. */
+            const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
+            const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x1));
+            __m512i ca[8], cb[8];
+            for (int i = 0; i < 8; i++) {
+                const blk_q8_0_t *pa = (const blk_q8_0_t *)(wr[2 * i] + (size_t)b * bsz);
+                const blk_q8_0_t *pb = (const blk_q8_0_t *)(wr[2 * i + 1] + (size_t)b * bsz);
+                const blk_q8_0_t *qa = two ? pa + 1 : pa, *qb = two ? pb + 1 : pb;
+                memcpy(&da[2 * i], &pa->d, 2);
+                memcpy(&da[2 * i + 1], &pb->d, 2);
+                memcpy(&db[2 * i], &qa->d, 2);
+                memcpy(&db[2 * i + 1], &qb->d, 2);
+                ca[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(pair256(pa->q, pb->q), k80), x0);
+                cb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(pair256(qa->q, qb->q), k80), x1v);
+            }
+            sa = reduce_level1_outputs(ca);
+            sb = reduce_level1_outputs(cb);
         }
-        __m512i sa, sb;
-        reduce16x2x8(P, &sa, &sb);
         sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(off * xsum[b]));
         sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? off * xsum[b + 1] : 0));
         accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
