@@ -95,21 +95,6 @@ TV INLINE __m512i reduce16x8(const __m256i v[16])
     return reduce_level1_outputs(c);
 }
 
-/* The two blocks of each v[o] (lanes 0-7, 8-15) reduced separately: *a lane o = output o's
- * first block, *b its second. */
-TV INLINE void reduce16x2x8(const __m512i v[16], __m512i *a, __m512i *b)
-{
-    const __m512i l1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i h1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    __m512i ca[8], cb[8];
-    for (int i = 0; i < 8; i++) {
-        ca[i] = _mm512_permutex2var_epi32(v[2 * i], l1, v[2 * i + 1]);
-        cb[i] = _mm512_permutex2var_epi32(v[2 * i], h1, v[2 * i + 1]);
-    }
-    *a = reduce_level1_outputs(ca);
-    *b = reduce_level1_outputs(cb);
-}
-
 /* The 6-bit scales (sc) and mins (m) of a q4_k / q5_k scales[12], 8 bytes each (byte j =
  * sub-block j; quant_k4_scale_min's unpacking, four sub-blocks at a time). */
 INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
@@ -462,7 +447,7 @@ TV INLINE __m512i q4_0_pair(const blk_q4_0_t *b0, const blk_q4_0_t *b1)
 }
 
 /* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step. */
-TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
+TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
                        int nv, bool acc, bool q4, const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
@@ -475,42 +460,33 @@ TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
         pf_step(pf, b / 2);
         const bool two = b + 1 < nb; /* an odd last block runs alone, its pair zero */
         const int8_t *x1 = two ? x[b + 1].q : x[b].q;
-        __m512i xv = pair256(x[b].q, x1);
-        if (!two)
-            xv = _mm512_zextsi256_si512(_mm512_castsi512_si256(xv));
+        /* One block of two outputs per vector (lanes 0-7 output 2i, 8-15 output 2i + 1):
+         * sum q x with the weights unsigned (q4_0's q, q8_0's w + 128), the offset times x's
+         * block sum subtracted below; one reduction level fewer than a pair of blocks of
+         * one output. */
+        const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
+        const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x1));
         _Alignas(32) uint16_t da[16], db[16];
-        __m512i sa, sb;
-        if (q4) {
-            __m512i P[16];
-            for (int o = 0; o < 16; o++) {
-                const unsigned char *p0 = wr[o] + (size_t)b * bsz, *p1 = two ? p0 + bsz : p0;
-                memcpy(&da[o], p0, 2);
-                memcpy(&db[o], p1, 2);
-                __m512i q = q4_0_pair((const blk_q4_0_t *)p0, (const blk_q4_0_t *)p1);
-                P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv); /* sum q x; -8 sum x below */
+        __m512i ca[8], cb[8];
+        for (int i = 0; i < 8; i++) {
+            const unsigned char *pa = wr[2 * i] + (size_t)b * bsz, *pb = wr[2 * i + 1] + (size_t)b * bsz;
+            const unsigned char *qa = two ? pa + bsz : pa, *qb = two ? pb + bsz : pb;
+            memcpy(&da[2 * i], pa, 2); /* d first in both layouts */
+            memcpy(&da[2 * i + 1], pb, 2);
+            memcpy(&db[2 * i], qa, 2);
+            memcpy(&db[2 * i + 1], qb, 2);
+            __m512i wa, wb;
+            if (q4) {
+                wa = q4_0_pair((const blk_q4_0_t *)pa, (const blk_q4_0_t *)pb);
+                wb = q4_0_pair((const blk_q4_0_t *)qa, (const blk_q4_0_t *)qb);
+            } else {
+                wa = _mm512_xor_si512(pair256(((const blk_q8_0_t *)pa)->q, ((const blk_q8_0_t *)pb)->q), k80);
+                wb = _mm512_xor_si512(pair256(((const blk_q8_0_t *)qa)->q, ((const blk_q8_0_t *)qb)->q), k80);
             }
-            reduce16x2x8(P, &sa, &sb);
-        } else {
-            /* One block of two outputs per vector (lanes 0-7 output 2i, 8-15 output 2i + 1):
-             * sum (w + 128) x, -128 sum x below; one reduction level fewer than a pair of
-             * blocks of one output. */
-            const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
-            const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x1));
-            __m512i ca[8], cb[8];
-            for (int i = 0; i < 8; i++) {
-                const blk_q8_0_t *pa = (const blk_q8_0_t *)(wr[2 * i] + (size_t)b * bsz);
-                const blk_q8_0_t *pb = (const blk_q8_0_t *)(wr[2 * i + 1] + (size_t)b * bsz);
-                const blk_q8_0_t *qa = two ? pa + 1 : pa, *qb = two ? pb + 1 : pb;
-                memcpy(&da[2 * i], &pa->d, 2);
-                memcpy(&da[2 * i + 1], &pb->d, 2);
-                memcpy(&db[2 * i], &qa->d, 2);
-                memcpy(&db[2 * i + 1], &qb->d, 2);
-                ca[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(pair256(pa->q, pb->q), k80), x0);
-                cb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(pair256(qa->q, qb->q), k80), x1v);
-            }
-            sa = reduce_level1_outputs(ca);
-            sb = reduce_level1_outputs(cb);
+            ca[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, x0);
+            cb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, x1v);
         }
+        __m512i sa = reduce_level1_outputs(ca), sb = reduce_level1_outputs(cb);
         sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(off * xsum[b]));
         sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? off * xsum[b + 1] : 0));
         accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
