@@ -7,7 +7,10 @@
  *    and a tile of 16 outputs, each output's block products are computed in 16 int32 lanes
  *    (vpmaddubsw + vpdpwssd applying the sub-block scales, or vpdpbusd), then one
  *    transposing reduction turns the 16 outputs' lane vectors into one vector whose lane o
- *    is output o's exact block sum S (and M), and the float chain runs in 16 lanes at once.
+ *    is output o's exact block sum S (and M), and the float chain runs in 16 lanes at once
+ *    (q8_0 / q4_0: one block of two outputs per vector, a reduction level shorter). Every
+ *    row of the call runs against a tile while it is cached, and the next tile of the
+ *    range is streamed into L2 meanwhile (pf_tile_t).
  *
  *  - packed kernel (prefill, >= PACK_ROWS rows): a tile of 16 outputs x a piece of the
  *    input is unpacked once into the VNNI layout — for each group of 4 inputs, one zmm
@@ -105,13 +108,6 @@ INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
     memcpy(&u2, s + 8, 4);
     *sc = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
     *m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
-}
-
-/* int16 lanes k < 32 of chunk g (64 elements) take sub-block scale 2g + k / 16 (k-quants
- * of 32) — permutation indices into 8 int16 scales. */
-TV INLINE __m512i k4_scale_idx(int g)
-{
-    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(2 * g)), _mm512_set1_epi16((short)(2 * g + 1)));
 }
 
 /* Shift counts per int16 lane: 0 in the low 256 bits, c in the high 256 bits. */
