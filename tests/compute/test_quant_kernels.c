@@ -7,8 +7,9 @@
  * memcmp (a row batched or alone, 1/2/3 threads, the heap buffer or the stack pieces the
  * driver falls back to when allocation fails), the canonical product against an
  * independent double-precision reference with the activation rounding's error bound,
- * and the activation rounding against its definition. Implementations this CPU lacks
- * (AMX) are reported as skipped with the reason. Also the "amx" implementation's bf16 row
+ * and the activation rounding against its definition; the decode (row) kernel against the
+ * prefill (packed) kernel of each implementation through qmatmul_range. Implementations this
+ * CPU lacks (AMX) are reported as skipped with the reason. Also the "amx" implementation's bf16 row
  * (AMX-BF16 tiles for BF16-math prefill, x86/bf16_amx.c) against the portable BF16 rows
  * and across rows / threads; it prints what the tiles' probe chose on this CPU.
  */
@@ -494,12 +495,89 @@ static void test_bf16_amx(void **state)
     free(w);
 }
 
+/*
+ * The decode (row) kernel against the prefill (packed) kernel of the same implementation,
+ * through qmatmul_range itself: each row of a 9- or 13-row call (packed: >= 8 rows) equals
+ * that row alone and in a 3-row call (the row kernel), with memcmp, over odd block counts,
+ * output ranges that start and end inside a 16-output tile, and a continued accumulator.
+ * Any change to the float combination of one kernel (an order of the per-block fmas, a
+ * scale product taken differently) breaks it.
+ */
+static void test_row_kernel_equals_packed(void **state)
+{
+    (void)state;
+    enum { MAXR = 13, OUT = 53 };
+    static const int ranges[][2] = {{0, OUT}, {3, 20}, {17, 18}, {5, 52}};
+    for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++) {
+        const cairn_dtype_t wt = wtypes[t];
+        const int be = cairn_dtype_block_elems(wt);
+        const cairn_dtype_t act = kern__impl_by_name("scalar")->types[wt].act;
+        const int nbs[] = {1, 3, 5, be == 32 ? 33 : 7};
+        for (size_t ni = 0; ni < sizeof nbs / sizeof nbs[0]; ni++) {
+            const int in = nbs[ni] * be, nb32 = in / 32;
+            const size_t ldw = cairn_dtype_row_bytes(wt, in), ldq = cairn_dtype_row_bytes(act, in);
+            unsigned char *w = malloc(ldw * OUT), *xq = malloc(ldq * MAXR);
+            int32_t *sums = malloc(sizeof(int32_t) * MAXR * (size_t)nb32);
+            float *x = malloc(sizeof(float) * MAXR * (size_t)in), *y0 = malloc(sizeof(float) * MAXR * OUT);
+            float *y1 = malloc(sizeof(float) * MAXR * OUT), *init = malloc(sizeof(float) * MAXR * OUT);
+            assert_non_null(w);
+            assert_non_null(xq);
+            assert_non_null(sums);
+            assert_non_null(x);
+            assert_non_null(y0);
+            assert_non_null(y1);
+            assert_non_null(init);
+            random_weights(w, wt, OUT, in);
+            random_x(x, (size_t)MAXR * in);
+            random_x(init, (size_t)MAXR * OUT);
+            for (int r = 0; r < MAXR; r++) {
+                compute_type_traits(act)->from_f32(xq + r * ldq, x + (size_t)r * in, in);
+                kern__q8_0_sums(sums + r * nb32, xq + r * ldq, nb32);
+            }
+            const int32_t *xs = act == CAIRN_DTYPE_Q8_0 ? sums : NULL;
+            for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+                if (!usable(impls[k]))
+                    continue;
+                const kern_type_ops_t *o = &kern__impl_by_name(impls[k])->types[wt];
+                for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++)
+                    for (int accm = 0; accm < 2; accm++)
+                        for (int R = 9; R <= MAXR; R += 4) {
+                            const int o0 = ranges[ri][0], o1 = ranges[ri][1];
+                            memcpy(y0, init, sizeof(float) * MAXR * OUT);
+                            memcpy(y1, init, sizeof(float) * MAXR * OUT);
+                            o->qmatmul_range(y0, OUT, xq, ldq, xs, R, in, w, ldw, o0, o1, accm);
+                            for (int r = 0; r < R; r += 3) { /* alone when r % 2, else with the next 2 */
+                                const int n = r % 2 ? 1 : (R - r < 3 ? R - r : 3);
+                                o->qmatmul_range(y1 + (size_t)r * OUT, OUT, xq + r * ldq, ldq,
+                                                 xs ? xs + r * nb32 : NULL, n, in, w, ldw, o0, o1, accm);
+                                if (n == 1)
+                                    for (int rr = r + 1; rr < r + 3 && rr < R; rr++)
+                                        o->qmatmul_range(y1 + (size_t)rr * OUT, OUT, xq + rr * ldq, ldq,
+                                                         xs ? xs + rr * nb32 : NULL, 1, in, w, ldw, o0, o1, accm);
+                            }
+                            if (memcmp(y0, y1, sizeof(float) * (size_t)R * OUT))
+                                fail_msg("%s %s: in %d outputs [%d, %d) acc %d: the row kernel differs from the "
+                                         "packed kernel (%d rows)", impls[k], cairn_dtype_name(wt), in, o0, o1, accm, R);
+                        }
+            }
+            free(w);
+            free(xq);
+            free(sums);
+            free(x);
+            free(y0);
+            free(y1);
+            free(init);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_equal_scalar),   cmocka_unit_test(test_pieces_accumulate),
         cmocka_unit_test(test_determinism),          cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_rounding_and_kv_rows), cmocka_unit_test(test_bf16_amx),
+        cmocka_unit_test(test_row_kernel_equals_packed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,10 @@
  *    and a tile of 16 outputs, each output's block products are computed in 16 int32 lanes
  *    (vpmaddubsw + vpdpwssd applying the sub-block scales, or vpdpbusd), then one
  *    transposing reduction turns the 16 outputs' lane vectors into one vector whose lane o
- *    is output o's exact block sum S (and M), and the float chain runs in 16 lanes at once.
+ *    is output o's exact block sum S (and M), and the float chain runs in 16 lanes at once
+ *    (q8_0 / q4_0: one block of two outputs per vector, a reduction level shorter). Every
+ *    row of the call runs against a tile while it is cached, and the next tile of the
+ *    range is streamed into L2 meanwhile (pf_tile_t).
  *
  *  - packed kernel (prefill, >= PACK_ROWS rows): a tile of 16 outputs x a piece of the
  *    input is unpacked once into the VNNI layout — for each group of 4 inputs, one zmm
@@ -44,7 +47,6 @@
 enum {
     PACK_ROWS = 8,   /* rows from which the packed kernel pays for its unpacking */
     PACK_R = 6,      /* rows per packed micro-kernel step (independent vpdpbusd chains) */
-    PF_BYTES = 1024, /* prefetch distance along a weight row (row kernel) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -96,21 +98,6 @@ TV INLINE __m512i reduce16x8(const __m256i v[16])
     return reduce_level1_outputs(c);
 }
 
-/* The two blocks of each v[o] (lanes 0-7, 8-15) reduced separately: *a lane o = output o's
- * first block, *b its second. */
-TV INLINE void reduce16x2x8(const __m512i v[16], __m512i *a, __m512i *b)
-{
-    const __m512i l1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i h1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    __m512i ca[8], cb[8];
-    for (int i = 0; i < 8; i++) {
-        ca[i] = _mm512_permutex2var_epi32(v[2 * i], l1, v[2 * i + 1]);
-        cb[i] = _mm512_permutex2var_epi32(v[2 * i], h1, v[2 * i + 1]);
-    }
-    *a = reduce_level1_outputs(ca);
-    *b = reduce_level1_outputs(cb);
-}
-
 /* The 6-bit scales (sc) and mins (m) of a q4_k / q5_k scales[12], 8 bytes each (byte j =
  * sub-block j; quant_k4_scale_min's unpacking, four sub-blocks at a time). */
 INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
@@ -121,13 +108,6 @@ INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
     memcpy(&u2, s + 8, 4);
     *sc = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
     *m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
-}
-
-/* int16 lanes k < 32 of chunk g (64 elements) take sub-block scale 2g + k / 16 (k-quants
- * of 32) — permutation indices into 8 int16 scales. */
-TV INLINE __m512i k4_scale_idx(int g)
-{
-    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(2 * g)), _mm512_set1_epi16((short)(2 * g + 1)));
 }
 
 /* Shift counts per int16 lane: 0 in the low 256 bits, c in the high 256 bits. */
@@ -273,6 +253,41 @@ INLINE void tile_rows(const unsigned char *wr[16], const void *w, size_t ldw, in
         wr[o] = (const unsigned char *)w + (size_t)(o < nv ? o : nv - 1) * ldw;
 }
 
+/*
+ * The row kernel's prefetch: a tile's 16 weight rows are contiguous (16 ldw bytes), but the
+ * kernel reads them block column by block column, 16 strided streams that the hardware
+ * prefetchers do not follow (measured: a 1024 -> 151936 q6_k matvec streamed 6 GB/s on one
+ * Zen 5 thread). So while it computes a tile it streams the next tile of its range into L2
+ * in one linear pass, a slice per block step (11-17 GB/s; into L1 it gained little, two or
+ * more tiles ahead no more). Prefetches only: no value depends on them.
+ */
+typedef struct {
+    const char *p;  /* the next tile's first byte (NULL: none in this range) */
+    size_t slice;   /* bytes per block step, whole cache lines */
+} pf_tile_t;
+
+static const pf_tile_t PF_NONE = {NULL, 0};
+
+INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
+{
+    pf_tile_t t = {NULL, 0};
+    const int n = o1 - (o + 16) < 16 ? o1 - (o + 16) : 16;
+    if (n <= 0 || nb <= 0)
+        return t;
+    t.p = (const char *)w + (size_t)(o + 16) * ldw;
+    t.slice = (((size_t)n * ldw + (size_t)nb - 1) / (size_t)nb + 63) & ~(size_t)63;
+    return t;
+}
+
+TV INLINE void pf_step(const pf_tile_t *t, int b)
+{
+    if (!t->p)
+        return;
+    const char *p = t->p + (size_t)b * t->slice;
+    for (size_t l = 0; l < t->slice; l += 64)
+        _mm_prefetch(p + l, _MM_HINT_T1);
+}
+
 TV INLINE __m512 acc_start(const float *y, int nv, bool acc)
 {
     return acc ? _mm512_maskz_loadu_ps(mask16(nv), y) : _mm512_setzero_ps();
@@ -280,45 +295,72 @@ TV INLINE __m512 acc_start(const float *y, int nv, bool acc)
 
 TV INLINE __m512 f16x16(const uint16_t h[16]) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
 
+TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* vpshufb controls for row_q4_k: int16 lanes of the low 256 bits take scale j0, of the high
+ * 256 bits scale j1, from 8 int16 scales repeated in every 128-bit lane. */
+TV INLINE __m512i k4_pick2(int j0, int j1)
+{
+    const __m512i lo = _mm512_set1_epi16((short)(2 * j0 | (2 * j0 + 1) << 8));
+    const __m512i hi = _mm512_set1_epi16((short)(2 * j1 | (2 * j1 + 1) << 8));
+    return _mm512_mask_blend_epi16(0xffff0000u, lo, hi);
+}
+
+/*
+ * q4_k / q5_k, one row against a tile of 16 outputs. The 128 qs bytes are read as two
+ * 64-byte halves h: their low nibbles are sub-blocks 4h and 4h + 2 (256-bit halves), their
+ * high nibbles 4h + 1 and 4h + 3, so the activations are regrouped once per block to match
+ * (xa, xb) and each output costs two loads, four nibble masks and four vpshufb scale
+ * broadcasts per super-block.
+ */
 TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
-                        bool q5)
+                        bool q5, const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q5 ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i pa[2] = {k4_pick2(0, 2), k4_pick2(4, 6)}, pb[2] = {k4_pick2(1, 3), k4_pick2(5, 7)};
     for (int b = 0; b < nb; b++) {
+        pf_step(pf, b);
         const blk_q8_k_t *xb = x + b;
-        __m512i xv[4];
-        for (int g = 0; g < 4; g++)
-            xv[g] = _mm512_loadu_si512(xb->q + 64 * g);
+        __m512i xa[2], xbv[2];
+        for (int h = 0; h < 2; h++) {
+            xa[h] = pair256(xb->q + 128 * h, xb->q + 128 * h + 64);
+            xbv[h] = pair256(xb->q + 128 * h + 32, xb->q + 128 * h + 96);
+        }
         const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
         __m512i S[16];
         __m256i M[16];
         _Alignas(32) uint16_t dw[16], dm[16];
         for (int o = 0; o < 16; o++) {
             const unsigned char *blk = wr[o] + (size_t)b * bsz;
-            _mm_prefetch((const char *)blk + PF_BYTES, _MM_HINT_T0);
-            _mm_prefetch((const char *)blk + PF_BYTES + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)blk + PF_BYTES + 128, _MM_HINT_T0);
             uint16_t d16[2];
             memcpy(d16, blk, 4);
             dw[o] = d16[0];
             dm[o] = d16[1];
             uint64_t sc8, m8;
             k4_scales(blk + 4, &sc8, &m8);
-            const __m512i scz = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
             const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
             __m512i qh2 = _mm512_setzero_si512();
             if (q5)
                 qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
             __m512i s = _mm512_setzero_si512();
-            for (int g = 0; g < 4; g++) {
-                __m512i q = k4_chunk(qs, g);
-                if (q5)
-                    q = _mm512_or_si512(q, k5_high(qh2, g));
-                __m512i p = _mm512_maddubs_epi16(q, xv[g]);
-                s = _mm512_dpwssd_epi32(s, p, _mm512_permutexvar_epi16(k4_scale_idx(g), scz));
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+                __m512i qa = _mm512_and_si512(v, m4), qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) { /* bit 4 of sub-block j is bit j of qh[l] */
+                    qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h, 4 * h + 2)), one), 4));
+                    qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h + 1, 4 * h + 3)), one), 4));
+                }
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qa, xa[h]), _mm512_shuffle_epi8(scb, pa[h]));
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qb, xbv[h]), _mm512_shuffle_epi8(scb, pb[h]));
             }
             S[o] = s;
             __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8));
@@ -355,20 +397,20 @@ TV INLINE void k6_chunks(const blk_q6_k_t *blk, int h, __m512i *qa, __m512i *qb)
     *qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
 }
 
-TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc)
+TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     for (int b = 0; b < nb; b++) {
+        pf_step(pf, b);
         const blk_q8_k_t *xb = x + b;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
         __m512i S[16];
         _Alignas(32) uint16_t dw[16];
         for (int o = 0; o < 16; o++) {
             const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
-            for (int l = 0; l < 4; l++)
-                _mm_prefetch((const char *)blk + PF_BYTES + 64 * l, _MM_HINT_T0);
             dw[o] = blk->d;
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
             const __m512i scz = _mm512_zextsi256_si512(sc16);
@@ -400,52 +442,49 @@ TV INLINE __m512i q4_0_pair(const blk_q4_0_t *b0, const blk_q4_0_t *b1)
     return _mm512_and_si512(_mm512_srlv_epi16(v, cnt), _mm512_set1_epi8(0x0f));
 }
 
-TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
-}
-
 /* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step. */
-TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
-                       int nv, bool acc, bool q4)
+TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
+                       int nv, bool acc, bool q4, const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q4 ? sizeof(blk_q4_0_t) : sizeof(blk_q8_0_t);
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    const int off = q4 ? 8 : 128; /* the unsigned weights' offset: sum (q) x = sum w x + off sum x */
     for (int b = 0; b < nb; b += 2) {
+        pf_step(pf, b / 2);
         const bool two = b + 1 < nb; /* an odd last block runs alone, its pair zero */
         const int8_t *x1 = two ? x[b + 1].q : x[b].q;
-        __m512i xv = pair256(x[b].q, x1);
-        if (!two)
-            xv = _mm512_zextsi256_si512(_mm512_castsi512_si256(xv));
-        const __m512i xu = _mm512_xor_si512(xv, k80); /* x + 128 as u8 */
-        __m512i P[16];
+        /* One block of two outputs per vector (lanes 0-7 output 2i, 8-15 output 2i + 1):
+         * sum q x with the weights unsigned (q4_0's q, q8_0's w + 128), the offset times x's
+         * block sum subtracted below; one reduction level fewer than a pair of blocks of
+         * one output. */
+        const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
+        const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x1));
         _Alignas(32) uint16_t da[16], db[16];
-        for (int o = 0; o < 16; o++) {
-            const unsigned char *p0 = wr[o] + (size_t)b * bsz, *p1 = two ? p0 + bsz : p0;
-            _mm_prefetch((const char *)p0 + PF_BYTES, _MM_HINT_T0);
-            _mm_prefetch((const char *)p0 + PF_BYTES + 64, _MM_HINT_T0);
-            memcpy(&da[o], p0, 2);
-            memcpy(&db[o], p1, 2);
+        __m512i ca[8], cb[8];
+        for (int i = 0; i < 8; i++) {
+            const unsigned char *pa = wr[2 * i] + (size_t)b * bsz, *pb = wr[2 * i + 1] + (size_t)b * bsz;
+            const unsigned char *qa = two ? pa + bsz : pa, *qb = two ? pb + bsz : pb;
+            memcpy(&da[2 * i], pa, 2); /* d first in both layouts */
+            memcpy(&da[2 * i + 1], pb, 2);
+            memcpy(&db[2 * i], qa, 2);
+            memcpy(&db[2 * i + 1], qb, 2);
+            __m512i wa, wb;
             if (q4) {
-                __m512i q = q4_0_pair((const blk_q4_0_t *)p0, (const blk_q4_0_t *)p1);
-                P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv); /* sum q x; -8 sum x below */
+                wa = q4_0_pair((const blk_q4_0_t *)pa, (const blk_q4_0_t *)pb);
+                wb = q4_0_pair((const blk_q4_0_t *)qa, (const blk_q4_0_t *)qb);
             } else {
-                __m512i wv = pair256(((const blk_q8_0_t *)p0)->q, ((const blk_q8_0_t *)p1)->q);
-                /* sum (x + 128) w - 128 sum w = sum x w, exactly */
-                __m512i pw = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, wv);
-                P[o] = _mm512_sub_epi32(pw, _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv));
+                wa = _mm512_xor_si512(pair256(((const blk_q8_0_t *)pa)->q, ((const blk_q8_0_t *)pb)->q), k80);
+                wb = _mm512_xor_si512(pair256(((const blk_q8_0_t *)qa)->q, ((const blk_q8_0_t *)qb)->q), k80);
             }
+            ca[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, x0);
+            cb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, x1v);
         }
-        __m512i sa, sb;
-        reduce16x2x8(P, &sa, &sb);
-        if (q4) {
-            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(8 * xsum[b]));
-            sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? 8 * xsum[b + 1] : 0));
-        }
+        __m512i sa = reduce_level1_outputs(ca), sb = reduce_level1_outputs(cb);
+        sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(off * xsum[b]));
+        sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? off * xsum[b + 1] : 0));
         accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
         if (two)
             accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(f16x16(db), _mm512_set1_ps(h2f(x[b + 1].d))),
@@ -679,16 +718,73 @@ TV static void pack_b32(pk_block_t *pk, const unsigned char *const wr[16], int b
     pk->d = f16x16(d);
 }
 
+/* Packed b32 blocks use pk_block_t's first 8 q and d only. */
+typedef struct {
+    __m512i q[8];
+    __m512 d;
+} pkb_t;
+
+/* R rows (a constant once inlined) against one packed b32 block: S = sum (w + off) x
+ * - off sum x, exact, then acc = fma((float)S, dw * dx, acc) per row. */
+TV INLINE void pk_rows_b32_n(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr, const int32_t *const *sr,
+                             const int off, const int R)
+{
+    __m512i t[PACK_R];
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++)
+        t[r] = _mm512_setzero_si512();
+    PK_UNROLL(8)
+    for (int g = 0; g < 8; g++) {
+        const __m512i wq = _mm512_load_si512(&pk->q[g]);
+        PK_UNROLL(6)
+        for (int r = 0; r < R; r++) {
+            int32_t x4;
+            memcpy(&x4, xr[r]->q + 4 * g, 4);
+            t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
+        }
+    }
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++) {
+        __m512i s = _mm512_sub_epi32(t[r], _mm512_set1_epi32(off * *sr[r]));
+        __m512 dd = _mm512_mul_ps(pk->d, _mm512_set1_ps(h2f(xr[r]->d)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+    }
+}
+
+#define PK_B32_FN(R)                                                                                   \
+    TV static void pk_rows_b32_##R(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr,          \
+                                   const int32_t *const *sr, bool q4)                                  \
+    {                                                                                                  \
+        if (q4)                                                                                        \
+            pk_rows_b32_n(acc, pk, xr, sr, 8, R);                                                      \
+        else                                                                                           \
+            pk_rows_b32_n(acc, pk, xr, sr, 128, R);                                                    \
+    }
+PK_B32_FN(1)
+PK_B32_FN(2)
+PK_B32_FN(3)
+PK_B32_FN(4)
+PK_B32_FN(5)
+PK_B32_FN(6)
+
+TV static void pk_rows_b32(__m512 *acc, const pkb_t *pk, const blk_q8_0_t *const *xr, const int32_t *const *sr,
+                           int R, bool q4)
+{
+    switch (R) {
+    case 1: pk_rows_b32_1(acc, pk, xr, sr, q4); break;
+    case 2: pk_rows_b32_2(acc, pk, xr, sr, q4); break;
+    case 3: pk_rows_b32_3(acc, pk, xr, sr, q4); break;
+    case 4: pk_rows_b32_4(acc, pk, xr, sr, q4); break;
+    case 5: pk_rows_b32_5(acc, pk, xr, sr, q4); break;
+    default: pk_rows_b32_6(acc, pk, xr, sr, q4); break;
+    }
+}
+
 TV static void packed_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
                           const void *w, size_t ldw, int o0, int o1, bool acc, bool q4)
 {
-    /* Packed blocks use pk_block_t's first 8 q and d only. */
-    typedef struct {
-        __m512i q[8];
-        __m512 d;
-    } pkb_t;
     _Alignas(64) pkb_t pk[PKB];
-    const int nb = n / QK8_0, off = q4 ? 8 : 128; /* sum (q) x = sum w x + off sum x */
+    const int nb = n / QK8_0;
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
         const unsigned char *wr[16];
@@ -714,24 +810,13 @@ TV static void packed_b32(float *y, int ldy, const void *xq, size_t ldq, const i
                     sr[r] = xsum + (size_t)rr * (size_t)nb + b0;
                 }
                 for (int k = 0; k < nbk; k++) {
-                    __m512i t[PACK_R];
-                    for (int r = 0; r < PACK_R; r++)
-                        t[r] = _mm512_setzero_si512();
-                    for (int g = 0; g < 8; g++) {
-                        const __m512i wq = pk[k].q[g];
-                        for (int r = 0; r < PACK_R; r++)
-                            if (r < R) {
-                                int32_t x4;
-                                memcpy(&x4, xr[r][k].q + 4 * g, 4);
-                                t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
-                            }
+                    const blk_q8_0_t *xk[PACK_R];
+                    const int32_t *sk[PACK_R];
+                    for (int r = 0; r < PACK_R; r++) {
+                        xk[r] = xr[r] + k;
+                        sk[r] = sr[r] + k;
                     }
-                    for (int r = 0; r < PACK_R; r++)
-                        if (r < R) {
-                            __m512i s = _mm512_sub_epi32(t[r], _mm512_set1_epi32(off * sr[r][k]));
-                            __m512 dd = _mm512_mul_ps(pk[k].d, _mm512_set1_ps(h2f(xr[r][k].d)));
-                            av[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, av[r]);
-                        }
+                    pk_rows_b32(av, &pk[k], xk, sk, R, q4);
                 }
                 for (int r = 0; r < R; r++)
                     _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy + o, mask16(nv), av[r]);
@@ -750,11 +835,14 @@ TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, con
         packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q4_K);
         return;
     }
-    for (int r = 0; r < rows; r++)
-        for (int o = o0; o < o1; o += 16)
+    /* Tile by tile, every row against the tile while it is in the cache. */
+    for (int o = o0; o < o1; o += 16) {
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        for (int r = 0; r < rows; r++)
             row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     false);
+                     false, r == 0 ? &pf : &PF_NONE);
+    }
 }
 
 TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
@@ -765,11 +853,14 @@ TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, con
         packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q5_K);
         return;
     }
-    for (int r = 0; r < rows; r++)
-        for (int o = o0; o < o1; o += 16)
+    /* Tile by tile, every row against the tile while it is in the cache. */
+    for (int o = o0; o < o1; o += 16) {
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        for (int r = 0; r < rows; r++)
             row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     true);
+                     true, r == 0 ? &pf : &PF_NONE);
+    }
 }
 
 TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
@@ -780,10 +871,13 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
         packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K);
         return;
     }
-    for (int r = 0; r < rows; r++)
-        for (int o = o0; o < o1; o += 16)
+    for (int o = o0; o < o1; o += 16) {
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        for (int r = 0; r < rows; r++)
             row_q6_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
-                     n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc);
+                     n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
+                     r == 0 ? &pf : &PF_NONE);
+    }
 }
 
 #define QMM_B32(NAME, Q4)                                                                              \
@@ -795,12 +889,14 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
             return;                                                                                    \
         }                                                                                              \
         const int nb = n / QK8_0;                                                                      \
-        for (int r = 0; r < rows; r++)                                                                 \
-            for (int o = o0; o < o1; o += 16)                                                          \
+        for (int o = o0; o < o1; o += 16) {                                                            \
+            const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, (nb + 1) / 2);                            \
+            for (int r = 0; r < rows; r++)                                                             \
                 row_b32(y + (size_t)r * ldy + o,                                                       \
                         (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)r * ldq),             \
                         xsum + (size_t)r * (size_t)nb, nb, (const unsigned char *)w + (size_t)o * ldw, \
-                        ldw, o1 - o < 16 ? o1 - o : 16, acc, Q4);                                      \
+                        ldw, o1 - o < 16 ? o1 - o : 16, acc, Q4, r == 0 ? &pf : &PF_NONE);             \
+        }                                                                                              \
     }
 QMM_B32(kern__avx512_qmm_q8_0, false)
 QMM_B32(kern__avx512_qmm_q4_0, true)
