@@ -117,6 +117,24 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
     }
 }
 
+/* Asks L2 for a chunk's 16 K rows and 16 V rows (one row per lane, hd * 2 bytes each), so
+ * that its cp.async later finds them there: bytes in flight beyond what the shared-memory
+ * stages hold. Rows past the sequence's end are inside the same block (a chunk never
+ * crosses one), so every address is mapped. */
+template <int HD>
+__device__ __forceinline__ void prefetch_chunk(const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, int kv_stride,
+                                               int lane)
+{
+    const __nv_bfloat16 *row = (lane < 16 ? kp : vp) + (size_t)(lane & 15) * kv_stride;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "n"(HD * 2) : "memory");
+#else
+#pragma unroll
+    for (int o = 0; o < HD * 2; o += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)row + o) : "memory");
+#endif
+}
+
 /*
  * One chunk for one warp's tile: S = Q K^T, mask (rows g and g+8 at positions pg, pg8),
  * online softmax, acc += P V. key0 is the chunk's first key.
@@ -288,9 +306,13 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
 }
 
 /*
- * One work item's split for the tiles of this block. PREFILL: the block's four warps take
- * tokens [w R, (w+1) R) of the item and share each chunk; otherwise each warp runs its own
- * item (the block's warps are consecutive K/V heads) with its own stages.
+ * One work item's splits for the tiles of this block. PREFILL: the block's four warps take
+ * tokens [w R, (w+1) R) of the item (one split) and share each chunk; otherwise each warp
+ * runs its own item (the block's warps are consecutive K/V heads) with its own stages,
+ * over a run of consecutive splits: the copies flow on across a split boundary, where the
+ * finished split's partial is stored and the tile reset (the next split then starts from
+ * the same state as if it began a work item, so a run's length changes no bit), and the
+ * chunks `prefetch` beyond the stages are asked of L2 ahead of their copies.
  */
 template <int HD, bool PREFILL>
 __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cuda_attn_args_t a)
@@ -324,7 +346,7 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
 
     const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
     int key_lo = it.split * a.split;
-    const int key_hi = min(key_lo + a.split, it.pos_hi + 1);
+    const int key_hi = min((it.split + it.n_split) * a.split, it.pos_hi + 1);
     if (a.window > 0)
         key_lo = max(key_lo, it.pos_lo - a.window + 1);
     const int c_lo = key_lo / CUDA_ATTN_CHUNK, c_hi = (key_hi + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
@@ -373,35 +395,56 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
             __syncwarp();
     };
 
+    const int pf = PREFILL ? 0 : a.prefetch;
+    auto prefetch = [&](int ci) {
+        if (ci < c_hi && cptr[2 * (ci - c_lo)])
+            prefetch_chunk<HD>(cptr[2 * (ci - c_lo)], cptr[2 * (ci - c_lo) + 1], a.kv_stride, lane);
+    };
+    auto store = [&](int split) {
+        if (ntok <= 0)
+            return;
+        if (qi_g >= 0)
+            store_partial<HD>(t, 0, a.rows[qi_g], split, head * G + g % G, a, lane);
+        else
+            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+        if (qi_g8 >= 0)
+            store_partial<HD>(t, 1, a.rows[qi_g8], split, head * G + (g + 8) % G, a, lane);
+        else
+            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
+    };
+
     sync();
+    for (int d = 0; d < pf; d++)
+        prefetch(c_lo + kStages - 1 + d);
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
         if (c_lo + st < c_hi)
             issue(c_lo + st, st);
         cp_commit();
     }
+    /* The first chunk of the next split, and the split being computed. */
+    const int chunks_per_split = a.split / CUDA_ATTN_CHUNK;
+    int split = key_lo / a.split, boundary = (split + 1) * chunks_per_split;
     for (int ci = c_lo; ci < c_hi; ci++) {
         cp_wait<kStages - 2>();
         sync();
         const int nxt = ci + kStages - 1;
+        if (pf)
+            prefetch(nxt + pf);
         if (nxt < c_hi)
             issue(nxt, (nxt - c_lo) % kStages);
         cp_commit();
+        if (ci == boundary) { /* decode runs only: prefill items hold one split */
+            store(split);
+            tile_reset<HD>(t);
+            split++;
+            boundary += chunks_per_split;
+        }
         if (ntok > 0 && cptr[2 * (ci - c_lo)])
             tile_chunk<HD>(ring + ((ci - c_lo) % kStages) * STAGE, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
     }
     cp_wait<0>();
-
-    if (ntok > 0) {
-        if (qi_g >= 0)
-            store_partial<HD>(t, 0, a.rows[qi_g], it.split, head * G + g % G, a, lane);
-        else
-            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
-        if (qi_g8 >= 0)
-            store_partial<HD>(t, 1, a.rows[qi_g8], it.split, head * G + (g + 8) % G, a, lane);
-        else
-            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
-    }
+    store(split);
 }
 
 /* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the

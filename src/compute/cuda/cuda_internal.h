@@ -27,6 +27,8 @@ extern "C" {
 #define CUDA_ATTN_CHUNK 16
 /* The largest split the kernels take (their chunk pointer table holds this many keys). */
 #define CUDA_ATTN_MAX_SPLIT 2048
+/* Decode chunks asked of L2 beyond the cp.async stages (cuda__attn_set_tuning). */
+#define CUDA_ATTN_PREFETCH 0
 /* Warps per block of the attention kernels. */
 #define CUDA_ATTN_WARPS 4
 
@@ -51,12 +53,15 @@ typedef struct {
 } cuda_attn_group_t;
 
 /* One work item: rows [row0, row0 + n_rows) of one group (consecutive positions) over the
- * keys of one split. */
+ * keys of the splits [split, split + n_split) (prefill: always one split; decode: a run of
+ * at most CUDA_ATTN_MAX_SPLIT keys, each split's partial computed from a reset state and
+ * stored at its boundary, so a run's length never changes a bit). */
 typedef struct {
     int row0, n_rows;
     int split;
     int pos_lo, pos_hi; /* the first and last row's positions */
-    int pad[3];
+    int n_split;
+    int pad[2];
 } cuda_attn_item_t;
 
 typedef struct {
@@ -77,6 +82,7 @@ typedef struct {
     float scale_log2;         /* scale times log2(e) (no soft-cap: scores go straight to base 2) */
     float softcap;            /* 0: none */
     int n_rows;               /* for the merge */
+    int prefetch;             /* decode: chunks prefetched into L2 beyond the cp.async stages (0: none) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
