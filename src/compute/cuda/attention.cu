@@ -117,35 +117,43 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
     }
 }
 
-/* Asks L2 for a chunk's 16 K rows and 16 V rows (one row per lane, hd * 2 bytes each), so
- * that its cp.async later finds them there: bytes in flight beyond what the shared-memory
- * stages hold. Rows past the sequence's end are inside the same block (a chunk never
- * crosses one), so every address is mapped. */
+/* Queues a chunk of ALL K/V heads (16 keys; kp, vp: the K and V rows of its first key)
+ * into stage, by the block's 32 * n_kv threads: the rows are whole (n_kv * hd * 2 bytes,
+ * contiguous in the block), so the block reads each K/V block as one contiguous run.
+ * Layout: K [n_kv][16][hd] then V [n_kv][16][hd], each head's [16][hd] swizzled as
+ * issue_chunk's, so a warp sees its head's part exactly as a per-warp stage. Each thread
+ * keeps one 16-byte column (x) of the rows and takes every (32 / U)th tensor row. */
 template <int HD>
-__device__ __forceinline__ void prefetch_chunk(const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, int kv_stride,
-                                               int lane)
+__device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __nv_bfloat16 *kp,
+                                                  const __nv_bfloat16 *vp, int key0, int kmax, int kv_stride,
+                                                  int n_kv, int tid)
 {
-    const __nv_bfloat16 *row = (lane < 16 ? kp : vp) + (size_t)(lane & 15) * kv_stride;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "n"(HD * 2) : "memory");
-#else
+    constexpr int U = HD / 8, STEP = 32 / U;
+    const int RU = n_kv * U, x = tid % RU, head = x / U, unit = x % U, tr0 = tid / RU;
+    const size_t half = (size_t)n_kv * 16 * HD * 2;
 #pragma unroll
-    for (int o = 0; o < HD * 2; o += 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)row + o) : "memory");
-#endif
+    for (int k = 0; k < U; k++) {
+        const int tr = tr0 + k * STEP, tensor = tr >> 4, row = tr & 15;
+        const __nv_bfloat16 *base = tensor ? vp : kp;
+        const bool valid = key0 + row <= kmax;
+        const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + x * 16;
+        unsigned char *dst = stage + tensor * half + head * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
+        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+    }
 }
 
 /*
  * One chunk for one warp's tile: S = Q K^T, mask (rows g and g+8 at positions pg, pg8),
- * online softmax, acc += P V. key0 is the chunk's first key.
+ * online softmax, acc += P V. key0 is the chunk's first key; ks, vs its K and V
+ * [16][hd] in shared memory.
  */
 template <int HD>
-__device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uint32_t (&qf)[HD / 16][4], Tile<HD> &t,
-                                           int key0, int pg, int pg8, const cuda_attn_args_t &a, int lane)
+__device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsigned char *vs,
+                                           const uint32_t (&qf)[HD / 16][4], Tile<HD> &t, int key0, int pg, int pg8,
+                                           const cuda_attn_args_t &a, int lane)
 {
     constexpr int U = HD / 8, DPT = HD / 8;
     const int g = lane >> 2, c = lane & 3;
-    const unsigned char *ks = stage, *vs = stage + 16 * HD * 2;
 
     float s[2][4];
 #pragma unroll
@@ -305,26 +313,44 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
     }
 }
 
+/* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
+enum Mode { DECODE, PREFILL, HEADS };
+
+template <int M> constexpr int mode_threads() { return M == HEADS ? 32 * CUDA_ATTN_MAX_HEADS_WARPS : 32 * CUDA_ATTN_WARPS; }
+
 /*
- * One work item's splits for the tiles of this block. PREFILL: the block's four warps take
- * tokens [w R, (w+1) R) of the item (one split) and share each chunk; otherwise each warp
- * runs its own item (the block's warps are consecutive K/V heads) with its own stages,
- * over a run of consecutive splits: the copies flow on across a split boundary, where the
- * finished split's partial is stored and the tile reset (the next split then starts from
- * the same state as if it began a work item, so a run's length changes no bit), and the
- * chunks `prefetch` beyond the stages are asked of L2 ahead of their copies.
+ * One work item's splits for the tiles of this block.
+ *   PREFILL: one item (one split) of one K/V head; the block's four warps take tokens
+ *            [w R, (w+1) R) of it and share each chunk.
+ *   DECODE:  each warp runs its own item (the block's warps are consecutive K/V heads of
+ *            one item) with its own stages.
+ *   HEADS:   one decode item for all K/V heads: warp h computes head h, and the block's
+ *            threads copy each chunk of every head together (issue_chunk_heads), so each
+ *            K/V block is read as one contiguous run instead of one 2 * hd-byte row piece
+ *            per warp at a time.
+ * Decode items (DECODE, HEADS) hold a run of consecutive splits: the copies flow on across
+ * a split boundary, where the finished split's partial is stored and the tile reset (the
+ * next split then starts from the same state as if it began a work item, so neither the
+ * run's length nor the mode changes a bit).
  */
-template <int HD, bool PREFILL>
-__global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cuda_attn_args_t a)
+template <int HD, int MODE>
+__global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
+    constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
+    const int stage_bytes = MODE == HEADS ? a.n_kv_heads * HSTAGE : HSTAGE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int item_idx, head, tok0, ntok, tid, nthr;
     unsigned char *ring;
-    if constexpr (PREFILL) {
+    if constexpr (MODE == PREFILL) {
         item_idx = blockIdx.x / a.n_kv_heads;
         head = blockIdx.x % a.n_kv_heads;
+        ring = smem;
+        tid = threadIdx.x;
+        nthr = blockDim.x;
+    } else if constexpr (MODE == HEADS) {
+        item_idx = blockIdx.x;
+        head = warp;
         ring = smem;
         tid = threadIdx.x;
         nthr = blockDim.x;
@@ -332,15 +358,16 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
         const int wpc = blockDim.x / 32, hg = a.n_kv_heads / wpc;
         item_idx = blockIdx.x / hg;
         head = (blockIdx.x % hg) * wpc + warp;
-        ring = smem + warp * PART;
+        ring = smem + warp * (kStages * HSTAGE + kPtrBytes);
         tid = lane;
         nthr = 32;
     }
-    /* After the stages: each chunk's K and V row pointers for this head (NULL: no storage). */
-    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * STAGE);
+    /* After the stages: each chunk's K and V row pointers for this head (HEADS: of head
+     * 0, the whole row; NULL: no storage). */
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * stage_bytes);
     const cuda_attn_item_t it = a.items[item_idx];
     const int R = a.tokens_per_warp, G = a.group_size;
-    tok0 = PREFILL ? warp * R : 0;
+    tok0 = MODE == PREFILL ? warp * R : 0;
     ntok = it.n_rows - tok0;
     ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
 
@@ -376,29 +403,29 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
     /* The chunk pointers, read from the block table once per item (the copies then never
      * wait on a dependent load). */
     const void *const *table = a.table + 2 * (size_t)grp.table;
+    const size_t head_off = MODE == HEADS ? 0 : (size_t)head * HD;
     for (int i = tid; i < c_hi - c_lo; i += nthr) {
         const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
         const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
-        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + (size_t)head * HD;
+        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + head_off;
         cptr[2 * i] = kb ? kb + off : nullptr;
         cptr[2 * i + 1] = kb ? vb + off : nullptr;
     }
     auto issue = [&](int ci, int st) {
         const __nv_bfloat16 *kp = cptr[2 * (ci - c_lo)], *vp = cptr[2 * (ci - c_lo) + 1];
-        if (kp)
-            issue_chunk<HD>(ring + st * STAGE, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+        if (!kp)
+            return;
+        if constexpr (MODE == HEADS)
+            issue_chunk_heads<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
+                                  a.n_kv_heads, tid);
+        else
+            issue_chunk<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
     };
     auto sync = [] {
-        if constexpr (PREFILL)
-            __syncthreads();
-        else
+        if constexpr (MODE == DECODE)
             __syncwarp();
-    };
-
-    const int pf = PREFILL ? 0 : a.prefetch;
-    auto prefetch = [&](int ci) {
-        if (ci < c_hi && cptr[2 * (ci - c_lo)])
-            prefetch_chunk<HD>(cptr[2 * (ci - c_lo)], cptr[2 * (ci - c_lo) + 1], a.kv_stride, lane);
+        else
+            __syncthreads();
     };
     auto store = [&](int split) {
         if (ntok <= 0)
@@ -412,10 +439,11 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
         else
             store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
     };
+    /* This warp's K and V [16][hd] within a stage. */
+    const int k_off = MODE == HEADS ? head * 16 * HD * 2 : 0;
+    const int v_off = MODE == HEADS ? a.n_kv_heads * 16 * HD * 2 + head * 16 * HD * 2 : 16 * HD * 2;
 
     sync();
-    for (int d = 0; d < pf; d++)
-        prefetch(c_lo + kStages - 1 + d);
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
         if (c_lo + st < c_hi)
@@ -429,8 +457,6 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
         cp_wait<kStages - 2>();
         sync();
         const int nxt = ci + kStages - 1;
-        if (pf)
-            prefetch(nxt + pf);
         if (nxt < c_hi)
             issue(nxt, (nxt - c_lo) % kStages);
         cp_commit();
@@ -440,19 +466,22 @@ __global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cud
             split++;
             boundary += chunks_per_split;
         }
-        if (ntok > 0 && cptr[2 * (ci - c_lo)])
-            tile_chunk<HD>(ring + ((ci - c_lo) % kStages) * STAGE, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+        if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
+            const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
+            tile_chunk<HD>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+        }
     }
     cp_wait<0>();
     store(split);
 }
 
 /* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
- * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of 8
- * splits are loaded before they are combined. */
+ * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of
+ * AHEAD splits are loaded before they are combined (one load latency per AHEAD splits:
+ * a 32K-token row has 64). */
 template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 {
-    constexpr int DPL = HD / 32, AHEAD = 8;
+    constexpr int DPL = HD / 32, AHEAD = CUDA_ATTN_MERGE_AHEAD;
     const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (w >= a.n_rows * a.n_heads)
         return;
@@ -512,32 +541,35 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, bool PREFILL> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
-    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
-    const int wpc = PREFILL ? CUDA_ATTN_WARPS : decode_wpc(a->n_kv_heads);
-    const size_t smem = (size_t)(PREFILL ? 1 : wpc) * PART;
-    static bool attr_set = false; /* per instantiation; set once per process (one device) */
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, PREFILL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(CUDA_ATTN_WARPS * PART));
+    constexpr int PART = kStages * 2 * 16 * HD * 2 + kPtrBytes;
+    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->n_kv_heads : decode_wpc(a->n_kv_heads);
+    /* PREFILL and HEADS: one ring of (all heads') stages per block; DECODE: one per warp. */
+    const size_t smem = MODE == PREFILL ? (size_t)PART
+                        : MODE == HEADS ? (size_t)kStages * a->n_kv_heads * 2 * 16 * HD * 2 + kPtrBytes
+                                        : (size_t)warps * PART;
+    static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
+    if (smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
         if (e != cudaSuccess)
             return (int)e;
-        attr_set = true;
+        attr = smem;
     }
-    const size_t blocks = PREFILL ? (size_t)n_items * a->n_kv_heads : (size_t)n_items * (a->n_kv_heads / wpc);
-    attn_kernel<HD, PREFILL><<<(unsigned)blocks, wpc * 32, smem, s>>>(*a);
+    const size_t blocks = MODE == HEADS ? (size_t)n_items : (size_t)n_items * (a->n_kv_heads / (MODE == PREFILL ? 1 : warps));
+    attn_kernel<HD, MODE><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
-template <bool PREFILL> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     switch (hd) {
-    case 32: return launch<32, PREFILL>(a, n_items, s);
-    case 64: return launch<64, PREFILL>(a, n_items, s);
-    case 128: return launch<128, PREFILL>(a, n_items, s);
+    case 32: return launch<32, MODE>(a, n_items, s);
+    case 64: return launch<64, MODE>(a, n_items, s);
+    case 128: return launch<128, MODE>(a, n_items, s);
     }
     return (int)cudaErrorInvalidValue;
 }
@@ -548,12 +580,14 @@ extern "C" {
 
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    return dispatch<false>(a, head_dim, n_items, s);
+    if (a->heads && !cuda_attn_heads_fit(a->n_kv_heads, head_dim))
+        return (int)cudaErrorInvalidValue;
+    return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    return dispatch<true>(a, head_dim, n_items, s);
+    return dispatch<PREFILL>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)

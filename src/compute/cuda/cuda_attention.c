@@ -29,7 +29,7 @@ struct compute_attn {
     float scale;
     int split;
     int run;      /* decode splits per work item; 0: chosen per call to fill the device */
-    int prefetch; /* decode chunks asked of L2 ahead of the copies */
+    bool heads;   /* decode: blocks of all K/V heads (attention.cu's HEADS mode) when they fit */
     int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
     int g_cap;
 };
@@ -58,7 +58,7 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     a->split = CUDA_ATTN_SPLIT;
     a->run = 0;
-    a->prefetch = CUDA_ATTN_PREFETCH;
+    a->heads = cuda_attn_heads_fit(p->n_kv_heads, p->head_dim);
     *out = a;
     return CAIRN_OK;
 }
@@ -95,24 +95,27 @@ void cuda__attn_set_split(compute_attn_t *a, int split)
     a->split = split;
 }
 
-void cuda__attn_set_tuning(compute_attn_t *a, int run, int prefetch)
+void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads)
 {
-    CAIRN_ASSERT(run >= 0 && (run == 0 || run * a->split <= CUDA_ATTN_MAX_SPLIT) && prefetch >= 0);
+    CAIRN_ASSERT(run >= 0 && (run == 0 || run * a->split <= CUDA_ATTN_MAX_SPLIT));
     a->run = run;
-    a->prefetch = prefetch;
+    a->heads = heads && cuda_attn_heads_fit(a->p.n_kv_heads, a->p.head_dim);
 }
 
 /* Decode splits per work item: the longest run (a power of two, at most
- * CUDA_ATTN_MAX_SPLIT keys) that still gives every warp slot of the device a work item
- * (items[k]: the call's decode items with runs of 2^k splits), so each warp's copies flow
- * across split boundaries instead of ending and refilling at each; 1 when even single
- * splits leave slots empty. The run never changes a bit (attention.cu). */
+ * CUDA_ATTN_MAX_SPLIT keys) that still gives every block slot of the device a work item
+ * (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block of all
+ * heads per item and per SM; otherwise n_kv_heads / wpc blocks per item, two per SM), so
+ * each warp's copies flow across split boundaries instead of ending and refilling at
+ * each; 1 when even single splits leave slots empty. The run never changes a bit
+ * (attention.cu). */
 static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, const size_t *items, int n_k)
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
-    const size_t slots = (size_t)b->sm_count * 2 * (size_t)wpc;
+    const size_t per_item = a->heads ? 1 : (size_t)(a->p.n_kv_heads / wpc);
+    const size_t slots = (size_t)b->sm_count * (a->heads ? 1 : 2);
     for (int k = n_k - 1; k > 0; k--)
-        if (items[k] * (size_t)a->p.n_kv_heads >= slots)
+        if (items[k] * per_item >= slots)
             return 1 << k;
     return 1;
 }
@@ -271,7 +274,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .scale_log2 = a->scale * 1.44269504f,
         .softcap = a->p.softcap,
         .n_rows = n,
-        .prefetch = a->prefetch,
+        .heads = a->heads,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;

@@ -27,8 +27,13 @@ extern "C" {
 #define CUDA_ATTN_CHUNK 16
 /* The largest split the kernels take (their chunk pointer table holds this many keys). */
 #define CUDA_ATTN_MAX_SPLIT 2048
-/* Decode chunks asked of L2 beyond the cp.async stages (cuda__attn_set_tuning). */
-#define CUDA_ATTN_PREFETCH 0
+/* Decode blocks of all K/V heads (the HEADS mode of attention.cu): at most this many
+ * heads (warps), and their three stages must fit the block's shared memory (227 KiB on
+ * sm_90 with the opt-in). */
+#define CUDA_ATTN_MAX_HEADS_WARPS 8
+#define CUDA_ATTN_SMEM_MAX (227 * 1024)
+/* Splits whose accumulators the merge loads before combining them. */
+#define CUDA_ATTN_MERGE_AHEAD 32
 /* Warps per block of the attention kernels. */
 #define CUDA_ATTN_WARPS 4
 
@@ -82,7 +87,7 @@ typedef struct {
     float scale_log2;         /* scale times log2(e) (no soft-cap: scores go straight to base 2) */
     float softcap;            /* 0: none */
     int n_rows;               /* for the merge */
-    int prefetch;             /* decode: chunks prefetched into L2 beyond the cp.async stages (0: none) */
+    int heads;                /* decode: 1: one block per item for all K/V heads (cuda_attn_heads_fit) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -90,6 +95,15 @@ typedef struct {
 
 /* Head dims the attention kernels are built for. */
 static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+
+/* Whether decode blocks of all n_kv K/V heads fit: three stages of 16 keys of K and V of
+ * every head, and the chunk pointer table. */
+static inline int cuda_attn_heads_fit(int n_kv, int hd)
+{
+    return n_kv <= CUDA_ATTN_MAX_HEADS_WARPS &&
+           3 * (size_t)n_kv * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *) <=
+               CUDA_ATTN_SMEM_MAX;
+}
 
 /* The decode kernel (one work item per warp; warps of a block are consecutive K/V heads),
  * the prefill kernel (one item of up to 4 * tokens_per_warp rows per block, the warps
