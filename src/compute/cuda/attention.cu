@@ -313,6 +313,79 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
     }
 }
 
+/* The splits of (row, query head h) merged in split order into the row's output, by one
+ * warp (lane: dims lane * hd/32 ..). Loads run ahead of the (sequential) arithmetic: each
+ * lane holds one split's m and l, and the accumulators of AHEAD splits are loaded before
+ * they are combined (one load latency per AHEAD splits: a 32K-token row has 64); AHEAD
+ * changes no bit, the fold is the same. Loads go to L2 (__ldcg): in the decode kernel's
+ * fused merge other blocks of the same launch wrote them. */
+template <int HD, int AHEAD>
+__device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const cuda_attn_row_t &row, int h, int lane)
+{
+    constexpr int DPL = HD / 32;
+    float acc[DPL], M = kNegInf, L = 0.0f;
+    bool first = true;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        acc[d] = 0.0f;
+    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
+    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
+    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
+        const int cnt = min(32, row.n_splits - k0);
+        float mk = kNegInf, lk = 0.0f;
+        if (lane < cnt) {
+            mk = __ldcg(base + (size_t)(k0 + lane) * stride + HD);
+            lk = __ldcg(base + (size_t)(k0 + lane) * stride + HD + 1);
+        }
+        for (int kb = 0; kb < cnt; kb += AHEAD) {
+            float v[AHEAD][DPL];
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++)
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    v[j][d] = kb + j < cnt ? __ldcg(base + (size_t)(k0 + kb + j) * stride + lane * DPL + d) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
+                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
+                if (kb + j >= cnt || ms == kNegInf)
+                    continue;
+                if (first) {
+                    M = ms;
+                    L = ls;
+#pragma unroll
+                    for (int d = 0; d < DPL; d++)
+                        acc[d] = v[j][d];
+                    first = false;
+                    continue;
+                }
+                const float mn = fmaxf(M, ms);
+                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
+                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
+                M = mn;
+            }
+        }
+    }
+    float *out = row.out + (size_t)h * HD + lane * DPL;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
+}
+
+/* One warp per (row, head) of the rows the decode kernel did not merge (fused == 0). */
+template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
+{
+    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= a.n_rows * a.n_heads)
+        return;
+    const cuda_attn_row_t row = a.rows[w / a.n_heads];
+    if (!row.fused)
+        merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, w % a.n_heads, lane);
+}
+
 /* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
 enum Mode { DECODE, PREFILL, HEADS };
 
@@ -331,7 +404,11 @@ template <int M> constexpr int mode_threads() { return M == HEADS ? 32 * CUDA_AT
  * Decode items (DECODE, HEADS) hold a run of consecutive splits: the copies flow on across
  * a split boundary, where the finished split's partial is stored and the tile reset (the
  * next split then starts from the same state as if it began a work item, so neither the
- * run's length nor the mode changes a bit).
+ * run's length nor the mode changes a bit). A decode row marked fused is merged here: each
+ * block adds the (split, K/V head) partials it stored to the row's counter, and the block
+ * that completes it (every partial stored and fenced) merges all the row's heads with the
+ * merge kernel's function, then zeroes the counter for the next call: no merge launch,
+ * and the merge of a row overlaps the streaming of others.
  */
 template <int HD, int MODE>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
@@ -473,70 +550,27 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     }
     cp_wait<0>();
     store(split);
-}
 
-/* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
- * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of
- * AHEAD splits are loaded before they are combined (one load latency per AHEAD splits:
- * a 32K-token row has 64). */
-template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
-{
-    constexpr int DPL = HD / 32, AHEAD = CUDA_ATTN_MERGE_AHEAD;
-    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= a.n_rows * a.n_heads)
-        return;
-    const int r = w / a.n_heads, h = w % a.n_heads;
-    const cuda_attn_row_t row = a.rows[r];
-    float acc[DPL], M = kNegInf, L = 0.0f;
-    bool first = true;
-#pragma unroll
-    for (int d = 0; d < DPL; d++)
-        acc[d] = 0.0f;
-    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
-    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
-    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
-        const int cnt = min(32, row.n_splits - k0);
-        float mk = kNegInf, lk = 0.0f;
-        if (lane < cnt) {
-            mk = base[(size_t)(k0 + lane) * stride + HD];
-            lk = base[(size_t)(k0 + lane) * stride + HD + 1];
-        }
-        for (int kb = 0; kb < cnt; kb += AHEAD) {
-            float v[AHEAD][DPL];
-#pragma unroll
-            for (int j = 0; j < AHEAD; j++)
-#pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    v[j][d] = kb + j < cnt ? base[(size_t)(k0 + kb + j) * stride + lane * DPL + d] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < AHEAD; j++) {
-                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
-                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
-                if (kb + j >= cnt || ms == kNegInf)
-                    continue;
-                if (first) {
-                    M = ms;
-                    L = ls;
-#pragma unroll
-                    for (int d = 0; d < DPL; d++)
-                        acc[d] = v[j][d];
-                    first = false;
-                    continue;
-                }
-                const float mn = fmaxf(M, ms);
-                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
-                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
-#pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
-                M = mn;
+    if constexpr (MODE != PREFILL) {
+        const cuda_attn_row_t &row = a.rows[it.row0];
+        if (row.fused) {
+            __shared__ int last;
+            __threadfence(); /* this thread's partials, before the count says they are there */
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const int mine = it.n_split * (blockDim.x / 32), total = row.n_splits * a.n_kv_heads;
+                last = atomicAdd(&a.counters[it.row0], mine) + mine == total;
+                if (last)
+                    a.counters[it.row0] = 0; /* every other block has counted */
+            }
+            __syncthreads();
+            if (last) {
+                __threadfence();
+                for (int h = warp; h < a.n_heads; h += blockDim.x / 32)
+                    merge_row_head<HD, 8>(a, row, h, lane);
             }
         }
     }
-    float *out = row.out + (size_t)h * HD + lane * DPL;
-#pragma unroll
-    for (int d = 0; d < DPL; d++)
-        out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
 }
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
