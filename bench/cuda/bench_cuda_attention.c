@@ -8,8 +8,7 @@
  *
  * Per shape and per variant (split size: 512 is the batch-invariant mode's; decode splits
  * per work item, `run`, 0 = the backend's choice; `hd` 1: decode blocks of all K/V heads,
- * 0: blocks of 4 warps each streaming its own head; `fu` 1: the merge fused into the
- * decode kernel, 0: its own kernel), the kernels
+ * 0: blocks of 4 warps each streaming its own head), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -17,8 +16,8 @@
  *   q_ms     20 runs queued back to back between two events, the per-run mean, median of
  *            5 such batches (how a decode step issues attention: the launches queue
  *            behind the previous kernels);
- *   dec_ms   the same with the decode kernel alone (no merge kernel; with the merge fused
- *            it is the whole attention): q_ms - dec_ms is the merge kernel's share.
+ *   dec_ms   the same with the decode kernel alone (no merge): q_ms - dec_ms is the
+ *            merge's share.
  * TB/s is the K+V bytes over q_ms. Every variant of a split size must give the same output
  * bits as the first (memcmp; the bench fails otherwise). For the invariant configuration
  * the whole op is also timed once planned each time (op_ms: host work lists from the
@@ -215,7 +214,7 @@ int main(int argc, char **argv)
     }
     cuda_backend_t *b = (cuda_backend_t *)be;
     copy_ceiling();
-    printf("%-10s %-6s %4s %4s %4s %9s %9s %9s %8s %8s %9s\n", "shape", "split", "run", "item", "hdfu", "iso_ms",
+    printf("%-10s %-6s %4s %4s %4s %9s %9s %9s %8s %8s %9s\n", "shape", "split", "run", "item", "hd", "iso_ms",
            "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
@@ -262,11 +261,10 @@ int main(int argc, char **argv)
             return 1;
         }
         const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
-        /* split, run (0: the backend's choice), all-heads blocks (-1: the default), fused merge */
-        static const int variants[][4] = {
-            {512, 0, -1, 1}, {512, 1, 0, 0}, {512, 1, 0, 1}, {512, 2, 0, 1}, {512, 1, 1, 0}, {512, 1, 1, 1},
-            {512, 2, 1, 0},  {512, 2, 1, 1}, {512, 4, 1, 0}, {512, 4, 1, 1}, {256, 0, -1, 1}, {1024, 0, -1, 1},
-            {2048, 0, -1, 1}, {512, 0, -1, 1},
+        /* split, run (0: the backend's choice), all-heads blocks (-1: the default) */
+        static const int variants[][3] = {
+            {512, 0, -1}, {512, 1, 0}, {512, 2, 0}, {512, 1, 1}, {512, 2, 1}, {512, 4, 1},
+            {256, 0, -1}, {1024, 0, -1}, {2048, 0, -1}, {512, 0, -1},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
@@ -278,7 +276,7 @@ int main(int argc, char **argv)
             const int split = variants[i][0], run = variants[i][1];
             const bool pf = variants[i][2] < 0 ? cuda_attn_heads_fit(NKV, HD) : variants[i][2] > 0;
             cuda__attn_set_split(a, split);
-            cuda__attn_set_tuning(a, run, pf, variants[i][3] != 0);
+            cuda__attn_set_tuning(a, run, pf);
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
@@ -299,8 +297,8 @@ int main(int argc, char **argv)
                 memcpy(ref, got, out_bytes);
                 ref_split = split;
             } else if (memcmp(ref, got, out_bytes)) {
-                fprintf(stderr, "variant %zu (split %d run %d heads %d fused %d): output bits differ from the first's\n",
-                        i, split, run, (int)pf, variants[i][3]);
+                fprintf(stderr, "variant %zu (split %d run %d heads %d): output bits differ from the first's\n", i,
+                        split, run, (int)pf);
                 return 1;
             }
             double opm = 0;
@@ -324,8 +322,8 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %-6d %4d %4d %2d%2d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, split, run,
-                   plan.n_dec, plan.args.heads, variants[i][3], iso, qd, dec, bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
+            printf("%-10s %-6d %4d %4d %4d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, split, run,
+                   plan.n_dec, plan.args.heads, iso, qd, dec, bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode)" : (int)i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {
                 best = qd;

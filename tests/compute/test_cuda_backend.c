@@ -15,8 +15,7 @@
  *    soft-cap, over several splits; and bit identity of each query computed alone (decode),
  *    in one prefill call with other sequences, in chunks of 1, 5 and 17, and batched
  *    decode, and under every decode tuning (1, 2 or 4 splits per work item, blocks of
- *    all K/V heads or of 4 warps with their own heads, the merge in the decode kernel or
- *    its own). Positions not yet stored hold NaN, so a key past a query's end that
+ *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold NaN, so a key past a query's end that
  *    leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies.
@@ -500,15 +499,14 @@ static void run_attention_config(const attn_cfg_t *c)
         if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
             fail_msg("batched decode of sequence %d differs", s);
     }
-    /* 5. The decode tuning (splits per work item, blocks of all heads, the merge fused into
-     * the decode kernel or not) changes no bit: the batched last queries and every seventh
-     * query alone, under each. */
+    /* 5. The decode tuning (splits per work item, blocks of all heads or of 4 warps)
+     * changes no bit: the batched last queries and every seventh query alone, under each. */
     const int runs[3] = {1, 2, 4};
     for (int ri = 0; ri < 3; ri++)
-        for (int pi = 0; pi < 4; pi++) {
+        for (int pi = 0; pi < 2; pi++) {
             if (runs[ri] * CUDA_ATTN_SPLIT > CUDA_ATTN_MAX_SPLIT)
                 continue;
-            cuda__attn_set_tuning(a, runs[ri], pi & 1, pi & 2);
+            cuda__attn_set_tuning(a, runs[ri], pi != 0);
             compute_attention(gpu, a, 0, last, 3);
             down(&dout, got, (size_t)nq * q_dim * 4);
             for (int s = 0; s < 3; s++) {
@@ -525,7 +523,7 @@ static void run_attention_config(const attn_cfg_t *c)
                              runs[ri], pi);
             }
         }
-    cuda__attn_set_tuning(a, 0, true, true);
+    cuda__attn_set_tuning(a, 0, true);
     compute_attn_destroy(gpu, a);
     compute_buffer_free(gpu, &dk);
     compute_buffer_free(gpu, &dv);

@@ -317,8 +317,7 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
  * warp (lane: dims lane * hd/32 ..). Loads run ahead of the (sequential) arithmetic: each
  * lane holds one split's m and l, and the accumulators of AHEAD splits are loaded before
  * they are combined (one load latency per AHEAD splits: a 32K-token row has 64); AHEAD
- * changes no bit, the fold is the same. Loads go to L2 (__ldcg): in the decode kernel's
- * fused merge other blocks of the same launch wrote them. */
+ * changes no bit, the fold is the same. */
 template <int HD, int AHEAD>
 __device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const cuda_attn_row_t &row, int h, int lane)
 {
@@ -375,14 +374,35 @@ __device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const 
         out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
 }
 
-/* One warp per (row, head) of the rows the decode kernel did not merge (fused == 0). */
+/* Lets the next kernel on the stream, launched as a programmatic dependent (the merge),
+ * start its blocks; they wait in dep_wait until this grid completed (sm_90). */
+__device__ __forceinline__ void dep_launch()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Waits until the grid this one depends on completed and its writes are visible. */
+__device__ __forceinline__ void dep_wait()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* One warp per (row, head). Launched as a programmatic dependent of the attention
+ * kernels: the row (uploaded before them) is read first, the partials only once they
+ * completed. */
 template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 {
     const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= a.n_rows * a.n_heads)
-        return;
-    const cuda_attn_row_t row = a.rows[w / a.n_heads];
-    if (!row.fused)
+    const bool mine = w < a.n_rows * a.n_heads;
+    cuda_attn_row_t row;
+    if (mine)
+        row = a.rows[w / a.n_heads];
+    dep_wait();
+    if (mine)
         merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, w % a.n_heads, lane);
 }
 
@@ -404,17 +424,16 @@ template <int M> constexpr int mode_threads() { return M == HEADS ? 32 * CUDA_AT
  * Decode items (DECODE, HEADS) hold a run of consecutive splits: the copies flow on across
  * a split boundary, where the finished split's partial is stored and the tile reset (the
  * next split then starts from the same state as if it began a work item, so neither the
- * run's length nor the mode changes a bit). A decode row marked fused is merged here: each
- * block adds the (split, K/V head) partials it stored to the row's counter, and the block
- * that completes it (every partial stored and fenced) merges all the row's heads with the
- * merge kernel's function, then zeroes the counter for the next call: no merge launch,
- * and the merge of a row overlaps the streaming of others.
+ * run's length nor the mode changes a bit). Each block first lets the merge kernel launch
+ * (programmatic dependent launch), so the merge's blocks are scheduled while the last
+ * ones here still stream.
  */
 template <int HD, int MODE>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
+    dep_launch();
     const int stage_bytes = MODE == HEADS ? a.n_kv_heads * HSTAGE : HSTAGE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int item_idx, head, tok0, ntok, tid, nthr;
@@ -550,27 +569,6 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     }
     cp_wait<0>();
     store(split);
-
-    if constexpr (MODE != PREFILL) {
-        const cuda_attn_row_t &row = a.rows[it.row0];
-        if (row.fused) {
-            __shared__ int last;
-            __threadfence(); /* this thread's partials, before the count says they are there */
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                const int mine = it.n_split * (blockDim.x / 32), total = row.n_splits * a.n_kv_heads;
-                last = atomicAdd(&a.counters[it.row0], mine) + mine == total;
-                if (last)
-                    a.counters[it.row0] = 0; /* every other block has counted */
-            }
-            __syncthreads();
-            if (last) {
-                __threadfence();
-                for (int h = warp; h < a.n_heads; h += blockDim.x / 32)
-                    merge_row_head<HD, 8>(a, row, h, lane);
-            }
-        }
-    }
 }
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
@@ -629,14 +627,23 @@ int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)
     const size_t warps = (size_t)a->n_rows * a->n_heads;
     if (!warps)
         return 0;
-    const unsigned blocks = (unsigned)((warps + 3) / 4);
+    /* A programmatic dependent launch: its blocks may start while the attention kernel's
+     * last ones run (merge_kernel waits for that grid before reading partials). */
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((warps + 3) / 4));
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
     switch (head_dim) {
-    case 32: merge_kernel<32><<<blocks, 128, 0, s>>>(*a); break;
-    case 64: merge_kernel<64><<<blocks, 128, 0, s>>>(*a); break;
-    case 128: merge_kernel<128><<<blocks, 128, 0, s>>>(*a); break;
-    default: return (int)cudaErrorInvalidValue;
+    case 32: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<32>, *a);
+    case 64: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<64>, *a);
+    case 128: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<128>, *a);
     }
-    return (int)cudaGetLastError();
+    return (int)cudaErrorInvalidValue;
 }
 
 } // extern "C"

@@ -30,7 +30,6 @@ struct compute_attn {
     int split;
     int run;      /* decode splits per work item; 0: chosen per call to fill the device */
     bool heads;   /* decode: blocks of all K/V heads (attention.cu's HEADS mode) when they fit */
-    bool fuse;    /* decode rows merged by the decode kernel (no merge launch) */
     int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
     int g_cap;
 };
@@ -60,7 +59,6 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->split = CUDA_ATTN_SPLIT;
     a->run = 0;
     a->heads = cuda_attn_heads_fit(p->n_kv_heads, p->head_dim);
-    a->fuse = true;
     *out = a;
     return CAIRN_OK;
 }
@@ -97,26 +95,26 @@ void cuda__attn_set_split(compute_attn_t *a, int split)
     a->split = split;
 }
 
-void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads, bool fuse)
+void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads)
 {
     CAIRN_ASSERT(run >= 0 && (run == 0 || run * a->split <= CUDA_ATTN_MAX_SPLIT));
     a->run = run;
     a->heads = heads && cuda_attn_heads_fit(a->p.n_kv_heads, a->p.head_dim);
-    a->fuse = fuse;
 }
 
 /* Decode splits per work item: the longest run (a power of two, at most
- * CUDA_ATTN_MAX_SPLIT keys) that still gives every block slot of the device a work item
- * (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block of all
- * heads per item and per SM; otherwise n_kv_heads / wpc blocks per item, two per SM), so
- * each warp's copies flow across split boundaries instead of ending and refilling at
- * each; 1 when even single splits leave slots empty. The run never changes a bit
- * (attention.cu). */
+ * CUDA_ATTN_MAX_SPLIT keys) that still gives (nearly) every block slot of the device a
+ * work item (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block
+ * of all heads per item, one per SM, and 7/8 of the SMs is enough: one wave of long items
+ * beat two waves of short ones in device run 7b; otherwise n_kv_heads / wpc blocks per
+ * item, two per SM), so each block's copies flow across split boundaries instead of
+ * ending and refilling at each; 1 when even single splits leave slots empty. The run
+ * never changes a bit (attention.cu). */
 static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, bool heads, const size_t *items, int n_k)
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
     const size_t per_item = heads ? 1 : (size_t)(a->p.n_kv_heads / wpc);
-    const size_t slots = (size_t)b->sm_count * (heads ? 1 : 2);
+    const size_t slots = heads ? (size_t)(b->sm_count - b->sm_count / 8) : (size_t)b->sm_count * 2;
     for (int k = n_k - 1; k > 0; k--)
         if (items[k] * per_item >= slots)
             return 1 << k;
@@ -190,9 +188,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
             }
         }
     }
-    /* Blocks of all heads only when single splits give every SM one (a few long rows:
-     * blocks of 4 heads give twice the blocks); the run for the mode. */
-    const bool heads = a->heads && (a->run || dec_k[0] >= (size_t)b->sm_count);
+    /* Blocks of all heads only when single splits give (nearly) every SM one (a few long
+     * rows: blocks of 4 heads give twice the blocks); then the run for the mode. */
+    const bool heads = a->heads && (a->run || dec_k[0] >= (size_t)(b->sm_count - b->sm_count / 8));
     const int split_run = a->run ? a->run : pick_run(b, a, heads, dec_k, n_k);
     for (int k = 0; k < n_k; k++)
         if (split_run == 1 << k)
@@ -211,7 +209,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     cuda_attn_group_t *groups = (cuda_attn_group_t *)(h + off_groups);
     cuda_attn_item_t *dec = (cuda_attn_item_t *)(h + off_dec), *pre = (cuda_attn_item_t *)(h + off_pre);
     const void **table = (const void **)(h + off_table);
-    int part = 0, tab = 0, n_unfused = 0;
+    int part = 0, tab = 0;
     size_t di = 0, pi = 0;
     for (int g = 0; g < ng; g++) {
         const int f = a->g_first[g], cnt = a->g_count[g], nb = a->g_max[g] / P + 1;
@@ -234,9 +232,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         for (int i = f; i < f + cnt; i++) {
             const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0;
             const int s_first = lo / S, ns = q[i].pos / S - s_first + 1;
-            const int fused = cnt == 1 && a->fuse; /* a decode row */
-            rows[i] = (cuda_attn_row_t){q[i].q, q[i].out, q[i].pos, g, s_first, ns, part, fused};
-            n_unfused += !fused;
+            rows[i] = (cuda_attn_row_t){q[i].q, q[i].out, q[i].pos, g, s_first, ns, part, 0};
             part += ns;
         }
         if (cnt == 1) {
@@ -263,18 +259,13 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
     if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
         return false;
-    if ((size_t)n * sizeof(int) > b->counters_cap) { /* zeroed once; the fused merges leave them zero */
-        if (!cuda__grow(b, (void **)&b->counters, &b->counters_cap, (size_t)n * sizeof(int)) ||
-            !cuda__check(b, cudaMemsetAsync(b->counters, 0, b->counters_cap, b->stream), "zeroing attention counters"))
-            return false;
-    }
+
     plan->args = (cuda_attn_args_t){
         .rows = (const cuda_attn_row_t *)d,
         .groups = (const cuda_attn_group_t *)(d + off_groups),
         .items = (const cuda_attn_item_t *)(d + off_dec),
         .table = (const void *const *)(d + off_table),
         .partials = b->partials,
-        .counters = b->counters,
         .n_items = (int)n_dec,
         .n_heads = a->p.n_heads,
         .n_kv_heads = a->p.n_kv_heads,
@@ -293,7 +284,6 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;
     plan->n_pre = (int)n_pre;
-    plan->n_unfused = n_unfused;
     plan->head_dim = a->p.head_dim;
     return true;
 }
@@ -309,8 +299,7 @@ void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
     if (plan->n_pre &&
         !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream), "the prefill attention kernel"))
         return;
-    if (plan->n_unfused)
-        cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
+    cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
 }
 
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n)

@@ -74,8 +74,6 @@ struct cuda_backend {
     cuda_gemm_cache_t *gemm;
     float *partials;             /* device attention split partials */
     size_t partials_cap;
-    int *counters;               /* device per-row counters of the fused merge (zero between calls) */
-    size_t counters_cap;
     cuda_kv_storage_t kvs;
     char numerics[64];
 };
@@ -114,17 +112,15 @@ typedef struct {
     cuda_attn_args_t args;         /* items: the decode items */
     const cuda_attn_item_t *items_pre;
     int n_dec, n_pre, head_dim;
-    int n_unfused;                 /* rows the merge kernel merges (0: it is not launched) */
 } cuda_attn_plan_t;
 bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
                      cuda_attn_plan_t *plan);
 void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
 void cuda__attn_set_split(compute_attn_t *a, int split);
 /* Decode splits per work item (0, the default: chosen per call, see cuda_attention.c;
- * run * split <= CUDA_ATTN_MAX_SPLIT), whether decode blocks cover all K/V heads (default:
- * when cuda_attn_heads_fit) and whether the decode kernel merges its rows itself (default
- * on). None changes a bit of the results. */
-void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads, bool fuse);
+ * run * split <= CUDA_ATTN_MAX_SPLIT) and whether decode blocks may cover all K/V heads
+ * (default: when cuda_attn_heads_fit). Neither changes a bit of the results. */
+void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
 void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a);
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n);

@@ -46,7 +46,7 @@ typedef struct {
     int s_first;      /* first split holding a visible key */
     int n_splits;     /* splits [s_first, s_first + n_splits) */
     int part;         /* partial record of (row, split s, head h): (part + s - s_first) * n_heads + h */
-    int fused;        /* 1: a decode row the decode kernel merges itself (the merge kernel skips it) */
+    int pad;
 } cuda_attn_row_t;
 
 /* The K/V of one sequence (adjacent query rows with one accessor): blocks of `block`
@@ -75,7 +75,6 @@ typedef struct {
     const cuda_attn_item_t *items;
     const void *const *table; /* [2 * entries] K, V block base pointers */
     float *partials;          /* records [CUDA_ATTN_REC(head_dim)] floats: acc[head_dim], m, l */
-    int *counters;            /* [n_rows] per fused row: (split, K/V head) partials stored; 0 between calls */
     int n_items;
     int n_heads, n_kv_heads;
     int group_size;           /* n_heads / n_kv_heads (<= 16) */
@@ -107,10 +106,10 @@ static inline int cuda_attn_heads_fit(int n_kv, int hd)
 }
 
 /* The decode kernel (a.heads: one block of all K/V heads per work item; otherwise one
- * work item per warp, the warps of a block consecutive K/V heads; rows marked fused are
- * merged by it), the prefill kernel (one item of up to 4 * tokens_per_warp rows per
- * block, the warps sharing each K/V chunk), and the merge of the other rows' splits into
- * their outputs. */
+ * work item per warp, the warps of a block consecutive K/V heads), the prefill kernel (one
+ * item of up to 4 * tokens_per_warp rows per block, the warps sharing each K/V chunk), and
+ * the merge of every row's splits into its output (a programmatic dependent launch: it
+ * must directly follow the attention kernels on the stream). */
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s);
