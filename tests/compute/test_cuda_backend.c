@@ -18,7 +18,8 @@
  *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold NaN, so a key past a query's end that
  *    leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
- *    ways, block copies.
+ *    ways, block copies;
+ *  - the device memory report (compute_memory_info) that sizes serve's pool.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -584,6 +585,27 @@ static void test_kv_storage(void **state)
     assert_int_equal(compute_sync(gpu), 0);
 }
 
+/* ---- device memory ---------------------------------------------------------------------------- */
+
+/* compute_memory_info reports the device (free <= total, 256 MiB less free after a
+ * 256 MiB allocation, give or take the allocator's rounding); the CPU backend has none. */
+static void test_memory_info(void **state)
+{
+    (void)state;
+    uint64_t f0, t0, f1, t1;
+    assert_int_equal(compute_memory_info(gpu, &f0, &t0), 0);
+    assert_true(f0 > 0 && f0 <= t0);
+    compute_buffer_t big = dev((size_t)256 << 20);
+    assert_int_equal(compute_memory_info(gpu, &f1, &t1), 0);
+    assert_true(t1 == t0);
+    if (!(f1 + ((uint64_t)240 << 20) <= f0))
+        fail_msg("free device memory went from %llu to %llu bytes over a 256 MiB allocation", (unsigned long long)f0,
+                 (unsigned long long)f1);
+    compute_buffer_free(gpu, &big);
+    assert_int_equal(compute_memory_info(cpu, &f1, &t1), CAIRN_EUNSUPPORTED);
+    assert_true(f1 == 0 && t1 == 0);
+}
+
 int main(void)
 {
     /* CAIRN_TEST_FILTER=test_attention runs one test (e.g. under compute-sanitizer). */
@@ -591,7 +613,7 @@ int main(void)
         cmocka_set_test_filter(getenv("CAIRN_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_attention),  cmocka_unit_test(test_kv_storage),
+        cmocka_unit_test(test_attention),  cmocka_unit_test(test_kv_storage),  cmocka_unit_test(test_memory_info),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
