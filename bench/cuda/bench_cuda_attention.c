@@ -323,7 +323,8 @@ int main(int argc, char **argv)
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
             printf("%-10s %-6d %4d %4d %4d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, split, run,
-                   plan.n_dec, plan.args.heads, iso, qd, dec, bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
+                   plan.n_dec, plan.args.heads, iso, qd, dec, bytes / (iso * 1e-3) / 1e12,
+                   bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode)" : (int)i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {
                 best = qd;

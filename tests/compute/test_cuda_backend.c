@@ -15,8 +15,8 @@
  *    soft-cap, over several splits; and bit identity of each query computed alone (decode),
  *    in one prefill call with other sequences, in chunks of 1, 5 and 17, and batched
  *    decode, and under every decode tuning (1, 2 or 4 splits per work item, blocks of
- *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold NaN, so a key past a query's end that
- *    leaked into its sum would show;
+ *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold
+ *    NaN, so a key past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies;
  *  - the device memory report (compute_memory_info) that sizes serve's pool.

@@ -6,14 +6,16 @@
  * per-block K/V pointer table the host builds from the accessor). A warp computes one
  * 16-row mma tile: `tokens_per_warp` consecutive query tokens times the group_size query
  * heads that share one K/V head (GQA: each K/V chunk is read once for all of them). It
- * walks the keys of ONE split (CUDA_ATTN_SPLIT keys in the invariant mode) in chunks of 16
- * keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
- * mask, running max and sum, P rounded to bf16, acc += P V — and writes the split's
+ * walks the keys of its splits (CUDA_ATTN_SPLIT keys each in the invariant mode) in chunks
+ * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
+ * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
- * in split order. K/V chunks are staged through shared memory by cp.async (three stages);
- * in the decode kernel each warp streams its own split (one work item per warp, the warps
- * of a block are consecutive K/V heads of the same blocks), in the prefill kernel the four
- * warps of a block share each chunk (one item of up to 4 tiles of one sequence).
+ * in split order. K/V chunks are staged through shared memory by cp.async (three stages).
+ * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
+ * own item (a run of consecutive splits of one sequence; the warps of a block are
+ * consecutive K/V heads); HEADS, one block per decode item for all K/V heads, the block's
+ * threads copying whole K/V rows into one stage per chunk; PREFILL, the four warps of a
+ * block share each chunk of one head (one item of up to 4 tiles of one sequence).
  *
  * Bit-exactness. Both kernels run the same per-row sequence of operations: the same
  * chunks in the same order (a chunk processed for another row of the tile but invisible to
@@ -409,7 +411,10 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 /* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
 enum Mode { DECODE, PREFILL, HEADS };
 
-template <int M> constexpr int mode_threads() { return M == HEADS ? 32 * CUDA_ATTN_MAX_HEADS_WARPS : 32 * CUDA_ATTN_WARPS; }
+template <int M> constexpr int mode_threads()
+{
+    return M == HEADS ? 32 * CUDA_ATTN_MAX_HEADS_WARPS : 32 * CUDA_ATTN_WARPS;
+}
 
 /*
  * One work item's splits for the tiles of this block.
@@ -591,7 +596,9 @@ template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, c
             return (int)e;
         attr = smem;
     }
-    const size_t blocks = MODE == HEADS ? (size_t)n_items : (size_t)n_items * (a->n_kv_heads / (MODE == PREFILL ? 1 : warps));
+    const size_t blocks = MODE == HEADS     ? (size_t)n_items
+                          : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
+                                            : (size_t)n_items * (a->n_kv_heads / warps);
     attn_kernel<HD, MODE><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }

@@ -297,7 +297,8 @@ void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
     args.items = plan->items_pre;
     args.n_items = plan->n_pre;
     if (plan->n_pre &&
-        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream), "the prefill attention kernel"))
+        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream),
+                     "the prefill attention kernel"))
         return;
     cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
 }
