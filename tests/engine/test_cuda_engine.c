@@ -7,7 +7,8 @@
  *
  * Also: the cold tier keeps GPU K/V apart from CPU K/V (the numerics id enters the
  * fingerprint: a CPU engine over the same directory restores nothing), the engine refuses
- * the flat path and f32 K/V on the GPU with a message, and gemma3 (sliding-window layers:
+ * the flat path and f32 K/V on the GPU with a message, reports the device's memory
+ * (cairn_engine_device_memory; none on the CPU), and gemma3 (sliding-window layers:
  * a 32-key window over 720 tokens, null blocks below it) runs there with the same bit
  * identity across chunks and a prefix hit.
  *
@@ -263,6 +264,17 @@ static void test_refusals(void **state)
     o.kv_dtype = CAIRN_DTYPE_F32;
     assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
     assert_non_null(strstr(err, "f32"));
+    /* The device memory report serve sizes its pool by: the GPU engine has one (its
+     * weights resident), the CPU engine none. */
+    uint64_t fr = 0, tot = 0;
+    e = engine(64);
+    assert_int_equal(cairn_engine_device_memory(e, &fr, &tot), 0);
+    assert_true(fr > 0 && fr < tot);
+    cairn_engine_destroy(e);
+    e = engine_on("cpu", 64, NULL);
+    assert_int_equal(cairn_engine_device_memory(e, &fr, &tot), CAIRN_EUNSUPPORTED);
+    assert_true(fr == 0 && tot == 0);
+    cairn_engine_destroy(e);
 }
 
 /* gemma3 on the GPU: long_720 in chunks of 1, 16 and 100 gives one step's logits, and
