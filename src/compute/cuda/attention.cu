@@ -192,12 +192,16 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
                 mx[h] = fmaxf(mx[h], x);
             }
     float alpha[2];
+    bool rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(t.m[h], mx[h]);
-        alpha[h] = mn == t.m[h] ? 1.0f : ex2(__fsub_rn(t.m[h], mn));
+        const float mo = t.m[h], mn = fmaxf(mo, mx[h]);
+        alpha[h] = mn == mo ? 1.0f : ex2(__fsub_rn(mo, mn));
+        /* acc * alpha changes acc only when the max moved from a finite one: alpha is
+         * exactly 1 otherwise, or (the row's first visible key) acc is still all +0. */
+        rescale[h] = mn != mo && mo != kNegInf;
         t.m[h] = mn;
     }
 
@@ -219,13 +223,20 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
 #pragma unroll
     for (int h = 0; h < 2; h++)
         t.l[h] = __fadd_rn(__fmul_rn(t.l[h], alpha[h]), psum[h]);
-    /* Rescaling by exactly 1 changes nothing: skipped when no row of the warp's max moved
-     * (most chunks once the max has settled), the same bits either way. */
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    /* Rescaling by exactly 1, or +0 by anything finite, changes nothing: each half of the
+     * accumulators (rows g, g+8) is rescaled only where its row's max moved from a finite
+     * value (in decode, rows g+8 and the rows past the group are empty: never), the same
+     * bits either way. */
+    if (rescale[0]) {
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
             t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
+        }
+    }
+    if (rescale[1]) {
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
             t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
             t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
         }
