@@ -19,7 +19,7 @@ el test_cuda_engine; timeout 150 "$D/bin/test_cuda_engine" 2>&1 | grep -vE "^log
 el "check-reference qwen3 --backend cuda"; timeout 60 "$D/bin/cairn" check-reference "$D/fixtures/models/qwen3" --backend cuda 2>&1 | tail -1; echo "rc ${PIPESTATUS[0]}"
 el bench_cuda_attention; timeout 150 "$D/bin/bench_cuda_attention"; echo "rc $?"
 el sdpa; PYTHONUNBUFFERED=1 timeout 120 env -u LD_LIBRARY_PATH python3 -W ignore "$D/sdpa_decode.py"; echo "rc $?"
-el "racecheck test_attention (small)"; CAIRN_TEST_SMALL=1 CAIRN_TEST_FILTER=test_attention timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/bin/test_cuda_backend" 2>&1 | grep -vE "^log: cuda backend: [0-9]+ x" | tail -6; echo "rc ${PIPESTATUS[0]}"
+el "racecheck test_attention (small)"; CAIRN_TEST_SMALL=1 CAIRN_TEST_FILTER=test_attention timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/bin/test_cuda_backend" 2>&1 | grep -vE "^log: cuda backend: [0-9]+ x" | tail -6; echo "rc ${PIPESTATUS[0]}"
 el done
 } > "$O/log" 2>&1
 grep -vE "^log: " "$O/log" | cut -c1-220 | head -150
