@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "cairn/engine.h"
+#include "compute/cpu/kernels.h"
 #include "models/family.h"
 #include "tools/synth.h"
 
@@ -315,9 +316,9 @@ static void bench_file(const char *path, const struct bench_opts *bo, cairn_engi
     const uint64_t wbytes = cairn_checkpoint_weight_bytes(ck);
     const uint64_t kv_row = (uint64_t)c->n_layers * 2 * cairn_dtype_row_bytes(kv_dtype, (int64_t)c->n_kv_heads * c->head_dim);
     printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, weights %.1f MB, %d threads, math %s, "
-           "K/V %s\n", path, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
+           "K/V %s, kernels %s\n", path, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
            c->tie_embeddings ? " (tied)" : "", wbytes / 1e6, bo->threads, math ? "bf16" : "f32",
-           cairn_dtype_name(kv_dtype));
+           cairn_dtype_name(kv_dtype), kern_impl_name());
     cairn_engine_t *e = make(ck, bo->threads, math);
     const int nids = long_prompt > 512 ? long_prompt : 512;
     int32_t *ids = malloc((size_t)nids * sizeof(int32_t));

@@ -171,6 +171,11 @@ CAIRN_API int cairn_seq_end_turn(cairn_seq_t *s);
 CAIRN_API int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out);
 /* Frees the sequence and its K/V references. NULL is a no-op. */
 CAIRN_API void cairn_seq_release(cairn_seq_t *s);
+/* Retention hint for the sequence's prefix (cairn_kv_seq_retain): its blocks, once
+ * released, are evicted only after every unhinted cached block. Call it before
+ * cairn_seq_release. The flat path (no paged pool) ignores it. Errors: none beyond
+ * CAIRN_EINVAL from the core. Thread-safety: the engine's thread. */
+CAIRN_API int cairn_seq_retain(cairn_seq_t *s);
 
 /* ---- Steps ------------------------------------------------------------------------- */
 

@@ -327,6 +327,20 @@ CAIRN_API int cairn_kv_seq_preempt(cairn_kv_seq_t *seq, uint32_t *freed);
  */
 CAIRN_API int cairn_kv_seq_resume(cairn_kv_seq_t *seq, size_t *prefix_len);
 
+/*
+ * Retention hint (eviction priority): marks every block now in the sequence's tables, so
+ * that once no sequence references one it is evicted only after every unmarked cached
+ * block (the LRU becomes [unmarked | marked], each part least recently released first;
+ * with no marked block it is the plain LRU). Call it before releasing (or ending the turn
+ * of) a sequence whose prefix its client will send again, e.g. an agent's conversation
+ * (the server's prompt_cache_key). It changes eviction order only: hashes, domains and
+ * lookups are untouched, so a hint never makes a block visible across domains. The mark
+ * lasts until the block leaves the cache (evicted, or freed unregistered and allocated
+ * again); blocks the sequence drops later (sliding windows, truncation) keep theirs.
+ * Errors: CAIRN_EINVAL (NULL). Cost: O(table entries). Thread-safety: the cache's thread.
+ */
+CAIRN_API int cairn_kv_seq_retain(cairn_kv_seq_t *seq);
+
 /* Releases the sequence and all its blocks; *freed (may be NULL) as for _preempt. The
  * pointer is invalid afterwards. NULL is a no-op. */
 CAIRN_API void cairn_kv_seq_release(cairn_kv_seq_t *seq, uint32_t *freed);

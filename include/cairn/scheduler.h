@@ -135,6 +135,9 @@ typedef struct {
     int n;                        /* choices (forked sequences), 1..CAIRN_SCHED_MAX_N; 0 means 1 */
     bool logprobs;                /* report each generated token's log-probability... */
     int top_logprobs;             /* ...and this many alternatives, 0..20 */
+    bool retain;                  /* retention hint (the API's prompt_cache_key): a choice
+                                     that finishes marks its blocks (cairn_seq_retain), so
+                                     they outlive unhinted ones under pool pressure */
     cairn_req_event_fn on_event;
     void *user;
 } cairn_req_params_t;

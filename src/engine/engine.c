@@ -469,6 +469,11 @@ int cairn_seq_end_turn(cairn_seq_t *s)
     return CAIRN_OK;
 }
 
+int cairn_seq_retain(cairn_seq_t *s)
+{
+    return s->paged ? kv_paged_seq_retain(s->paged) : CAIRN_OK;
+}
+
 int cairn_seq_fork(cairn_seq_t *s, cairn_seq_t **out)
 {
     *out = NULL;

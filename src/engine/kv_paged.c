@@ -176,6 +176,11 @@ int kv_paged_seq_end_turn(kv_paged_seq_t *s)
     return s->seq ? cairn_kv_seq_end_turn(s->seq, NULL) : CAIRN_OK;
 }
 
+int kv_paged_seq_retain(kv_paged_seq_t *s)
+{
+    return s->seq ? cairn_kv_seq_retain(s->seq) : CAIRN_OK;
+}
+
 int kv_paged_seq_truncate(kv_paged_seq_t *s, int n)
 {
     if (!s->seq)

@@ -60,6 +60,8 @@ int kv_paged_seq_append(kv_paged_seq_t *s, const int32_t *tokens, int n, int *n_
 int kv_paged_seq_commit(kv_paged_seq_t *s, int n_computed);
 /* Drops the uncomputed tokens, keeping the computed blocks live. */
 int kv_paged_seq_end_turn(kv_paged_seq_t *s);
+/* cairn_kv_seq_retain on the core sequence (none begun yet: nothing to mark). */
+int kv_paged_seq_retain(kv_paged_seq_t *s);
 /* Keeps the first n tokens. CAIRN_ERANGE when a sliding group already released a block
  * the window of the shorter sequence needs (nothing changes; see kv_paged_seq_restart). */
 int kv_paged_seq_truncate(kv_paged_seq_t *s, int n);

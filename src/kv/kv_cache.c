@@ -12,7 +12,8 @@
  *    <= max_blocks; storage never moves.
  * Allocation policy for a request of `needed` blocks: if the free queue is short, grow once
  * to min(max, max(2 x current, current + deficit)); if still short and free + cached
- * covers it, evict least recently used cached blocks; otherwise CAIRN_EEXHAUSTED with
+ * covers it, evict least recently used cached blocks (unretained ones first: block_pool.c);
+ * otherwise CAIRN_EEXHAUSTED with
  * nothing evicted. Because callers ask for their whole need up front, an allocation loop
  * can never run dry midway, so no mid-loop retry is needed.
  * Thread-safety: one engine thread per cache; nothing here locks.
@@ -533,11 +534,18 @@ int kv_cache__check(const cairn_kv_cache_t *c)
         CHECK(bp->blocks[id].prev == prev && n_free < bp->n_blocks);
         n_free++;
     }
+    bool in_kept = false; /* the LRU is [unretained | retained], lru_kept the first retained */
     for (uint32_t id = bp->lru.head, prev = KV_NONE; id != KV_NONE; prev = id, id = bp->blocks[id].next) {
         CHECK(id > 0 && id < bp->n_blocks && bp->blocks[id].state == KV_BLOCK_CACHED);
         CHECK(bp->blocks[id].prev == prev && n_cached < bp->n_blocks);
+        if (!in_kept && bp->blocks[id].retained) {
+            CHECK(bp->lru_kept == id);
+            in_kept = true;
+        }
+        CHECK(in_kept == (bool)bp->blocks[id].retained);
         n_cached++;
     }
+    CHECK(in_kept || bp->lru_kept == KV_NONE);
     CHECK(n_free == bp->free.count && n_cached == bp->lru.count);
     refs = cairn_calloc(bp->n_blocks, sizeof *refs);
     if (!refs)

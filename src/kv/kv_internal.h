@@ -84,6 +84,8 @@ typedef struct {
     uint32_t prev, next;      /* links in the free queue or the LRU, KV_NONE at the ends */
     uint8_t state;            /* KV_BLOCK_* */
     uint8_t registered;       /* published in the prefix index */
+    uint8_t retained;         /* retention hint (cairn_kv_seq_retain): cached, it stays in
+                                 the LRU's retained part; cleared when it leaves the cache */
     uint16_t group;           /* cache group that wrote it (valid while registered) */
 } kv_block_t;
 
@@ -93,7 +95,10 @@ typedef struct {
     kv_block_t *blocks;  /* n_blocks entries; block 0 is the null block */
     uint32_t n_blocks;
     kv_list_t free;      /* FIFO: allocate from head, release to tail */
-    kv_list_t lru;       /* cached blocks, least recently used at head */
+    kv_list_t lru;       /* cached blocks, least recently used at head; the unretained
+                            ones all come before the retained ones, so eviction from the
+                            head takes every unretained block before any retained one */
+    uint32_t lru_kept;   /* first retained block of the LRU, KV_NONE when none */
     uint32_t n_used;
 } kv_block_pool_t;
 
@@ -108,9 +113,13 @@ void kv_block_pool_ref(kv_block_pool_t *bp, uint32_t id);
 /* Drops a reference; at zero the block joins the LRU tail (registered) or the free tail.
  * Returns true when the count reached zero. The null block is ignored. */
 bool kv_block_pool_unref(kv_block_pool_t *bp, uint32_t id);
-/* Moves a cached block to the free tail and clears `registered` (index removal is the
- * caller's). */
+/* Moves a cached block to the free tail and clears `registered` and `retained` (index
+ * removal is the caller's). */
 void kv_block_pool_uncache(kv_block_pool_t *bp, uint32_t id);
+/* Retention hint on a used block: when its last reference goes it joins the LRU's
+ * retained part (tail) instead of the end of the unretained part. The null block is
+ * ignored. O(1). */
+void kv_block_pool_retain(kv_block_pool_t *bp, uint32_t id);
 
 /* ---- phys_pool.c ---- */
 

@@ -439,6 +439,18 @@ static void unlink_and_free(cairn_kv_seq_t *s, uint32_t *freed)
         *freed = f;
 }
 
+int cairn_kv_seq_retain(cairn_kv_seq_t *s)
+{
+    if (!s)
+        return CAIRN_EINVAL;
+    cairn_kv_cache_t *c = s->cache;
+    for (size_t j = 0; j < s->n_table; j++)
+        for (uint32_t g = 0; g < c->n_groups; g++)
+            if (kv_group_paged(&c->groups[g]))
+                kv_block_pool_retain(&c->pool, s->tables[g][j]);
+    return CAIRN_OK;
+}
+
 void cairn_kv_seq_release(cairn_kv_seq_t *s, uint32_t *freed)
 {
     if (freed)

@@ -549,11 +549,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
             any |= taken[i].len > 0 || taken_lp[i].n > 0;
         }
         if (!any && !final && c->keepalive_due) {
-            /* Nothing to say for a while (a long prefill, a queue): an SSE comment, which
-             * every client's parser skips, keeps the connection and its proxies alive. */
+            /* Nothing to say for a while (a long prefill, a queue): the API's keepalive
+             * frame (Anthropic's ping event) or an SSE comment, which every client's
+             * parser skips, keeps the connection and its proxies alive. */
             c->keepalive_due = false;
             pthread_mutex_unlock(&c->mu);
-            if (api_buf_append(out, ": keepalive\n\n", 13) != 0)
+            const char *ka = c->api->keepalive ? c->api->keepalive : ": keepalive\n\n";
+            if (api_buf_append(out, ka, strlen(ka)) != 0)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
@@ -758,6 +760,7 @@ static enum MHD_Result start_request(conn_t *c)
         p.sampling.max_tokens = s->max_context - n_ids;
     p.n = r->n;
     p.logprobs = r->logprobs;
+    p.retain = r->retain;
     p.top_logprobs = r->top_logprobs;
     p.on_event = on_event;
     p.user = c;

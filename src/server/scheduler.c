@@ -77,6 +77,7 @@ struct sched_req {
     int n_done;
     bool logprobs;
     int top_logprobs;
+    bool retain;                    /* retention hint: finished runs mark their blocks */
     bool admitted_once;
     bool ended;                     /* final event delivered; freed at the end of the step */
     sched_run_t *runs;              /* [n] */
@@ -214,6 +215,7 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
     r->n_started = 1;
     r->logprobs = p->logprobs;
     r->top_logprobs = p->logprobs ? p->top_logprobs : 0;
+    r->retain = p->retain;
     r->on_event = p->on_event;
     r->user = p->user;
     r->usage.miss_reason = "none";
@@ -375,6 +377,8 @@ static void run_finish(cairn_sched_t *s, sched_run_t *u, cairn_finish_reason_t w
     }
     emit_delta(u, NULL, 0);
     u->done = true;
+    if (r->retain && cairn_seq_retain(u->seq) != CAIRN_OK)
+        cairn_log(CAIRN_LOG_WARN, "scheduler: the retention hint was not applied");
     cairn_seq_release(u->seq);
     u->seq = NULL;
     remove_ptr(s->running, &s->n_running, u);

@@ -11,6 +11,15 @@
  * test_quant_determinism run the real instructions (skipped with a reason elsewhere).
  * The model also checks each tdpbssd's shapes against the configuration (C rows = A
  * rows, C colsb = B colsb, A colsb / 4 = B rows) and that no tile is used unconfigured.
+ *
+ * The AMX-BF16 matmul (bf16_amx.c) likewise, with tdpbf16ps modelled three ways: the SDM's
+ * (per C element, each pair's even element then its odd one, each product added with one
+ * RNE rounding, bf16 input denormals as zero, output denormals flushed), the odd element
+ * first, and each pair's two products summed before one rounding. The kernel's probe must
+ * tell the three apart (the last one runs no tiles), and with either sequential order its
+ * rows must equal the portable BF16-math rows bit for bit, on values near the denormal
+ * range as well. A fourth model (the SDM's order rounding toward zero) passes the probe
+ * and must fail the kernel's self-check, as the device's Xeon did (docs/PERFORMANCE.md).
  */
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <fenv.h>
 #include <cmocka.h>
 #include <immintrin.h>
 
@@ -83,6 +93,56 @@ static void emu_dpbssd(int c, int a, int b)
         }
 }
 
+/* tdpbf16ps: 0 the SDM's order (even element first), 1 odd first, 2 each pair summed once,
+ * 3 the SDM's order rounding toward zero (passes the probe, fails the self-check). */
+static int bf16_model;
+
+static float bf16_in(const unsigned char *p) /* a bf16 operand, denormals read as zero */
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    if (!(u & 0x7f800000u))
+        u &= 0x80000000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float flush(float f) { return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f; }
+
+static void emu_dpbf16ps(int c, int a, int b)
+{
+    assert_true(configured);
+    assert_int_equal(tmm[c].rows, tmm[a].rows);
+    assert_int_equal(tmm[c].colsb, tmm[b].colsb);
+    assert_int_equal(tmm[a].colsb / 4, tmm[b].rows);
+    for (int m = 0; m < tmm[c].rows; m++)
+        for (int n = 0; n < tmm[c].colsb / 4; n++) {
+            float acc;
+            memcpy(&acc, tmm[c].d[m] + 4 * n, 4);
+            for (int k = 0; k < tmm[a].colsb / 4; k++) {
+                const float a0 = bf16_in(tmm[a].d[m] + 4 * k), a1 = bf16_in(tmm[a].d[m] + 4 * k + 2);
+                const float b0 = bf16_in(tmm[b].d[k] + 4 * n), b1 = bf16_in(tmm[b].d[k] + 4 * n + 2);
+                if (bf16_model == 0 || bf16_model == 3) {
+                    if (bf16_model == 3)
+                        fesetround(FE_TOWARDZERO);
+                    acc = flush(fmaf(a0, b0, acc));
+                    acc = flush(fmaf(a1, b1, acc));
+                    fesetround(FE_TONEAREST);
+                } else if (bf16_model == 1) {
+                    acc = flush(fmaf(a1, b1, acc));
+                    acc = flush(fmaf(a0, b0, acc));
+                } else {
+                    acc = flush((float)((double)a0 * b0 + (double)a1 * b1 + (double)acc));
+                }
+            }
+            memcpy(tmm[c].d[m] + 4 * n, &acc, 4);
+        }
+}
+
+#undef _tile_dpbf16ps
+#define _tile_dpbf16ps(c, a, b) emu_dpbf16ps(c, a, b)
 #undef _tile_loadconfig
 #undef _tile_release
 #undef _tile_zero
@@ -101,6 +161,8 @@ static void emu_dpbssd(int c, int a, int b)
 #define kern__amx_qmm_q4_k emu_amx_qmm_q4_k
 #define kern__amx_qmm_q5_k emu_amx_qmm_q5_k
 #define kern__amx_qmm_q6_k emu_amx_qmm_q6_k
+#define kern__amx_matmul_bf16w emu_amx_matmul_bf16w
+#define kern__amx_bf16_state emu_amx_bf16_state
 #include "compute/cpu/x86/x86_impls.h"
 void emu_amx_qmm_q8_0(KERN_QMM_ARGS);
 void emu_amx_qmm_q4_0(KERN_QMM_ARGS);
@@ -108,6 +170,7 @@ void emu_amx_qmm_q4_k(KERN_QMM_ARGS);
 void emu_amx_qmm_q5_k(KERN_QMM_ARGS);
 void emu_amx_qmm_q6_k(KERN_QMM_ARGS);
 #include "compute/cpu/x86/quant_amx.c"
+#include "compute/cpu/x86/bf16_amx.c"
 
 /* ---- the test ---------------------------------------------------------------------------- */
 
@@ -211,10 +274,115 @@ static void test_emulated_amx_equals_portable(void **state)
     assert_false(configured); /* every call released its tiles */
 }
 
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* x near every rounding edge of the BF16 order: f32 denormals (read as zero), values near
+ * 2^-126 and products that flush, ordinary values over a wide exponent range. */
+static float edge_x(void)
+{
+    const uint32_t k = rnd32() % 16;
+    return k == 0   ? bitsf(rnd32() & 0x807fffffu)
+           : k == 1 ? bitsf((rnd32() & 0x80000000u) | 0x007f8000u | (rnd32() & 0x7fff))
+           : k == 2 ? ldexpf(rndf(), -120)
+                    : ldexpf(rndf(), (int)(rnd32() % 40) - 20);
+}
+
+/* The probe tells the three tdpbf16ps models apart; with either sequential order the AMX
+ * rows (whole tiles, tile pairs, remainder rows through AVX-512, partial output groups, a
+ * tail of blocks past the last 16, inputs not a multiple of 32) equal the portable
+ * BF16-math rows bit for bit, and so does the fallback when the buffers cannot be had. */
+static void test_emulated_amx_bf16_equals_portable(void **state)
+{
+    (void)state;
+    if (!kern__x86_has_avx512_bf16()) {
+        printf("    skipped: the AMX-BF16 model needs AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps) on this CPU\n");
+        skip();
+    }
+    for (bf16_model = 0; bf16_model < 4; bf16_model++)
+        assert_int_equal(probe_order(), bf16_model == 0 || bf16_model == 3 ? 1 : bf16_model == 1 ? 0 : -1);
+    bf16_model = 0;
+    assert_int_equal(self_check(true), 1);
+    bf16_model = 1;
+    assert_int_equal(self_check(false), 1);
+    bf16_model = 3;
+    assert_int_equal(self_check(true), 0);
+    cairn_alloc_fail_after(0, true);
+    assert_int_equal(self_check(true), -1); /* no memory: undecided */
+    cairn_alloc_fail_after(-1, false);
+    /* Off unless asked for; asked for, this CPU's decision (no AMX-BF16 here). */
+    unsetenv("CAIRN_AMX_BF16");
+    assert_non_null(strstr(emu_amx_bf16_state(), "off unless CAIRN_AMX_BF16=1"));
+    amx_bf16_mode = BF16_UNKNOWN;
+    setenv("CAIRN_AMX_BF16", "1", 1);
+    assert_non_null(strstr(emu_amx_bf16_state(), "no AMX-BF16"));
+    unsetenv("CAIRN_AMX_BF16");
+#ifdef __SANITIZE_ADDRESS__
+    static const int rows_set[] = {49};
+    static const int ins[] = {77, 544};
+    static const int outs_set[] = {17};
+#else
+    static const int rows_set[] = {1, 32, 33, 48, 49, 64};
+    static const int ins[] = {32, 77, 512, 544, 1056};
+    static const int outs_set[] = {1, 16, 17, 50};
+#endif
+    enum { R = 64, O = 50, IN = 1056 };
+    const kern_impl_t *portable = kern__impl_by_name("scalar");
+    assert_non_null(portable);
+    float *x = malloc(sizeof(float) * R * IN), *y0 = malloc(sizeof(float) * R * O), *y1 = malloc(sizeof(float) * R * O);
+    uint16_t *w = malloc(sizeof(uint16_t) * O * IN);
+    assert_true(x && y0 && y1 && w);
+    for (bf16_model = 0; bf16_model < 2; bf16_model++) {
+        amx_bf16_mode = bf16_model == 0 ? BF16_TILES_SWAPPED : BF16_TILES; /* what the probe said above */
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+            const int in = ins[ii];
+            for (int i = 0; i < R * in; i++)
+                x[i] = edge_x();
+            for (int i = 0; i < O * in; i++)
+                w[i] = rnd32() % 16 == 0 ? (uint16_t)(rnd32() & 0x807f)
+                                         : kern_f32_to_bf16(ldexpf(rndf(), (int)(rnd32() % 40) - 20));
+            for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
+                for (size_t oi = 0; oi < sizeof outs_set / sizeof outs_set[0]; oi++) {
+                    const int rows = rows_set[ri], out = outs_set[oi];
+                    portable->types[CAIRN_DTYPE_BF16].matmul_range(y0, x, rows, in, w, out, 0, out, CAIRN_MATH_BF16);
+                    memset(y1, 0xff, sizeof(float) * R * O);
+                    emu_amx_matmul_bf16w(y1, x, rows, in, w, out, 0, out, CAIRN_MATH_BF16);
+                    if (memcmp(y0, y1, sizeof(float) * (size_t)rows * out))
+                        fail_msg("emulated amx bf16 (model %d): rows %d in %d out %d differ from the portable rows",
+                                 bf16_model, rows, in, out);
+                    /* a range of outputs inside the product (the thread pool's split) */
+                    if (out == 50) {
+                        memset(y1, 0xff, sizeof(float) * R * O);
+                        emu_amx_matmul_bf16w(y1, x, rows, in, w, out, 16, 49, CAIRN_MATH_BF16);
+                        for (int r = 0; r < rows; r++)
+                            if (memcmp(y0 + r * out + 16, y1 + r * out + 16, sizeof(float) * 33))
+                                fail_msg("emulated amx bf16: outputs [16, 49) of row %d differ", r);
+                    }
+                }
+        }
+        cairn_alloc_fail_after(0, true); /* no buffers: the AVX-512 rows, same bits */
+        emu_amx_matmul_bf16w(y1, x, 48, 544, w, 17, 0, 17, CAIRN_MATH_BF16);
+        cairn_alloc_fail_after(-1, false);
+        portable->types[CAIRN_DTYPE_BF16].matmul_range(y0, x, 48, 544, w, 17, 0, 17, CAIRN_MATH_BF16);
+        assert_memory_equal(y0, y1, sizeof(float) * 48 * 17);
+    }
+    amx_bf16_mode = BF16_NO_AMX;
+    free(x);
+    free(y0);
+    free(y1);
+    free(w);
+    assert_false(configured);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulated_amx_equals_portable),
+        cmocka_unit_test(test_emulated_amx_bf16_equals_portable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

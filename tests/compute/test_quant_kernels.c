@@ -8,7 +8,9 @@
  * driver falls back to when allocation fails), the canonical product against an
  * independent double-precision reference with the activation rounding's error bound,
  * and the activation rounding against its definition. Implementations this CPU lacks
- * (AMX) are reported as skipped with the reason.
+ * (AMX) are reported as skipped with the reason. Also the "amx" implementation's bf16 row
+ * (AMX-BF16 tiles for BF16-math prefill, x86/bf16_amx.c) against the portable BF16 rows
+ * and across rows / threads; it prints what the tiles' probe chose on this CPU.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,13 +94,19 @@ static void random_x(float *x, size_t n)
         x[i] = rndf() * (i % 53 == 0 ? 20.0f : 1.0f);
 }
 
-static void mm(const char *impl, cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in, const void *w,
-               cairn_dtype_t wt, int out)
+static void mm_math(const char *impl, cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in,
+                    const void *w, cairn_dtype_t wt, int out, cairn_math_t math)
 {
     const kern_impl_t *k = kern__impl_by_name(impl);
     assert_non_null(k);
     kern_mm_t m = {y, w, wt, out};
-    kern__matmul_n(k, tp, x, rows, in, &m, 1, CAIRN_MATH_F32);
+    kern__matmul_n(k, tp, x, rows, in, &m, 1, math);
+}
+
+static void mm(const char *impl, cairn_thread_pool_t *tp, float *y, const float *x, int rows, int in, const void *w,
+               cairn_dtype_t wt, int out)
+{
+    mm_math(impl, tp, y, x, rows, in, w, wt, out, CAIRN_MATH_F32);
 }
 
 /* Every implementation = scalar, bit for bit, over shapes around every tile and threshold. */
@@ -393,12 +401,105 @@ static void test_rounding_and_kv_rows(void **state)
     assert_int_equal(q8.q[2], -4);
 }
 
+/* x86/bf16_amx.c's word on what runs there (absent in builds without the x86 kernels). */
+__attribute__((weak)) const char *kern__amx_bf16_state(void);
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Values near every edge of the BF16 order: f32 denormals, values near 2^-126, products
+ * that flush to zero, ordinary values over a wide exponent range. */
+static float edge_x(void)
+{
+    const uint32_t k = rnd32() % 16;
+    return k == 0   ? bitsf(rnd32() & 0x807fffffu)
+           : k == 1 ? bitsf((rnd32() & 0x80000000u) | 0x007f8000u | (rnd32() & 0x7fff))
+           : k == 2 ? ldexpf(rndf(), -120)
+                    : ldexpf(rndf(), (int)(rnd32() % 40) - 20);
+}
+
+/* "amx" with bf16 weights in BF16 math (the AMX-BF16 tiles from 32 rows, AVX-512 below and
+ * for the rows past the last 16) = the portable BF16 rows bit for bit, over tile pairs,
+ * single tiles, remainder rows, partial output groups, block tails (in % 512) and inputs
+ * not a multiple of 32; a row batched = alone, and 1 = 2 = 3 threads. */
+static void test_bf16_amx(void **state)
+{
+    (void)state;
+    if (kern__amx_bf16_state)
+        printf("    amx bf16 rows on this CPU: %s\n", kern__amx_bf16_state());
+    if (!usable("amx"))
+        skip();
+    enum { R = 97, O = 50 };
+    static const int rows_set[] = {1, 31, 32, 33, 48, 49, 64, 97};
+    static const int outs_set[] = {1, 16, 17, 50};
+    static const int ins[] = {32, 77, 512, 544, 1056, 1536};
+    float *x = malloc(sizeof(float) * R * 1536), *ref = malloc(sizeof(float) * R * O),
+          *y = malloc(sizeof(float) * R * O);
+    uint16_t *w = malloc(sizeof(uint16_t) * 200 * 1536);
+    assert_true(x && ref && y && w);
+    for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+        const int in = ins[ii];
+        for (int i = 0; i < R * in; i++)
+            x[i] = edge_x();
+        for (int i = 0; i < O * in; i++)
+            w[i] = rnd32() % 16 == 0 ? (uint16_t)(rnd32() & 0x807f)
+                                     : kern_f32_to_bf16(ldexpf(rndf(), (int)(rnd32() % 40) - 20));
+        mm_math("scalar", NULL, ref, x, R, in, w, CAIRN_DTYPE_BF16, O, CAIRN_MATH_BF16);
+        for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
+            for (size_t oi = 0; oi < sizeof outs_set / sizeof outs_set[0]; oi++) {
+                const int rows = rows_set[ri], out = outs_set[oi];
+                memset(y, 0xff, sizeof(float) * R * O);
+                mm_math("amx", NULL, y, x, rows, in, w, CAIRN_DTYPE_BF16, out, CAIRN_MATH_BF16);
+                for (int r = 0; r < rows; r++)
+                    if (memcmp(y + (size_t)r * out, ref + (size_t)r * O, sizeof(float) * out))
+                        fail_msg("amx bf16: rows %d in %d out %d: row %d differs from scalar", rows, in, out, r);
+            }
+    }
+    /* Threads and batching on a wider product (the pool splits the outputs). */
+    cairn_thread_pool_t *tp[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cairn_thread_pool_create(i + 1, &tp[i]), CAIRN_OK);
+    const int in = 1536, out = 200;
+    float *ya = malloc(sizeof(float) * R * out), *yb = malloc(sizeof(float) * R * out);
+    assert_true(ya && yb);
+    for (int i = 0; i < out * in; i++)
+        w[i] = kern_f32_to_bf16(rndf());
+    for (int i = 0; i < R * in; i++)
+        x[i] = rndf();
+    mm_math("amx", tp[0], ya, x, R, in, w, CAIRN_DTYPE_BF16, out, CAIRN_MATH_BF16);
+    for (int th = 1; th < 3; th++) {
+        mm_math("amx", tp[th], yb, x, R, in, w, CAIRN_DTYPE_BF16, out, CAIRN_MATH_BF16);
+        if (memcmp(ya, yb, sizeof(float) * R * out))
+            fail_msg("amx bf16: %d threads differ from 1", th + 1);
+    }
+    for (int r = 0; r < R; r += 7) {
+        mm_math("amx", tp[1], yb, x + (size_t)r * in, 1, in, w, CAIRN_DTYPE_BF16, out, CAIRN_MATH_BF16);
+        if (memcmp(ya + (size_t)r * out, yb, sizeof(float) * out))
+            fail_msg("amx bf16: row %d alone differs from the batch", r);
+    }
+    mm_math("avx512", tp[1], yb, x, R, in, w, CAIRN_DTYPE_BF16, out, CAIRN_MATH_BF16);
+    if (memcmp(ya, yb, sizeof(float) * R * out))
+        fail_msg("amx bf16: differs from avx512");
+    for (int i = 0; i < 3; i++)
+        cairn_thread_pool_destroy(tp[i]);
+    free(ya);
+    free(yb);
+    free(x);
+    free(ref);
+    free(y);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_equal_scalar),   cmocka_unit_test(test_pieces_accumulate),
         cmocka_unit_test(test_determinism),          cmocka_unit_test(test_against_reference),
-        cmocka_unit_test(test_rounding_and_kv_rows),
+        cmocka_unit_test(test_rounding_and_kv_rows), cmocka_unit_test(test_bf16_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,11 @@
  * the files, so each meets several weight types) and compares the implementations over 48
  * tokens (the row kernel in chunks of 5; the packed and AMX tile kernels in one step);
  * CAIRN_TEST_FULL=1 runs every file with every K/V type and 200 tokens (~10x longer).
+ *
+ * The same contract for q256-bf16.gguf in BF16 math (test_bf16_math): the "amx"
+ * implementation's AMX-BF16 tiles take the prefill steps (>= 32 rows), AVX-512 the decode
+ * steps and the chunks, and both give the portable bits. The fixtures are read from
+ * $CAIRN_FIXTURES when set (another machine, e.g. the AMX device), else the build's folder.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,10 +41,19 @@ static const char *const impls[] = {"scalar", "avx2", "avx512", "amx"};
 static int32_t *lng, *shr;
 static int n_lng, n_shr;
 
+static cairn_engine_math_t math = CAIRN_ENGINE_MATH_F32; /* of the engines below */
+
+/* The fixtures' folder: $CAIRN_FIXTURES when set, else the build's. */
+static const char *fixtures_root(void)
+{
+    const char *root = getenv("CAIRN_FIXTURES");
+    return root && root[0] ? root : CAIRN_FIXTURES_DIR;
+}
+
 static cairn_checkpoint_t *open_gguf(const char *name)
 {
     char path[1024], err[512] = "";
-    snprintf(path, sizeof path, "%s/gguf/q256/%s", CAIRN_FIXTURES_DIR, name);
+    snprintf(path, sizeof path, "%s/gguf/q256/%s", fixtures_root(), name);
     cairn_checkpoint_t *ck = NULL;
     if (cairn_checkpoint_open(path, &ck, err, sizeof err))
         fail_msg("%s: %s", path, err);
@@ -53,6 +67,7 @@ static cairn_engine_t *engine(cairn_checkpoint_t *ck, cairn_dtype_t kv, cairn_kv
     cairn_engine_options_default(&o);
     o.kv_path = path;
     o.kv_dtype = kv;
+    o.math = math;
     o.n_threads = threads;
     o.pool_mib = 32;
     o.max_step_tokens = 512;
@@ -155,6 +170,34 @@ static bool full_sweep(void)
     return e && strcmp(e, "0") != 0;
 }
 
+/* Every implementation = the portable one: the first n tokens of long_720 in one step
+ * (the packed kernel, and AMX's tiles from 32 rows) and in chunks of 5 (the row kernel),
+ * flat path, K/V kv. */
+static void check_impls(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t kv, int n)
+{
+    const char *const first = kern_impl_name();
+    float *portable = NULL;
+    for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
+        if (!usable(impls[i]))
+            continue;
+        assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* engines below take it */
+        cairn_engine_t *e = engine(ck, kv, CAIRN_KV_FLAT, 2, NULL);
+        float *ref = run(e, NULL, lng, n, 0, NULL, NULL);
+        float *x = run(e, NULL, lng, n, 5, NULL, NULL);
+        same(x, ref, n, "chunks of 5", file, impls[i], kv);
+        free(x);
+        cairn_engine_destroy(e);
+        if (!portable) {
+            portable = ref;
+            continue;
+        }
+        same(ref, portable, n, "this implementation against the portable one", file, impls[i], kv);
+        free(ref);
+    }
+    free(portable);
+    assert_int_equal(kern_set_impl(first), CAIRN_OK);
+}
+
 static void check_file(int index)
 {
     const char *file = files[index];
@@ -166,33 +209,9 @@ static void check_file(int index)
     const size_t n_kv = full ? 3 : 2;
     for (size_t k = 0; k < n_kv; k++)
         check_paths(ck, file, kvs[k]);
-    /* Every implementation = the portable one: the first n tokens of long_720 in one step
-     * (the packed kernel, and AMX's tiles from 32 rows) and in chunks of 5 (the row kernel),
-     * flat path. */
     const int n = full ? 200 : 48;
-    const char *const first = kern_impl_name();
-    for (size_t k = 0; k < (full ? 2 : 1); k++) {
-        float *portable = NULL;
-        for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
-            if (!usable(impls[i]))
-                continue;
-            assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* engines below take it */
-            cairn_engine_t *e = engine(ck, kvs[k], CAIRN_KV_FLAT, 2, NULL);
-            float *ref = run(e, NULL, lng, n, 0, NULL, NULL);
-            float *x = run(e, NULL, lng, n, 5, NULL, NULL);
-            same(x, ref, n, "chunks of 5", file, impls[i], kvs[k]);
-            free(x);
-            cairn_engine_destroy(e);
-            if (!portable) {
-                portable = ref;
-                continue;
-            }
-            same(ref, portable, n, "this implementation against the portable one", file, impls[i], kvs[k]);
-            free(ref);
-        }
-        free(portable);
-    }
-    assert_int_equal(kern_set_impl(first), CAIRN_OK);
+    for (size_t k = 0; k < (full ? 2 : 1); k++)
+        check_impls(ck, file, kvs[k], n);
     cairn_checkpoint_close(ck);
 }
 
@@ -201,6 +220,20 @@ static void test_q4_0(void **state) { (void)state; check_file(1); }
 static void test_q4_k_m(void **state) { (void)state; check_file(2); }
 static void test_q5_k_m(void **state) { (void)state; check_file(3); }
 static void test_q6_k(void **state) { (void)state; check_file(4); }
+
+/* bf16 weights in BF16 math: the paths' contract on the process's implementation (on an
+ * AMX machine: the AMX-BF16 tiles for the prefill steps, AVX-512 for decode and chunks of
+ * 7), and every implementation = the portable one. */
+static void test_bf16_math(void **state)
+{
+    (void)state;
+    cairn_checkpoint_t *ck = open_gguf("q256-bf16.gguf");
+    math = CAIRN_ENGINE_MATH_BF16;
+    check_paths(ck, "q256-bf16.gguf (bf16 math)", CAIRN_DTYPE_F32);
+    check_impls(ck, "q256-bf16.gguf (bf16 math)", CAIRN_DTYPE_F32, full_sweep() ? 200 : 48);
+    math = CAIRN_ENGINE_MATH_F32;
+    cairn_checkpoint_close(ck);
+}
 
 /* Cold-tier restore parity with 8-bit K/V: a prefix persisted by one engine and restored
  * by another gives the logits of the cold computation; the K/V type is part of the
@@ -253,7 +286,7 @@ static void test_quantize_at_load(void **state)
 {
     (void)state;
     char hf[1024], err[512] = "";
-    snprintf(hf, sizeof hf, "%s/gguf/q256/hf", CAIRN_FIXTURES_DIR);
+    snprintf(hf, sizeof hf, "%s/gguf/q256/hf", fixtures_root());
     cairn_checkpoint_t *plain = NULL, *q8 = NULL, *q4 = NULL, *bad = NULL;
     assert_int_equal(cairn_checkpoint_open(hf, &plain, err, sizeof err), 0);
     assert_int_equal(cairn_checkpoint_open_quantized(hf, CAIRN_DTYPE_Q8_0, &q8, err, sizeof err), 0);
@@ -312,7 +345,7 @@ static void test_quantize_every_family(void **state)
     static const char *const models[] = {"llama", "qwen3", "gemma3", "lfm2", "qwen3_5"};
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         char dir[1024], err[512] = "";
-        snprintf(dir, sizeof dir, "%s/models/%s", CAIRN_FIXTURES_DIR, models[m]);
+        snprintf(dir, sizeof dir, "%s/models/%s", fixtures_root(), models[m]);
         cairn_checkpoint_t *ck[2] = {NULL, NULL};
         if (cairn_checkpoint_open(dir, &ck[0], err, sizeof err) ||
             cairn_checkpoint_open_quantized(dir, CAIRN_DTYPE_Q8_0, &ck[1], err, sizeof err))
@@ -373,8 +406,9 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_q8_0),   cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_k_m),
-        cmocka_unit_test(test_q5_k_m), cmocka_unit_test(test_q6_k), cmocka_unit_test(test_cold_restore),
+        cmocka_unit_test(test_q8_0),      cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_k_m),
+        cmocka_unit_test(test_q5_k_m),    cmocka_unit_test(test_q6_k), cmocka_unit_test(test_bf16_math),
+        cmocka_unit_test(test_cold_restore),
         cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_quantize_every_family),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

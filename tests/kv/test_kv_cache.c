@@ -307,6 +307,72 @@ static void test_import_blocks(void **state)
     cairn_kv_cache_destroy(c);
 }
 
+/* cairn_kv_seq_retain: the blocks of a hinted prefix survive pressure that evicts
+ * unhinted ones, even those released after it (plain LRU would take it before them:
+ * test_lru_eviction_and_exhaustion); within each class the order stays LRU, and the
+ * hinted blocks go last, the chain's tail first. */
+static void test_retention_hint_eviction_order(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t l = kvt_full(DIM);
+    cairn_kv_cache_t *c = make(&l, 1, 1, 0); /* 16 blocks, 15 usable; 9 tokens = 3 blocks */
+    int32_t t[4][9];
+    for (int i = 0; i < 3; i++) {
+        seqn(t[i], 9, 1000 * (i + 1));
+        cairn_kv_seq_t *s = run(c, NULL, t[i], 9, NULL);
+        if (i == 0)
+            assert_int_equal(cairn_kv_seq_retain(s), 0); /* released first: the LRU's head */
+        cairn_kv_seq_release(s, NULL);
+        check(c);
+    }
+    assert_int_equal(cairn_kv_seq_retain(NULL), CAIRN_EINVAL);
+    /* Prompt 0 reused by an unhinted sequence and released again keeps its mark; prompt 3,
+     * released after it, is placed ahead of it. */
+    cairn_kv_seq_release(run(c, NULL, t[0], 9, NULL), NULL);
+    seqn(t[3], 9, 4000);
+    cairn_kv_seq_release(run(c, NULL, t[3], 9, NULL), NULL);
+    check(c);
+    cairn_kv_stats_t st;
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.blocks_cached, 8);
+    assert_int_equal(st.blocks_free, 7);
+    /* 13 blocks: 7 free + 6 evicted, prompts 1, 2 and 3's; plain LRU would take 0's */
+    int32_t big[52];
+    seqn(big, 52, 5000);
+    cairn_kv_seq_t *s = NULL;
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, big, 52, &s, NULL), 0);
+    check(c);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 6);
+    size_t P;
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 8);
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[i], 9, &P), 0);
+        assert_int_equal(P, 0);
+    }
+    /* Only hinted blocks are left cached: they go too, the chain's tail first. */
+    uint32_t ev;
+    cairn_kv_cache_evict(c, 1, &ev);
+    assert_int_equal(ev, 1);
+    check(c);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 4);
+    cairn_kv_cache_evict(c, 100, &ev);
+    assert_int_equal(ev, 1);
+    check(c);
+    /* An evicted block loses its mark: computed again unhinted, it is plain LRU. */
+    cairn_kv_seq_release(s, NULL);
+    cairn_kv_seq_t *r = run(c, NULL, t[0], 9, NULL);
+    size_t nb;
+    uint32_t b0 = cairn_kv_seq_block_table(r, 0, &nb)[0];
+    cairn_kv_seq_release(r, NULL);
+    check(c);
+    assert_false(c->pool.blocks[b0].retained);
+    assert_int_equal(c->pool.lru_kept, KV_NONE);
+    cairn_kv_cache_destroy(c);
+}
+
 static void test_lru_eviction_and_exhaustion(void **state)
 {
     (void)state;
@@ -923,6 +989,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_publish_keeps_own),
         cmocka_unit_test(test_import_blocks),
         cmocka_unit_test(test_lru_eviction_and_exhaustion),
+        cmocka_unit_test(test_retention_hint_eviction_order),
         cmocka_unit_test(test_pressure_trims_conversation_from_its_end),
         cmocka_unit_test(test_grow_on_demand),
         cmocka_unit_test(test_fork_copy_on_write),

@@ -3,12 +3,17 @@
 // tokens through chat completions, the Responses API and Anthropic Messages, streamed and
 // not. The model's answer is forced by logit_bias (see agent_model.h), so every check is
 // exact. Usage: node agent_clients.mjs PORT NPM_PREFIX MODEL_ID BIAS_JSON XML_PORT
-// BIAS_JSON: {"call": {...}, "answer": {...}, "bad": {...}, "xml": {...}}; XML_PORT: the
-// same model served with --tool-parser qwen3_coder. Exits 0 when all pass.
+// FORMAT_PORTS KA_PORT. BIAS_JSON: {"call": {...}, "answer": {...}, "bad": {...},
+// "xml": {...}, "llama3_json", "pythonic", "tool_code", "gemma_json": {...}}; XML_PORT:
+// the same model served with --tool-parser qwen3_coder; FORMAT_PORTS: {"llama3_json":
+// port, "pythonic": port, "tool_code": port}, servers with those tool parsers; KA_PORT: a
+// server that runs one request at a time and sends keepalives after 100 ms. Exits 0 when
+// all pass.
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 
-const [port, prefix, model, biasJson, xmlPort] = process.argv.slice(2);
+const [port, prefix, model, biasJson, xmlPort, formatPortsJson, kaPort] = process.argv.slice(2);
+const formatPorts = JSON.parse(formatPortsJson);
 const bias = JSON.parse(biasJson);
 const require = createRequire(prefix + '/');
 const OpenAI = require('openai');
@@ -244,6 +249,151 @@ const xa = await xant.messages.stream({
 assert.equal(xa.stop_reason, 'tool_use');
 assert.deepEqual(xa.content.find((b) => b.type === 'tool_use').input, { city: 'Paris', days: 3 });
 check('qwen3_coder: XML call streamed per parameter, typed by the schema (chat, anthropic)');
+
+// ---- llama3_json, pythonic and tool_code (Gemma's fences): calls stream as deltas ------
+// Each forced answer is a few tokens, in the formats' streaming shapes.
+const weatherTool = { name: 'get_weather', input_schema: chatTools[0].function.parameters };
+async function chatStream(client, b) {
+  const chunks = [];
+  const run = client.chat.completions.stream({
+    model, messages: chatMsgs, tools: chatTools, max_tokens: 16, ...force(b),
+  });
+  run.on('chunk', (c) => chunks.push(c.choices[0]?.delta?.tool_calls ?? []));
+  const done = await run.finalChatCompletion();
+  return { done, chunks: chunks.filter((d) => d.length) };
+}
+async function antStream(client, b) {
+  const evs = [];
+  const st = client.messages.stream({
+    model, max_tokens: 16, messages: antReq.messages, tools: [weatherTool], ...force(b),
+  });
+  st.on('streamEvent', (e) => evs.push(e));
+  const msg = await st.finalMessage();
+  return { msg, evs };
+}
+const fclients = (p) => [
+  new OpenAI({ baseURL: `http://127.0.0.1:${p}/v1`, apiKey: 'unused', maxRetries: 0 }),
+  new Anthropic({ baseURL: `http://127.0.0.1:${p}`, apiKey: 'unused', maxRetries: 0 }),
+];
+
+// llama3_json: the call begins at its parameters' '{' and its arguments stream.
+{
+  const [o, a] = fclients(formatPorts.llama3_json);
+  const { done, chunks } = await chatStream(o, bias.llama3_json);
+  assert.equal(done.choices[0].finish_reason, 'tool_calls');
+  assert.ok(!done.choices[0].message.content); // '' from the first chunk's role delta
+  const tc = done.choices[0].message.tool_calls;
+  assert.equal(tc.length, 1);
+  assert.equal(tc[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(tc[0].function.arguments), { city: 'Paris' });
+  const first = chunks[0][0];
+  assert.equal(first.index, 0);
+  assert.match(first.id, /^call_/);
+  assert.equal(first.type, 'function');
+  assert.equal(first.function.name, 'get_weather');
+  // How many argument deltas depends on how fast the client reads (text generated while
+  // it does not is parsed in one piece); that they stream piece by piece is the parser's
+  // unit test (test_output_parser: test_llama3_json_streams).
+  assert.equal(first.function.arguments, '');
+  const args = chunks.slice(1).flat().map((d) => d.function?.arguments ?? '');
+  assert.ok(args.length >= 1 && chunks.slice(1).flat().every((d) => !d.function?.name && !d.id));
+  assert.equal(args.join(''), tc[0].function.arguments);
+  const { msg, evs } = await antStream(a, bias.llama3_json);
+  assert.equal(msg.stop_reason, 'tool_use');
+  assert.deepEqual(msg.content.map((b) => b.type), ['tool_use']);
+  assert.deepEqual(msg.content[0].input, { city: 'Paris' });
+  const start = evs.find((e) => e.type === 'content_block_start');
+  assert.equal(start.content_block.type, 'tool_use');
+  assert.equal(start.content_block.name, 'get_weather');
+  assert.deepEqual(start.content_block.input, {});
+  const parts = evs.filter((e) => e.type === 'content_block_delta').map((e) => e.delta);
+  assert.ok(parts.length >= 1 && parts.every((d) => d.type === 'input_json_delta'), JSON.stringify(parts));
+  assert.deepEqual(JSON.parse(parts.map((d) => d.partial_json).join('')), { city: 'Paris' });
+  check('llama3_json: the call streams as tool-call and input_json deltas (chat, anthropic)');
+}
+
+// pythonic: two calls in one list; the first is sent whole before the second is generated.
+{
+  const [o, a] = fclients(formatPorts.pythonic);
+  const { done, chunks } = await chatStream(o, bias.pythonic);
+  assert.equal(done.choices[0].finish_reason, 'tool_calls');
+  const tc = done.choices[0].message.tool_calls;
+  assert.deepEqual(tc.map((t) => t.function.name), ['get_weather', 'get_time']);
+  assert.deepEqual(JSON.parse(tc[0].function.arguments), { city: 'Paris' });
+  assert.deepEqual(JSON.parse(tc[1].function.arguments), { tz: 'CET' });
+  assert.notEqual(tc[0].id, tc[1].id);
+  const firstOf1 = chunks.findIndex((d) => d.some((x) => x.index === 1));
+  assert.ok(firstOf1 > 0, JSON.stringify(chunks));
+  const before = chunks.slice(0, firstOf1).flat().map((d) => d.function?.arguments ?? '').join('');
+  assert.deepEqual(JSON.parse(before), { city: 'Paris' });
+  const { msg, evs } = await antStream(a, bias.pythonic);
+  assert.equal(msg.stop_reason, 'tool_use');
+  assert.deepEqual(msg.content.map((b) => [b.type, b.name, b.input]),
+    [['tool_use', 'get_weather', { city: 'Paris' }], ['tool_use', 'get_time', { tz: 'CET' }]]);
+  const seq = evs.map((e) => e.type + (e.index !== undefined ? e.index : ''));
+  assert.ok(seq.indexOf('content_block_stop0') < seq.indexOf('content_block_start1'), seq.join(' '));
+  check('pythonic: two calls streamed one after the other (chat, anthropic)');
+}
+
+// tool_code: Gemma 3's fences, a pythonic ```tool_code call and a ```json call object.
+{
+  const [o, a] = fclients(formatPorts.tool_code);
+  for (const b of [bias.tool_code, bias.gemma_json]) {
+    const { done, chunks } = await chatStream(o, b);
+    assert.equal(done.choices[0].finish_reason, 'tool_calls');
+    assert.ok(!done.choices[0].message.content); // '' from the first chunk's role delta
+    const tc = done.choices[0].message.tool_calls;
+    assert.equal(tc.length, 1);
+    assert.equal(tc[0].function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(tc[0].function.arguments), { city: 'Paris' });
+    assert.equal(chunks[0][0].function.name, 'get_weather');
+    const { msg } = await antStream(a, b);
+    assert.equal(msg.stop_reason, 'tool_use');
+    assert.deepEqual(msg.content.map((x) => [x.type, x.name, x.input]),
+      [['tool_use', 'get_weather', { city: 'Paris' }]]);
+  }
+  check('tool_code: ```tool_code and ```json fences streamed as calls (chat, anthropic)');
+}
+
+// ---- Anthropic ping events: a stream queued behind another request gets them ----------
+{
+  let seen = '';
+  const tapFetch = async (url, init) => {
+    const r = await fetch(url, init);
+    if (!r.body) return r;
+    const dec = new TextDecoder();
+    const tap = new TransformStream({
+      transform(chunk, ctl) { seen += dec.decode(chunk, { stream: true }); ctl.enqueue(chunk); },
+    });
+    return new Response(r.body.pipeThrough(tap), { status: r.status, statusText: r.statusText,
+      headers: r.headers });
+  };
+  const kbase = `http://127.0.0.1:${kaPort}`;
+  const kant = new Anthropic({ baseURL: kbase, apiKey: 'unused', maxRetries: 0, fetch: tapFetch });
+  // busy holds the one running slot until the queued stream has had a ping; then its
+  // client hangs up (the server cancels it) and the stream runs.
+  const ctl = new AbortController();
+  const busy = fetch(`${kbase}/v1/completions`, { method: 'POST', signal: ctl.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'go', max_tokens: 4000, ignore_eos: true, stream: true }),
+  }).then((r) => r.body.getReader().read()).catch(() => null);
+  await new Promise((res) => setTimeout(res, 300));
+  const kinds = [];
+  const st = kant.messages.stream({ ...antReq, ...force(bias.answer) });
+  st.on('streamEvent', (e) => kinds.push(e.type));
+  const final = st.finalMessage();
+  for (let t = 0; t < 100 && !seen.includes('event: ping'); t++)
+    await new Promise((res) => setTimeout(res, 50));
+  ctl.abort();
+  await busy;
+  const msg = await final;
+  assert.equal(msg.content[0].text, ANSWER);
+  assert.equal(kinds[0], 'message_start'); // the SDK skips the pings
+  const head = seen.slice(0, seen.indexOf('event: message_start'));
+  const pings = head.split('event: ping\ndata: {"type":"ping"}\n\n').length - 1;
+  assert.ok(pings >= 1, `pings before message_start: ${pings}`);
+  check(`anthropic: ${pings} ping events while queued, skipped by the SDK's stream`);
+}
 
 for (const c of checks) console.log('ok -', c);
 console.log(`agent clients: ${checks.length} checks passed`);

@@ -25,8 +25,32 @@ static const char *const extra_tokens[] = {
     "cairn-tool-ok",
 };
 
+/* AGENT_T_FMT0 + i. */
+static const char *const format_tokens[] = {
+    "{\"name\": \"get_weather\", \"parameters\": {\"city\": ",
+    "\"Paris\"}}",
+    "<|tool_call_start|>[get_weather(city=\"Paris\"), ",
+    "get_time(tz='CET')]<|tool_call_end|>",
+    "```tool_code\nget_weather(city=\"Paris\")\n```",
+    "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+};
+
 /* Written into dir/.complete: a folder written by another version is rewritten. */
-static const char VERSION[] = "agent-model 4";
+static const char VERSION[] = "agent-model 5";
+
+const char *agent_bias_format_call(const char *format)
+{
+    static const struct { const char *name, *bias; } b[] = {
+        {"llama3_json", "{\"151694\": 100, \"151695\": 90, \"151643\": 70}"},
+        {"pythonic", "{\"151696\": 100, \"151697\": 90, \"151643\": 70}"},
+        {"tool_code", "{\"151698\": 100, \"151643\": 70}"},
+        {"gemma_json", "{\"151699\": 100, \"151643\": 70}"},
+    };
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++)
+        if (!strcmp(b[i].name, format))
+            return b[i].bias;
+    return NULL;
+}
 
 const char *agent_bias_tool_call(void)
 {
@@ -206,6 +230,17 @@ int agent_model_write(const char *dir, int n_layers, int max_pos)
         cJSON *a = cJSON_CreateObject();
         cJSON_AddNumberToObject(a, "id", AGENT_T_TURN0 + t);
         cJSON_AddStringToObject(a, "content", piece);
+        cJSON_AddBoolToObject(a, "single_word", 0);
+        cJSON_AddBoolToObject(a, "lstrip", 0);
+        cJSON_AddBoolToObject(a, "rstrip", 0);
+        cJSON_AddBoolToObject(a, "normalized", 0);
+        cJSON_AddBoolToObject(a, "special", 0);
+        cJSON_AddItemToArray(added, a);
+    }
+    for (size_t i = 0; i < sizeof format_tokens / sizeof *format_tokens; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", AGENT_T_FMT0 + (int)i);
+        cJSON_AddStringToObject(a, "content", format_tokens[i]);
         cJSON_AddBoolToObject(a, "single_word", 0);
         cJSON_AddBoolToObject(a, "lstrip", 0);
         cJSON_AddBoolToObject(a, "rstrip", 0);

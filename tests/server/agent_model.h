@@ -27,6 +27,10 @@
 #define AGENT_T_TURN0 151678   /* + t (t < AGENT_TURNS): a whole get_weather call whose
                                 * arguments name day t (each turn of a replay its own) */
 #define AGENT_TURNS 16
+#define AGENT_T_FMT0 151694     /* + i (i < 6): pieces of the other tool-call formats:
+                                 * llama3_json's call in two pieces, two pythonic calls in
+                                 * <|tool_call_start|> (the first piece ends in the first
+                                 * call), a ```tool_code call and a ```json call (Gemma) */
 #define AGENT_HELLO 9707        /* "Hello", an ordinary token */
 #define AGENT_VOCAB 151700      /* embedding rows (the tokenizer has 151694 ids) */
 
@@ -43,6 +47,10 @@ const char *agent_bias_answer(void);
 const char *agent_bias_bad_call(void);
 /* The same call in the qwen3_coder (XML) format, for a server with that tool parser. */
 const char *agent_bias_xml_call(void);
+/* The call in another format, for a server with that tool parser: "llama3_json",
+ * "pythonic" (get_weather, then get_time), "tool_code" (a pythonic ```tool_code fence) or
+ * "gemma_json" (a ```json fence, served with tool_code). NULL for another name. */
+const char *agent_bias_format_call(const char *format);
 /* Turn t's call (reasoning, then call AGENT_T_TURN0 + t, then eos): the pieces of earlier
  * turns are in the prompt and penalized, so a conversation can call again every turn.
  * Returns a static buffer (one thread), NULL when t >= AGENT_TURNS. */

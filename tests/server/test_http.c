@@ -616,6 +616,64 @@ static void test_prefill_continues(void **state)
     free(want);
 }
 
+/* One chat turn of `words` words starting with `lead` (its own first block), max_tokens
+ * 1, optionally with a prompt_cache_key; returns usage's cached_tokens (*prompt: its
+ * prompt_tokens). */
+static int cached_turn(int port, char lead, int words, const char *key, int *prompt)
+{
+    size_t cap = 256 + 3 * (size_t)words;
+    char *b = malloc(cap);
+    assert_non_null(b);
+    size_t n = (size_t)snprintf(b, cap, "{%s%s%s\"max_tokens\":1,\"temperature\":0,"
+                                "\"messages\":[{\"role\":\"user\",\"content\":\"%c",
+                                key ? "\"prompt_cache_key\":\"" : "", key ? key : "",
+                                key ? "\"," : "", lead);
+    for (int i = 0; i < words; i++)
+        n += (size_t)snprintf(b + n, cap - n, " go");
+    snprintf(b + n, cap - n, "\"}]}");
+    http_resp_t r;
+    assert_int_equal(http_request(port, "POST", "/v1/chat/completions", NULL, b, strlen(b), &r), 0);
+    if (r.status != 200)
+        print_message("%s\n", r.body);
+    assert_int_equal(r.status, 200);
+    cJSON *j = http_json(&r);
+    *prompt = usage_field(j, "prompt_tokens");
+    cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens_details");
+    int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "cached_tokens"));
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    free(b);
+    return cached;
+}
+
+/* prompt_cache_key keeps a conversation's prefix through pool pressure: A (keyed) then B
+ * (unkeyed) fill half of a small pool, C needs 60% of it, so the LRU gives up a tenth:
+ * plain LRU takes A's blocks (released first), the hint B's. A sent again is then served
+ * whole from cache; B only in part. */
+static void test_prompt_cache_key_retains(void **state)
+{
+    (void)state;
+    test_server_t ts;
+    assert_int_equal(test_server_start(&ts, "qwen3", NULL, 1), 0);
+    /* A word is a few tokens of this fixture's vocabulary: A measures how many. */
+    int len = cairn_server_max_model_len(ts.srv), words = len / 8, p = 0;
+    assert_int_equal(cached_turn(ts.port, 'a', words, "conversation-a", &p), 0);
+    print_message("A: %d words, %d tokens of %d\n", words, p, len);
+    assert_true(p > len / 5 && p < len / 3);
+    assert_int_equal(cached_turn(ts.port, 'b', words, NULL, &p), 0);
+    assert_int_equal(cached_turn(ts.port, 'c', (int)((long)words * len * 3 / 5 / p), NULL, &p), 0);
+    assert_true(p > len / 2 && p < len * 7 / 10); /* A + B + C > the pool by a tenth */
+    int pa = 0, pb = 0;
+    int ca = cached_turn(ts.port, 'a', words, "conversation-a", &pa);
+    print_message("prompt_cache_key: pool %d tokens; A (keyed) %d of %d cached after pressure\n",
+                  len, ca, pa);
+    assert_int_equal(ca, pa / 16 * 16 == pa ? pa - 16 : pa / 16 * 16);
+    int cb = cached_turn(ts.port, 'b', words, NULL, &pb);
+    print_message("prompt_cache_key: B (unkeyed) %d of %d cached\n", cb, pb);
+    assert_true(cb <= pb / 16 * 16 - 64); /* its tail went instead of A's */
+    test_server_stop(&ts);
+}
+
 /* A pool smaller than one context: /v1/models reports what it holds, a request past it
  * is a 400 naming the pool, and a request without max_tokens stops at that limit instead
  * of outgrowing the pool. */
@@ -701,6 +759,7 @@ int main(void)
         cmocka_unit_test(test_api_keys),
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_pool_limits_model_len),
+        cmocka_unit_test(test_prompt_cache_key_retains),
         cmocka_unit_test(test_prefill_continues),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -90,7 +91,8 @@ static void test_stalled_stream_cancels(void **state)
     test_server_stop(&ts);
 }
 
-/* A stream waiting behind another request gets keepalive comments, then its answer. */
+/* A stream waiting behind another request gets keepalive comments (Anthropic's: ping
+ * events), then its answer. */
 static void test_keepalive_while_waiting(void **state)
 {
     cairn_server_options_t o;
@@ -112,6 +114,30 @@ static void test_keepalive_while_waiting(void **state)
     assert_true(found);
     close(busy); /* the watchdog cancels it; the stream then runs */
     http_read_until(fd, "data: [DONE]", 10000, &found);
+    assert_true(found);
+    close(fd);
+
+    /* Anthropic Messages: the keepalive is the API's ping event, then the stream as usual. */
+    busy = http_send(ts.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq));
+    assert_true(busy >= 0);
+    assert_true(wait_for(&ts, true, 5000));
+    const char *msg = "{\"model\":\"qwen3\",\"max_tokens\":2,\"stream\":true,"
+                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    fd = http_send(ts.port, "POST", "/v1/messages", NULL, msg, strlen(msg));
+    assert_true(fd >= 0);
+    char got[16384] = "";
+    size_t n = 0;
+    for (int waited = 0; waited < 5000 && !strstr(got, "event: ping"); waited += 50) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        ssize_t r = poll(&pf, 1, 50) > 0 ? recv(fd, got + n, sizeof got - 1 - n, 0) : 0;
+        n += r > 0 ? (size_t)r : 0;
+        got[n] = '\0';
+    }
+    /* the keepalive, not the ping that follows message_start */
+    assert_non_null(strstr(got, "event: ping\ndata: {\"type\":\"ping\"}\n\n"));
+    assert_null(strstr(got, "message_start"));
+    close(busy);
+    http_read_until(fd, "event: message_stop", 10000, &found);
     assert_true(found);
     close(fd);
     test_server_stop(&ts);

@@ -157,6 +157,8 @@ static void test_agent_fields(void **state)
                                      "\"web_search_options\":null}", &r, &e), 0);
     assert_int_equal(r.enable_thinking, 0);
     assert_true(r.no_tool_calls);
+    assert_true(r.retain); /* prompt_cache_key: a retention hint */
+    assert_null(r.cache_salt); /* ... never a cache domain */
     assert_true(r.logprobs);
     assert_int_equal(r.top_logprobs, 3);
     assert_int_equal(r.sampling.max_tokens, 5);
@@ -165,8 +167,10 @@ static void test_agent_fields(void **state)
     assert_string_equal(cJSON_GetObjectItem(a, "content")->valuestring, "");
     gen_request_fini(&r);
     assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                                     "\"reasoning_effort\":\"high\",\"tool_choice\":\"required\"}", &r, &e), 0);
+                                     "\"reasoning_effort\":\"high\",\"tool_choice\":\"required\","
+                                     "\"prompt_cache_key\":\"\"}", &r, &e), 0);
     assert_int_equal(r.enable_thinking, 1);
+    assert_false(r.retain); /* an empty key is no hint */
     assert_false(r.no_tool_calls);
     gen_request_fini(&r);
     assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", &r, &e), 0);
@@ -192,6 +196,7 @@ static void test_anthropic_and_responses(void **state)
         "\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"text\",\"text\":\"R\"}]},"
         "{\"type\":\"text\",\"text\":\"more\"}]},{\"role\":\"system\",\"content\":\"late\"}]}";
     assert_int_equal(parse(&api_anthropic_messages, ant, &r, &e), 0);
+    assert_true(r.retain); /* cache_control on the system block: a retention hint */
     char *m = cJSON_PrintUnformatted(r.messages);
     assert_string_equal(m, "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hi\"},"
                            "{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"T\","
@@ -213,6 +218,13 @@ static void test_anthropic_and_responses(void **state)
     const char *noMax = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
     api_input_t in = {.op = API_OP_COUNT_TOKENS, .body = noMax, .len = strlen(noMax)};
     assert_int_equal(api_anthropic_messages.parse(&in, &r, &e), 0);
+    assert_false(r.retain); /* no cache_control: no hint */
+    gen_request_fini(&r);
+    const char *ccMsg = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":"
+                        "[{\"type\":\"text\",\"text\":\"x\",\"cache_control\":{\"type\":\"ephemeral\"}}]}]}";
+    assert_int_equal(parse(&api_anthropic_messages, ccMsg, &r, &e), 0);
+    assert_true(r.retain);
+    assert_null(r.cache_salt);
     gen_request_fini(&r);
     /* Claude Code's per-request billing header is not part of the prompt (block or first
      * line); a system of only the header is no system message. */
@@ -271,7 +283,14 @@ static void test_anthropic_and_responses(void **state)
     cJSON_free(m);
     assert_int_equal(r.enable_thinking, 0);
     assert_int_equal(r.sampling.max_tokens, 7);
+    assert_false(r.retain);
     gen_request_fini(&r);
+    assert_int_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"prompt_cache_key\":\"k\"}", &r, &e), 0);
+    assert_true(r.retain);
+    assert_null(r.cache_salt);
+    gen_request_fini(&r);
+    assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"prompt_cache_key\":1}", &r, &e), 0);
+    assert_string_equal(e.param, "prompt_cache_key");
     assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"previous_response_id\":\"r\"}", &r, &e), 0);
     assert_string_equal(e.param, "previous_response_id");
     assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"text\":{\"format\":"

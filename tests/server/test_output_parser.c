@@ -268,6 +268,110 @@ static void test_tool_code(void **state)
                         "T[```tool_code\nprint(1)\n```]");
 }
 
+/* Feeds pieces (NULL-terminated) one at a time; after piece i the events so far must be
+ * want[i] (NULL: not checked); then finishes and returns the whole record. */
+static const char *feed_steps(const output_options_t *o, const char *const *pieces,
+                              const char *const *want)
+{
+    static rec_t r;
+    memset(&r, 0, sizeof r);
+    r.last = -1;
+    output_parser_t *p;
+    assert_int_equal(output_parser_create(o, &p), 0);
+    for (int i = 0; pieces[i]; i++) {
+        assert_int_equal(output_parser_feed(p, pieces[i], strlen(pieces[i]), record, &r), 0);
+        if (want[i])
+            assert_string_equal(r.s, want[i]);
+    }
+    assert_int_equal(output_parser_finish(p, record, &r), 0);
+    output_parser_destroy(p);
+    return r.s;
+}
+
+/* Llama 3 JSON calls stream: each begins at its parameters' '{', the arguments follow as
+ * generated, and the call ends at its object's '}'; calls follow one another. */
+static void test_llama3_json_streams(void **state)
+{
+    output_options_t o = opts(false, "llama3_json");
+    const char *pieces[] = {"<|python_tag|>{\"name\": \"write\", \"param", "eters\": {\"text\": \"one",
+                            ", two\"}}", "; {\"name\": \"b\", \"parameters\": {}}", NULL};
+    const char *want[] = {"", "B0[write]A0[{\"text\": \"one]",
+                          "B0[write]A0[{\"text\": \"one, two\"}]E0[]",
+                          "B0[write]A0[{\"text\": \"one, two\"}]E0[]B1[b]A1[{}]E1[]"};
+    assert_string_equal(feed_steps(&o, pieces, want),
+                        "B0[write]A0[{\"text\": \"one, two\"}]E0[]B1[b]A1[{}]E1[]");
+    const char *pieces2[] = {"{\"name\": \"get_weather\", \"parameters\": {\"city\": ", "\"Paris\"}}", NULL};
+    const char *want2[] = {"B0[get_weather]A0[{\"city\": ]", "B0[get_weather]A0[{\"city\": \"Paris\"}]E0[]"};
+    feed_steps(&o, pieces2, want2);
+    int n = 0;
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {\"s\": \"}\"}}\n{\"name\": \"b\", \"parameters\": {\"x\": [1]}};", &n),
+                        "B0[a]A0[{\"s\": \"}\"}]E0[]B1[b]A1[{\"x\": [1]}]E1[]");
+    assert_int_equal(n, 2);
+    /* Once a call began, what follows that is not a call is text; a call cut off ends. */
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {}} and then words", NULL),
+                        "B0[a]A0[{}]E0[]T[ and then words]");
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {\"k\": 1", NULL),
+                        "B0[a]A0[{\"k\": 1]E0[]");
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {} x", NULL),
+                        "B0[a]A0[{}]E0[]T[x]");
+    /* A second call that does not stream is parsed whole, or is text. */
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {}}; {\"parameters\": {}, \"name\": \"b\"}", NULL),
+                        "B0[a]A0[{}]E0[]B1[b]A1[{}]E1[]");
+    assert_string_equal(parse_all(&o, "{\"name\": \"a\", \"parameters\": {}}; {\"x\": 1}", NULL),
+                        "B0[a]A0[{}]E0[]T[{\"x\": 1}]");
+}
+
+/* Pythonic calls stream a keyword argument at a time, in a list or alone. */
+static void test_pythonic_streams(void **state)
+{
+    output_options_t o = opts(false, "pythonic");
+    const char *pieces[] = {"Ok<|tool_call_start|>[get_weather(ci", "ty=\"Paris\", da",
+                            "ys=3), now(", ")]<|tool_call_end|> done", NULL};
+    const char *want[] = {"T[Ok]", "T[Ok]B0[get_weather]A0[{\"city\":\"Paris\"]",
+                          "T[Ok]B0[get_weather]A0[{\"city\":\"Paris\",\"days\":3}]E0[]",
+                          "T[Ok]B0[get_weather]A0[{\"city\":\"Paris\",\"days\":3}]E0[]B1[now]A1[{}]E1[]T[ done]"};
+    feed_steps(&o, pieces, want);
+    /* An argument that goes wrong after the call began ends it; the rest is text. */
+    assert_string_equal(parse_all(&o, "<|tool_call_start|>[f(a=1, b=x+1)]<|tool_call_end|>", NULL),
+                        "B0[f]A0[{\"a\":1}]E0[]T[, b=x+1)]]");
+    assert_string_equal(parse_all(&o, "<|tool_call_start|>[f(a=1), g(2)]<|tool_call_end|>", NULL),
+                        "B0[f]A0[{\"a\":1}]E0[]T[, g(2)]]");
+    assert_string_equal(parse_all(&o, "<|tool_call_start|>[f(a='cut", NULL),
+                        "T[<|tool_call_start|>[f(a='cut]");
+    assert_string_equal(parse_all(&o, "<|tool_call_start|>[f(a=1, b='cut", NULL),
+                        "B0[f]A0[{\"a\":1}]E0[]T[, b='cut]");
+    /* A close marker inside a string is the string's; trailing commas are fine. */
+    assert_string_equal(parse_all(&o, "<|tool_call_start|>[f(s='<|tool_call_end|>',), g(),]<|tool_call_end|>", NULL),
+                        "B0[f]A0[{\"s\":\"<|tool_call_end|>\"}]E0[]B1[g]A1[{}]E1[]");
+}
+
+/* Gemma 3's fenced calls: ```tool_code with a pythonic call or a JSON object, ```json
+ * with a JSON object or a list of them; both streamed. */
+static void test_gemma_fences(void **state)
+{
+    output_options_t o = opts(false, "tool_code");
+    int n = 0;
+    assert_string_equal(parse_all(&o, "```tool_code\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n```", &n),
+                        "B0[get_weather]A0[{\"city\": \"Paris\"}]E0[]");
+    assert_int_equal(n, 1);
+    assert_string_equal(parse_all(&o, "Sure.\n```json\n{\"name\": \"f\", \"arguments\": {\"a\": [1]}}\n```\nThen.", &n),
+                        "T[Sure.\n]B0[f]A0[{\"a\": [1]}]E0[]T[\nThen.]");
+    assert_string_equal(parse_all(&o, "```json\n[{\"name\": \"f\", \"parameters\": {}}, {\"name\": \"g\", \"parameters\": {\"x\": 2}}]\n```", &n),
+                        "B0[f]A0[{}]E0[]B1[g]A1[{\"x\": 2}]E1[]");
+    assert_int_equal(n, 2);
+    assert_string_equal(parse_all(&o, "```tool_code\n[f(a=1), g(b=\"x\")]\n```", &n),
+                        "B0[f]A0[{\"a\":1}]E0[]B1[g]A1[{\"b\":\"x\"}]E1[]");
+    /* JSON that is not a call stays the text it was, fence included. */
+    assert_string_equal(parse_all(&o, "```json\n{\"city\": \"Paris\"}\n```", &n),
+                        "T[```json\n{\"city\": \"Paris\"}\n```]");
+    assert_int_equal(n, 0);
+    assert_string_equal(parse_all(&o, "```json\n[1, 2]\n```", NULL), "T[```json\n[1, 2]\n```]");
+    /* Streamed: the call begins before the fence closes. */
+    const char *pieces[] = {"```json\n{\"name\": \"f\", \"arguments\": {\"a\": ", "1}}\n``", "`", NULL};
+    const char *want[] = {"B0[f]A0[{\"a\": ]", "B0[f]A0[{\"a\": 1}]", "B0[f]A0[{\"a\": 1}]E0[]"};
+    feed_steps(&o, pieces, want);
+}
+
 /* Qwen3-Coder / Qwen3.5 XML calls: values typed by the request's schema. */
 static void test_qwen3_coder(void **state)
 {
@@ -399,6 +503,9 @@ int main(void)
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_pythonic),
         cmocka_unit_test(test_tool_code),
+        cmocka_unit_test(test_llama3_json_streams),
+        cmocka_unit_test(test_pythonic_streams),
+        cmocka_unit_test(test_gemma_fences),
         cmocka_unit_test(test_qwen3_coder),
         cmocka_unit_test(test_detection),
         cmocka_unit_test(test_callback_error),

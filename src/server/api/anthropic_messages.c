@@ -14,8 +14,9 @@
  * `tool_choice` none turns call parsing off (auto/any/tool are accepted; the output is not
  * constrained); `thinking` enabled/disabled sets the template's enable_thinking;
  * `stop_sequences`, `temperature`, `top_p`, `top_k` sample; `metadata.user_id` is the
- * user. `cache_control` anywhere is accepted and has no effect (the prefix cache is
- * automatic). Fields of the API this server has no use for (service_tier, container,
+ * user. `cache_control` anywhere is accepted (the prefix cache is automatic); on a
+ * system block, a tool or a message block it makes the request a retention hint, as
+ * OpenAI's prompt_cache_key does. Fields of the API this server has no use for (service_tier, container,
  * mcp_servers, context_management, betas...) are accepted and ignored; Cairn's own
  * sampling extensions (cache_salt, seed, logit_bias, stop_token_ids, ignore_eos,
  * min_tokens, repetition_penalty, chat_template_kwargs) are accepted too; anything else is
@@ -28,6 +29,8 @@
  * message_start, ping, then per block content_block_start / content_block_delta
  * (text_delta, thinking_delta, input_json_delta) / content_block_stop, then message_delta
  * (stop_reason, usage) and message_stop; a failure after it began is an `error` event.
+ * A stream silent for the server's keepalive_ms (queued, a long prefill) gets `ping`
+ * events, as the Anthropic API sends them (its SDKs skip them wherever they come).
  * Errors are {"type": "error", "error": {"type", "message"}}.
  *
  * Keys: x-api-key, or Authorization: Bearer. GET /v1/models with an anthropic-version
@@ -553,6 +556,35 @@ static bool ignored(const char *k)
 /* Cairn's extensions shared with the OpenAI adapters' names and ranges. */
 static int f_extension(const cJSON *v, gen_request_t *r, api_error_t *err);
 
+/* Whether a block of blocks (system, tools, a message's content) carries cache_control. */
+static bool blocks_cache_control(const cJSON *blocks)
+{
+    const cJSON *b;
+    if (!cJSON_IsArray(blocks))
+        return false;
+    cJSON_ArrayForEach(b, blocks) {
+        const cJSON *cc = cJSON_GetObjectItemCaseSensitive(b, "cache_control");
+        if (cc && !cJSON_IsNull(cc))
+            return true;
+    }
+    return false;
+}
+
+/* cache_control on a system block, a tool or a message's block: the client asks for the
+ * prefix to be cached, so the request is a retention hint (gen_request_t.retain). */
+static bool asks_caching(const ant_body_t *b)
+{
+    if (blocks_cache_control(b->system) || blocks_cache_control(b->tools))
+        return true;
+    const cJSON *m;
+    if (cJSON_IsArray(b->messages))
+        cJSON_ArrayForEach(m, b->messages) {
+            if (blocks_cache_control(cJSON_GetObjectItemCaseSensitive(m, "content")))
+                return true;
+        }
+    return false;
+}
+
 static int ant_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
 {
     gen_request_init(r);
@@ -648,6 +680,7 @@ static int ant_parse(const api_input_t *in, gen_request_t *r, api_error_t *err)
             api_error_oom(err);
         goto fail;
     }
+    r->retain = asks_caching(&b);
     cJSON_Delete(root);
     return 0;
 fail:
@@ -1162,6 +1195,7 @@ const api_adapter_t api_anthropic_messages = {
     .content_type = "application/json",
     .stream_content_type = "text/event-stream",
     .oom_body = ANT_OOM_BODY,
+    .keepalive = "event: ping\ndata: {\"type\":\"ping\"}\n\n",
     .parse = ant_parse,
     .render_error = ant_render_error,
     .begin = ant_begin,

@@ -132,6 +132,8 @@ typedef struct {
                                * (Claude Code always asks 32000): past the context the
                                * server lowers it to what the context leaves, no 400 */
     bool logprobs;            /* report the generated tokens' log-probabilities */
+    bool retain;              /* prompt_cache_key sent (non-empty): a retention hint for the
+                               * prompt's blocks (cairn_req_params_t.retain); never a domain */
     int top_logprobs;         /* and this many alternatives each (0..20) */
     int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its
                                * enable_thinking switch (0/1) unless template_kwargs set it
@@ -302,6 +304,9 @@ struct cairn_api_adapter {
     const char *stream_content_type; /* streams: "text/event-stream" */
     const char *oom_body;            /* static error body (503) for when rendering itself
                                       * runs out of memory */
+    const char *keepalive;           /* streams: what a stream silent for keepalive_ms
+                                      * sends (a long prefill, a queue), a whole SSE
+                                      * frame; NULL: the comment ": keepalive" */
 
     /*
      * Parses and validates a body into *out (which it initializes). Returns 0, or a

@@ -196,6 +196,20 @@ static int f_ignored_string(const cJSON *v, gen_request_t *r, api_error_t *err)
     return CAIRN_EINVAL;
 }
 
+/* prompt_cache_key: a string; a non-empty one is a retention hint (docs/API.md), never a
+ * cache domain (cache_salt and the API key are). */
+static int f_prompt_cache_key(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsString(v)) {
+        BAD(v->string, "%s must be a string", v->string);
+        return CAIRN_EINVAL;
+    }
+    r->retain = v->valuestring[0] != '\0';
+    return 0;
+}
+
 /* modalities: text only. */
 static int f_modalities(const cJSON *v, gen_request_t *r, api_error_t *err)
 {
@@ -343,7 +357,7 @@ static const oai_field_t chat_fields[] = {
     {"store", f_store},
     {"metadata", f_metadata},
     {"reasoning_effort", f_reasoning_effort},
-    {"prompt_cache_key", f_ignored_string},
+    {"prompt_cache_key", f_prompt_cache_key},
     {"prompt_cache_retention", f_ignored_string},
     {"safety_identifier", f_ignored_string},
     {"service_tier", f_ignored_string},

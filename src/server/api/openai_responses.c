@@ -13,8 +13,9 @@
  * `temperature`, `top_p` sample. There is no response store: `previous_response_id` and
  * `conversation` are refused with a 400 (send the whole conversation), `store` is
  * accepted and nothing is stored, `background` must be false. `text.format` must be
- * text (json_schema needs constrained decoding). metadata, user, safety_identifier,
- * prompt_cache_key, service_tier, truncation, include, parallel_tool_calls and
+ * text (json_schema needs constrained decoding). `prompt_cache_key` (a string) is a
+ * retention hint for the prompt's blocks, never a cache domain. metadata, user,
+ * safety_identifier, service_tier, truncation, include, parallel_tool_calls and
  * max_tool_calls are accepted with no effect; the OpenAI sampling extensions of
  * openai_common.c (cache_salt, seed, ...) are accepted too.
  *
@@ -288,7 +289,7 @@ static int convert_tools(const cJSON *v, gen_request_t *r, api_error_t *err)
 
 /* Names accepted and ignored (no effect on a local model's output). */
 static const char *const ignored_fields[] = {
-    "metadata", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
+    "metadata", "safety_identifier", "prompt_cache_retention",
     "service_tier", "truncation", "include", "max_tool_calls", "parallel_tool_calls",
     "stream_options", "store", NULL,
 };
@@ -377,6 +378,16 @@ static int field(const cJSON *v, gen_request_t *r, const cJSON **input, api_erro
             return CAIRN_EINVAL;
         }
         r->enable_thinking = strcmp(e->valuestring, "none") && strcmp(e->valuestring, "minimal");
+        return 0;
+    }
+    if (!strcmp(k, "prompt_cache_key")) { /* a retention hint, never a domain (docs/API.md) */
+        if (cJSON_IsNull(v))
+            return 0;
+        if (!cJSON_IsString(v)) {
+            BAD(k, "prompt_cache_key must be a string");
+            return CAIRN_EINVAL;
+        }
+        r->retain = v->valuestring[0] != '\0';
         return 0;
     }
     if (!strcmp(k, "text")) {

@@ -9,10 +9,11 @@
  *      "<think>\nplan\n</think>\n\nOK<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>"
  *        -> REASONING "plan"  TEXT "OK"  TOOL_BEGIN 0 "f"  TOOL_ARGS 0 "{\"a\": 1}"  TOOL_END 0
  *
- * Arguments of the JSON call formats stream as they are generated (several TOOL_ARGS);
- * a call whose head (name, start of the arguments) was streamed and that then breaks
- * off or turns malformed still ends with TOOL_END, its arguments as far as they went,
- * and anything after them in the section as text.
+ * Arguments of the JSON call formats stream as they are generated (several TOOL_ARGS),
+ * those of the pythonic and XML formats an argument at a time (as JSON members); a call
+ * whose head (name, start of the arguments) was streamed and that then breaks off or
+ * turns malformed still ends with TOOL_END, its arguments as far as they went (pythonic
+ * and XML: a valid object), and anything after them in the section as text.
  *
  * Reasoning is the text between <think> and </think> at the start of the output (or from
  * the start, when the prompt already opened the block: in_reasoning); the newlines right
@@ -34,7 +35,8 @@
  *
  * Thread-safety: a parser is used by one thread at a time; formats are immutable tables.
  * Cost: linear in the text (each byte is scanned a bounded number of times, plus one
- * JSON parse per call).
+ * JSON parse per call), except that a pythonic argument still being generated is scanned
+ * again at each feed (quadratic in that one argument's length).
  */
 #ifndef CAIRN_SERVER_OUTPUT_H
 #define CAIRN_SERVER_OUTPUT_H
@@ -80,6 +82,16 @@ typedef int (*out_emit_fn)(void *ctx, const out_event_t *ev);
  * tracked, so a close marker inside a string does not end them); sections that do not
  * start that way are settled whole by parse.
  *
+ * Formats without a close marker (llama3_json: the calls are the whole answer) stream
+ * their JSON calls the same way, one after another (separated by spaces or ';', each
+ * optionally after call_prefix); what follows a call that is not another call is text.
+ *
+ * stream_py: sections are a pythonic call or a list of them ([f(a=1), g()]), streamed a
+ * keyword argument at a time: TOOL_BEGIN once NAME( is in, then `{"KEY":VALUE` and
+ * `,"KEY":VALUE` (the value as JSON) as each argument completes, `}` at ')'. An argument
+ * that is not a Python literal, or a call cut off, ends the call there (a valid object);
+ * the section's rest is text.
+ *
  * stream_xml: sections are <function=NAME> <parameter=KEY>VALUE</parameter>...
  * </function> (tool_qwen3_coder.c), streamed a parameter at a time: TOOL_BEGIN once the
  * function tag is in, then `{"KEY":VALUE` and `,"KEY":VALUE` as each parameter closes
@@ -91,8 +103,11 @@ typedef struct tool_format {
     const char *name;                  /* "hermes", "qwen3_coder", "llama3_json", ... */
     const char *template_marker;       /* a chat template containing this uses the format */
     const char *open, *close;          /* section markers (close NULL: end of output) */
+    const char *open_alt;              /* a second open marker (same close), or NULL */
+    const char *call_prefix;           /* stream_json, no close: may precede each call */
     bool open_at_start;                /* sections open only at the start of the answer */
     bool stream_json;                  /* stream JSON arguments (see above) */
+    bool stream_py;                    /* stream pythonic calls (see above) */
     bool stream_xml;                   /* stream XML parameters (see above) */
     const char *const *starts;         /* open_at_start: prefixes that open a section */
     int (*parse)(const char *body, size_t len, int first, const cJSON *tools, out_emit_fn emit,
@@ -189,6 +204,18 @@ int output_xml_member(const cJSON *tools, const char *fn, const char *key, size_
  * calls, or CAIRN_EFORMAT (tool_pythonic.c; the tool_code format uses it too). */
 int output_pythonic_parse(const char *body, size_t len, int first, const cJSON *tools,
                           out_emit_fn emit, void *ctx);
+
+/* Streaming pythonic calls (stream_py). Spaces, then (when list_ok) an optional '['
+ * (*list), then NAME '(' in s[0..n): the name at s + *name_at (*name_len bytes, an
+ * identifier shorter than OUT_NAME_MAX), *end past the '('. */
+out_match_t output_pythonic_head(const char *s, size_t n, bool list_ok, bool *list,
+                                 size_t *name_at, size_t *name_len, size_t *end);
+
+/* Spaces, then KEY=VALUE (a Python literal) followed by spaces and ',' or ')' in s[0..n):
+ * appends `"KEY":VALUE` (JSON) to out and sets *end past the value (OUT_MATCH_YES);
+ * OUT_MATCH_WAIT when more text could still make it one, OUT_MATCH_NO when it cannot be;
+ * or CAIRN_ENOMEM. */
+int output_pythonic_arg(const char *s, size_t n, struct api_buf_s *out, size_t *end);
 
 /*
  * The raw bytes of member `key` of the JSON object text s[0..n) (which must be a valid

@@ -16,7 +16,9 @@
  * are the whole answer, like llama3_json); ANSWER emits text up to the next call's
  * open marker; CALL buffers the section until its close marker (or the end) and has the
  * format parse it, or, for formats that stream (output.h), begins the call and moves to
- * CALL_ARGS -> CALL_TAIL (JSON arguments) or XML_PARAMS -> XML_TAIL (XML parameters).
+ * CALL_ARGS -> CALL_TAIL (JSON arguments; CALL_NEXT after it without a close marker),
+ * PY_ARGS -> PY_NEXT -> PY_TAIL (pythonic calls) or XML_PARAMS -> XML_TAIL (XML
+ * parameters).
  * Invariant: bytes leave buf exactly once, as an event (XML parameters as the JSON they
  * convert to) or as a dropped marker/whitespace.
  *
@@ -38,6 +40,10 @@ typedef enum {
     ST_CALL,
     ST_CALL_ARGS,   /* stream_json: the arguments are streaming */
     ST_CALL_TAIL,   /* stream_json: the arguments closed; the section's rest */
+    ST_CALL_NEXT,   /* stream_json without a close marker: another call, or text */
+    ST_PY_ARGS,     /* stream_py: between arguments of a streaming call */
+    ST_PY_NEXT,     /* stream_py: a call ended; the list's next call or its end */
+    ST_PY_TAIL,     /* stream_py: the section's rest, text up to the close marker */
     ST_XML_PARAMS,  /* stream_xml: between parameters of a streaming call */
     ST_XML_TAIL,    /* stream_xml: the call ended; the section's rest */
 } out_state_t;
@@ -53,9 +59,12 @@ struct output_parser {
     /* ST_CALL_ARGS: the JSON scanner's state over the streamed arguments. */
     int depth;
     bool in_string, escaped;
-    /* ST_XML_*: the streaming call's function name and parameters so far. */
+    /* ST_XML_*: the streaming call's function name and parameters so far (ST_PY_*:
+     * the arguments so far). */
     char fn[OUT_NAME_MAX];
     int n_params;
+    bool py_list;       /* ST_PY_*: the section is a list of calls */
+    const char *opened; /* the open marker of the current section (open or open_alt) */
 };
 
 static const char THINK_OPEN[] = "<think>";
@@ -162,8 +171,8 @@ static int settle_call(output_parser_t *p, const char *body, size_t n, bool clos
         return got;
     p->after_call = false;
     int rc = 0;
-    if (f->open && !f->open_at_start)
-        rc = emit_kind(emit, ctx, OUT_TEXT, f->open, strlen(f->open));
+    if (p->opened && !f->open_at_start)
+        rc = emit_kind(emit, ctx, OUT_TEXT, p->opened, strlen(p->opened));
     if (!rc)
         rc = emit_kind(emit, ctx, OUT_TEXT, body, n);
     if (!rc && closed && f->close)
@@ -197,14 +206,24 @@ static head_t lit_at(const char *s, size_t n, size_t *i, const char *lit)
 }
 
 /*
- * The head of a streamed call in s[0..n): ws '{' ws "name" ws ':' ws STRING ws ',' ws
+ * The head of a streamed call in s[0..n): [ws prefix] ws '{' ws "name" ws ':' ws STRING ws ',' ws
  * ("arguments"|"parameters") ws ':' ws '{'. HEAD_YES: the name's string literal at
  * *name_at (*name_len bytes), the arguments' '{' at *args_at.
  */
-static head_t call_head(const char *s, size_t n, size_t *name_at, size_t *name_len, size_t *args_at)
+static head_t call_head(const char *s, size_t n, const char *prefix, size_t *name_at,
+                        size_t *name_len, size_t *args_at)
 {
     size_t i = 0;
     head_t h;
+    if (prefix) { /* optional: absent is no mismatch */
+        if (!ws_at(s, n, &i))
+            return HEAD_WAIT;
+        size_t save = i;
+        if ((h = lit_at(s, n, &i, prefix)) == HEAD_WAIT)
+            return h;
+        if (h == HEAD_NO)
+            i = save;
+    }
 #define STEP(expr)                       \
     do {                                 \
         if (!ws_at(s, n, &i))            \
@@ -271,10 +290,11 @@ static int end_call(output_parser_t *p, out_emit_fn emit, void *ctx)
 static int stream_head(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
 {
     const tool_format_t *f = p->o.tools;
-    const char *m = find(p->buf, p->len, f->close);
+    const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
     size_t limit = m ? (size_t)(m - p->buf) : p->len;
     size_t name_at = 0, name_len = 0, args_at = 0;
-    head_t h = call_head(p->buf, limit, &name_at, &name_len, &args_at);
+    head_t h = call_head(p->buf, limit, f->close ? NULL : f->call_prefix, &name_at, &name_len,
+                         &args_at);
     if (h == HEAD_NO || (h == HEAD_WAIT && (m || final)))
         return 1;
     if (h == HEAD_WAIT)
@@ -340,6 +360,17 @@ static int stream_args(output_parser_t *p, bool final, out_emit_fn emit, void *c
 static int stream_tail(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
 {
     const tool_format_t *f = p->o.tools;
+    if (!f->close) { /* the object's '}' ends the call; then another call, or text */
+        size_t i = 0;
+        if (!ws_at(p->buf, p->len, &i) && !final)
+            return 0;
+        bool brace = i < p->len && p->buf[i] == '}';
+        consume(p, brace ? i + 1 : i);
+        int rc = end_call(p, emit, ctx);
+        p->st = brace ? ST_CALL_NEXT : ST_ANSWER; /* junk where '}' belongs: text */
+        *more = true;
+        return rc;
+    }
     const char *m = find(p->buf, p->len, f->close);
     if (!m && !final)
         return 0;
@@ -353,6 +384,213 @@ static int stream_tail(output_parser_t *p, bool final, out_emit_fn emit, void *c
     if (!rc && i < k) { /* junk after the object: the text it was */
         p->after_call = false;
         rc = emit_kind(emit, ctx, OUT_TEXT, p->buf + i, k - i);
+    }
+    consume(p, m ? k + strlen(f->close) : k);
+    p->st = ST_ANSWER;
+    *more = true;
+    return rc;
+}
+
+/* ST_CALL_NEXT (stream_json, no close marker): spaces and ';' between calls are dropped;
+ * another call head goes back to ST_CALL, anything else is text (ST_ANSWER). */
+static int call_next(output_parser_t *p, bool final, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    size_t i = 0;
+    while (i < p->len && (is_space(p->buf[i]) || p->buf[i] == ';'))
+        i++;
+    if (i == p->len) {
+        if (final)
+            consume(p, i);
+        return 0;
+    }
+    const char *s = p->buf + i;
+    size_t n = p->len - i, pl = f->call_prefix ? strlen(f->call_prefix) : 0;
+    bool prefix = pl && !memcmp(s, f->call_prefix, n < pl ? n : pl);
+    if (!final && prefix && n < pl)
+        return 0; /* could still be the prefix */
+    if (s[0] == '{' || prefix) {
+        consume(p, i);
+        p->st = ST_CALL;
+    } else {
+        p->st = ST_ANSWER; /* held separators go out with it, unless all spaces */
+    }
+    *more = true;
+    return 0;
+}
+
+/* ---- Streamed pythonic calls -------------------------------------------------------- */
+
+/* Begins a pythonic call whose head ends at `end` (the '(' consumed). */
+static int py_begin(output_parser_t *p, const char *name, size_t name_len, size_t end,
+                    out_emit_fn emit, void *ctx, bool *more)
+{
+    out_event_t ev = {.kind = OUT_TOOL_BEGIN, .tool = p->n_tools, .text = name, .len = name_len};
+    int rc = emit(ctx, &ev);
+    consume(p, end);
+    p->n_params = 0;
+    p->st = ST_PY_ARGS;
+    *more = true;
+    return rc;
+}
+
+/*
+ * Whether the call at buf[off..] can begin: NAME( then ')' or a first complete KEY=VALUE
+ * (so a positional call or an expression, print(1), stays text whole). YES: the name in
+ * name[], *end past the '('. The head is looked for before the close marker, the first
+ * argument over the whole buffer (a string may hold the marker).
+ */
+static out_match_t py_ready(output_parser_t *p, size_t off, size_t limit, bool list_ok,
+                            char *name, size_t *name_len, size_t *end, int *err)
+{
+    size_t name_at = 0, e = 0;
+    bool list = false;
+    out_match_t h = output_pythonic_head(p->buf + off, limit - off, list_ok, &list, &name_at,
+                                         name_len, &e);
+    if (h == OUT_MATCH_WAIT && limit < p->len)
+        return OUT_MATCH_NO; /* cut by the close marker */
+    if (h != OUT_MATCH_YES)
+        return h;
+    size_t i = off + e;
+    if (!ws_at(p->buf, p->len, &i))
+        return OUT_MATCH_WAIT;
+    if (p->buf[i] != ')') {
+        api_buf_t scratch = {0};
+        size_t used = 0;
+        int m = output_pythonic_arg(p->buf + i, p->len - i, &scratch, &used);
+        api_buf_free(&scratch);
+        if (m < 0) {
+            *err = m;
+            return OUT_MATCH_NO;
+        }
+        if (m != OUT_MATCH_YES)
+            return (out_match_t)m;
+    }
+    memcpy(name, p->buf + off + name_at, *name_len);
+    if (list_ok)
+        p->py_list = list;
+    *end = off + e;
+    return OUT_MATCH_YES;
+}
+
+/* ST_CALL of a stream_py format: waits until the call can begin (py_ready), then begins
+ * it. Returns 1 when the section is not a streamable call (the caller settles it whole). */
+static int py_head(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
+    size_t limit = m ? (size_t)(m - p->buf) : p->len, name_len = 0, end = 0;
+    char name[OUT_NAME_MAX];
+    int err = 0;
+    out_match_t h = py_ready(p, 0, limit, true, name, &name_len, &end, &err);
+    if (err)
+        return err;
+    if (h == OUT_MATCH_NO || (h == OUT_MATCH_WAIT && final))
+        return 1;
+    if (h == OUT_MATCH_WAIT)
+        return 0;
+    return py_begin(p, name, name_len, end, emit, ctx, more);
+}
+
+/* Ends the streaming pythonic call (its object closed however it went) and moves to
+ * next (ST_PY_NEXT after ')', ST_PY_TAIL when the rest of the section is text). */
+static int py_end(output_parser_t *p, out_state_t next, out_emit_fn emit, void *ctx, bool *more)
+{
+    int rc = emit_args(p, p->n_params ? "}" : "{}", p->n_params ? 1 : 2, emit, ctx);
+    if (!rc)
+        rc = end_call(p, emit, ctx);
+    p->st = next;
+    *more = true;
+    return rc;
+}
+
+/* ST_PY_ARGS: the next KEY=VALUE, or ')'. The value is scanned over the whole buffer, so
+ * a close marker inside a string does not cut it. */
+static int py_args(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    size_t i = 0;
+    if (!ws_at(p->buf, p->len, &i))
+        return final ? py_end(p, ST_PY_TAIL, emit, ctx, more) : 0;
+    if (p->buf[i] == ')') {
+        consume(p, i + 1);
+        return py_end(p, ST_PY_NEXT, emit, ctx, more);
+    }
+    if (p->n_params > 0) {
+        if (p->buf[i] != ',')
+            return py_end(p, ST_PY_TAIL, emit, ctx, more);
+        i++;
+        if (!ws_at(p->buf, p->len, &i))
+            return final ? py_end(p, ST_PY_TAIL, emit, ctx, more) : 0;
+        if (p->buf[i] == ')') { /* trailing comma */
+            consume(p, i + 1);
+            return py_end(p, ST_PY_NEXT, emit, ctx, more);
+        }
+    }
+    api_buf_t member = {0};
+    int rc = api_buf_append(&member, p->n_params ? "," : "{", 1);
+    size_t end = 0;
+    int m = rc ? rc : output_pythonic_arg(p->buf + i, p->len - i, &member, &end);
+    if (m == OUT_MATCH_YES) {
+        rc = emit_args(p, member.p, member.len, emit, ctx);
+        consume(p, i + end);
+        p->n_params++;
+        *more = true;
+    } else if (m == OUT_MATCH_NO || (m == OUT_MATCH_WAIT && final)) {
+        rc = py_end(p, ST_PY_TAIL, emit, ctx, more); /* the rest is text */
+    } else if (m < 0) {
+        rc = m;
+    }
+    api_buf_free(&member);
+    return rc;
+}
+
+/* ST_PY_NEXT: after a call's ')': in a list, ',' and the next call, or ']'; then the
+ * section's rest (ST_PY_TAIL). */
+static int py_next(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
+    size_t limit = m ? (size_t)(m - p->buf) : p->len, i = 0;
+    bool settled = m || final;
+    if (!ws_at(p->buf, limit, &i) && !settled)
+        return 0;
+    if (p->py_list && i < limit && p->buf[i] == ']') {
+        consume(p, i + 1);
+    } else if (p->py_list && i < limit && p->buf[i] == ',') {
+        size_t j = i + 1, name_len = 0, end = 0;
+        if (!ws_at(p->buf, limit, &j) && !settled)
+            return 0;
+        if (j < limit && p->buf[j] == ']') { /* trailing comma */
+            consume(p, j + 1);
+        } else {
+            char name[OUT_NAME_MAX];
+            int err = 0;
+            out_match_t h = py_ready(p, j, limit, false, name, &name_len, &end, &err);
+            if (err)
+                return err;
+            if (h == OUT_MATCH_WAIT && !final)
+                return 0;
+            if (h == OUT_MATCH_YES)
+                return py_begin(p, name, name_len, end, emit, ctx, more);
+        }
+    }
+    p->st = ST_PY_TAIL;
+    *more = true;
+    return 0;
+}
+
+/* ST_PY_TAIL: up to the close marker (or the end); anything but spaces is text. */
+static int py_tail(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, bool *more)
+{
+    const tool_format_t *f = p->o.tools;
+    const char *m = f->close ? find(p->buf, p->len, f->close) : NULL;
+    if (!m && !final)
+        return 0;
+    size_t k = m ? (size_t)(m - p->buf) : p->len;
+    int rc = 0;
+    if (!all_space(p->buf, k)) {
+        p->after_call = false;
+        rc = emit_kind(emit, ctx, OUT_TEXT, p->buf, k);
     }
     consume(p, m ? k + strlen(f->close) : k);
     p->st = ST_ANSWER;
@@ -552,16 +790,22 @@ static int step(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, boo
             consume(p, p->len);
             return rc;
         }
-        const char *m = find(p->buf, p->len, f->open);
+        const char *m = find(p->buf, p->len, f->open), *ma = NULL;
+        if (f->open_alt && (ma = find(p->buf, p->len, f->open_alt)) && (!m || ma < m))
+            m = ma;
         if (m) {
+            p->opened = m == ma ? f->open_alt : f->open;
             size_t k = (size_t)(m - p->buf);
             rc = emit_answer(p, p->buf, k, emit, ctx);
-            consume(p, k + strlen(f->open));
+            consume(p, k + strlen(p->opened));
             p->st = ST_CALL;
             *more = true;
             return rc;
         }
-        size_t k = final ? p->len : p->len - partial_suffix(p->buf, p->len, f->open);
+        size_t hold = partial_suffix(p->buf, p->len, f->open);
+        if (f->open_alt && partial_suffix(p->buf, p->len, f->open_alt) > hold)
+            hold = partial_suffix(p->buf, p->len, f->open_alt);
+        size_t k = final ? p->len : p->len - hold;
         if (p->after_call && all_space(p->buf, k) && !final)
             return 0; /* keep holding: a call may follow */
         rc = emit_answer(p, p->buf, k, emit, ctx);
@@ -572,6 +816,14 @@ static int step(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, boo
         return stream_args(p, final, emit, ctx, more);
     case ST_CALL_TAIL:
         return stream_tail(p, final, emit, ctx, more);
+    case ST_CALL_NEXT:
+        return call_next(p, final, more);
+    case ST_PY_ARGS:
+        return py_args(p, final, emit, ctx, more);
+    case ST_PY_NEXT:
+        return py_next(p, final, emit, ctx, more);
+    case ST_PY_TAIL:
+        return py_tail(p, final, emit, ctx, more);
     case ST_XML_PARAMS:
         return xml_params(p, final, emit, ctx, more);
     case ST_XML_TAIL:
@@ -581,6 +833,11 @@ static int step(output_parser_t *p, bool final, out_emit_fn emit, void *ctx, boo
             rc = stream_head(p, final, emit, ctx, more);
             if (rc != 1)
                 return rc; /* streaming, waiting, or an error */
+        }
+        if (f->stream_py) {
+            rc = py_head(p, final, emit, ctx, more);
+            if (rc != 1)
+                return rc;
         }
         if (f->stream_xml) {
             rc = xml_head(p, final, emit, ctx, more);

@@ -5,8 +5,11 @@
  *
  *     {"name": "get_weather", "parameters": {"city": "Paris"}}
  *
- * Detected by the template's "<|python_tag|>" or its "parameters" instruction. An answer
- * that starts like a call but is not a list of valid calls stays text.
+ * Detected by the template's "<|python_tag|>" or its "parameters" instruction. The calls
+ * stream (output.h, stream_json without a close marker): each begins once its name and
+ * the opening of its parameters are in; an answer that starts like a call but whose first
+ * call does not begin that way is parsed whole, and stays text unless it is a list of
+ * valid calls.
  *
  * Thread-safety: pure.
  */
@@ -64,7 +67,9 @@ const tool_format_t tool_format_llama3_json = {
     .template_marker = "\"parameters\": dictionary of argument name",
     .open = NULL,
     .close = NULL,
+    .call_prefix = "<|python_tag|>",
     .open_at_start = true,
+    .stream_json = true,
     .starts = llama3_starts,
     .parse = llama3_parse,
 };

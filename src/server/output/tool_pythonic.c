@@ -23,6 +23,7 @@ typedef struct {
     size_t n, i;
     api_buf_t out;  /* the JSON of the current call's arguments */
     int depth;
+    bool eof;       /* a scan reached the end of s: a failure may be text still to come */
 } py_t;
 
 #define PY_MAX_DEPTH 64
@@ -32,6 +33,8 @@ static void ws(py_t *p)
     while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\n' || p->s[p->i] == '\r'
                            || p->s[p->i] == '\t'))
         p->i++;
+    if (p->i >= p->n)
+        p->eof = true;
 }
 
 static bool eat(py_t *p, char c)
@@ -57,6 +60,8 @@ static bool ident(py_t *p, const char **at, size_t *len)
     size_t b = p->i;
     while (p->i < p->n && ident_char(p->s[p->i], p->i == b))
         p->i++;
+    if (p->i >= p->n)
+        p->eof = true;
     *at = p->s + b;
     *len = p->i - b;
     return *len > 0;
@@ -96,8 +101,10 @@ static int py_string(py_t *p)
         char c = p->s[p->i++];
         int arc = 0;
         if (c == '\\') {
-            if (p->i >= p->n)
+            if (p->i >= p->n) {
+                p->eof = true;
                 goto out;
+            }
             char e = p->s[p->i++];
             const char *rep = e == 'n' ? "\n" : e == 't' ? "\t" : e == 'r' ? "\r" : NULL;
             if (rep)
@@ -116,8 +123,10 @@ static int py_string(py_t *p)
             goto out;
         }
     }
-    if (p->i >= p->n)
+    if (p->i >= p->n) {
+        p->eof = true;
         goto out;
+    }
     p->i++;
     rc = put_json_string(p, raw.p, raw.len);
 out:
@@ -195,7 +204,7 @@ static int py_value(py_t *p)
 {
     ws(p);
     if (p->i >= p->n || ++p->depth > PY_MAX_DEPTH)
-        return CAIRN_EFORMAT;
+        return CAIRN_EFORMAT; /* the end: ws() set eof */
     char c = p->s[p->i];
     int rc;
     if (c == '"' || c == '\'') {
@@ -209,6 +218,8 @@ static int py_value(py_t *p)
                                || p->s[p->i] == 'e' || p->s[p->i] == 'E' || p->s[p->i] == '+'
                                || p->s[p->i] == '-'))
             p->i++;
+        if (p->i >= p->n)
+            p->eof = true;
         rc = json_number(p->s + b, p->i - b) ? put(p, p->s + b, p->i - b) : CAIRN_EFORMAT;
     } else {
         const char *at;
@@ -262,7 +273,7 @@ static int py_call(py_t *p, const char **name, size_t *name_len)
 static int walk(const char *body, size_t len, int first, bool emit_it, out_emit_fn emit,
                 void *ctx)
 {
-    py_t p = {.s = body, .n = len, .i = 0, .out = {0}, .depth = 0};
+    py_t p = {.s = body, .n = len, .i = 0, .out = {0}, .depth = 0, .eof = false};
     int count = 0, rc = CAIRN_EFORMAT;
     bool list = eat(&p, '[');
     for (;;) {
@@ -305,6 +316,67 @@ out:
     return rc;
 }
 
+out_match_t output_pythonic_head(const char *s, size_t n, bool list_ok, bool *list,
+                                 size_t *name_at, size_t *name_len, size_t *end)
+{
+    py_t p = {.s = s, .n = n, .i = 0, .out = {0}, .depth = 0, .eof = false};
+    *list = list_ok && eat(&p, '[');
+    const char *at;
+    size_t len;
+    bool ok = ident(&p, &at, &len) && (ws(&p), p.i < p.n) && p.s[p.i] == '(';
+    if (!ok)
+        return p.eof ? OUT_MATCH_WAIT : OUT_MATCH_NO;
+    if (len >= OUT_NAME_MAX || (at[0] >= '0' && at[0] <= '9'))
+        return OUT_MATCH_NO;
+    *name_at = (size_t)(at - s);
+    *name_len = len;
+    *end = p.i + 1;
+    return OUT_MATCH_YES;
+}
+
+int output_pythonic_arg(const char *s, size_t n, struct api_buf_s *out, size_t *end)
+{
+    py_t p = {.s = s, .n = n, .i = 0, .out = {0}, .depth = 0, .eof = false};
+    const char *k;
+    size_t kl;
+    int rc = CAIRN_EFORMAT;
+    if (!ident(&p, &k, &kl) || !eat(&p, '='))
+        goto out;
+    if ((rc = put_json_string(&p, k, kl)) || (rc = put(&p, ":", 1)) || (rc = py_value(&p)))
+        goto out;
+    size_t after = p.i;
+    ws(&p);
+    if (p.i >= p.n || (p.s[p.i] != ',' && p.s[p.i] != ')')) {
+        rc = CAIRN_EFORMAT;
+        goto out;
+    }
+    /* A valid member: JSON (checked as the whole parser checks its calls). */
+    api_buf_t obj = {0};
+    cJSON *j = NULL;
+    rc = api_buf_append(&obj, "{", 1);
+    if (!rc)
+        rc = api_buf_append(&obj, p.out.p, p.out.len);
+    if (!rc)
+        rc = api_buf_append(&obj, "}", 1);
+    if (!rc)
+        rc = cairn_json_parse(obj.p, obj.len, NULL, &j, NULL);
+    cJSON_Delete(j);
+    api_buf_free(&obj);
+    if (rc) {
+        rc = rc == CAIRN_ENOMEM ? rc : CAIRN_EFORMAT;
+        goto out;
+    }
+    if ((rc = api_buf_append(out, p.out.p, p.out.len)))
+        goto out;
+    *end = after;
+    rc = OUT_MATCH_YES;
+out:
+    if (rc == CAIRN_EFORMAT)
+        rc = p.eof ? OUT_MATCH_WAIT : OUT_MATCH_NO;
+    api_buf_free(&p.out);
+    return rc;
+}
+
 int output_pythonic_parse(const char *body, size_t len, int first, const cJSON *tools,
                           out_emit_fn emit, void *ctx)
 {
@@ -319,6 +391,7 @@ const tool_format_t tool_format_pythonic = {
     .open = "<|tool_call_start|>",
     .close = "<|tool_call_end|>",
     .open_at_start = false,
+    .stream_py = true,
     .starts = NULL,
     .parse = output_pythonic_parse,
 };

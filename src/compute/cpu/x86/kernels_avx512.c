@@ -324,8 +324,8 @@ static void matmul_f16w(float *y, const float *x, int rows, int in, const void *
     matmul_range(y, x, rows, in, w, CAIRN_DTYPE_F16, out, o0, o1, math, false);
 }
 
-static void matmul_bf16w_native(float *y, const float *x, int rows, int in, const void *w, int out, int o0,
-                                int o1, cairn_math_t math)
+void kern__avx512_matmul_bf16w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                               cairn_math_t math)
 {
     matmul_range(y, x, rows, in, w, CAIRN_DTYPE_BF16, out, o0, o1, math, true);
 }
@@ -480,7 +480,7 @@ extern const struct attn_impl attn__avx512;
     [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
 
 const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_native, "avx512-emubf16",
-                                             matmul_bf16w_native, QROWS_VNNI);
-const kern_impl_t kern__amx = AVX512_IMPL("amx", kern__x86_has_amx_int8, "avx512", matmul_bf16w_native, QROWS_AMX);
+                                             kern__avx512_matmul_bf16w, QROWS_VNNI);
+const kern_impl_t kern__amx = AVX512_IMPL("amx", kern__x86_has_amx_int8, "avx512", kern__amx_matmul_bf16w, QROWS_AMX);
 const kern_impl_t kern__avx512_emubf16 = AVX512_IMPL("avx512-emubf16", kern__x86_has_avx512, NULL,
                                                      matmul_bf16w_emu, QROWS_AVX2);

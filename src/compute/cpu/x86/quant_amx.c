@@ -126,6 +126,27 @@ TA static void kq_unpack(const unsigned char *blk, cairn_dtype_t t, uint8_t q[25
     }
 }
 
+/* Output o's digits of one super-block into the tiles' layout: w = sc q = 2^s h + l with
+ * 0 <= l < 2^s, h = floor(w / 2^s) (w < 0 for q6_k's negative scales; |w| < 2^13, so 16-bit
+ * lanes hold it and both digits fit a byte). Element e's digits go to byte 4o + e % 4 of
+ * row e / 4 of the 64-byte rows (hd[g][k] is row 16g + k): 8 rows a scatter. */
+TA INLINE void kq_digits(kq_pack_t *pk, int o, const uint8_t q[256], const int16_t sc[16], int s, int sub)
+{
+    const __m512i lmask = _mm512_set1_epi16((short)((1 << s) - 1));
+    const __m256i rows = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+    const __m128i sh = _mm_cvtsi32_si128(s);
+    for (int e0 = 0; e0 < QK_K; e0 += 32) {
+        const __m512i qv = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(q + e0)));
+        const __m512i scv = sub == 32 ? _mm512_set1_epi16(sc[e0 / 32])
+                                      : _mm512_inserti64x4(_mm512_set1_epi16(sc[e0 / 16]),
+                                                           _mm256_set1_epi16(sc[e0 / 16 + 1]), 1);
+        const __m512i w = _mm512_mullo_epi16(qv, scv);
+        const size_t off = (size_t)(e0 / 4) * 64 + 4 * (size_t)o;
+        _mm256_i32scatter_epi32((int *)((int8_t *)pk->hd + off), rows, _mm512_cvtepi16_epi8(_mm512_sra_epi16(w, sh)), 1);
+        _mm256_i32scatter_epi32((int *)((int8_t *)pk->ld + off), rows, _mm512_cvtepi16_epi8(_mm512_and_si512(w, lmask)), 1);
+    }
+}
+
 /* Packs super-block b of the 16 rows wr (missing outputs repeat the last row). */
 TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, cairn_dtype_t t)
 {
@@ -134,20 +155,10 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5, sub = t == CAIRN_DTYPE_Q6_K ? 16 : 32;
     for (int o = 0; o < 16; o++) {
         const unsigned char *blk = wr[o] + (size_t)b * bsz;
-        uint8_t q[256];
+        _Alignas(32) uint8_t q[256];
         int16_t sc[16];
-        int8_t hd[256], ld[256];
         kq_unpack(blk, t, q, sc);
-        for (int e = 0; e < QK_K; e++) {
-            /* w = 2^s h + l with 0 <= l < 2^s: h = floor(w / 2^s) (w < 0 for q6_k's negative scales) */
-            const int w = sc[e / sub] * q[e], l = w & ((1 << s) - 1);
-            hd[e] = (int8_t)((w - l) / (1 << s));
-            ld[e] = (int8_t)l;
-        }
-        for (int e4 = 0; e4 < QK_K / 4; e4++) {
-            memcpy(&pk->hd[e4 / 16][e4 % 16][4 * o], hd + 4 * e4, 4);
-            memcpy(&pk->ld[e4 / 16][e4 % 16][4 * o], ld + 4 * e4, 4);
-        }
+        kq_digits(pk, o, q, sc, s, sub);
         uint16_t d16, dm16 = 0;
         if (t == CAIRN_DTYPE_Q6_K) {
             const blk_q6_k_t *q6 = (const blk_q6_k_t *)blk;
@@ -271,19 +282,22 @@ typedef struct {
 
 TA static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b, bool q4)
 {
+    /* the 32 weights' dword i (weights 4i .. 4i+3) is row i's dword o: 8 rows a scatter */
+    const __m256i rows = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
     for (int o = 0; o < 16; o++) {
         uint16_t d16;
+        __m256i v;
         if (q4) {
             const blk_q4_0_t *blk = (const blk_q4_0_t *)wr[o] + b;
-            for (int e = 0; e < 32; e++)
-                pk->q[e / 4][4 * o + e % 4] = (int8_t)(e < 16 ? blk->qs[e] & 15 : blk->qs[e - 16] >> 4);
+            const __m128i qs = _mm_loadu_si128((const __m128i *)blk->qs), m4 = _mm_set1_epi8(15);
+            v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
             d16 = blk->d;
         } else {
             const blk_q8_0_t *blk = (const blk_q8_0_t *)wr[o] + b;
-            for (int e = 0; e < 32; e++)
-                pk->q[e / 4][4 * o + e % 4] = blk->q[e];
+            v = _mm256_loadu_si256((const __m256i *)blk->q);
             d16 = blk->d;
         }
+        _mm256_i32scatter_epi32((int *)((int8_t *)pk->q + 4 * o), rows, v, 1);
         pk->d[o] = h2f(d16);
     }
 }

@@ -3,8 +3,8 @@
  *
  * Model: cpuid leaves 1 and 7 say what the CPU implements, xgetbv whether the OS saves
  * the YMM/ZMM state; an implementation is available only when both hold. Read once.
- * AMX-INT8 also needs the kernel's permission for the tile data (arch_prctl), asked once
- * here. Adding an x86 implementation is a file in this folder plus a line in
+ * AMX-INT8 (and AMX-BF16, the same tile state) also needs the kernel's permission for the
+ * tile data (arch_prctl), asked once here. Adding an x86 implementation is a file in this folder plus a line in
  * kern__x86_impls (and its name in ../kernels.c's list of every build's names).
  * Thread-safety: pthread_once.
  */
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 static struct {
-    bool avx2, avx512, avx512_bf16, avx512_vnni, amx_int8;
+    bool avx2, avx512, avx512_bf16, avx512_vnni, amx_int8, amx_bf16;
 } cpu;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
@@ -42,7 +42,8 @@ static void detect_cpu(void)
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
          vl = b & (1u << 31), vnni = c & (1u << 11);
-    bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25), tile_os = (xcr0 & 0x60000) == 0x60000;
+    bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25), amx_bf16 = d & (1u << 22),
+         tile_os = (xcr0 & 0x60000) == 0x60000;
     cpu.avx2 = ymm_ok && avx2 && fma && f16c;
     cpu.avx512 = cpu.avx2 && zmm_ok && f && dq && bw && vl;
     cpu.avx512_vnni = cpu.avx512 && vnni;
@@ -53,6 +54,7 @@ static void detect_cpu(void)
     enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
     cpu.amx_int8 = cpu.avx512_bf16 && cpu.avx512_vnni && amx_tile && amx_int8 && tile_os &&
                    syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    cpu.amx_bf16 = cpu.amx_int8 && amx_bf16;
 }
 
 bool kern__x86_has_avx2(void)
@@ -85,6 +87,12 @@ bool kern__x86_has_amx_int8(void)
 {
     pthread_once(&detect_once, detect_cpu);
     return cpu.amx_int8;
+}
+
+bool kern__x86_has_amx_bf16(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.amx_bf16;
 }
 
 const kern_impl_t *const kern__x86_impls[] = {&kern__amx, &kern__avx512, &kern__avx512_emubf16, &kern__avx2};

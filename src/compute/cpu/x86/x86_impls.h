@@ -14,7 +14,7 @@
 extern const kern_impl_t kern__avx2;
 extern const kern_impl_t kern__avx512;         /* native AVX512_BF16 dot products */
 extern const kern_impl_t kern__avx512_emubf16; /* same bits, BF16 dot emulated with AVX-512F */
-extern const kern_impl_t kern__amx;            /* "avx512" with AMX-INT8 tiles for quantized prefill */
+extern const kern_impl_t kern__amx; /* "avx512" with AMX-INT8 tiles for quantized prefill, AMX-BF16 for bf16 */
 
 /* The x86 implementations, best first, for the registry. */
 extern const kern_impl_t *const kern__x86_impls[];
@@ -42,6 +42,15 @@ void kern__amx_qmm_q4_k(KERN_QMM_ARGS);
 void kern__amx_qmm_q5_k(KERN_QMM_ARGS);
 void kern__amx_qmm_q6_k(KERN_QMM_ARGS);
 
+/* The BF16 rows' matmul_range (kern_type_ops_t): kernels_avx512.c's (vdpbf16ps), and
+ * bf16_amx.c's (AMX-BF16 tiles for BF16-math calls of >= 32 rows, the rest through the
+ * former; same bits). kern__amx_bf16_state: what the latter runs on this CPU, in words. */
+void kern__avx512_matmul_bf16w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                               cairn_math_t math);
+void kern__amx_matmul_bf16w(float *y, const float *x, int rows, int in, const void *w, int out, int o0, int o1,
+                            cairn_math_t math);
+const char *kern__amx_bf16_state(void);
+
 void kern__avx2_qmm_q8_0(KERN_QMM_ARGS);
 void kern__avx2_qmm_q4_0(KERN_QMM_ARGS);
 void kern__avx2_qmm_q4_k(KERN_QMM_ARGS);
@@ -65,5 +74,7 @@ bool kern__x86_has_avx512_native(void);
 /* "amx": "avx512" plus AMX-TILE and AMX-INT8, the OS saving the tile state and the kernel
  * granting this process the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM)). */
 bool kern__x86_has_amx_int8(void);
+/* AMX-BF16 on top of kern__x86_has_amx_int8() (bf16_amx.c's tiles; its probe decides). */
+bool kern__x86_has_amx_bf16(void);
 
 #endif
