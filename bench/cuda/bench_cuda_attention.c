@@ -6,13 +6,24 @@
  *
  *   bench_cuda_attention [B:CTX ...]     default 32:4096 64:8192 8:32768
  *
- * Per shape: the kernels alone (decode kernel + split merge; work lists planned once,
- * then 20 timed runs after 3 warm-ups, CUDA events, median) at split sizes 256, 512
- * (the batch-invariant mode's), 1024 and 2048, and the whole op once planned each time
- * (host work lists from the accessor included; wall clock, median of 5). Prints one line
- * per measurement and a summary table; bench/cuda/sdpa_decode.py times torch SDPA on the
- * same shapes. The device's copy bandwidth (cudaMemcpy device to device of 2 GiB, bytes
- * read + written) is printed first as the ceiling.
+ * Per shape and per variant (split size: 512 is the batch-invariant mode's; decode splits
+ * per work item, `run`, 0 = the backend's choice; `hd` 1: decode blocks of all K/V heads,
+ * 0: blocks of 4 warps each streaming its own head), the kernels
+ * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
+ * warm-ups with CUDA events:
+ *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
+ *            launches, so this includes the first launch's latency: runs 1-6 used it);
+ *   q_ms     20 runs queued back to back between two events, the per-run mean, median of
+ *            5 such batches (how a decode step issues attention: the launches queue
+ *            behind the previous kernels);
+ *   dec_ms   the same with the decode kernel alone (no merge): q_ms - dec_ms is the
+ *            merge's share.
+ * TB/s is the K+V bytes over q_ms. Every variant of a split size must give the same output
+ * bits as the first (memcmp; the bench fails otherwise). For the invariant configuration
+ * the whole op is also timed once planned each time (op_ms: host work lists from the
+ * accessor included; wall clock, median of 5). bench/cuda/sdpa_decode.py times torch
+ * SDPA on the same shapes, both ways. The device's copy bandwidth (cudaMemcpy device to
+ * device of 2 GiB, bytes read + written) is printed first as the ceiling.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +56,12 @@ static void log_stderr(cairn_log_level_t level, const char *msg, void *user)
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -92,6 +109,43 @@ static void fill(void *d, size_t n)
     for (size_t off = 0; off < n; off += chunk)
         CK(cudaMemcpy((char *)d + off, h, n - off < chunk ? n - off : chunk, cudaMemcpyHostToDevice));
     free(h);
+}
+
+static void run_decode_only(cuda_backend_t *b, const cuda_attn_plan_t *plan)
+{
+    if (cuda_attn_decode(&plan->args, plan->head_dim, plan->n_dec, b->stream)) {
+        fprintf(stderr, "decode kernel launch failed\n");
+        exit(1);
+    }
+}
+
+/* Median over 5 batches of the per-run mean of `reps` runs queued back to back. */
+static float time_queued(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps, bool decode_only)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms[5];
+    for (int i = 0; i < 3; i++)
+        decode_only ? run_decode_only(b, plan) : cuda__attn_run(b, plan);
+    for (int k = 0; k < 5; k++) {
+        CK(cudaEventRecord(e0, b->stream));
+        for (int i = 0; i < reps; i++)
+            decode_only ? run_decode_only(b, plan) : cuda__attn_run(b, plan);
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[k], e0, e1));
+        ms[k] /= (float)reps;
+    }
+    qsort(ms, 5, sizeof(float), cmp_f);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    CK(cudaGetLastError());
+    if (b->error) {
+        fprintf(stderr, "attention failed (%s)\n", cairn_strerror(b->error));
+        exit(1);
+    }
+    return ms[2];
 }
 
 static float time_plan(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps)
@@ -160,7 +214,8 @@ int main(int argc, char **argv)
     }
     cuda_backend_t *b = (cuda_backend_t *)be;
     copy_ceiling();
-    printf("%-10s %-6s %10s %10s %10s\n", "shape", "split", "kernel_ms", "TB/s", "op_ms");
+    printf("%-10s %-6s %4s %4s %4s %9s %9s %9s %8s %8s %9s\n", "shape", "split", "run", "item", "hd", "iso_ms",
+           "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;
@@ -206,51 +261,84 @@ int main(int argc, char **argv)
             return 1;
         }
         const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
-        const int splits[] = {256, 512, 1024, 2048};
-        float best = 1e30f, inv = 0;
-        int best_split = 0;
-        for (size_t i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
-            cuda__attn_set_split(a, splits[i]);
+        /* split, run (0: the backend's choice), all-heads blocks (-1: the default) */
+        static const int variants[][3] = {
+            {512, 0, -1}, {512, 1, 0}, {512, 2, 0}, {512, 1, 1}, {512, 2, 1}, {512, 4, 1},
+            {256, 0, -1}, {1024, 0, -1}, {2048, 0, -1}, {512, 0, -1},
+        };
+        const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
+        const size_t out_bytes = (size_t)B * NH * HD * 4;
+        float *ref = malloc(out_bytes), *got = malloc(out_bytes);
+        int ref_split = 0;
+        float best = 1e30f, inv = 0, inv_iso = 0;
+        int best_v = 0;
+        for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+            const int split = variants[i][0], run = variants[i][1];
+            const bool pf = variants[i][2] < 0 ? cuda_attn_heads_fit(NKV, HD) : variants[i][2] > 0;
+            cuda__attn_set_split(a, split);
+            cuda__attn_set_tuning(a, run, pf);
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
                 return 1;
             }
-            float ms = time_plan(b, &plan, 20);
-            /* The whole op: work lists from the accessor, upload, kernels. */
-            double op[5];
-            for (int r = 0; r < 5; r++) {
-                CK(cudaStreamSynchronize(b->stream));
-                double t0 = now();
-                compute_attention(be, a, 0, q, B);
-                if (compute_sync(be)) {
-                    fprintf(stderr, "attention failed\n");
+            CK(cudaMemsetAsync(dout, 0xff, out_bytes, b->stream)); /* NaN: every element must be written */
+            float iso = time_plan(b, &plan, 20);
+            float qd = time_queued(b, &plan, 20, false);
+            float dec = time_queued(b, &plan, 20, true);
+            CK(cudaStreamSynchronize(b->stream));
+            CK(cudaMemcpy(got, dout, out_bytes, cudaMemcpyDeviceToHost));
+            for (size_t e = 0; e < out_bytes / 4; e++)
+                if (got[e] != got[e]) {
+                    fprintf(stderr, "variant %zu: output element %zu not written (NaN)\n", i, e);
                     return 1;
                 }
-                op[r] = (now() - t0) * 1e3;
+            if (split != ref_split) {
+                memcpy(ref, got, out_bytes);
+                ref_split = split;
+            } else if (memcmp(ref, got, out_bytes)) {
+                fprintf(stderr, "variant %zu (split %d run %d heads %d): output bits differ from the first's\n", i,
+                        split, run, (int)pf);
+                return 1;
             }
-            for (int x = 0; x < 5; x++)
-                for (int y = x + 1; y < 5; y++)
-                    if (op[y] < op[x]) {
-                        double t = op[x];
-                        op[x] = op[y];
-                        op[y] = t;
+            double opm = 0;
+            const bool invariant = split == CUDA_ATTN_SPLIT && run == 0 && variants[i][2] < 0 && i == 0;
+            if (invariant) { /* the whole op: work lists from the accessor, upload, kernels */
+                double op[5];
+                for (int r = 0; r < 5; r++) {
+                    CK(cudaStreamSynchronize(b->stream));
+                    double t0 = now();
+                    compute_attention(be, a, 0, q, B);
+                    if (compute_sync(be)) {
+                        fprintf(stderr, "attention failed\n");
+                        return 1;
                     }
+                    op[r] = (now() - t0) * 1e3;
+                }
+                qsort(op, 5, sizeof(double), cmp_d);
+                opm = op[2];
+                inv = qd;
+                inv_iso = iso;
+            }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %-6d %10.4f %10.3f %10.4f%s\n", shape, splits[i], ms, bytes / (ms * 1e-3) / 1e12, op[2],
-                   splits[i] == CUDA_ATTN_SPLIT ? "   (invariant mode)" : "");
-            if (ms < best) {
-                best = ms;
-                best_split = splits[i];
+            printf("%-10s %-6d %4d %4d %4d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, split, run,
+                   plan.n_dec, plan.args.heads, iso, qd, dec, bytes / (iso * 1e-3) / 1e12,
+                   bytes / (qd * 1e-3) / 1e12, opm,
+                   invariant ? "   (invariant mode)" : (int)i + 1 == n_var ? "   (the first again)" : "");
+            if (qd < best) {
+                best = qd;
+                best_v = (int)i;
             }
-            if (splits[i] == CUDA_ATTN_SPLIT)
-                inv = ms;
         }
+        free(ref);
+        free(got);
         snprintf(summary[si], sizeof(summary[si]),
-                 "B=%-3d ctx=%-6d K+V %.3f GB  invariant(split %d) %.2f TB/s  best split %d %.2f TB/s  cost %+.1f%%",
-                 B, ctx, bytes / 1e9, CUDA_ATTN_SPLIT, bytes / (inv * 1e-3) / 1e12, best_split,
-                 bytes / (best * 1e-3) / 1e12, (inv / best - 1.0) * 100.0);
+                 "B=%-3d ctx=%-6d K+V %.3f GB  invariant %.2f TB/s queued (%.2f isolated)  best %d/%d/%d %.2f TB/s  "
+                 "cost %+.1f%%",
+                 B, ctx, bytes / 1e9, bytes / (inv * 1e-3) / 1e12, bytes / (inv_iso * 1e-3) / 1e12,
+                 variants[best_v][0], variants[best_v][1], variants[best_v][2], bytes / (best * 1e-3) / 1e12,
+                 (inv / best - 1.0) * 100.0);
         compute_attn_destroy(be, a);
         cudaFree(k);
         cudaFree(v);

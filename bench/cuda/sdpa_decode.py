@@ -1,6 +1,9 @@
 """sdpa_decode.py -- the baseline of bench_cuda_attention: torch SDPA decode attention on
 the same shapes (one query token per sequence, GQA 32/8 heads x 128, bf16) with contiguous
-K/V [B, 8, ctx, 128], timed with CUDA events (median of 20 after 3 warm-ups).
+K/V [B, 8, ctx, 128], timed with CUDA events after 3 warm-ups two ways, as
+bench_cuda_attention times its kernels: one call between two events, median of 20 (iso:
+includes the launch latency of the first kernel while the GPU idles), and 20 calls queued
+back to back between two events, the per-call mean, median of 5 batches (queued).
 
 Tries the flash backend with enable_gqa first (K/V read once per K/V head), then the
 efficient backend, then flash on K/V expanded to 32 heads (which reads 4x the bytes; the
@@ -32,6 +35,22 @@ def median_ms(fn, reps=20):
     return times[len(times) // 2]
 
 
+def queued_ms(fn, reps=20, batches=5):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def main():
     shapes = sys.argv[1:] or ["32:4096", "64:8192", "8:32768"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
@@ -53,10 +72,12 @@ def main():
             try:
                 with sdpa_kernel(backend):
                     ms = median_ms(fn)
+                    qms = queued_ms(fn)
             except RuntimeError as e:
                 print(f"B={b:<3} ctx={ctx:<6} {name}: not available ({str(e).splitlines()[0][:100]})")
                 continue
-            print(f"B={b:<3} ctx={ctx:<6} sdpa {name}: {ms:.4f} ms  effective K+V {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s")
+            print(f"B={b:<3} ctx={ctx:<6} sdpa {name}: iso {ms:.4f} ms {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s, "
+                  f"queued {qms:.4f} ms {kv_bytes / (qms * 1e-3) / 1e12:.2f} TB/s (effective K+V)")
         del ke, ve, k, v, q
         torch.cuda.empty_cache()
 

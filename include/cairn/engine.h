@@ -228,6 +228,12 @@ CAIRN_API void cairn_engine_counters(const cairn_engine_t *e, cairn_engine_count
  * only, O(1). Errors: CAIRN_EUNSUPPORTED on the flat path (*out zeroed). */
 CAIRN_API int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out);
 
+/* The engine's compute backend's device memory now: free and total bytes (after this
+ * engine's weights, scratch and pool). For sizing a K/V pool on a device backend (cairn
+ * serve --backend cuda). CAIRN_EUNSUPPORTED (both 0) when the backend's memory is host
+ * memory (the cpu backend); CAIRN_EIO when the device cannot say. Engine thread only. */
+CAIRN_API int cairn_engine_device_memory(cairn_engine_t *e, uint64_t *free_bytes, uint64_t *total_bytes);
+
 /* ---- Cold tier ---------------------------------------------------------------------- */
 
 /*

@@ -54,7 +54,8 @@ static void usage(FILE *out)
             "                       (also q4_0, q5_k, q6_k)\n"
             "  --pool-mib N         KV pool size in MiB (default: one full context of the model,\n"
             "                       at least 256, clamped to MemAvailable minus the weights and\n"
-            "                       headroom)\n"
+            "                       headroom; with a device backend, to the device's free memory\n"
+            "                       after the weights minus headroom)\n"
             "  --memory-mib N       one budget for weights + KV pool: the pool gets what the\n"
             "                       weights leave (with --pool-mib: checked against it)\n"
             "  --tool-parser NAME   tool-call format of the model's output: hermes,\n"
@@ -193,9 +194,12 @@ static uint64_t mem_available_mib(void)
  * own budget, state_ckpt_mib; 0 for models without recurrent layers): --memory-mib when
  * given, else MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes
  * per block and the checkpoint budget are measured on a probe engine with a minimal pool
- * (the family decides the cache layout). *ckpt_mib receives the checkpoint budget. With
- * pool_given, *pool_mib is kept and only checked against --memory-mib. Returns 0, or a
- * code with a message printed.
+ * (the family decides the cache layout). A device backend (--backend cuda) keeps the
+ * weights and the pool in device memory: there the room is the device's free memory
+ * measured on the probe (weights and scratch already resident: cairn_engine_device_memory)
+ * minus the same headroom, and host memory does not bound the pool. *ckpt_mib receives
+ * the checkpoint budget. With pool_given, *pool_mib is kept and only checked against
+ * --memory-mib and the device's free memory. Returns 0, or a code with a message printed.
  */
 static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t *eo_in,
                      long memory_mib, bool pool_given, int *pool_mib, uint64_t *ckpt_mib)
@@ -216,10 +220,28 @@ static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     cairn_engine_counters(probe, &ec);
     int ctx = cairn_engine_options(probe)->max_context;
     int bt = cairn_engine_options(probe)->block_tokens;
+    uint64_t dev_free = 0, dev_total = 0;
+    rc = cairn_engine_device_memory(probe, &dev_free, &dev_total);
     cairn_engine_destroy(probe);
+    const bool device = rc == CAIRN_OK;
+    if (rc && rc != CAIRN_EUNSUPPORTED) {
+        fprintf(stderr, "cairn serve: the %s backend cannot report its device memory (%s); set --pool-mib\n",
+                eo.backend ? eo.backend : "cpu", cairn_strerror(rc));
+        return rc;
+    }
+    const uint64_t dev_free_mib = dev_free >> 20, dev_total_mib = dev_total >> 20;
+    /* Device headroom: scratch that grows with the batch, cuBLAS workspaces. */
+    const uint64_t dev_headroom = dev_free_mib / 10 > 1024 ? dev_free_mib / 10 : 1024;
+    const uint64_t dev_room = dev_free_mib > dev_headroom ? dev_free_mib - dev_headroom : 0;
     *ckpt_mib = (ec.ckpt_budget + (1u << 20) - 1) >> 20;
     uint64_t weights_mib = ((cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20) + *ckpt_mib;
     if (pool_given) {
+        if (device && (uint64_t)*pool_mib + 1024 > dev_free_mib) {
+            fprintf(stderr, "cairn serve: --pool-mib %d does not fit the %s device: %llu MiB of its %llu MiB are "
+                            "free with the weights loaded, and 1024 MiB stay for scratch\n",
+                    *pool_mib, eo.backend, (unsigned long long)dev_free_mib, (unsigned long long)dev_total_mib);
+            return CAIRN_ENOMEM;
+        }
         if (memory_mib > 0 && (uint64_t)*pool_mib + weights_mib > (uint64_t)memory_mib) {
             fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights and state "
                             "checkpoints (%llu MiB) and --pool-mib %d\n", memory_mib,
@@ -234,6 +256,10 @@ static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     if (memory_mib > 0) {
         room = (uint64_t)memory_mib > weights_mib ? (uint64_t)memory_mib - weights_mib : 0;
         want = room; /* one budget: the pool gets what the weights leave */
+        if (device && room > dev_room)
+            room = dev_room;
+    } else if (device) {
+        room = dev_room;
     } else {
         uint64_t avail = mem_available_mib();
         uint64_t headroom = avail / 10 > 1024 ? avail / 10 : 1024;
@@ -244,10 +270,16 @@ static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     if (want > room)
         want = room;
     if (want < 1) {
-        fprintf(stderr, "cairn serve: no memory left for the KV pool (weights %llu MiB, %s %llu MiB); "
-                        "set --pool-mib or raise --memory-mib\n",
-                (unsigned long long)weights_mib, memory_mib > 0 ? "--memory-mib" : "room",
-                (unsigned long long)(memory_mib > 0 ? (uint64_t)memory_mib : room));
+        if (device && (memory_mib <= 0 || room == dev_room))
+            fprintf(stderr, "cairn serve: no %s device memory left for the KV pool: %llu MiB of %llu MiB are free "
+                            "with the weights (%llu MiB) loaded, and %llu MiB stay as headroom; set --pool-mib\n",
+                    eo.backend, (unsigned long long)dev_free_mib, (unsigned long long)dev_total_mib,
+                    (unsigned long long)weights_mib, (unsigned long long)dev_headroom);
+        else
+            fprintf(stderr, "cairn serve: no memory left for the KV pool (weights %llu MiB, %s %llu MiB); "
+                            "set --pool-mib or raise --memory-mib\n",
+                    (unsigned long long)weights_mib, memory_mib > 0 ? "--memory-mib" : "room",
+                    (unsigned long long)(memory_mib > 0 ? (uint64_t)memory_mib : room));
         return CAIRN_ENOMEM;
     }
     if (want > (1u << 20))
@@ -256,6 +288,11 @@ static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         fprintf(stderr, "cairn serve: warning: the KV pool (%llu MiB) holds less than one full "
                         "context (%d tokens need %llu MiB); max_model_len is cut to what it holds\n",
                 (unsigned long long)want, ctx, (unsigned long long)need_mib);
+    if (device)
+        fprintf(stderr, "cairn serve: the KV pool is in %s device memory: %llu MiB of %llu MiB free with the "
+                        "weights loaded, %llu MiB kept as headroom; pool %llu MiB\n",
+                eo.backend, (unsigned long long)dev_free_mib, (unsigned long long)dev_total_mib,
+                (unsigned long long)dev_headroom, (unsigned long long)want);
     *pool_mib = (int)want;
     return 0;
 }
@@ -443,7 +480,8 @@ static int cmd_serve(int argc, char **argv)
     }
     uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
     uint64_t ckpt_mib = 0;
-    if ((!pool_given || memory_mib > 0)
+    const bool device_backend = eo.backend && strcmp(eo.backend, "cpu") != 0; /* its pool: device memory */
+    if ((!pool_given || memory_mib > 0 || device_backend)
         && size_pool(ck, &eo, memory_mib, pool_given, &eo.pool_mib, &ckpt_mib))
         goto out;
     if (no_cold)

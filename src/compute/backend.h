@@ -174,6 +174,9 @@ typedef struct compute_backend_ops {
     void (*delta_rule)(compute_backend_t *be, float *out, const float *q, const float *k, const float *v,
                        const float *g, const float *beta, int n, int n_k_heads, int n_v_heads, int dk,
                        int dv, float *state);
+    /* Optional, device backends (NULL: backend memory is host memory): see
+     * compute_memory_info. */
+    int (*memory_info)(compute_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes);
 } compute_backend_ops_t;
 
 /* Every backend object starts with this. */
@@ -237,6 +240,16 @@ static inline const cairn_kv_storage_ops_t *compute_kv_storage(compute_backend_t
     *ctx = NULL;
     const cairn_kv_storage_ops_t *s = be->ops->kv_storage ? be->ops->kv_storage(be, ctx) : NULL;
     return s ? s : cairn_kv_storage_host();
+}
+
+/* The free and total bytes of a device backend's memory now (the CUDA backend:
+ * cuMemGetInfo on its device), so callers size what they put there (the K/V pool) by the
+ * device rather than by host memory. CAIRN_EUNSUPPORTED (both 0) for a backend whose
+ * memory is host memory; CAIRN_EIO when the device cannot say. */
+static inline int compute_memory_info(compute_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return be->ops->memory_info ? be->ops->memory_info(be, free_bytes, total_bytes) : CAIRN_EUNSUPPORTED;
 }
 
 /* Whether the backend runs op with operands of `type` (see compute_op_t). */

@@ -254,6 +254,11 @@ int cairn_engine_kv_stats(const cairn_engine_t *e, cairn_kv_stats_t *out)
     return CAIRN_OK;
 }
 
+int cairn_engine_device_memory(cairn_engine_t *e, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    return compute_memory_info(e->be, free_bytes, total_bytes);
+}
+
 void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out)
 {
     engine_cold_counters(e->cold, out);

@@ -14,10 +14,12 @@
  *    with 32-position blocks, and 8/2 x 64 with a sliding window, null blocks and a
  *    soft-cap, over several splits; and bit identity of each query computed alone (decode),
  *    in one prefill call with other sequences, in chunks of 1, 5 and 17, and batched
- *    decode. Positions not yet stored hold NaN, so a key past a query's end that leaked
- *    into its sum would show;
+ *    decode, and under every decode tuning (1, 2 or 4 splits per work item, blocks of
+ *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold
+ *    NaN, so a key past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
- *    ways, block copies.
+ *    ways, block copies;
+ *  - the device memory report (compute_memory_info) that sizes serve's pool.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -31,6 +33,7 @@
 
 #include "compute/backend.h"
 #include "compute/cuda/cuda_backend.h"
+#include "compute/cuda/cuda_host.h"
 #include "compute/type_traits.h"
 
 static compute_backend_t *gpu, *cpu;
@@ -497,6 +500,31 @@ static void run_attention_config(const attn_cfg_t *c)
         if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
             fail_msg("batched decode of sequence %d differs", s);
     }
+    /* 5. The decode tuning (splits per work item, blocks of all heads or of 4 warps)
+     * changes no bit: the batched last queries and every seventh query alone, under each. */
+    const int runs[3] = {1, 2, 4};
+    for (int ri = 0; ri < 3; ri++)
+        for (int pi = 0; pi < 2; pi++) {
+            if (runs[ri] * CUDA_ATTN_SPLIT > CUDA_ATTN_MAX_SPLIT)
+                continue;
+            cuda__attn_set_tuning(a, runs[ri], pi != 0);
+            compute_attention(gpu, a, 0, last, 3);
+            down(&dout, got, (size_t)nq * q_dim * 4);
+            for (int s = 0; s < 3; s++) {
+                size_t r = (size_t)(qs[s] + qn[s] - 1);
+                if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
+                    fail_msg("batched decode of sequence %d differs with %d splits per item, tuning %d", s,
+                             runs[ri], pi);
+            }
+            for (int r = 0; r < nq; r += 7) {
+                compute_attention(gpu, a, 0, &aq[r], 1);
+                down(&dout, got, (size_t)nq * q_dim * 4);
+                if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
+                    fail_msg("query %d (pos %d) alone differs with %d splits per item, tuning %d", r, aq[r].pos,
+                             runs[ri], pi);
+            }
+        }
+    cuda__attn_set_tuning(a, 0, true);
     compute_attn_destroy(gpu, a);
     compute_buffer_free(gpu, &dk);
     compute_buffer_free(gpu, &dv);
@@ -557,6 +585,27 @@ static void test_kv_storage(void **state)
     assert_int_equal(compute_sync(gpu), 0);
 }
 
+/* ---- device memory ---------------------------------------------------------------------------- */
+
+/* compute_memory_info reports the device (free <= total, 256 MiB less free after a
+ * 256 MiB allocation, give or take the allocator's rounding); the CPU backend has none. */
+static void test_memory_info(void **state)
+{
+    (void)state;
+    uint64_t f0, t0, f1, t1;
+    assert_int_equal(compute_memory_info(gpu, &f0, &t0), 0);
+    assert_true(f0 > 0 && f0 <= t0);
+    compute_buffer_t big = dev((size_t)256 << 20);
+    assert_int_equal(compute_memory_info(gpu, &f1, &t1), 0);
+    assert_true(t1 == t0);
+    if (!(f1 + ((uint64_t)240 << 20) <= f0))
+        fail_msg("free device memory went from %llu to %llu bytes over a 256 MiB allocation", (unsigned long long)f0,
+                 (unsigned long long)f1);
+    compute_buffer_free(gpu, &big);
+    assert_int_equal(compute_memory_info(cpu, &f1, &t1), CAIRN_EUNSUPPORTED);
+    assert_true(f1 == 0 && t1 == 0);
+}
+
 int main(void)
 {
     /* CAIRN_TEST_FILTER=test_attention runs one test (e.g. under compute-sanitizer). */
@@ -564,7 +613,7 @@ int main(void)
         cmocka_set_test_filter(getenv("CAIRN_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_attention),  cmocka_unit_test(test_kv_storage),
+        cmocka_unit_test(test_attention),  cmocka_unit_test(test_kv_storage),  cmocka_unit_test(test_memory_info),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

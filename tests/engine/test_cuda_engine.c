@@ -6,8 +6,11 @@
  * long_720 (two attention splits) and shared_prefix_672 (its first 512 tokens), bf16 K/V.
  *
  * Also: the cold tier keeps GPU K/V apart from CPU K/V (the numerics id enters the
- * fingerprint: a CPU engine over the same directory restores nothing), and the engine
- * refuses the flat path, f32 K/V and a host-memory family (gemma3) on the GPU with a message.
+ * fingerprint: a CPU engine over the same directory restores nothing), the engine refuses
+ * the flat path and f32 K/V on the GPU with a message, reports the device's memory
+ * (cairn_engine_device_memory; none on the CPU), and gemma3 (sliding-window layers:
+ * a 32-key window over 720 tokens, null blocks below it) runs there with the same bit
+ * identity across chunks and a prefix hit.
  *
  * `test_cuda_engine write DIR` and `test_cuda_engine restore DIR` are the two processes of
  * the cross-process check (the cmocka test spawns them).
@@ -38,7 +41,8 @@ static int32_t *lng, *shr;
 static int n_lng, n_shr;
 static float *ref_long, *ref_shared; /* [n][VOCAB] one step each, cold */
 
-static cairn_engine_t *engine_on(const char *backend, int max_step, const char *cold_root)
+static cairn_engine_t *engine_ck(const cairn_checkpoint_t *model, const char *backend, int max_step,
+                                 const char *cold_root)
 {
     cairn_engine_options_t o;
     cairn_engine_options_default(&o);
@@ -53,11 +57,16 @@ static cairn_engine_t *engine_on(const char *backend, int max_step, const char *
     o.cold_capture_ms = 60000;
     cairn_engine_t *e = NULL;
     char err[256] = "";
-    int rc = cairn_engine_create(ck, &o, &e, err, sizeof(err));
+    int rc = cairn_engine_create(model, &o, &e, err, sizeof(err));
     if (rc)
         fprintf(stderr, "engine: %s\n", err);
     assert_int_equal(rc, 0);
     return e;
+}
+
+static cairn_engine_t *engine_on(const char *backend, int max_step, const char *cold_root)
+{
+    return engine_ck(ck, backend, max_step, cold_root);
 }
 
 static cairn_engine_t *engine(int max_step) { return engine_on("cuda", max_step, NULL); }
@@ -255,13 +264,62 @@ static void test_refusals(void **state)
     o.kv_dtype = CAIRN_DTYPE_F32;
     assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
     assert_non_null(strstr(err, "f32"));
-    /* A family whose weights and activations are host memory (gemma3) is refused with a
-     * message naming it, not run into a device fault. */
+    /* The device memory report serve sizes its pool by: the GPU engine has one (its
+     * weights resident), the CPU engine none. */
+    uint64_t fr = 0, tot = 0;
+    e = engine(64);
+    assert_int_equal(cairn_engine_device_memory(e, &fr, &tot), 0);
+    assert_true(fr > 0 && fr < tot);
+    cairn_engine_destroy(e);
+    e = engine_on("cpu", 64, NULL);
+    assert_int_equal(cairn_engine_device_memory(e, &fr, &tot), CAIRN_EUNSUPPORTED);
+    assert_true(fr == 0 && tot == 0);
+    cairn_engine_destroy(e);
+}
+
+/* gemma3 on the GPU: long_720 in chunks of 1, 16 and 100 gives one step's logits, and
+ * shared_prefix_672 after long_720's blocks are cached (a prefix hit) its cold ones; the
+ * logits are finite and not all equal (the forward ran). */
+static void test_gemma3(void **state)
+{
+    (void)state;
     cairn_checkpoint_t *g = fixture_open("gemma3");
-    o.kv_dtype = CAIRN_DTYPE_BF16;
-    assert_int_equal(cairn_engine_create(g, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
-    assert_non_null(strstr(err, "gemma3"));
-    assert_non_null(strstr(err, "cuda"));
+    int n_l = 0, n_s = 0;
+    int32_t *gl = fixture_prompt("gemma3", "long_720", &n_l);
+    int32_t *gs = fixture_prompt("gemma3", "shared_prefix_672", &n_s);
+    cairn_engine_t *e = engine_ck(g, "cuda", 512, NULL);
+    float *ref = run(e, "g-ref", gl, n_l, 0, NULL, NULL);
+    float lo = ref[0], hi = ref[0];
+    for (size_t i = 0; i < (size_t)n_l * VOCAB; i++) {
+        if (!(ref[i] == ref[i]) || ref[i] > 1e30f || ref[i] < -1e30f)
+            fail_msg("gemma3 logit %zu is not finite", i);
+        lo = ref[i] < lo ? ref[i] : lo;
+        hi = ref[i] > hi ? ref[i] : hi;
+    }
+    assert_true(hi > lo);
+    const int chunks[] = {1, 16, 100};
+    char salt[32];
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(chunks); i++) {
+        snprintf(salt, sizeof(salt), "g-chunks-%d", chunks[i]);
+        float *x = run(e, salt, gl, n_l, chunks[i], NULL, NULL);
+        if (memcmp(x, ref, (size_t)n_l * ROW))
+            fail_msg("gemma3 long_720 in chunks of %d differs from one step", chunks[i]);
+        free(x);
+    }
+    float *cold = run(e, "g-shared-cold", gs, n_s, 0, NULL, NULL);
+    float *warm_up = run(e, "g-shared", gs, n_s, 0, NULL, NULL);
+    free(warm_up);
+    int cached = 0;
+    float *hit = run(e, "g-shared", gs, n_s, 0, &cached, NULL);
+    assert_true(cached > 0);
+    if (memcmp(hit, cold + (size_t)cached * VOCAB, (size_t)(n_s - cached) * ROW))
+        fail_msg("gemma3 shared_prefix_672 after a %d-token prefix hit differs from its cold run", cached);
+    free(hit);
+    free(cold);
+    free(ref);
+    free(gl);
+    free(gs);
+    cairn_engine_destroy(e);
     cairn_checkpoint_close(g);
 }
 
@@ -321,6 +379,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_restore_same_process),
         cmocka_unit_test(test_restore_across_processes),
+        cmocka_unit_test(test_gemma3),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,14 +6,16 @@
  * per-block K/V pointer table the host builds from the accessor). A warp computes one
  * 16-row mma tile: `tokens_per_warp` consecutive query tokens times the group_size query
  * heads that share one K/V head (GQA: each K/V chunk is read once for all of them). It
- * walks the keys of ONE split (CUDA_ATTN_SPLIT keys in the invariant mode) in chunks of 16
- * keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
- * mask, running max and sum, P rounded to bf16, acc += P V — and writes the split's
+ * walks the keys of its splits (CUDA_ATTN_SPLIT keys each in the invariant mode) in chunks
+ * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
+ * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
- * in split order. K/V chunks are staged through shared memory by cp.async (three stages);
- * in the decode kernel each warp streams its own split (one work item per warp, the warps
- * of a block are consecutive K/V heads of the same blocks), in the prefill kernel the four
- * warps of a block share each chunk (one item of up to 4 tiles of one sequence).
+ * in split order. K/V chunks are staged through shared memory by cp.async (three stages).
+ * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
+ * own item (a run of consecutive splits of one sequence; the warps of a block are
+ * consecutive K/V heads); HEADS, one block per decode item for all K/V heads, the block's
+ * threads copying whole K/V rows into one stage per chunk; PREFILL, the four warps of a
+ * block share each chunk of one head (one item of up to 4 tiles of one sequence).
  *
  * Bit-exactness. Both kernels run the same per-row sequence of operations: the same
  * chunks in the same order (a chunk processed for another row of the tile but invisible to
@@ -117,17 +119,43 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
     }
 }
 
+/* Queues a chunk of ALL K/V heads (16 keys; kp, vp: the K and V rows of its first key)
+ * into stage, by the block's 32 * n_kv threads: the rows are whole (n_kv * hd * 2 bytes,
+ * contiguous in the block), so the block reads each K/V block as one contiguous run.
+ * Layout: K [n_kv][16][hd] then V [n_kv][16][hd], each head's [16][hd] swizzled as
+ * issue_chunk's, so a warp sees its head's part exactly as a per-warp stage. Each thread
+ * keeps one 16-byte column (x) of the rows and takes every (32 / U)th tensor row. */
+template <int HD>
+__device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __nv_bfloat16 *kp,
+                                                  const __nv_bfloat16 *vp, int key0, int kmax, int kv_stride,
+                                                  int n_kv, int tid)
+{
+    constexpr int U = HD / 8, STEP = 32 / U;
+    const int RU = n_kv * U, x = tid % RU, head = x / U, unit = x % U, tr0 = tid / RU;
+    const size_t half = (size_t)n_kv * 16 * HD * 2;
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        const int tr = tr0 + k * STEP, tensor = tr >> 4, row = tr & 15;
+        const __nv_bfloat16 *base = tensor ? vp : kp;
+        const bool valid = key0 + row <= kmax;
+        const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + x * 16;
+        unsigned char *dst = stage + tensor * half + head * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
+        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+    }
+}
+
 /*
  * One chunk for one warp's tile: S = Q K^T, mask (rows g and g+8 at positions pg, pg8),
- * online softmax, acc += P V. key0 is the chunk's first key.
+ * online softmax, acc += P V. key0 is the chunk's first key; ks, vs its K and V
+ * [16][hd] in shared memory.
  */
 template <int HD>
-__device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uint32_t (&qf)[HD / 16][4], Tile<HD> &t,
-                                           int key0, int pg, int pg8, const cuda_attn_args_t &a, int lane)
+__device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsigned char *vs,
+                                           const uint32_t (&qf)[HD / 16][4], Tile<HD> &t, int key0, int pg, int pg8,
+                                           const cuda_attn_args_t &a, int lane)
 {
     constexpr int U = HD / 8, DPT = HD / 8;
     const int g = lane >> 2, c = lane & 3;
-    const unsigned char *ks = stage, *vs = stage + 16 * HD * 2;
 
     float s[2][4];
 #pragma unroll
@@ -164,12 +192,16 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uin
                 mx[h] = fmaxf(mx[h], x);
             }
     float alpha[2];
+    bool rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(t.m[h], mx[h]);
-        alpha[h] = mn == t.m[h] ? 1.0f : ex2(__fsub_rn(t.m[h], mn));
+        const float mo = t.m[h], mn = fmaxf(mo, mx[h]);
+        alpha[h] = mn == mo ? 1.0f : ex2(__fsub_rn(mo, mn));
+        /* acc * alpha changes acc only when the max moved from a finite one: alpha is
+         * exactly 1 otherwise, or (the row's first visible key) acc is still all +0. */
+        rescale[h] = mn != mo && mo != kNegInf;
         t.m[h] = mn;
     }
 
@@ -191,13 +223,20 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uin
 #pragma unroll
     for (int h = 0; h < 2; h++)
         t.l[h] = __fadd_rn(__fmul_rn(t.l[h], alpha[h]), psum[h]);
-    /* Rescaling by exactly 1 changes nothing: skipped when no row of the warp's max moved
-     * (most chunks once the max has settled), the same bits either way. */
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    /* Rescaling by exactly 1, or +0 by anything finite, changes nothing: each half of the
+     * accumulators (rows g, g+8) is rescaled only where its row's max moved from a finite
+     * value (in decode, rows g+8 and the rows past the group are empty: never), the same
+     * bits either way. */
+    if (rescale[0]) {
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
             t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
+        }
+    }
+    if (rescale[1]) {
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
             t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
             t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
         }
@@ -287,134 +326,15 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
     }
 }
 
-/*
- * One work item's split for the tiles of this block. PREFILL: the block's four warps take
- * tokens [w R, (w+1) R) of the item and share each chunk; otherwise each warp runs its own
- * item (the block's warps are consecutive K/V heads) with its own stages.
- */
-template <int HD, bool PREFILL>
-__global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cuda_attn_args_t a)
+/* The splits of (row, query head h) merged in split order into the row's output, by one
+ * warp (lane: dims lane * hd/32 ..). Loads run ahead of the (sequential) arithmetic: each
+ * lane holds one split's m and l, and the accumulators of AHEAD splits are loaded before
+ * they are combined (one load latency per AHEAD splits: a 32K-token row has 64); AHEAD
+ * changes no bit, the fold is the same. */
+template <int HD, int AHEAD>
+__device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const cuda_attn_row_t &row, int h, int lane)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
-    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int item_idx, head, tok0, ntok, tid, nthr;
-    unsigned char *ring;
-    if constexpr (PREFILL) {
-        item_idx = blockIdx.x / a.n_kv_heads;
-        head = blockIdx.x % a.n_kv_heads;
-        ring = smem;
-        tid = threadIdx.x;
-        nthr = blockDim.x;
-    } else {
-        const int wpc = blockDim.x / 32, hg = a.n_kv_heads / wpc;
-        item_idx = blockIdx.x / hg;
-        head = (blockIdx.x % hg) * wpc + warp;
-        ring = smem + warp * PART;
-        tid = lane;
-        nthr = 32;
-    }
-    /* After the stages: each chunk's K and V row pointers for this head (NULL: no storage). */
-    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * STAGE);
-    const cuda_attn_item_t it = a.items[item_idx];
-    const int R = a.tokens_per_warp, G = a.group_size;
-    tok0 = PREFILL ? warp * R : 0;
-    ntok = it.n_rows - tok0;
-    ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
-
-    const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
-    int key_lo = it.split * a.split;
-    const int key_hi = min(key_lo + a.split, it.pos_hi + 1);
-    if (a.window > 0)
-        key_lo = max(key_lo, it.pos_lo - a.window + 1);
-    const int c_lo = key_lo / CUDA_ATTN_CHUNK, c_hi = (key_hi + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
-
-    /* This warp's rows g and g+8 of the tile: token r / G, query head within the group r % G. */
-    const int g = lane >> 2;
-    int pg = -1, pg8 = -1, qi_g = -1, qi_g8 = -1;
-    const float *qp_g = nullptr, *qp_g8 = nullptr;
-    {
-        const int r0 = g, r1 = g + 8;
-        if (r0 < R * G && r0 / G < ntok) {
-            qi_g = it.row0 + tok0 + r0 / G;
-            pg = a.rows[qi_g].pos;
-            qp_g = a.rows[qi_g].q + (size_t)(head * G + r0 % G) * HD;
-        }
-        if (r1 < R * G && r1 / G < ntok) {
-            qi_g8 = it.row0 + tok0 + r1 / G;
-            pg8 = a.rows[qi_g8].pos;
-            qp_g8 = a.rows[qi_g8].q + (size_t)(head * G + r1 % G) * HD;
-        }
-    }
-    uint32_t qf[HD / 16][4];
-    load_q<HD>(qf, qp_g, qp_g8, lane);
-    Tile<HD> t;
-    tile_reset<HD>(t);
-
-    /* The chunk pointers, read from the block table once per item (the copies then never
-     * wait on a dependent load). */
-    const void *const *table = a.table + 2 * (size_t)grp.table;
-    for (int i = tid; i < c_hi - c_lo; i += nthr) {
-        const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
-        const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
-        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + (size_t)head * HD;
-        cptr[2 * i] = kb ? kb + off : nullptr;
-        cptr[2 * i + 1] = kb ? vb + off : nullptr;
-    }
-    auto issue = [&](int ci, int st) {
-        const __nv_bfloat16 *kp = cptr[2 * (ci - c_lo)], *vp = cptr[2 * (ci - c_lo) + 1];
-        if (kp)
-            issue_chunk<HD>(ring + st * STAGE, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
-    };
-    auto sync = [] {
-        if constexpr (PREFILL)
-            __syncthreads();
-        else
-            __syncwarp();
-    };
-
-    sync();
-#pragma unroll
-    for (int st = 0; st < kStages - 1; st++) {
-        if (c_lo + st < c_hi)
-            issue(c_lo + st, st);
-        cp_commit();
-    }
-    for (int ci = c_lo; ci < c_hi; ci++) {
-        cp_wait<kStages - 2>();
-        sync();
-        const int nxt = ci + kStages - 1;
-        if (nxt < c_hi)
-            issue(nxt, (nxt - c_lo) % kStages);
-        cp_commit();
-        if (ntok > 0 && cptr[2 * (ci - c_lo)])
-            tile_chunk<HD>(ring + ((ci - c_lo) % kStages) * STAGE, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
-    }
-    cp_wait<0>();
-
-    if (ntok > 0) {
-        if (qi_g >= 0)
-            store_partial<HD>(t, 0, a.rows[qi_g], it.split, head * G + g % G, a, lane);
-        else
-            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
-        if (qi_g8 >= 0)
-            store_partial<HD>(t, 1, a.rows[qi_g8], it.split, head * G + (g + 8) % G, a, lane);
-        else
-            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
-    }
-}
-
-/* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
- * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of 8
- * splits are loaded before they are combined. */
-template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
-{
-    constexpr int DPL = HD / 32, AHEAD = 8;
-    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= a.n_rows * a.n_heads)
-        return;
-    const int r = w / a.n_heads, h = w % a.n_heads;
-    const cuda_attn_row_t row = a.rows[r];
+    constexpr int DPL = HD / 32;
     float acc[DPL], M = kNegInf, L = 0.0f;
     bool first = true;
 #pragma unroll
@@ -426,8 +346,8 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
         const int cnt = min(32, row.n_splits - k0);
         float mk = kNegInf, lk = 0.0f;
         if (lane < cnt) {
-            mk = base[(size_t)(k0 + lane) * stride + HD];
-            lk = base[(size_t)(k0 + lane) * stride + HD + 1];
+            mk = __ldcg(base + (size_t)(k0 + lane) * stride + HD);
+            lk = __ldcg(base + (size_t)(k0 + lane) * stride + HD + 1);
         }
         for (int kb = 0; kb < cnt; kb += AHEAD) {
             float v[AHEAD][DPL];
@@ -435,7 +355,7 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
             for (int j = 0; j < AHEAD; j++)
 #pragma unroll
                 for (int d = 0; d < DPL; d++)
-                    v[j][d] = kb + j < cnt ? base[(size_t)(k0 + kb + j) * stride + lane * DPL + d] : 0.0f;
+                    v[j][d] = kb + j < cnt ? __ldcg(base + (size_t)(k0 + kb + j) * stride + lane * DPL + d) : 0.0f;
 #pragma unroll
             for (int j = 0; j < AHEAD; j++) {
                 const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
@@ -467,34 +387,239 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
         out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
 }
 
+/* Lets the next kernel on the stream, launched as a programmatic dependent (the merge),
+ * start its blocks; they wait in dep_wait until this grid completed (sm_90). */
+__device__ __forceinline__ void dep_launch()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Waits until the grid this one depends on completed and its writes are visible. */
+__device__ __forceinline__ void dep_wait()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* One warp per (row, head). Launched as a programmatic dependent of the attention
+ * kernels: the row (uploaded before them) is read first, the partials only once they
+ * completed. */
+template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
+{
+    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const bool mine = w < a.n_rows * a.n_heads;
+    cuda_attn_row_t row;
+    if (mine)
+        row = a.rows[w / a.n_heads];
+    dep_wait();
+    if (mine)
+        merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, w % a.n_heads, lane);
+}
+
+/* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
+enum Mode { DECODE, PREFILL, HEADS };
+
+template <int M> constexpr int mode_threads()
+{
+    return M == HEADS ? 32 * CUDA_ATTN_MAX_HEADS_WARPS : 32 * CUDA_ATTN_WARPS;
+}
+
+/*
+ * One work item's splits for the tiles of this block.
+ *   PREFILL: one item (one split) of one K/V head; the block's four warps take tokens
+ *            [w R, (w+1) R) of it and share each chunk.
+ *   DECODE:  each warp runs its own item (the block's warps are consecutive K/V heads of
+ *            one item) with its own stages.
+ *   HEADS:   one decode item for all K/V heads: warp h computes head h, and the block's
+ *            threads copy each chunk of every head together (issue_chunk_heads), so each
+ *            K/V block is read as one contiguous run instead of one 2 * hd-byte row piece
+ *            per warp at a time.
+ * Decode items (DECODE, HEADS) hold a run of consecutive splits: the copies flow on across
+ * a split boundary, where the finished split's partial is stored and the tile reset (the
+ * next split then starts from the same state as if it began a work item, so neither the
+ * run's length nor the mode changes a bit). Each block first lets the merge kernel launch
+ * (programmatic dependent launch), so the merge's blocks are scheduled while the last
+ * ones here still stream.
+ */
+template <int HD, int MODE>
+__global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
+    dep_launch();
+    const int stage_bytes = MODE == HEADS ? a.n_kv_heads * HSTAGE : HSTAGE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int item_idx, head, tok0, ntok, tid, nthr;
+    unsigned char *ring;
+    if constexpr (MODE == PREFILL) {
+        item_idx = blockIdx.x / a.n_kv_heads;
+        head = blockIdx.x % a.n_kv_heads;
+        ring = smem;
+        tid = threadIdx.x;
+        nthr = blockDim.x;
+    } else if constexpr (MODE == HEADS) {
+        item_idx = blockIdx.x;
+        head = warp;
+        ring = smem;
+        tid = threadIdx.x;
+        nthr = blockDim.x;
+    } else {
+        const int wpc = blockDim.x / 32, hg = a.n_kv_heads / wpc;
+        item_idx = blockIdx.x / hg;
+        head = (blockIdx.x % hg) * wpc + warp;
+        ring = smem + warp * (kStages * HSTAGE + kPtrBytes);
+        tid = lane;
+        nthr = 32;
+    }
+    /* After the stages: each chunk's K and V row pointers for this head (HEADS: of head
+     * 0, the whole row; NULL: no storage). */
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * stage_bytes);
+    const cuda_attn_item_t it = a.items[item_idx];
+    const int R = a.tokens_per_warp, G = a.group_size;
+    tok0 = MODE == PREFILL ? warp * R : 0;
+    ntok = it.n_rows - tok0;
+    ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
+
+    const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
+    int key_lo = it.split * a.split;
+    const int key_hi = min((it.split + it.n_split) * a.split, it.pos_hi + 1);
+    if (a.window > 0)
+        key_lo = max(key_lo, it.pos_lo - a.window + 1);
+    const int c_lo = key_lo / CUDA_ATTN_CHUNK, c_hi = (key_hi + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+
+    /* This warp's rows g and g+8 of the tile: token r / G, query head within the group r % G. */
+    const int g = lane >> 2;
+    int pg = -1, pg8 = -1, qi_g = -1, qi_g8 = -1;
+    const float *qp_g = nullptr, *qp_g8 = nullptr;
+    {
+        const int r0 = g, r1 = g + 8;
+        if (r0 < R * G && r0 / G < ntok) {
+            qi_g = it.row0 + tok0 + r0 / G;
+            pg = a.rows[qi_g].pos;
+            qp_g = a.rows[qi_g].q + (size_t)(head * G + r0 % G) * HD;
+        }
+        if (r1 < R * G && r1 / G < ntok) {
+            qi_g8 = it.row0 + tok0 + r1 / G;
+            pg8 = a.rows[qi_g8].pos;
+            qp_g8 = a.rows[qi_g8].q + (size_t)(head * G + r1 % G) * HD;
+        }
+    }
+    uint32_t qf[HD / 16][4];
+    load_q<HD>(qf, qp_g, qp_g8, lane);
+    Tile<HD> t;
+    tile_reset<HD>(t);
+
+    /* The chunk pointers, read from the block table once per item (the copies then never
+     * wait on a dependent load). */
+    const void *const *table = a.table + 2 * (size_t)grp.table;
+    const size_t head_off = MODE == HEADS ? 0 : (size_t)head * HD;
+    for (int i = tid; i < c_hi - c_lo; i += nthr) {
+        const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
+        const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
+        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + head_off;
+        cptr[2 * i] = kb ? kb + off : nullptr;
+        cptr[2 * i + 1] = kb ? vb + off : nullptr;
+    }
+    auto issue = [&](int ci, int st) {
+        const __nv_bfloat16 *kp = cptr[2 * (ci - c_lo)], *vp = cptr[2 * (ci - c_lo) + 1];
+        if (!kp)
+            return;
+        if constexpr (MODE == HEADS)
+            issue_chunk_heads<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
+                                  a.n_kv_heads, tid);
+        else
+            issue_chunk<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+    };
+    auto sync = [] {
+        if constexpr (MODE == DECODE)
+            __syncwarp();
+        else
+            __syncthreads();
+    };
+    auto store = [&](int split) {
+        if (ntok <= 0)
+            return;
+        if (qi_g >= 0)
+            store_partial<HD>(t, 0, a.rows[qi_g], split, head * G + g % G, a, lane);
+        else
+            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+        if (qi_g8 >= 0)
+            store_partial<HD>(t, 1, a.rows[qi_g8], split, head * G + (g + 8) % G, a, lane);
+        else
+            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
+    };
+    /* This warp's K and V [16][hd] within a stage. */
+    const int k_off = MODE == HEADS ? head * 16 * HD * 2 : 0;
+    const int v_off = MODE == HEADS ? a.n_kv_heads * 16 * HD * 2 + head * 16 * HD * 2 : 16 * HD * 2;
+
+    sync();
+#pragma unroll
+    for (int st = 0; st < kStages - 1; st++) {
+        if (c_lo + st < c_hi)
+            issue(c_lo + st, st);
+        cp_commit();
+    }
+    /* The first chunk of the next split, and the split being computed. */
+    const int chunks_per_split = a.split / CUDA_ATTN_CHUNK;
+    int split = key_lo / a.split, boundary = (split + 1) * chunks_per_split;
+    for (int ci = c_lo; ci < c_hi; ci++) {
+        cp_wait<kStages - 2>();
+        sync();
+        const int nxt = ci + kStages - 1;
+        if (nxt < c_hi)
+            issue(nxt, (nxt - c_lo) % kStages);
+        cp_commit();
+        if (ci == boundary) { /* decode runs only: prefill items hold one split */
+            store(split);
+            tile_reset<HD>(t);
+            split++;
+            boundary += chunks_per_split;
+        }
+        if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
+            const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
+            tile_chunk<HD>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+        }
+    }
+    cp_wait<0>();
+    store(split);
+}
+
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, bool PREFILL> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
-    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
-    const int wpc = PREFILL ? CUDA_ATTN_WARPS : decode_wpc(a->n_kv_heads);
-    const size_t smem = (size_t)(PREFILL ? 1 : wpc) * PART;
-    static bool attr_set = false; /* per instantiation; set once per process (one device) */
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, PREFILL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(CUDA_ATTN_WARPS * PART));
+    constexpr int PART = kStages * 2 * 16 * HD * 2 + kPtrBytes;
+    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->n_kv_heads : decode_wpc(a->n_kv_heads);
+    /* PREFILL and HEADS: one ring of (all heads') stages per block; DECODE: one per warp. */
+    const size_t smem = MODE == PREFILL ? (size_t)PART
+                        : MODE == HEADS ? (size_t)kStages * a->n_kv_heads * 2 * 16 * HD * 2 + kPtrBytes
+                                        : (size_t)warps * PART;
+    static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
+    if (smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
         if (e != cudaSuccess)
             return (int)e;
-        attr_set = true;
+        attr = smem;
     }
-    const size_t blocks = PREFILL ? (size_t)n_items * a->n_kv_heads : (size_t)n_items * (a->n_kv_heads / wpc);
-    attn_kernel<HD, PREFILL><<<(unsigned)blocks, wpc * 32, smem, s>>>(*a);
+    const size_t blocks = MODE == HEADS     ? (size_t)n_items
+                          : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
+                                            : (size_t)n_items * (a->n_kv_heads / warps);
+    attn_kernel<HD, MODE><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
-template <bool PREFILL> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     switch (hd) {
-    case 32: return launch<32, PREFILL>(a, n_items, s);
-    case 64: return launch<64, PREFILL>(a, n_items, s);
-    case 128: return launch<128, PREFILL>(a, n_items, s);
+    case 32: return launch<32, MODE>(a, n_items, s);
+    case 64: return launch<64, MODE>(a, n_items, s);
+    case 128: return launch<128, MODE>(a, n_items, s);
     }
     return (int)cudaErrorInvalidValue;
 }
@@ -505,12 +630,14 @@ extern "C" {
 
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    return dispatch<false>(a, head_dim, n_items, s);
+    if (a->heads && !cuda_attn_heads_fit(a->n_kv_heads, head_dim))
+        return (int)cudaErrorInvalidValue;
+    return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    return dispatch<true>(a, head_dim, n_items, s);
+    return dispatch<PREFILL>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)
@@ -518,14 +645,23 @@ int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)
     const size_t warps = (size_t)a->n_rows * a->n_heads;
     if (!warps)
         return 0;
-    const unsigned blocks = (unsigned)((warps + 3) / 4);
+    /* A programmatic dependent launch: its blocks may start while the attention kernel's
+     * last ones run (merge_kernel waits for that grid before reading partials). */
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((warps + 3) / 4));
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
     switch (head_dim) {
-    case 32: merge_kernel<32><<<blocks, 128, 0, s>>>(*a); break;
-    case 64: merge_kernel<64><<<blocks, 128, 0, s>>>(*a); break;
-    case 128: merge_kernel<128><<<blocks, 128, 0, s>>>(*a); break;
-    default: return (int)cudaErrorInvalidValue;
+    case 32: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<32>, *a);
+    case 64: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<64>, *a);
+    case 128: return (int)cudaLaunchKernelEx(&cfg, merge_kernel<128>, *a);
     }
-    return (int)cudaGetLastError();
+    return (int)cudaErrorInvalidValue;
 }
 
 } // extern "C"

@@ -28,6 +28,8 @@ struct compute_attn {
     int group_size, tokens_per_warp;
     float scale;
     int split;
+    int run;      /* decode splits per work item; 0: chosen per call to fill the device */
+    bool heads;   /* decode: blocks of all K/V heads (attention.cu's HEADS mode) when they fit */
     int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
     int g_cap;
 };
@@ -55,6 +57,8 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->tokens_per_warp = 16 / g;
     a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     a->split = CUDA_ATTN_SPLIT;
+    a->run = 0;
+    a->heads = cuda_attn_heads_fit(p->n_kv_heads, p->head_dim);
     *out = a;
     return CAIRN_OK;
 }
@@ -89,6 +93,32 @@ void cuda__attn_set_split(compute_attn_t *a, int split)
 {
     CAIRN_ASSERT(split >= CUDA_ATTN_CHUNK && split <= CUDA_ATTN_MAX_SPLIT && split % CUDA_ATTN_CHUNK == 0);
     a->split = split;
+}
+
+void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads)
+{
+    CAIRN_ASSERT(run >= 0 && (run == 0 || run * a->split <= CUDA_ATTN_MAX_SPLIT));
+    a->run = run;
+    a->heads = heads && cuda_attn_heads_fit(a->p.n_kv_heads, a->p.head_dim);
+}
+
+/* Decode splits per work item: the longest run (a power of two, at most
+ * CUDA_ATTN_MAX_SPLIT keys) that still gives (nearly) every block slot of the device a
+ * work item (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block
+ * of all heads per item, one per SM, and 7/8 of the SMs is enough: one wave of long items
+ * beat two waves of short ones in device run 7b; otherwise n_kv_heads / wpc blocks per
+ * item, two per SM), so each block's copies flow across split boundaries instead of
+ * ending and refilling at each; 1 when even single splits leave slots empty. The run
+ * never changes a bit (attention.cu). */
+static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, bool heads, const size_t *items, int n_k)
+{
+    const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
+    const size_t per_item = heads ? 1 : (size_t)(a->p.n_kv_heads / wpc);
+    const size_t slots = heads ? (size_t)(b->sm_count - b->sm_count / 8) : (size_t)b->sm_count * 2;
+    for (int k = n_k - 1; k > 0; k--)
+        if (items[k] * per_item >= slots)
+            return 1 << k;
+    return 1;
 }
 
 bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
@@ -127,6 +157,12 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         cuda__fail(b, CAIRN_EUNSUPPORTED, "attention (K/V blocks must hold a multiple of 16 positions)", 0);
         return false;
     }
+    /* Decode items per run length 2^k (k < n_k), then the run. */
+    enum { MAX_K = 4 };
+    size_t dec_k[MAX_K] = {0};
+    int n_k = 1;
+    while (n_k < MAX_K && (S << n_k) <= CUDA_ATTN_MAX_SPLIT)
+        n_k++;
     size_t n_blocks = 0, n_records = 0, n_dec = 0, n_pre = 0;
     for (int g = 0; g < ng; g++) {
         n_blocks += (size_t)(a->g_max[g] / P + 1);
@@ -137,7 +173,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         }
         if (cnt == 1) {
             const int lo = W > 0 && q[f].pos - W + 1 > 0 ? q[f].pos - W + 1 : 0;
-            n_dec += (size_t)(q[f].pos / S - lo / S + 1);
+            const size_t ns = (size_t)(q[f].pos / S - lo / S + 1);
+            for (int k = 0; k < n_k; k++)
+                dec_k[k] += (ns + ((size_t)1 << k) - 1) >> k;
         } else {
             for (int j = f; j < f + cnt; j += T) {
                 int lo_pos = q[j].pos, hi_pos = q[j].pos;
@@ -150,6 +188,14 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
             }
         }
     }
+    /* Blocks of all heads only when single splits give (nearly) every SM one (a few long
+     * rows: blocks of 4 heads give twice the blocks); then the run for the mode. */
+    const bool heads = a->heads && (a->run || dec_k[0] >= (size_t)(b->sm_count - b->sm_count / 8));
+    const int split_run = a->run ? a->run : pick_run(b, a, heads, dec_k, n_k);
+    for (int k = 0; k < n_k; k++)
+        if (split_run == 1 << k)
+            n_dec = dec_k[k];
+    CAIRN_ASSERT(split_run * S <= CUDA_ATTN_MAX_SPLIT && (split_run & (split_run - 1)) == 0);
     const size_t off_groups = align16((size_t)n * sizeof(cuda_attn_row_t));
     const size_t off_dec = off_groups + align16((size_t)ng * sizeof(cuda_attn_group_t));
     const size_t off_pre = off_dec + n_dec * sizeof(cuda_attn_item_t);
@@ -190,8 +236,10 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
             part += ns;
         }
         if (cnt == 1) {
-            for (int s = rows[f].s_first; s < rows[f].s_first + rows[f].n_splits; s++)
-                dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, {0, 0, 0}};
+            const int end = rows[f].s_first + rows[f].n_splits;
+            for (int s = rows[f].s_first; s < end; s += split_run)
+                dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, end - s < split_run ? end - s : split_run,
+                                               {0, 0}};
         } else {
             for (int j = f; j < f + cnt; j += T) {
                 const int m = f + cnt - j < T ? f + cnt - j : T;
@@ -202,7 +250,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
                 }
                 const int lo = W > 0 && lo_pos - W + 1 > 0 ? lo_pos - W + 1 : 0;
                 for (int s = lo / S; s <= hi_pos / S; s++)
-                    pre[pi++] = (cuda_attn_item_t){j, m, s, lo_pos, hi_pos, {0, 0, 0}};
+                    pre[pi++] = (cuda_attn_item_t){j, m, s, lo_pos, hi_pos, 1, {0, 0}};
             }
         }
     }
@@ -211,6 +259,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
     if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
         return false;
+
     plan->args = (cuda_attn_args_t){
         .rows = (const cuda_attn_row_t *)d,
         .groups = (const cuda_attn_group_t *)(d + off_groups),
@@ -230,6 +279,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .scale_log2 = a->scale * 1.44269504f,
         .softcap = a->p.softcap,
         .n_rows = n,
+        .heads = heads,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;
@@ -247,7 +297,8 @@ void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
     args.items = plan->items_pre;
     args.n_items = plan->n_pre;
     if (plan->n_pre &&
-        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream), "the prefill attention kernel"))
+        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream),
+                     "the prefill attention kernel"))
         return;
     cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
 }

@@ -406,6 +406,26 @@ static void cuda_destroy(compute_backend_t *be)
     cairn_free(b);
 }
 
+/* cuMemGetInfo on the backend's device (the runtime's primary context, made current on
+ * this thread first). */
+static int cuda_memory_info(compute_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    cuda_backend_t *b = (cuda_backend_t *)be;
+    size_t fr = 0, tot = 0;
+    cudaError_t e = cudaSetDevice(b->device);
+    CUresult r = e == cudaSuccess ? cuMemGetInfo(&fr, &tot) : CUDA_ERROR_INVALID_CONTEXT;
+    if (r != CUDA_SUCCESS) {
+        const char *msg = NULL;
+        cuGetErrorString(r, &msg);
+        cairn_log(CAIRN_LOG_ERROR, "cuda backend: cuMemGetInfo on device %d failed: %s", b->device,
+                  e != cudaSuccess ? cudaGetErrorString(e) : msg ? msg : "unknown error");
+        return CAIRN_EIO;
+    }
+    *free_bytes = fr;
+    *total_bytes = tot;
+    return CAIRN_OK;
+}
+
 static const compute_backend_ops_t ops = {
     .name = "cuda",
     .host_memory = false,
@@ -434,6 +454,7 @@ static const compute_backend_ops_t ops = {
     .kv_storage = cuda_kv_storage,
     .short_conv = NULL,
     .delta_rule = NULL,
+    .memory_info = cuda_memory_info,
 };
 
 int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err, size_t err_len)

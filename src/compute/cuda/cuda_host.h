@@ -117,6 +117,10 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
                      cuda_attn_plan_t *plan);
 void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
 void cuda__attn_set_split(compute_attn_t *a, int split);
+/* Decode splits per work item (0, the default: chosen per call, see cuda_attention.c;
+ * run * split <= CUDA_ATTN_MAX_SPLIT) and whether decode blocks may cover all K/V heads
+ * (default: when cuda_attn_heads_fit). Neither changes a bit of the results. */
+void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
 void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a);
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n);

@@ -27,6 +27,13 @@ extern "C" {
 #define CUDA_ATTN_CHUNK 16
 /* The largest split the kernels take (their chunk pointer table holds this many keys). */
 #define CUDA_ATTN_MAX_SPLIT 2048
+/* Decode blocks of all K/V heads (the HEADS mode of attention.cu): at most this many
+ * heads (warps), and their three stages must fit the block's shared memory (227 KiB on
+ * sm_90 with the opt-in). */
+#define CUDA_ATTN_MAX_HEADS_WARPS 8
+#define CUDA_ATTN_SMEM_MAX (227 * 1024)
+/* Splits whose accumulators the merge loads before combining them. */
+#define CUDA_ATTN_MERGE_AHEAD 16
 /* Warps per block of the attention kernels. */
 #define CUDA_ATTN_WARPS 4
 
@@ -51,12 +58,15 @@ typedef struct {
 } cuda_attn_group_t;
 
 /* One work item: rows [row0, row0 + n_rows) of one group (consecutive positions) over the
- * keys of one split. */
+ * keys of the splits [split, split + n_split) (prefill: always one split; decode: a run of
+ * at most CUDA_ATTN_MAX_SPLIT keys, each split's partial computed from a reset state and
+ * stored at its boundary, so a run's length never changes a bit). */
 typedef struct {
     int row0, n_rows;
     int split;
     int pos_lo, pos_hi; /* the first and last row's positions */
-    int pad[3];
+    int n_split;
+    int pad[2];
 } cuda_attn_item_t;
 
 typedef struct {
@@ -77,6 +87,7 @@ typedef struct {
     float scale_log2;         /* scale times log2(e) (no soft-cap: scores go straight to base 2) */
     float softcap;            /* 0: none */
     int n_rows;               /* for the merge */
+    int heads;                /* decode: 1: one block per item for all K/V heads (cuda_attn_heads_fit) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -85,9 +96,20 @@ typedef struct {
 /* Head dims the attention kernels are built for. */
 static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
-/* The decode kernel (one work item per warp; warps of a block are consecutive K/V heads),
- * the prefill kernel (one item of up to 4 * tokens_per_warp rows per block, the warps
- * sharing each K/V chunk), and the merge of every row's splits into its output. */
+/* Whether decode blocks of all n_kv K/V heads fit: three stages of 16 keys of K and V of
+ * every head, and the chunk pointer table. */
+static inline int cuda_attn_heads_fit(int n_kv, int hd)
+{
+    return n_kv <= CUDA_ATTN_MAX_HEADS_WARPS &&
+           3 * (size_t)n_kv * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *) <=
+               CUDA_ATTN_SMEM_MAX;
+}
+
+/* The decode kernel (a.heads: one block of all K/V heads per work item; otherwise one
+ * work item per warp, the warps of a block consecutive K/V heads), the prefill kernel (one
+ * item of up to 4 * tokens_per_warp rows per block, the warps sharing each K/V chunk), and
+ * the merge of every row's splits into its output (a programmatic dependent launch: it
+ * must directly follow the attention kernels on the stream). */
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s);

@@ -11,6 +11,12 @@
  * RoPE table and in the backend attention state (sliding: window W; full: none); both
  * use the scale query_pre_attn_scalar^-1/2 and the configured soft cap.
  *
+ * Memory. Scratch comes from compute_buffer_alloc and the weights go through
+ * compute_buffer_from_host once at fwd_create (as llama_forward.c does): on the CPU
+ * backend that is host memory and the mapped weights themselves (no copy); on a device
+ * backend (CUDA) device memory and one upload per tensor, and the logits are computed into
+ * device scratch, read back, and soft-capped on the host.
+ *
  * Thread-safety: one call at a time per context (the scratch is shared).
  */
 #include <math.h>
@@ -19,9 +25,17 @@
 #include "engine/rope.h"
 #include "models/gemma3/gemma3.h"
 
+enum { SCRATCH_X, SCRATCH_XB, SCRATCH_XB2, SCRATCH_Q, SCRATCH_K, SCRATCH_V, SCRATCH_ATT, SCRATCH_HB,
+       SCRATCH_HB2, SCRATCH_ROPE, SCRATCH_LOGITS, SCRATCH_COUNT };
+
 struct gemma3_fwd {
     const gemma3_config_t *cfg;
-    const gemma3_weights_t *w;
+    const gemma3_weights_t *w;       /* the weights in backend memory (&dw, or the model's) */
+    gemma3_weights_t dw;             /* device backend: the model's weights with backend data */
+    compute_buffer_t *wbufs;         /* [n_wbufs] the uploaded weights */
+    int n_wbufs;
+    compute_buffer_t scratch[SCRATCH_COUNT];
+    float *logits;                   /* device backend: [max_rows][vocab]; NULL: the batch's */
     compute_backend_t *be;
     cairn_math_t math;
     cairn_dtype_t kv_dtype;
@@ -151,13 +165,16 @@ int gemma3_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
     }
     if (n_out > 0) {
         float *out = b->logits + (size_t)first_out * c->vocab;
-        matmul(f, out, f->xb, n_out, &w->lm_head);
-        if (c->final_softcap > 0) {
-            int rc = compute_sync(f->be);
-            if (rc)
-                return rc;
+        matmul(f, f->logits ? f->logits : out, f->xb, n_out, &w->lm_head);
+        int rc = f->logits /* device backend: read back (waits for the step) */
+                     ? compute_buffer_read(f->be, &f->scratch[SCRATCH_LOGITS], 0, out,
+                                           (size_t)n_out * c->vocab * sizeof(float))
+                 : c->final_softcap > 0 ? compute_sync(f->be)
+                                        : CAIRN_OK;
+        if (rc)
+            return rc;
+        if (c->final_softcap > 0)
             softcap(out, (size_t)n_out * c->vocab, c->final_softcap);
-        }
     }
     return CAIRN_OK;
 }
@@ -184,13 +201,6 @@ static int kind_inv_freq(const gemma3_config_t *c, const gemma3_rope_t *r, float
 static bool supported(compute_backend_t *be, const gemma3_config_t *c, const gemma3_weights_t *w,
                       cairn_dtype_t kv_dtype)
 {
-    /* Weights and scratch are host memory (cairn_malloc, the mapped checkpoint): a device
-     * backend's kernels cannot read them, so one is refused here rather than fault. */
-    if (!be->ops->host_memory) {
-        cairn_log(CAIRN_LOG_ERROR, "gemma3: the %s backend has no host memory (this family's "
-                  "weights and activations are host memory)", be->ops->name);
-        return false;
-    }
     if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
         !compute_supports(be, COMPUTE_OP_KV, kv_dtype) ||
         !compute_supports(be, COMPUTE_OP_MATMUL, w->lm_head.dtype) ||
@@ -211,6 +221,61 @@ static bool supported(compute_backend_t *be, const gemma3_config_t *c, const gem
     return true;
 }
 
+/* Bytes of a tensor (every dtype here is a plain one-element block type). */
+static size_t tensor_bytes(const cairn_tensor_t *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return cairn_dtype_row_bytes(t->dtype, n);
+}
+
+/* Every weight in backend memory: the model's own on a host-memory backend, else one
+ * upload per tensor into f->dw (same shapes and dtypes, backend data pointers; a tied
+ * lm_head shares the embedding's upload). */
+static int upload_weights(gemma3_fwd_t *f, const gemma3_weights_t *src, int n_layers)
+{
+    if (f->be->ops->host_memory) {
+        f->w = src;
+        return CAIRN_OK;
+    }
+    f->dw = *src;
+    f->dw.layers = cairn_calloc((size_t)n_layers, sizeof(*f->dw.layers));
+    enum { PER_LAYER = 13 };
+    const int n = 3 + PER_LAYER * n_layers;
+    f->wbufs = cairn_calloc((size_t)n, sizeof(*f->wbufs));
+    if (!f->dw.layers || !f->wbufs)
+        return CAIRN_ENOMEM;
+    for (int l = 0; l < n_layers; l++)
+        f->dw.layers[l] = src->layers[l];
+    cairn_tensor_t *top[3] = {&f->dw.embed, &f->dw.norm, &f->dw.lm_head};
+    for (int i = 0; i < n; i++) {
+        cairn_tensor_t *t;
+        if (i < 3) {
+            t = top[i];
+        } else {
+            gemma3_layer_t *L = &f->dw.layers[(i - 3) / PER_LAYER];
+            cairn_tensor_t *lt[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                             &L->attn_norm, &L->post_attn_norm, &L->pre_ffn_norm,
+                                             &L->post_ffn_norm, &L->q_norm, &L->k_norm};
+            t = lt[(i - 3) % PER_LAYER];
+        }
+        if (!t->data)
+            continue;
+        if (i == 2 && src->lm_head.data == src->embed.data) { /* tied */
+            t->data = f->dw.embed.data;
+            continue;
+        }
+        int rc = compute_buffer_from_host(f->be, t->data, tensor_bytes(t), &f->wbufs[i]);
+        if (rc)
+            return rc;
+        f->n_wbufs = i + 1;
+        t->data = f->wbufs[i].data;
+    }
+    f->w = &f->dw;
+    return CAIRN_OK;
+}
+
 int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
 {
     *out = NULL;
@@ -223,7 +288,6 @@ int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void *
     if (!f)
         return CAIRN_ENOMEM;
     f->cfg = c;
-    f->w = &g->w;
     f->be = be;
     f->math = (cairn_math_t)env->math;
     f->kv_dtype = env->kv_dtype;
@@ -232,21 +296,33 @@ int gemma3_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void *
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     int rc = CAIRN_ENOMEM;
     f->inv_freq = cairn_malloc(hd * sizeof(float)); /* 2 kinds x hd/2 */
-    f->x = cairn_malloc(R * c->hidden * sizeof(float));
-    f->xb = cairn_malloc(R * c->hidden * sizeof(float));
-    f->xb2 = cairn_malloc(R * c->hidden * sizeof(float));
-    f->q = cairn_malloc(R * q_dim * sizeof(float));
-    f->k = cairn_malloc(R * kv_dim * sizeof(float));
-    f->v = cairn_malloc(R * kv_dim * sizeof(float));
-    f->att = cairn_malloc(R * q_dim * sizeof(float));
-    f->hb = cairn_malloc(R * c->ffn * sizeof(float));
-    f->hb2 = cairn_malloc(R * c->ffn * sizeof(float));
-    f->rope_cs = cairn_malloc(2 * R * hd * sizeof(float));
     f->ids = cairn_malloc(R * sizeof(int32_t));
     f->pos = cairn_malloc(R * sizeof(int));
     f->queries = cairn_malloc(R * sizeof(attn_query_t));
-    if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
-        !f->hb || !f->hb2 || !f->rope_cs || !f->ids || !f->pos || !f->queries)
+    if (!f->inv_freq || !f->ids || !f->pos || !f->queries)
+        goto fail;
+    /* Activations in backend memory. */
+    const size_t floats[SCRATCH_COUNT] = {
+        [SCRATCH_X] = R * c->hidden, [SCRATCH_XB] = R * c->hidden, [SCRATCH_XB2] = R * c->hidden,
+        [SCRATCH_Q] = R * q_dim, [SCRATCH_K] = R * kv_dim, [SCRATCH_V] = R * kv_dim, [SCRATCH_ATT] = R * q_dim,
+        [SCRATCH_HB] = R * c->ffn, [SCRATCH_HB2] = R * c->ffn, [SCRATCH_ROPE] = 2 * R * hd,
+        [SCRATCH_LOGITS] = be->ops->host_memory ? 0 : R * c->vocab,
+    };
+    for (int i = 0; i < SCRATCH_COUNT; i++)
+        if (floats[i] && (rc = compute_buffer_alloc(be, floats[i] * sizeof(float), &f->scratch[i])))
+            goto fail;
+    f->x = f->scratch[SCRATCH_X].data;
+    f->xb = f->scratch[SCRATCH_XB].data;
+    f->xb2 = f->scratch[SCRATCH_XB2].data;
+    f->q = f->scratch[SCRATCH_Q].data;
+    f->k = f->scratch[SCRATCH_K].data;
+    f->v = f->scratch[SCRATCH_V].data;
+    f->att = f->scratch[SCRATCH_ATT].data;
+    f->hb = f->scratch[SCRATCH_HB].data;
+    f->hb2 = f->scratch[SCRATCH_HB2].data;
+    f->rope_cs = f->scratch[SCRATCH_ROPE].data;
+    f->logits = f->scratch[SCRATCH_LOGITS].data;
+    if ((rc = upload_weights(f, &g->w, c->n_layers)))
         goto fail;
     for (int k = 0; k < 2; k++) {
         compute_attn_params_t ap = {c->n_heads, c->n_kv_heads, c->head_dim, env->kv_dtype,
@@ -272,17 +348,15 @@ void gemma3_fwd_destroy(void *ctx)
         return;
     for (int k = 0; k < 2; k++)
         compute_attn_destroy(f->be, f->attn[k]);
+    for (int i = 0; i < f->n_wbufs; i++)
+        if (f->wbufs[i].data)
+            compute_buffer_free(f->be, &f->wbufs[i]);
+    cairn_free(f->wbufs);
+    cairn_free(f->dw.layers);
+    for (int i = 0; i < SCRATCH_COUNT; i++)
+        if (f->scratch[i].data)
+            compute_buffer_free(f->be, &f->scratch[i]);
     cairn_free(f->inv_freq);
-    cairn_free(f->x);
-    cairn_free(f->xb);
-    cairn_free(f->xb2);
-    cairn_free(f->q);
-    cairn_free(f->k);
-    cairn_free(f->v);
-    cairn_free(f->att);
-    cairn_free(f->hb);
-    cairn_free(f->hb2);
-    cairn_free(f->rope_cs);
     cairn_free(f->ids);
     cairn_free(f->pos);
     cairn_free(f->queries);
