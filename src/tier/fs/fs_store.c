@@ -13,7 +13,9 @@
  *    because the file may have changed since (another process, a bit flip, a power cut);
  *  - used == sum of file_bytes over indexed entries;
  *  - a pinned entry (pins > 0) is never evicted; an entry removed while pinned is freed by
- *    the last unpin.
+ *    the last unpin;
+ *  - used <= quota once no read holds a pin (an eviction passes over pinned entries; the
+ *    last unpin of an entry evicts down to the quota again).
  * Thread-safety: all public functions lock s->mu around index and counter access; file
  * I/O of reads happens outside the lock with the entry pinned.
  */
@@ -232,11 +234,17 @@ static void remove_locked(cairn_cold_store_t *s, fs_entry_t *e)
         cairn_free(e);
 }
 
+/* Drops a read's pin. An eviction that had to pass over pinned entries may have left the
+ * store above its quota: the last pin of an entry lets it catch up (else the overshoot
+ * would last until the next insert). */
 static void unpin_locked(cairn_cold_store_t *s, fs_entry_t *e)
 {
-    (void)s;
-    if (--e->pins == 0 && e->removed)
+    if (--e->pins)
+        return;
+    if (e->removed)
         cairn_free(e);
+    else if (s->used > s->quota)
+        fs__evict_locked(s, s->quota, NULL);
 }
 
 /* The key an entry names (domain zero: not stored). */
