@@ -4,7 +4,8 @@
  *
  * Invariants (checked by kv_cache__check, which the model-based test calls every step):
  *  - every block id in [1, n_blocks) is exactly one of FREE / CACHED / USED (block_pool.c);
- *  - a block's refcount equals the number of sequence-table entries naming it;
+ *  - a block's refcount equals the number of sequence-table entries naming it plus its
+ *    pins (imports in flight and cairn_kv_cache_block_pin);
  *  - the prefix index holds exactly the registered blocks, keyed by (hash, domain, group);
  *    a block registered in one domain is never returned for another (the domain is part
  *    of both the hash and the match);
@@ -162,45 +163,70 @@ int cairn_kv_domain_from_salt(cairn_kv_cache_t *c, const void *salt, size_t len,
 
 /* ---- Importing full blocks (cold-tier restore) ---- */
 
-/* Only a cache whose sole group is FULL can take a block from outside: its bytes are the
- * whole block, and nothing else (a window, a recurrent state) has to agree with them. */
+/* A dense cache (one FULL group) may publish an import with the group-less call: its
+ * bytes are the whole block, and nothing else (a window, a recurrent state) has to agree
+ * with them. Other caches name the group (cairn_kv_cache_import_publish_group), and the
+ * caller answers for the agreement. */
 static bool import_ok(const cairn_kv_cache_t *c)
 {
     return c->n_groups == 1 && c->groups[0].kind == CAIRN_KV_LAYER_FULL;
+}
+
+/* A block import_begin handed out and nobody published or discarded since. */
+static bool is_import(const cairn_kv_cache_t *c, uint32_t block)
+{
+    if (block == 0 || block >= c->pool.n_blocks)
+        return false;
+    const kv_block_t *b = &c->pool.blocks[block];
+    return b->state == KV_BLOCK_USED && b->importing && b->ref == 1 && b->pins == 1 && !b->registered;
 }
 
 int cairn_kv_cache_import_begin(cairn_kv_cache_t *c, uint32_t *block, void **bytes)
 {
     if (!c || !block || !bytes)
         return CAIRN_EINVAL;
-    if (!import_ok(c))
-        return CAIRN_EUNSUPPORTED;
     int rc = kv_cache__ensure_free(c, 1);
     if (rc)
         return rc;
     *block = kv_cache__alloc(c);
+    c->pool.blocks[*block].pins = 1; /* held by the importer until publish or discard */
+    c->pool.blocks[*block].importing = 1;
+    c->pool.n_pinned++;
     *bytes = c->phys.base + (size_t)*block * c->phys.block_bytes;
     return CAIRN_OK;
+}
+
+int cairn_kv_cache_import_publish_group(cairn_kv_cache_t *c, uint32_t block, uint32_t group,
+                                        const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash)
+{
+    /* Misuse (a block not taken by import_begin, or already handed back) is an error, not
+     * an abort: the caller is the engine's cold-tier bridge and must be able to recover. */
+    if (!c || !domain || !hash || !is_import(c, block) || group >= c->n_groups ||
+        !kv_group_paged(&c->groups[group]))
+        return CAIRN_EINVAL;
+    bool ok = kv_cache__publish(c, block, group, hash, domain);
+    c->pool.blocks[block].pins = 0;
+    c->pool.blocks[block].importing = 0;
+    c->pool.n_pinned--;
+    kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
+    return ok ? CAIRN_OK : CAIRN_EBUSY;
 }
 
 int cairn_kv_cache_import_publish(cairn_kv_cache_t *c, uint32_t block, const cairn_kv_hash_t *domain,
                                   const cairn_kv_hash_t *hash)
 {
-    /* Misuse (a block not taken by import_begin, or already handed back) is an error, not
-     * an abort: the caller is the engine's cold-tier bridge and must be able to recover. */
-    if (!c || !domain || !hash || block == 0 || block >= c->pool.n_blocks ||
-        c->pool.blocks[block].ref != 1 || c->pool.blocks[block].registered)
-        return CAIRN_EINVAL;
-    bool ok = kv_cache__publish(c, block, 0, hash, domain);
-    kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
-    return ok ? CAIRN_OK : CAIRN_EBUSY;
+    if (c && !import_ok(c))
+        return CAIRN_EUNSUPPORTED;
+    return cairn_kv_cache_import_publish_group(c, block, 0, domain, hash);
 }
 
 int cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
 {
-    if (!c || block == 0 || block >= c->pool.n_blocks || c->pool.blocks[block].ref != 1 ||
-        c->pool.blocks[block].registered)
+    if (!c || !is_import(c, block))
         return CAIRN_EINVAL;
+    c->pool.blocks[block].pins = 0;
+    c->pool.blocks[block].importing = 0;
+    c->pool.n_pinned--;
     kv_block_pool_unref(&c->pool, block);
     return CAIRN_OK;
 }
@@ -210,8 +236,7 @@ int cairn_kv_cache_import_prefault(cairn_kv_cache_t *c, const uint32_t *blocks, 
     if (!c || (!blocks && n))
         return CAIRN_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (blocks[i] == 0 || blocks[i] >= c->pool.n_blocks || c->pool.blocks[blocks[i]].ref != 1 ||
-            c->pool.blocks[blocks[i]].registered)
+        if (!is_import(c, blocks[i]))
             return CAIRN_EINVAL;
 #ifdef MADV_POPULATE_WRITE
     if (c->phys.ops != cairn_kv_storage_host())
@@ -233,6 +258,85 @@ int cairn_kv_cache_import_prefault(cairn_kv_cache_t *c, const uint32_t *blocks, 
     }
 #endif
     return CAIRN_OK;
+}
+
+/* ---- Pins and per-group lookups (cold-tier capture and restore) ---- */
+
+int cairn_kv_cache_block_pin(cairn_kv_cache_t *c, uint32_t block)
+{
+    if (!c || block == 0 || block >= c->pool.n_blocks)
+        return CAIRN_EINVAL;
+    kv_block_t *b = &c->pool.blocks[block];
+    if ((b->state != KV_BLOCK_USED && b->state != KV_BLOCK_CACHED) || b->pins == UINT32_MAX || b->importing)
+        return CAIRN_EINVAL;
+    kv_block_pool_ref(&c->pool, block); /* a cached block leaves the LRU: never evicted */
+    if (b->pins++ == 0)
+        c->pool.n_pinned++;
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_block_unpin(cairn_kv_cache_t *c, uint32_t block)
+{
+    if (!c || block == 0 || block >= c->pool.n_blocks)
+        return CAIRN_EINVAL;
+    kv_block_t *b = &c->pool.blocks[block];
+    /* An import's own pin goes with publish or discard. */
+    if (b->state != KV_BLOCK_USED || b->pins == 0 || b->importing)
+        return CAIRN_EINVAL;
+    if (--b->pins == 0)
+        c->pool.n_pinned--;
+    kv_block_pool_unref(&c->pool, block); /* the last reference: cached (published) or free */
+    return CAIRN_OK;
+}
+
+uint32_t cairn_kv_cache_find_block(const cairn_kv_cache_t *c, uint32_t group, const cairn_kv_hash_t *domain,
+                                   const cairn_kv_hash_t *hash)
+{
+    if (!c || !hash || group >= c->n_groups || !kv_group_paged(&c->groups[group]))
+        return 0;
+    block_key_t key = {hash, domain ? domain : &default_domain, group};
+    return kv_index_find(&c->index, block_index_hash(hash, group), &key);
+}
+
+uint32_t cairn_kv_cache_n_groups(const cairn_kv_cache_t *c) { return c->n_groups; }
+
+int cairn_kv_cache_group_info(const cairn_kv_cache_t *c, uint32_t group, cairn_kv_group_info_t *out)
+{
+    if (!c || !out || group >= c->n_groups)
+        return CAIRN_EINVAL;
+    out->kind = c->groups[group].kind;
+    out->window = c->groups[group].window;
+    out->n_layers = c->groups[group].n_layers;
+    out->bytes = c->groups[group].bytes;
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_layer_group(const cairn_kv_cache_t *c, uint32_t layer, uint32_t *group)
+{
+    if (!c || !group || layer >= c->n_layers)
+        return CAIRN_EINVAL;
+    *group = c->layers[layer].group;
+    return CAIRN_OK;
+}
+
+size_t cairn_kv_sliding_first_live(uint32_t window, uint32_t block_size, size_t n_computed)
+{
+    return block_size ? kv_sliding_first_live(window, block_size, n_computed) : 0;
+}
+
+int cairn_kv_cache_checkpoint_add(cairn_kv_cache_t *c, const cairn_kv_hash_t *key)
+{
+    if (!c || !key)
+        return CAIRN_EINVAL;
+    if (c->recurrent_group < 0)
+        return CAIRN_EUNSUPPORTED;
+    kv_ckpt_add(&c->ckpt, key);
+    return CAIRN_OK;
+}
+
+bool cairn_kv_cache_checkpoint_has(const cairn_kv_cache_t *c, const cairn_kv_hash_t *key)
+{
+    return c && key && c->recurrent_group >= 0 && kv_ckpt_has(&c->ckpt, key);
 }
 
 void *cairn_kv_cache_block_data(const cairn_kv_cache_t *c, uint32_t block)
@@ -553,7 +657,8 @@ int kv_cache__check(const cairn_kv_cache_t *c)
                 }
     for (uint32_t id = 1; id < bp->n_blocks; id++) {
         const kv_block_t *b = &bp->blocks[id];
-        CHECK(b->ref == refs[id]);
+        CHECK(b->ref == refs[id] + b->pins);
+        CHECK(b->pins == 0 || b->state == KV_BLOCK_USED);
         switch (b->state) {
         case KV_BLOCK_FREE: CHECK(b->ref == 0 && !b->registered); break;
         case KV_BLOCK_CACHED: CHECK(b->ref == 0 && b->registered); break;
@@ -566,6 +671,10 @@ int kv_cache__check(const cairn_kv_cache_t *c)
             CHECK(kv_index_find(&c->index, block_index_hash(&b->hash, b->group), &key) == id);
         }
     }
+    uint32_t n_pinned = 0;
+    for (uint32_t id = 1; id < bp->n_blocks; id++)
+        n_pinned += bp->blocks[id].pins > 0;
+    CHECK(n_pinned == bp->n_pinned);
     CHECK(n_used == bp->n_used && n_free + n_cached + n_used + 1 == bp->n_blocks);
     CHECK(n_reg == c->index.count);
     cairn_free(refs);

@@ -80,10 +80,13 @@ enum { KV_BLOCK_FREE = 0, KV_BLOCK_CACHED = 1, KV_BLOCK_USED = 2, KV_BLOCK_NULL 
 typedef struct {
     cairn_kv_hash_t hash;     /* valid while registered */
     cairn_kv_hash_t domain;   /* valid while registered */
-    uint32_t ref;             /* table references */
+    uint32_t ref;             /* table references + pins */
+    uint32_t pins;            /* references held outside any table: an import in flight,
+                                 or cairn_kv_cache_block_pin (a copy being taken) */
     uint32_t prev, next;      /* links in the free queue or the LRU, KV_NONE at the ends */
     uint8_t state;            /* KV_BLOCK_* */
     uint8_t registered;       /* published in the prefix index */
+    uint8_t importing;        /* taken by cairn_kv_cache_import_begin, not yet handed back */
     uint16_t group;           /* cache group that wrote it (valid while registered) */
 } kv_block_t;
 
@@ -95,6 +98,7 @@ typedef struct {
     kv_list_t free;      /* FIFO: allocate from head, release to tail */
     kv_list_t lru;       /* cached blocks, least recently used at head */
     uint32_t n_used;
+    uint32_t n_pinned;   /* blocks with pins > 0 */
 } kv_block_pool_t;
 
 int kv_block_pool_init(kv_block_pool_t *bp, uint32_t n_blocks);
