@@ -230,22 +230,30 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
         if (state_bytes && bo->do_pp) {
             /* What the recurrent checkpoints of a prefill cost: each pp512 run saves the
              * grid points 16, 64, 256 and the prompt's last full blocks 496, 512, each a
-             * sub-batch cut; the same runs with checkpoints off give the ratio. */
-            cairn_engine_counters_t ec;
-            cairn_engine_counters(e, &ec);
+             * sub-batch cut. Runs alternate with an engine whose checkpoints are off, so
+             * the on/off ratio (wall and CPU) compares runs of one moment. */
+            cairn_engine_counters_t e0, e1;
+            cairn_engine_counters(e, &e0);
             cairn_engine_t *off = make_ckpt(ck, bo->threads, math, -1);
             prefill(off, NULL, ids, 512, NULL, NULL);
-            double ppo[16];
-            for (int r = 0; r < runs; r++)
-                ppo[r] = 512.0 / prefill(off, NULL, ids, 512, NULL, NULL);
+            double on_w[16], off_w[16], on_c[16], off_c[16];
+            for (int r = 0; r < runs; r++) {
+                double c0 = cpu_now();
+                on_w[r] = prefill(e, NULL, ids, 512, NULL, NULL);
+                on_c[r] = cpu_now() - c0;
+                c0 = cpu_now();
+                off_w[r] = prefill(off, NULL, ids, 512, NULL, NULL);
+                off_c[r] = cpu_now() - c0;
+            }
             cairn_engine_destroy(off);
-            double on = median(pp, runs), offm = median(ppo, runs);
-            printf("             checkpoints: %llu saved, %.1f us CPU each (state %.1f KiB = %.1f GB/s); "
-                   "pp512 with checkpoints off %.1f tok/s (on/off %.3f)\n",
-                   (unsigned long long)ec.ckpt_saves, ec.ckpt_save_seconds / (double)ec.ckpt_saves * 1e6,
-                   state_bytes / 1024.0,
-                   (double)state_bytes * (double)ec.ckpt_saves / ec.ckpt_save_seconds / 1e9, offm,
-                   on / offm);
+            cairn_engine_counters(e, &e1);
+            const double saves = (double)(e1.ckpt_saves - e0.ckpt_saves);
+            const double save_s = e1.ckpt_save_seconds - e0.ckpt_save_seconds;
+            printf("             checkpoints: %.0f saved per pp512, %.1f us CPU each (state %.1f KiB = %.1f GB/s); "
+                   "pp512 on/off: wall %.3f, CPU %.3f\n",
+                   saves / runs, save_s / saves * 1e6, state_bytes / 1024.0,
+                   (double)state_bytes * saves / save_s / 1e9, median(off_w, runs) / median(on_w, runs),
+                   median(off_c, runs) / median(on_c, runs));
         }
         cairn_engine_destroy(e);
     }

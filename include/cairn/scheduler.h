@@ -153,6 +153,8 @@ typedef struct {
     uint64_t pool_hit_tokens, pool_query_tokens; /* prefix tokens found / looked up */
     /* The engine's counters (cairn_engine_counters), same snapshot. */
     uint64_t engine_tokens_computed, engine_tokens_reused;
+    /* Recurrent-state checkpoints (models with recurrent layers; 0 otherwise). */
+    uint64_t ckpt_saves, ckpt_restores, ckpt_evictions, ckpt_count, ckpt_bytes;
     /* The cold tier (cairn_engine_cold_counters), same snapshot; all 0 when it is off. */
     bool cold_enabled;
     uint64_t cold_restored_blocks, cold_restored_tokens, cold_captured_blocks;

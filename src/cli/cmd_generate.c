@@ -29,6 +29,7 @@
 #include "cairn/chat_template.h"
 #include "cairn/scheduler.h"
 #include "cli/cli.h"
+#include "util/util.h"
 
 #define CMD "cairn generate"
 #define MAX_STOPS 16
@@ -72,13 +73,6 @@ static void usage(FILE *out)
             "  -v, --verbose           log engine warnings and details\n"
             "  -h, --help              this help\n",
             MAX_STOPS);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 /* ---- Argument parsing --------------------------------------------------------------- */
@@ -436,7 +430,7 @@ static int run(int argc, char **argv)
     pthread_cond_init(&sm.cv, NULL);
     sm.print_ids = a.print_ids;
 
-    double t0 = now_ms();
+    double t0 = cairn_now_ms();
     fprintf(stderr, "cairn: loading %s ...", a.dir);
     fflush(stderr);
     int rc = cairn_checkpoint_open(a.dir, &ck, err, sizeof(err));
@@ -467,7 +461,7 @@ static int run(int argc, char **argv)
     }
     const cairn_model_config_t *cfg = cairn_engine_config(engine);
     fprintf(stderr, " done in %.0f ms (%s, %d layers, vocab %d, %d threads, K/V %s)\n",
-            now_ms() - t0, cfg->model_type, cfg->n_layers, cfg->vocab, a.eo.n_threads,
+            cairn_now_ms() - t0, cfg->model_type, cfg->n_layers, cfg->vocab, a.eo.n_threads,
             cairn_dtype_name(a.eo.kv_dtype));
 
     if (a.prompt_ids) {

@@ -49,6 +49,8 @@ static void usage(FILE *out)
             "  --shards N         weight files; above 1 writes an index (default 1)\n"
             "  --window N         gemma3: the sliding layers' window (default 512)\n"
             "  --pattern N        gemma3: every N-th layer is full attention (default 6)\n"
+            "  --attn-layers LIST lfm2: the attention layers, e.g. 2,5,8 (the rest convolve)\n"
+            "  --conv-taps N      lfm2: taps of the short convolution (default 3)\n"
             "\n"
             "presets: llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536,\n"
             "vocab 32000, untied); qwen3-8l (qwen3, 8 layers, hidden 1024, 16/8 heads,\n"
@@ -170,6 +172,21 @@ static int cmd_synth(int argc, char **argv)
                 rc = -1;
             }
             o.seed = s;
+        } else if (!strcmp(a, "--attn-layers")) {
+            /* lfm2: comma-separated attention layer indices (< 64) */
+            o.attn_layers = 0;
+            for (const char *p = v; rc == 0 && *p;) {
+                char *end;
+                errno = 0;
+                long l = strtol(p, &end, 10);
+                if (errno || end == p || l < 0 || l >= 64 || (*end && *end != ',')) {
+                    fprintf(stderr, "cairn synth: --attn-layers needs indices below 64 like 2,5,8, got '%s'\n", v);
+                    rc = -1;
+                    break;
+                }
+                o.attn_layers |= 1ull << l;
+                p = *end ? end + 1 : end;
+            }
         } else if (!strcmp(a, "--rope-theta")) {
             rc = parse_double(a, v, &o.rope_theta);
         } else if (!strcmp(a, "--rms-eps")) {
@@ -190,6 +207,7 @@ static int cmd_synth(int argc, char **argv)
                 {"--shards", offsetof(cairn_synth_options_t, n_shards)},
                 {"--window", offsetof(cairn_synth_options_t, sliding_window)},
                 {"--pattern", offsetof(cairn_synth_options_t, sliding_pattern)},
+                {"--conv-taps", offsetof(cairn_synth_options_t, conv_taps)},
             };
             size_t k = 0;
             while (k < CAIRN_ARRAY_LEN(ints) && strcmp(a, ints[k].opt) != 0)

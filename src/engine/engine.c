@@ -33,6 +33,7 @@
 #include "engine/kv_paged.h"
 #include "engine/seq_state.h"
 #include "models/family.h"
+#include "util/util.h"
 
 /* A checkpoint boundary inside a step: item `item` passes n = b tokens after row `end`-1. */
 typedef struct {
@@ -81,12 +82,6 @@ struct cairn_engine {
     cairn_engine_counters_t counters;
 };
 
-static void set_err(char *err, size_t err_len, const char *msg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, "%s", msg);
-}
-
 void cairn_engine_options_default(cairn_engine_options_t *o)
 {
     memset(o, 0, sizeof(*o));
@@ -120,13 +115,13 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         (o.kv_dtype != CAIRN_DTYPE_F32 && o.kv_dtype != CAIRN_DTYPE_F16 &&
          o.kv_dtype != CAIRN_DTYPE_BF16) ||
         (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
-        set_err(err, err_len, "engine: invalid options");
+        cairn_errf(err, err_len, "%s", "engine: invalid options");
         return CAIRN_EINVAL;
     }
 
     cairn_engine_t *e = cairn_calloc(1, sizeof(*e));
     if (!e) {
-        set_err(err, err_len, "engine: out of memory");
+        cairn_errf(err, err_len, "%s", "engine: out of memory");
         return CAIRN_ENOMEM;
     }
     e->ck = ck;
@@ -135,14 +130,14 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     e->opt = o;
     int rc = cairn_thread_pool_create(o.n_threads, &e->tp);
     if (rc) {
-        set_err(err, err_len, "engine: cannot create the thread pool");
+        cairn_errf(err, err_len, "%s", "engine: cannot create the thread pool");
         goto fail;
     }
     /* The family's cache needs shape the K/V storage and the state handles. */
     e->layers = cairn_calloc((size_t)cfg->n_layers, sizeof(*e->layers));
     if (!e->layers) {
         rc = CAIRN_ENOMEM;
-        set_err(err, err_len, "engine: out of memory");
+        cairn_errf(err, err_len, "%s", "engine: out of memory");
         goto fail;
     }
     rc = cairn_model_cache_layout(model, o.kv_dtype, e->layers, &e->state_bytes);
@@ -158,7 +153,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
-        set_err(err, err_len, rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+        cairn_errf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
                                                  : "engine: unsupported rope type");
         goto fail;
     }
@@ -176,11 +171,11 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         if (e->state_bytes &&
             (rc = seq_ckpts_create(kv_paged_cache_rw(e->paged), e->state_bytes, ckpt_bytes,
                                    &e->ckpts))) {
-            set_err(err, err_len, "engine: out of memory");
+            cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
         if ((rc = engine_cold_open(ck, &o, e->paged, &e->cold))) {
-            set_err(err, err_len, "engine: out of memory");
+            cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
     }
@@ -260,17 +255,7 @@ static int check_tokens(const cairn_engine_t *e, const int32_t *tokens, int n)
 
 static int seq_grow_tokens(cairn_seq_t *s, int need)
 {
-    if (need <= s->cap)
-        return CAIRN_OK;
-    int cap = s->cap ? s->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    int32_t *t = cairn_realloc(s->tokens, (size_t)cap * sizeof(int32_t));
-    if (!t)
-        return CAIRN_ENOMEM;
-    s->tokens = t;
-    s->cap = cap;
-    return CAIRN_OK;
+    return cairn_grow_array_int((void **)&s->tokens, &s->cap, need, sizeof(int32_t), 64);
 }
 
 /* An empty sequence linked into the engine. */
@@ -519,28 +504,6 @@ void cairn_seq_release(cairn_seq_t *s)
 
 /* ---- Steps -------------------------------------------------------------------------- */
 
-static int grow(void **p, int *cap, int need, size_t elem)
-{
-    if (need <= *cap)
-        return CAIRN_OK;
-    int c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = cairn_realloc(*p, (size_t)c * elem);
-    if (!q)
-        return CAIRN_ENOMEM;
-    *p = q;
-    *cap = c;
-    return CAIRN_OK;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /*
  * Saves s's state, which stands exactly at b computed tokens, as a checkpoint. The core
  * sequence is committed to b first (a checkpoint needs the boundary's block hashed and
@@ -559,7 +522,7 @@ static void step_checkpoint(cairn_engine_t *e, cairn_seq_t *s, int b)
 int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_items,
                       const float **logits, int *n_rows)
 {
-    double t0 = now_seconds();
+    double t0 = cairn_now_seconds();
     int rc = CAIRN_OK, n_tok = 0, n_out = 0, i = 0;
     *logits = NULL;
     *n_rows = 0;
@@ -580,9 +543,9 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
         n_tok += n;
         n_out += items[i].logits == CAIRN_LOGITS_ALL ? n : items[i].logits == CAIRN_LOGITS_LAST;
     }
-    if ((rc = grow((void **)&e->rows, &e->rows_cap, n_tok, sizeof(cairn_fwd_row_t))) ||
-        (rc = grow((void **)&e->views, &e->views_cap, n_items, sizeof(cairn_fwd_seq_t))) ||
-        (rc = grow((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float))))
+    if ((rc = cairn_grow_array_int((void **)&e->rows, &e->rows_cap, n_tok, sizeof(cairn_fwd_row_t), 16)) ||
+        (rc = cairn_grow_array_int((void **)&e->views, &e->views_cap, n_items, sizeof(cairn_fwd_seq_t), 16)) ||
+        (rc = cairn_grow_array_int((void **)&e->logits, &e->logits_cap, n_out, (size_t)e->cfg->vocab * sizeof(float), 16)))
         goto done;
 
     /* Storage for the new positions, then the row list in item order. */
@@ -620,7 +583,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
             int n = items[i].n_tokens ? items[i].n_tokens : s->len - s->n_past;
             for (int b = s->n_past; (b = seq_ckpt_next(b, s->n_past + n, s->prompt_len,
                                                         e->opt.block_tokens)) > 0;) {
-                if ((rc = grow((void **)&e->cuts, &e->cuts_cap, n_cuts + 1, sizeof(step_cut_t))))
+                if ((rc = cairn_grow_array_int((void **)&e->cuts, &e->cuts_cap, n_cuts + 1, sizeof(step_cut_t), 16)))
                     goto done;
                 e->cuts[n_cuts++] = (step_cut_t){r + (b - s->n_past), i, b};
             }
@@ -665,7 +628,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
     e->counters.steps++;
     e->counters.tokens_computed += (uint64_t)n_tok;
     e->counters.logits_rows += (uint64_t)n_out;
-    e->counters.forward_seconds += now_seconds() - t0;
+    e->counters.forward_seconds += cairn_now_seconds() - t0;
     rc = CAIRN_OK;
 done:
     for (int j = 0; j < n_items; j++)

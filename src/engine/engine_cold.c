@@ -32,6 +32,7 @@
 
 #include "engine/engine_cold.h"
 #include "models/family.h"
+#include "util/util.h"
 
 #define DEFAULT_DRAIN_MS 5000
 
@@ -54,13 +55,6 @@ struct engine_cold {
     size_t ids_cap;
     cairn_engine_cold_counters_t n;
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
@@ -194,11 +188,11 @@ void engine_cold_close(engine_cold_t *c)
     /* A bounded drain: poll until the queue is empty or the deadline passes. Destroy then
      * finishes at most the queue depth of blocks still queued. A lent store is only
      * drained: its owner destroys it. */
-    double deadline = now_seconds() + c->drain_ms / 1e3;
+    double deadline = cairn_now_seconds() + c->drain_ms / 1e3;
     for (;;) {
         cairn_tier_stats_t st;
         cairn_tier_store_stats(c->store, &st);
-        if (st.queue_len == 0 || now_seconds() >= deadline)
+        if (st.queue_len == 0 || cairn_now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -284,7 +278,7 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     const size_t kmax = ((size_t)n - 1) / bs; /* blocks that may serve: >= 1 token computed */
     if (kmax == 0)
         return;
-    double t0 = now_seconds();
+    double t0 = cairn_now_seconds();
     const cairn_kv_hash_t *domain = kv_paged_seq_domain(s);
     size_t hot = 0;
     if (reserve((void **)&c->hashes, &c->hashes_cap, kmax, sizeof(*c->hashes)) ||
@@ -332,7 +326,7 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     *restored_blocks = published;
     c->n.restored_blocks += (uint64_t)published;
 done:
-    c->n.restore_seconds += now_seconds() - t0;
+    c->n.restore_seconds += cairn_now_seconds() - t0;
 }
 
 void engine_cold_note_restored(engine_cold_t *c, int tokens)
@@ -389,7 +383,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
         n_full = n_table;
     if (n_full == 0)
         return;
-    double t0 = now_seconds();
+    double t0 = cairn_now_seconds();
     capture_ctx_t k = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq)};
     cairn_tier_capture_result_t res;
     memset(&res, 0, sizeof(res));
@@ -398,7 +392,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
         c->n.captured_blocks += res.enqueued; /* a deadline stop is logged by the walk */
     }
     cairn_tier_trace_turn(c->trace, c->store, label);
-    c->n.capture_seconds += now_seconds() - t0;
+    c->n.capture_seconds += cairn_now_seconds() - t0;
 }
 
 void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *out)

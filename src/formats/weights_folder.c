@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "util/json.h"
+#include "util/util.h"
 
 #define INDEX_MAX_LEN ((size_t)64 << 20)
 
@@ -66,18 +67,6 @@ struct fmt_tensors {
     uint8_t digest[32];
     uint64_t weight_bytes;
 };
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
 
 static int cmp_file(const void *a, const void *b)
 {
@@ -156,7 +145,7 @@ static void copy_to_anon(ck_file_t *f, int fd)
 static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
 {
     int rc;
-    char *path = path_join(dir, f->name);
+    char *path = cairn_path_join(dir, f->name);
     int fd = -1;
     if (!path) {
         st_errf(err, err_len, "%s: out of memory", f->name);
@@ -456,7 +445,7 @@ int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err
         goto oom;
     }
     /* Weight files: the single file wins over an index, as in transformers. */
-    if (!(path = path_join(dir, "model.safetensors"))) {
+    if (!(path = cairn_path_join(dir, "model.safetensors"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }
@@ -469,7 +458,7 @@ int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err
         ck->n_files = 1;
     } else {
         cairn_free(path);
-        if (!(path = path_join(dir, "model.safetensors.index.json"))) {
+        if (!(path = cairn_path_join(dir, "model.safetensors.index.json"))) {
             rc = CAIRN_ENOMEM;
             goto oom;
         }

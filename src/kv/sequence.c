@@ -15,6 +15,7 @@
  * Thread-safety: a sequence belongs to its cache's engine thread.
  */
 #include "kv/kv_internal.h"
+#include "util/util.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -24,23 +25,6 @@ static const cairn_kv_hash_t zero_hash;
 static size_t div_up(size_t a, size_t b)
 {
     return (a + b - 1) / b;
-}
-
-static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return CAIRN_OK;
-    if (need > SIZE_MAX / 2 / elem)
-        return CAIRN_ENOMEM;
-    size_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *q = cairn_realloc(*p, n * elem);
-    if (!q)
-        return CAIRN_ENOMEM;
-    *p = q;
-    *cap = n;
-    return CAIRN_OK;
 }
 
 static int reserve_tables(cairn_kv_seq_t *s, size_t need)
@@ -97,7 +81,7 @@ static int hash_upto(cairn_kv_seq_t *s, size_t full)
 {
     if (s->n_hashed >= full)
         return CAIRN_OK;
-    int rc = grow_array((void **)&s->hashes, &s->cap_hashes, full, sizeof *s->hashes);
+    int rc = cairn_grow_array((void **)&s->hashes, &s->cap_hashes, full, sizeof *s->hashes, 16);
     if (rc)
         return rc;
     rc = kv_hash_chain(&s->cache->hasher, &s->domain, s->has_extras ? &s->extras : NULL, s->tokens,
@@ -207,7 +191,7 @@ int cairn_kv_seq_begin(cairn_kv_cache_t *c, const cairn_kv_hash_t *domain,
     rc = kv_hash_extras(&c->hasher, extras, n_extras, &s->extras, &s->has_extras);
     if (rc)
         goto fail;
-    rc = grow_array((void **)&s->tokens, &s->cap_tokens, n, sizeof *s->tokens);
+    rc = cairn_grow_array((void **)&s->tokens, &s->cap_tokens, n, sizeof *s->tokens, 16);
     if (rc)
         goto fail;
     memcpy(s->tokens, tokens, n * sizeof *tokens);
@@ -234,7 +218,7 @@ int cairn_kv_seq_append(cairn_kv_seq_t *s, const int32_t *tokens, size_t n)
     cairn_kv_cache_t *c = s->cache;
     const uint32_t bs = c->block_size;
     size_t total = s->n_tokens + n, need = div_up(total, bs);
-    int rc = grow_array((void **)&s->tokens, &s->cap_tokens, total, sizeof *s->tokens);
+    int rc = cairn_grow_array((void **)&s->tokens, &s->cap_tokens, total, sizeof *s->tokens, 16);
     if (rc)
         return rc;
     rc = reserve_tables(s, need);
@@ -378,10 +362,10 @@ int cairn_kv_seq_fork(cairn_kv_seq_t *s, cairn_kv_seq_t **child)
     d->domain = s->domain;
     d->extras = s->extras;
     d->has_extras = s->has_extras;
-    if (grow_array((void **)&d->tokens, &d->cap_tokens, s->n_tokens ? s->n_tokens : 1,
-                   sizeof *d->tokens) ||
-        grow_array((void **)&d->hashes, &d->cap_hashes, s->n_hashed ? s->n_hashed : 1,
-                   sizeof *d->hashes) ||
+    if (cairn_grow_array((void **)&d->tokens, &d->cap_tokens, s->n_tokens ? s->n_tokens : 1,
+                   sizeof *d->tokens, 16) ||
+        cairn_grow_array((void **)&d->hashes, &d->cap_hashes, s->n_hashed ? s->n_hashed : 1,
+                   sizeof *d->hashes, 16) ||
         reserve_tables(d, s->n_table ? s->n_table : 1))
         goto fail;
     if (s->n_tokens)

@@ -14,6 +14,7 @@
 
 #include "formats/safetensors.h"
 #include "models/family.h"
+#include "util/util.h"
 
 #define CONFIG_MAX_LEN ((size_t)16 << 20)
 
@@ -22,18 +23,6 @@ struct cairn_checkpoint {
     cairn_model_t model;
     fmt_tensors_t *tensors;
 };
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
 
 int cairn_model_config_parse(const char *json, size_t len, cairn_model_config_t *out,
                              char *err, size_t err_len)
@@ -88,7 +77,7 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     }
 
     /* config.json (required), generation_config.json (optional). */
-    if (!(path = path_join(dir, "config.json"))) {
+    if (!(path = cairn_path_join(dir, "config.json"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }
@@ -106,7 +95,7 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     cairn_free(path);
     cairn_free(text);
     text = NULL;
-    if (!(path = path_join(dir, "generation_config.json"))) {
+    if (!(path = cairn_path_join(dir, "generation_config.json"))) {
         rc = CAIRN_ENOMEM;
         goto oom;
     }

@@ -242,6 +242,15 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
             "cairn_pool_prefix_lookups_total{result=\"hit\"} %llu\n"
             "cairn_pool_prefix_lookups_total{result=\"miss\"} %llu\n",
         (unsigned long long)st->pool_hits, (unsigned long long)st->pool_misses);
+    put_counter(&b, "cairn_state_checkpoints_saved_total",
+                "Recurrent states saved at a block boundary.", st->ckpt_saves);
+    put_counter(&b, "cairn_state_checkpoints_restored_total",
+                "Recurrent states restored (prefix hits, truncations).", st->ckpt_restores);
+    put_counter(&b, "cairn_state_checkpoints_evicted_total",
+                "Recurrent checkpoints dropped for their byte budget.", st->ckpt_evictions);
+    put_gauge(&b, "cairn_state_checkpoints", "Recurrent checkpoints held.", (double)st->ckpt_count);
+    put_gauge(&b, "cairn_state_checkpoint_bytes", "Bytes the recurrent checkpoints take.",
+              (double)st->ckpt_bytes);
     put_gauge(&b, "cairn_cold_enabled", "1 when the cold tier (SSD prefix store) is open.",
               st->cold_enabled ? 1.0 : 0.0);
     put_counter(&b, "cairn_cold_restored_blocks_total", "KV blocks restored from the cold tier.",

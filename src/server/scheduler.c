@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "cairn/scheduler.h"
+#include "util/util.h"
 
 typedef struct sched_req sched_req_t;
 
@@ -117,28 +118,6 @@ struct cairn_sched {
     cairn_sched_stats_t local;      /* counters, published into stats after each step */
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int grow_array(void **p, int *cap, int need, size_t elem)
-{
-    if (need <= *cap)
-        return CAIRN_OK;
-    int c = *cap ? *cap * 2 : 16;
-    while (c < need)
-        c *= 2;
-    void *q = cairn_realloc(*p, (size_t)c * elem);
-    if (!q)
-        return CAIRN_ENOMEM;
-    *p = q;
-    *cap = c;
-    return CAIRN_OK;
-}
-
 void cairn_sched_options_default(cairn_sched_options_t *o)
 {
     o->step_tokens = 512;
@@ -168,18 +147,12 @@ static void req_free(sched_req_t *r)
 
 static int run_push_token(sched_run_t *u, int32_t t)
 {
-    int rc = grow_array((void **)&u->toks, &u->cap, u->n_toks + 1, sizeof(int32_t));
+    int rc = cairn_grow_array_int((void **)&u->toks, &u->cap, u->n_toks + 1, sizeof(int32_t), 16);
     if (rc)
         return rc;
     u->toks[u->n_toks++] = t;
     u->n_gen++;
     return CAIRN_OK;
-}
-
-static void set_err(char *err, size_t err_len, const char *msg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, "%s", msg);
 }
 
 /* Builds a request and its n runs on the caller's thread (all per-choice state). */
@@ -189,7 +162,7 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
     *out = NULL;
     int n = p->n == 0 ? 1 : p->n;
     if (!p->on_event || !p->prompt || p->n_prompt < 1 || n < 1 || n > CAIRN_SCHED_MAX_N) {
-        set_err(err, err_len, p->n_prompt < 1 ? "the prompt is empty"
+        cairn_errf(err, err_len, "%s", p->n_prompt < 1 ? "the prompt is empty"
                               : (n < 1 || n > CAIRN_SCHED_MAX_N) ? "n must be in 1..16"
                                                                  : "missing prompt or callback");
         return CAIRN_EINVAL;
@@ -204,7 +177,7 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
     if (cairn_sampling_params_validate(&p->sampling, s->vocab, err, err_len))
         return CAIRN_EINVAL;
     if (p->cache_salt && strlen(p->cache_salt) > 256) {
-        set_err(err, err_len, "cache_salt is longer than 256 bytes");
+        cairn_errf(err, err_len, "%s", "cache_salt is longer than 256 bytes");
         return CAIRN_EINVAL;
     }
     int max_tokens = p->sampling.max_tokens > 0 ? p->sampling.max_tokens : 1;
@@ -259,7 +232,7 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
     *out = r;
     return CAIRN_OK;
 fail:
-    set_err(err, err_len, rc == CAIRN_ENOMEM ? "out of memory" : "bad sampling parameters");
+    cairn_errf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "out of memory" : "bad sampling parameters");
     req_free(r);
     return rc;
 }
@@ -441,7 +414,7 @@ static bool held_by_prefix(const cairn_sched_t *s, const sched_run_t *u)
 /* Releases a running run's blocks and puts it back at the front of the waiting list. */
 static int preempt(cairn_sched_t *s, sched_run_t *u)
 {
-    int rc = grow_array((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting));
+    int rc = cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting), 16);
     if (rc)
         return rc;
     cairn_seq_release(u->seq);
@@ -508,8 +481,8 @@ static void admit(cairn_sched_t *s)
             i++;
             continue;
         }
-        int rc = grow_array((void **)&s->running, &s->cap_running, s->n_running + 1,
-                            sizeof(*s->running));
+        int rc = cairn_grow_array_int((void **)&s->running, &s->cap_running, s->n_running + 1,
+                            sizeof(*s->running), 16);
         cairn_seq_t *seq = NULL;
         int cached = 0;
         if (rc == CAIRN_OK)
@@ -532,7 +505,7 @@ static void admit(cairn_sched_t *s)
         if (!r->admitted_once) {
             r->admitted_once = true;
             r->usage.cached_tokens = cached;
-            r->usage.queue_ms = now_ms() - r->t_submit;
+            r->usage.queue_ms = cairn_now_ms() - r->t_submit;
             /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
             int restored = cairn_seq_restored_tokens(seq);
             r->usage.restored_tokens = restored;
@@ -552,8 +525,8 @@ static void admit(cairn_sched_t *s)
 static int fork_choices(cairn_sched_t *s, sched_run_t *u0)
 {
     sched_req_t *r = u0->req;
-    int rc = grow_array((void **)&s->running, &s->cap_running, s->n_running + r->n,
-                        sizeof(*s->running));
+    int rc = cairn_grow_array_int((void **)&s->running, &s->cap_running, s->n_running + r->n,
+                        sizeof(*s->running), 16);
     for (int i = 1; rc == CAIRN_OK && i < r->n; i++) {
         sched_run_t *u = &r->runs[i];
         if ((rc = cairn_seq_fork(u0->seq, &u->seq)))
@@ -583,7 +556,7 @@ static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
                                               : "sampling failed");
         return;
     }
-    double now = now_ms();
+    double now = cairn_now_ms();
     if (r->t_first == 0) {
         r->t_first = now;
         r->usage.ttft_ms = now - r->t_submit;
@@ -613,8 +586,8 @@ static bool step(cairn_sched_t *s)
     admit(s);
     if (s->n_running == 0)
         return false;
-    if (grow_array((void **)&s->items, &s->cap_items, s->n_running, sizeof(*s->items)) ||
-        grow_array((void **)&s->item_runs, &s->cap_item_runs, s->n_running, sizeof(*s->item_runs))) {
+    if (cairn_grow_array_int((void **)&s->items, &s->cap_items, s->n_running, sizeof(*s->items), 16) ||
+        cairn_grow_array_int((void **)&s->item_runs, &s->cap_item_runs, s->n_running, sizeof(*s->item_runs), 16)) {
         while (s->n_running)
             req_fail(s, s->running[0]->req, CAIRN_ENOMEM, "out of memory");
         return true;
@@ -720,6 +693,11 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.pool_query_tokens = kv.query_tokens;
     s->stats.engine_tokens_computed = ec.tokens_computed;
     s->stats.engine_tokens_reused = ec.tokens_reused;
+    s->stats.ckpt_saves = ec.ckpt_saves;
+    s->stats.ckpt_restores = ec.ckpt_restores;
+    s->stats.ckpt_evictions = ec.ckpt_evictions;
+    s->stats.ckpt_count = ec.ckpt_count;
+    s->stats.ckpt_bytes = ec.ckpt_bytes;
     s->stats.cold_enabled = cc.enabled;
     s->stats.cold_restored_blocks = cc.restored_blocks;
     s->stats.cold_restored_tokens = cc.restored_tokens;
@@ -751,15 +729,15 @@ static bool collect(cairn_sched_t *s, bool idle)
         s->n_cancels -= nc;
     }
     bool stopping = s->stopping;
-    bool expired = stopping && now_ms() >= s->deadline;
+    bool expired = stopping && cairn_now_ms() >= s->deadline;
     pthread_mutex_unlock(&s->mu);
 
     while (in) {
         sched_req_t *r = in;
         in = in->next;
         r->next = NULL;
-        if (grow_array((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(*s->reqs)) ||
-            grow_array((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting))) {
+        if (cairn_grow_array_int((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(*s->reqs), 16) ||
+            cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting), 16)) {
             /* Not linked yet: fail it directly. */
             cairn_req_event_t ev = {0};
             ev.kind = CAIRN_REQ_EVENT_ERROR;
@@ -875,7 +853,7 @@ void cairn_sched_destroy(cairn_sched_t *s, int deadline_ms)
         return;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    s->deadline = now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
+    s->deadline = cairn_now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
@@ -898,21 +876,21 @@ int cairn_sched_submit(cairn_sched_t *s, const cairn_req_params_t *p, uint64_t *
     if (id)
         *id = 0;
     if (!s || !p) {
-        set_err(err, err_len, "missing scheduler or parameters");
+        cairn_errf(err, err_len, "%s", "missing scheduler or parameters");
         return CAIRN_EINVAL;
     }
     sched_req_t *r = NULL;
     int rc = req_build(s, p, &r, err, err_len);
     if (rc)
         return rc;
-    r->t_submit = now_ms();
+    r->t_submit = cairn_now_ms();
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         rc = CAIRN_ESTATE;
-        set_err(err, err_len, "the scheduler is shutting down");
+        cairn_errf(err, err_len, "%s", "the scheduler is shutting down");
     } else if (s->n_queued >= s->opt.max_queued) {
         rc = CAIRN_EBUSY;
-        set_err(err, err_len, "too many queued requests");
+        cairn_errf(err, err_len, "%s", "too many queued requests");
     } else {
         r->id = s->next_id++;
         s->n_queued++;
@@ -937,7 +915,7 @@ void cairn_sched_cancel(cairn_sched_t *s, uint64_t id)
     if (!s || id == 0)
         return;
     pthread_mutex_lock(&s->mu);
-    if (grow_array((void **)&s->cancels, &s->cap_cancels, s->n_cancels + 1, sizeof(uint64_t)) == 0) {
+    if (cairn_grow_array_int((void **)&s->cancels, &s->cap_cancels, s->n_cancels + 1, sizeof(uint64_t), 16) == 0) {
         s->cancels[s->n_cancels++] = id;
         pthread_cond_signal(&s->cv);
     }

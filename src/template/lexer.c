@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "template/template_impl.h"
+#include "util/util.h"
 
 typedef struct {
     tarena *a;
@@ -90,17 +91,6 @@ static bool is_ws(char c)
 }
 static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 static size_t put_utf8(char *o, uint32_t cp)
 {
@@ -186,7 +176,7 @@ static int lex_string(lexer *L, size_t *pos)
         if (digits) {
             uint32_t v = 0;
             for (int m = 0; m < digits; m++) {
-                int h = i + 1 + (size_t)m < end ? hexval(L->src[i + 1 + (size_t)m]) : -1;
+                int h = i + 1 + (size_t)m < end ? cairn_hexval(L->src[i + 1 + (size_t)m]) : -1;
                 if (h < 0)
                     return fail(L, i - 1, "truncated \\x/\\u escape in string");
                 v = v * 16 + (uint32_t)h;

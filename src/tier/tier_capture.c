@@ -16,13 +16,7 @@
 #include <time.h>
 
 #include "cairn/tier.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "util/util.h"
 
 int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_fn fn, void *user,
                              const cairn_tier_capture_budget_t *budget, cairn_tier_capture_result_t *res)
@@ -36,7 +30,7 @@ int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_
                                                    CAIRN_TIER_DEFAULT_CAPTURE_BLOCKS, 0, 1 << 24);
     double budget_ms = (double)cairn_knob_int("CAIRN_COLD_CAPTURE_BUDGET_MS", hm, hm ? budget->budget_ms : 0,
                                               CAIRN_TIER_DEFAULT_CAPTURE_BUDGET_MS, 0, 3600 * 1000);
-    double t0 = now_ms(), deadline = t0 + budget_ms;
+    double t0 = cairn_now_ms(), deadline = t0 + budget_ms;
     res->stop = CAIRN_TIER_STOP_END;
     for (size_t i = 0; i < n; i++) {
         cairn_tier_object_t obj;
@@ -55,7 +49,7 @@ int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_
             res->stop = CAIRN_TIER_STOP_BUDGET;
             break;
         }
-        double now = now_ms();
+        double now = cairn_now_ms();
         if (now >= deadline) {
             res->stop = CAIRN_TIER_STOP_DEADLINE;
             break;
@@ -63,7 +57,7 @@ int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_
         bool queued = false;
         int rc = cairn_tier_store_put(s, &obj, (uint32_t)(deadline - now) + 1, &queued);
         if (rc) {
-            res->stop = rc == CAIRN_EEXHAUSTED && now_ms() >= deadline ? CAIRN_TIER_STOP_DEADLINE
+            res->stop = rc == CAIRN_EEXHAUSTED && cairn_now_ms() >= deadline ? CAIRN_TIER_STOP_DEADLINE
                                                                         : CAIRN_TIER_STOP_REFUSED;
             break;
         }
@@ -73,7 +67,7 @@ int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_
             res->already++;
         res->reached++;
     }
-    res->elapsed_ms = now_ms() - t0;
+    res->elapsed_ms = cairn_now_ms() - t0;
     if (res->stop == CAIRN_TIER_STOP_DEADLINE)
         cairn_log(CAIRN_LOG_WARN, "cold tier: capture stopped at its %.0f ms deadline after %zu new blocks",
                   budget_ms, res->enqueued);

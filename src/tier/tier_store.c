@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "cairn/tier_store.h"
+#include "util/util.h"
 
 bool cairn_tier_store_contains(cairn_tier_store_t *s, const cairn_tier_key_t *key)
 {
@@ -119,23 +120,12 @@ void cairn_tier_hash_hex(const cairn_tier_hash_t *h, char out[65])
     out[64] = '\0';
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int cairn_tier_hash_parse(const char *s, cairn_tier_hash_t *out)
 {
     if (!s || !out)
         return CAIRN_EINVAL;
     for (int i = 0; i < 32; i++) {
-        int hi = hexval(s[2 * i]), lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
+        int hi = cairn_hexval(s[2 * i]), lo = hi < 0 ? -1 : cairn_hexval(s[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return CAIRN_EINVAL;
         out->bytes[i] = (uint8_t)(hi << 4 | lo);

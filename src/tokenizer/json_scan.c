@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
+#include "util/util.h"
 
 typedef struct {
     const char *p, *end;
@@ -29,20 +30,12 @@ static void skip_ws(scan_t *s)
         s->p++;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 static bool read_hex4(scan_t *s, uint32_t *out)
 {
     if (s->end - s->p < 4) return false;
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = hexval(s->p[i]);
+        int h = cairn_hexval(s->p[i]);
         if (h < 0) return false;
         v = v << 4 | (uint32_t)h;
     }

@@ -21,6 +21,7 @@
 #include "tools/synth.h"
 
 #include "formats/safetensors.h"
+#include "util/util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -203,18 +204,6 @@ typedef struct {
 
 static int io_status(int neg_errno) { return neg_errno == -ENOSPC ? CAIRN_ENOSPC : CAIRN_EIO; }
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = cairn_malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 static void of_abort(out_file_t *f)
 {
     if (f->fd >= 0)
@@ -231,7 +220,7 @@ static int of_open(out_file_t *f, const char *dir, const char *name, char *err, 
 {
     f->fd = -1;
     f->tmp = NULL;
-    f->path = path_join(dir, name);
+    f->path = cairn_path_join(dir, name);
     if (!f->path)
         goto oom;
     size_t n = strlen(f->path) + 32;
@@ -1238,7 +1227,7 @@ static int check_options(const cairn_synth_options_t *o, char *err, size_t err_l
 /* Removes dir/name if it exists (a stale file of the other weight layout). */
 static int remove_stale(const char *dir, const char *name, char *err, size_t err_len)
 {
-    char *p = path_join(dir, name);
+    char *p = cairn_path_join(dir, name);
     if (!p) {
         st_errf(err, err_len, "%s: out of memory", dir);
         return CAIRN_ENOMEM;

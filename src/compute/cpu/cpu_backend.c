@@ -20,6 +20,7 @@
 #include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/delta_rule_impl.h"
 #include "compute/cpu/short_conv.h"
+#include "util/util.h"
 
 typedef struct {
     compute_backend_t base;      /* first: the object is a compute_backend_t */
@@ -302,12 +303,6 @@ static const compute_backend_ops_t ops = {
     .delta_rule = cpu_delta_rule,
 };
 
-static void set_err(char *err, size_t err_len, const char *msg, const char *arg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, msg, arg);
-}
-
 int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err, size_t err_len)
 {
     compute_backend_options_t o = opt ? *opt : (compute_backend_options_t){0};
@@ -316,7 +311,7 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (o.impl) {
         int rc = kern__impl_status(o.impl);
         if (rc) {
-            set_err(err, err_len,
+            cairn_errf(err, err_len,
                     rc == CAIRN_EINVAL ? "cpu backend: no kernel implementation is named '%s'"
                                        : "cpu backend: kernel implementation '%s' is not in this build or not "
                                          "supported by this CPU",
@@ -328,12 +323,12 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (o.n_threads == 0)
         o.n_threads = 1;
     if (!o.pool && (o.n_threads < 1 || o.n_threads > 1024)) {
-        set_err(err, err_len, "cpu backend: n_threads must be in [1, 1024]%s", "");
+        cairn_errf(err, err_len, "cpu backend: n_threads must be in [1, 1024]");
         return CAIRN_EINVAL;
     }
     cpu_backend_t *c = cairn_calloc(1, sizeof(*c));
     if (!c) {
-        set_err(err, err_len, "cpu backend: out of memory%s", "");
+        cairn_errf(err, err_len, "cpu backend: out of memory");
         return CAIRN_ENOMEM;
     }
     c->base.ops = &ops;
@@ -342,7 +337,7 @@ int compute_cpu_create(const compute_backend_options_t *opt, compute_backend_t *
     if (!c->tp) {
         int rc = cairn_thread_pool_create(o.n_threads, &c->tp);
         if (rc) {
-            set_err(err, err_len, "cpu backend: cannot create the thread pool (%s)", cairn_strerror(rc));
+            cairn_errf(err, err_len, "cpu backend: cannot create the thread pool (%s)", cairn_strerror(rc));
             cairn_free(c);
             return rc;
         }

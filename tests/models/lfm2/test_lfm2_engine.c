@@ -4,15 +4,14 @@
  * checkpointed at block boundaries (engine/seq_state.h):
  *   - flat vs paged; chunked prefill (chunks of 1, 7, 16, 100 and the whole prompt);
  *     1 vs 2 threads; sub-batches of 64 rows; batched with another sequence vs alone;
- *   - a prefix hit at every block boundary vs the fresh prefill: a prompt of the first P
- *     tokens leaves a checkpoint at P, and the whole prompt then resumes exactly there;
+ *   - a prefix hit at every block boundary vs the fresh prefill: prompts of P + 1 tokens,
+ *     each resuming at the checkpoint its predecessor left at P - 16;
  *   - a hit only where a checkpoint at exactly that length exists (a shared prefix whose
  *     tail diverges inside a block resumes at the deepest checkpoint below it);
  *   - fork (n > 1) carries the state; truncate to lengths with and without a checkpoint
  *     recomputes from the deepest one and continues exactly like a fresh sequence;
  *   - the counters report saves, restores and, under a tiny budget, evictions.
- * Both math modes and f32 / bf16 K/V. Under the sanitizers (CAIRN_SANITIZED set, an -O0
- * build) the every-boundary test checks every fifth boundary.
+ * Both math modes and f32 / bf16 K/V.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -158,8 +157,10 @@ static void test_paths_bf16(void **st)
     check_paths(&m);
 }
 
-/* A hit at every block boundary P: a prompt of the first P tokens checkpoints P (its
- * last full block), then the whole prompt resumes there with identical logits. */
+/* A hit at every block boundary: prompts of P + 1 tokens for P = 16, 32, ..., in one salt;
+ * each resumes at the previous one's checkpoint P - 16 (the end of its last full block)
+ * and its computed logits equal the fresh prefill's; the whole prompt then resumes at
+ * 704 (the deepest checkpoint at or below its 719 usable tokens). */
 static void test_hit_at_every_boundary(void **st)
 {
     (void)st;
@@ -168,20 +169,22 @@ static void test_hit_at_every_boundary(void **st)
     float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
     cairn_engine_destroy(flat);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 1, 512);
-    int checked = 0, step = getenv("CAIRN_SANITIZED") ? 80 : 16;
-    for (int P = 16; P < n_lng; P += step) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "boundary-%d", P);
-        int cached = -1;
-        /* Prefix P (plus one token so P is a full block inside it). */
-        free(run(e, salt, lng, P + 1, 0, &cached));
-        float *x = run(e, salt, lng, n_lng, 0, &cached);
-        assert_int_equal(cached, P);
-        assert_memory_equal(x, ref + (size_t)P * VOCAB, (size_t)(n_lng - P) * ROW);
+    int checked = 0, cached = -1;
+    for (int P = 16; P < n_lng; P += 16) {
+        float *x = run(e, "boundary", lng, P + 1, 0, &cached);
+        assert_int_equal(cached, P - 16);
+        assert_memory_equal(x, ref + (size_t)cached * VOCAB, (size_t)(P + 1 - cached) * ROW);
         free(x);
         checked++;
     }
-    assert_int_equal(checked, ((n_lng - 1) / 16 - 1) / (step / 16) + 1);
+    assert_int_equal(checked, (n_lng - 1) / 16);
+    float *x = run(e, "boundary", lng, n_lng, 0, &cached);
+    assert_int_equal(cached, 704);
+    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * ROW);
+    free(x);
+    cairn_engine_counters_t c;
+    cairn_engine_counters(e, &c);
+    assert_int_equal(c.ckpt_restores, (uint64_t)checked); /* every prompt but the first, and the last */
     cairn_engine_destroy(e);
     free(ref);
 }

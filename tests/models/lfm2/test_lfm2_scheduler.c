@@ -183,6 +183,16 @@ static void test_concurrent_equals_solo(void **state)
         if (i > 0)
             assert_int_equal(conc[i].usage.cached_tokens, 64);
     }
+    /* The scheduler's stats (what /metrics renders) carry the checkpoint counters. */
+    cairn_sched_stats_t st;
+    for (int tries = 0; tries < 100000; tries++) {
+        cairn_sched_stats(s, &st);
+        if (st.running == 0 && st.queued == 0 && st.ckpt_restores >= N - 1)
+            break;
+        sched_yield();
+    }
+    assert_true(st.ckpt_saves > 0 && st.ckpt_count > 0 && st.ckpt_bytes > 0);
+    assert_true(st.ckpt_restores >= N - 1);
     cairn_sched_destroy(s, 1000);
     cairn_engine_counters_t c;
     cairn_engine_counters(e, &c);
