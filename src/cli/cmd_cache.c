@@ -116,9 +116,12 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
             cairn_free(js);
         } else {
             printf("model %s\n  dir          %s\n  objects      %llu\n  bytes        %llu\n"
+                   "  blocks       %llu (%llu bytes)\n  sidecars     %llu (%llu bytes)\n"
                    "  removed      %llu invalid or stray files at open\n",
                    hex, st.root, (unsigned long long)st.objects, (unsigned long long)st.used_bytes,
-                   (unsigned long long)st.corruptions);
+                   (unsigned long long)(st.objects - st.state_objects),
+                   (unsigned long long)(st.used_bytes - st.state_bytes), (unsigned long long)st.state_objects,
+                   (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions);
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);
