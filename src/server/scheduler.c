@@ -363,6 +363,14 @@ static void run_finish(cairn_sched_t *s, sched_run_t *u, cairn_finish_reason_t w
     u->done = true;
     cairn_seq_release(u->seq);
     u->seq = NULL;
+    /* What the release's capture walk queued for the disk (the request log's fields). */
+    cairn_engine_cold_turn_t ct;
+    cairn_engine_cold_last_turn(s->engine, &ct);
+    r->usage.persist_queued = (int)ct.queued;
+    r->usage.persist_already = (int)ct.already;
+    r->usage.persist_deferred = (int)ct.deferred;
+    r->usage.persist_written = (int)ct.written;
+    r->usage.persist_policy = ct.reason;
     remove_ptr(s->running, &s->n_running, u);
     r->n_done++;
     bool final = r->n_done == r->n;
@@ -487,8 +495,10 @@ static void admit(cairn_sched_t *s)
         int cached = 0;
         if (rc == CAIRN_OK)
             rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
-        if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
-            return; /* the pool frees up as others finish; keep the order */
+        /* The pool frees up as others finish, or as the cold tier's write-back copies
+         * the cached blocks it holds back from eviction; keep the order. */
+        if (rc == CAIRN_EEXHAUSTED && (s->n_running > 0 || cairn_engine_cold_poll(s->engine)))
+            return;
         if (rc) {
             req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
                                         ? "the KV pool cannot hold this prompt"
@@ -710,14 +720,34 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_bytes_written = cc.store.bytes_written;
     s->stats.cold_used_bytes = cc.store.used_bytes;
     s->stats.cold_objects = cc.store.objects;
+    s->stats.cold_capture_queued = cc.capture_queued;
+    s->stats.cold_capture_deferrals = cc.capture_deferrals;
+    s->stats.cold_writeback_holds = cc.writeback_holds;
+    s->stats.cold_capture_lost = cc.capture_lost;
+    s->stats.cold_awaiting_blocks = cc.awaiting_blocks;
+    s->stats.cold_awaiting_bytes = cc.awaiting_bytes;
+    s->stats.cold_pinned_bytes = cc.pinned_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 
 /* Takes the inbox and the cancel list; returns false when the thread should exit. */
 static bool collect(cairn_sched_t *s, bool idle)
 {
+    /* An idle engine thread still drives the cold tier's background capture (it alone
+     * may pin and unpin pool blocks): while copies are pending it wakes every 2 ms. */
+    bool capturing = idle && cairn_engine_cold_poll(s->engine);
     pthread_mutex_lock(&s->mu);
-    while (idle && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
+    if (capturing && !s->inbox_head && !s->n_cancels && !s->stopping) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 2 * 1000 * 1000;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+    }
+    while (idle && !capturing && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
         pthread_cond_wait(&s->cv, &s->mu);
     sched_req_t *in = s->inbox_head;
     s->inbox_head = s->inbox_tail = NULL;
