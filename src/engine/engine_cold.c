@@ -112,6 +112,10 @@ struct engine_cold {
     engine_capture_t cap;          /* the background capture (capture functions below) */
 };
 
+static int capture_open(engine_cold_t *c, const cairn_engine_options_t *o);
+static void capture_close(engine_cold_t *c);
+static void wait_store(engine_cold_t *c, double deadline);
+
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
@@ -842,8 +846,6 @@ int engine_cold_persist(engine_cold_t *c, int deadline_ms, bool held_too, cairn_
                 (void)heap_push(k, e);
     r.queued = k->heap_n + k->n_inflight;
     uint64_t put0 = c->n.captured_blocks;
-    cairn_tier_stats_t st0, st1;
-    cairn_tier_store_stats(c->store, &st0);
     for (;;) {
         pump(c);
         if ((!k->n_inflight && !k->heap_n) || cairn_now_seconds() >= deadline)
@@ -852,12 +854,9 @@ int engine_cold_persist(engine_cold_t *c, int deadline_ms, bool held_too, cairn_
         (void)cairn_tier_capturer_wait(k->thread, left_ms < 50 ? (uint32_t)left_ms + 1 : 50);
     }
     wait_store(c, deadline);
-    cairn_tier_store_stats(c->store, &st1);
     r.written = c->n.captured_blocks - put0;
     r.skipped = r.queued > r.written ? r.queued - r.written : 0;
     r.bytes = r.written * c->payload_size;
-    (void)st0;
-    (void)st1;
     r.ms = (cairn_now_seconds() - t0) * 1e3;
     if (out)
         *out = r;

@@ -466,6 +466,10 @@ static void feed_decodes(cairn_sched_t *s)
             u->has_tok = false;
             continue;
         }
+        /* Cached blocks the cold tier is persisting before they may be evicted: the
+         * feeds wait a step (or a few) for the copies instead of preempting or failing. */
+        if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+            return;
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 1 &&
             (rc = preempt(s, newest_running(s))) == CAIRN_OK)
             continue;
@@ -495,10 +499,18 @@ static void admit(cairn_sched_t *s)
         int cached = 0;
         if (rc == CAIRN_OK)
             rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
-        /* The pool frees up as others finish, or as the cold tier's write-back copies
-         * the cached blocks it holds back from eviction; keep the order. */
-        if (rc == CAIRN_EEXHAUSTED && (s->n_running > 0 || cairn_engine_cold_poll(s->engine)))
-            return;
+        if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
+            return; /* the pool frees up as others finish; keep the order */
+        if (rc == CAIRN_EEXHAUSTED) {
+            /* Alone: cached blocks the cold tier holds back from eviction until they are
+             * persisted free up as the copies finish; wait while any is pending, and try
+             * once more when the last one just finished. */
+            if (cairn_engine_cold_poll(s->engine))
+                return;
+            rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+            if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+                return;
+        }
         if (rc) {
             req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
                                         ? "the KV pool cannot hold this prompt"
@@ -628,6 +640,8 @@ static bool step(cairn_sched_t *s)
         s->item_runs[n++] = u;
         rows += chunk;
     }
+    if (n == 0)
+        return false; /* every run waits for a feed (the cold tier's write-back) */
     const float *logits = NULL;
     int n_rows = 0;
     int rc = cairn_engine_step(s->engine, s->items, n, &logits, &n_rows);

@@ -10,9 +10,11 @@
  *    corruption in (2);
  *  - corruption of one stored object (bit flip, truncation, another block's object under
  *    its name): the restore stops there, the object is deleted and counted, output equal;
- *  - kill -9 of persisting `cairn generate` processes at random moments, 100 times: each
- *    restart serves only valid K/V (logits equal) and leaves no temporary file behind
- *    (argument "kill": run alone, as ctest's test_cold_kill);
+ *  - kill -9 of persisting `cairn generate` processes at random moments (its background
+ *    capture and the exit's persistence), 100 times: each restart serves only valid K/V
+ *    (logits equal), restores every block the killed process acknowledged (its final
+ *    names, from block 0) and leaves no temporary file behind (argument "kill": run
+ *    alone, as ctest's test_cold_kill);
  *  - ENOSPC / EIO injected through cairn_io_set_hook during capture: counted, output equal;
  *  - two processes sharing one cache directory at the same time.
  */
@@ -459,6 +461,20 @@ static pid_t spawn_generate(const char *model_dir, const char *root, const char 
     return pid;
 }
 
+/* The one model directory (64 hex digits) under a cache root. */
+static void find_store_dir(const char *root, char *out, size_t len)
+{
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    struct dirent *de;
+    out[0] = '\0';
+    while ((de = readdir(d)))
+        if (strlen(de->d_name) == 64)
+            snprintf(out, len, "%s/%s", root, de->d_name);
+    closedir(d);
+    assert_true(out[0] != '\0');
+}
+
 static void test_crash_kill9(void **state)
 {
     (void)state;
@@ -484,6 +500,8 @@ static void test_crash_kill9(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     double span_ms = now_ms() - t0;
+    char store_dir[1024];
+    find_store_dir(root, store_dir, sizeof(store_dir));
     /* Bounded so the loop stays bounded in time, but wide enough that a sanitized build
      * (whose start-up alone can take most of a second) still sees kills after a capture. */
     if (span_ms > 3000)
@@ -523,12 +541,23 @@ static void test_crash_kill9(void **state)
             kill(pid, SIGKILL);
             assert_int_equal(waitpid(pid, &st, 0), pid);
         }
+        /* What the killed process acknowledged: the final names of its chain, from block
+         * 0 (a name appears only once its payload is synced). */
+        int acked = 0;
+        for (; acked < n / BS; acked++) {
+            char path[2048];
+            object_path(store_dir, salt, all, acked, path, sizeof(path));
+            if (access(path, F_OK) != 0)
+                break;
+        }
         /* Restart: whatever the killed writer left is either a valid object or garbage
-         * the store removes; the output is always the reference's. */
+         * the store removes; the output is always the reference's, and every acknowledged
+         * block restores. */
         job_t again = {model, root, salt, all, n, NULL, 0};
         run_job(&again, r);
         assert_same_output(r, ref);
         assert_int_equal(r->corruptions, 0);
+        assert_int_equal(r->restored, acked * BS);
         assert_int_equal(count_files(root, ".tmp."), 0);
         restored_runs += r->restored > 0;
         restored_total += r->restored;
