@@ -84,7 +84,9 @@ typedef struct {
     const char *cold_root;     /* cache root; NULL: CAIRN_CACHE_DIR; neither: tier off */
     const char *cold_trace;    /* per-turn JSONL trace; knob CAIRN_COLD_TRACE > this > none */
     /* Destroy persists what is not on disk yet (every queued block, and with write-back
-     * every cached one) for at most this long, then waits for the writes (default 5000). */
+     * every cached one) for at most this long, then waits for the writes. 0: 5 s plus
+     * 1.5 x what awaits write at the rate the store took copies at so far (20 MiB/s before
+     * anything was written): cairn_engine_cold_exit_ms. */
     int cold_drain_ms;
     /* When full blocks are persisted (docs/DESIGN.md, "Background capture"): knob
      * CAIRN_COLD_POLICY (write-through, write-back, off) > this > write-through. Either
@@ -268,6 +270,7 @@ typedef struct {
     uint64_t awaiting_bytes;   /* gauge: their payload bytes */
     uint64_t pinned_bytes;     /* gauge: of those, pinned for a copy in flight */
     uint64_t pin_budget_bytes; /* the budget of pinned_bytes */
+    double capture_rate;       /* bytes/s the store took copies at (its disk's rate when busy); 0 unknown */
     cairn_cold_stats_t store;  /* the store's counters (hits, corruptions, write errors, ...) */
 } cairn_engine_cold_counters_t;
 
@@ -315,6 +318,11 @@ typedef struct {
  * Returns CAIRN_OK (everything written), CAIRN_ECANCELED (some skipped).
  */
 CAIRN_API int cairn_engine_cold_persist(cairn_engine_t *e, int deadline_ms, cairn_cold_persist_report_t *out);
+
+/* A deadline long enough to persist what awaits write now at the measured disk speed: 5 s
+ * plus 1.5 x awaiting_bytes / capture_rate (20 MiB/s while nothing was written yet), in
+ * ms. With write-back, the cached blocks not on disk count too. 0 when the tier is off. */
+CAIRN_API int cairn_engine_cold_exit_ms(const cairn_engine_t *e);
 
 #ifdef __cplusplus
 }

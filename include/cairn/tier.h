@@ -149,6 +149,9 @@ typedef struct {
     uint64_t canceled;         /* jobs stop() gave back unput */
     uint64_t bytes_put;        /* payload bytes of put jobs that were queued */
     double wait_ms;            /* time the capturer's thread waited for room in the store */
+    double busy_ms;            /* time it spent in puts (waits included): bytes_put / busy_ms is
+                                  the rate the store takes objects at, i.e. the disk's when
+                                  its queue is full */
     uint32_t in_flight;        /* submitted, not yet reaped */
 } cairn_tier_capturer_stats_t;
 

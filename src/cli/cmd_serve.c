@@ -71,8 +71,8 @@ static void usage(FILE *out)
             "                       before the pool evicts them, and at exit) or off\n"
             "  --persist-on-exit-ms N  on SIGINT/SIGTERM, after the drain, persist every cached\n"
             "                       block not on disk yet for at most N ms, then report how\n"
-            "                       many were written and skipped (default 5000 + 10 per MiB\n"
-            "                       of pool: the pool at 100 MiB/s)\n"
+            "                       many were written and skipped (default: 5 s plus 1.5 x\n"
+            "                       what awaits write at the disk speed measured so far)\n"
             "  -v, --verbose        log informational messages\n");
 }
 
@@ -299,9 +299,8 @@ static int cmd_serve(int argc, char **argv)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
         eo.cold_root = cold_root;
-    if (persist_ms < 0)
-        persist_ms = 5000 + 10L * eo.pool_mib; /* the whole pool at 100 MiB/s */
-    eo.cold_drain_ms = persist_ms > 0 ? (int)persist_ms : 1;
+    if (persist_ms >= 0)
+        eo.cold_drain_ms = persist_ms > 0 ? (int)persist_ms : 1;
     if ((rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err))) {
         fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
@@ -334,6 +333,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_engine_cold_counters(eng, &cc);
     if (cc.enabled) {
         cairn_cold_persist_report_t pr;
+        if (persist_ms < 0) /* the default: what awaits write at the measured disk speed */
+            persist_ms = cairn_engine_cold_exit_ms(eng);
         (void)cairn_engine_cold_persist(eng, (int)persist_ms, &pr);
         fprintf(stderr,
                 "cairn serve: persisted at exit: %llu blocks written (%.1f MiB), %llu skipped, of %llu not on "

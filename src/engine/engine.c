@@ -250,6 +250,8 @@ void cairn_engine_cold_last_turn(const cairn_engine_t *e, cairn_engine_cold_turn
     engine_cold_last_turn(e ? e->cold : NULL, out);
 }
 
+int cairn_engine_cold_exit_ms(const cairn_engine_t *e) { return e ? engine_cold_exit_ms(e->cold) : 0; }
+
 int cairn_engine_cold_persist(cairn_engine_t *e, int deadline_ms, cairn_cold_persist_report_t *out)
 {
     return engine_cold_persist(e ? e->cold : NULL, deadline_ms, true, out);

@@ -45,9 +45,10 @@
 #include "models/family.h"
 #include "util/util.h"
 
-/* Persisting at exit gets 5 s plus the whole pool at 100 MiB/s (10 ms per MiB). */
-#define DEFAULT_DRAIN_MS 5000
-#define DRAIN_MS_PER_POOL_MIB 10
+/* Persisting at exit gets 5 s plus 1.5 x what awaits write at the measured rate (20 MiB/s
+ * before anything was written). */
+#define EXIT_BASE_MS 5000
+#define EXIT_DEFAULT_RATE (20.0 * 1024 * 1024)
 
 _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byte block hash");
 
@@ -186,7 +187,7 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         goto nomem;
     c->cache = cache;
     c->block_tokens = cairn_kv_cache_block_size(cache);
-    c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : DEFAULT_DRAIN_MS + DRAIN_MS_PER_POOL_MIB * o->pool_mib;
+    c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : 0; /* 0: engine_cold_exit_ms at close */
     /* Layer l owns [k_offset, v_offset + plane) of a block, planes back to back from 0:
      * the object payload is exactly the block's first payload_size bytes. */
     size_t expect = 0;
@@ -252,10 +253,11 @@ void engine_cold_close(engine_cold_t *c)
      * exists. Destroy then finishes at most the queue depth of blocks still queued. A lent
      * store is only drained: its owner destroys it. */
     cairn_cold_persist_report_t r;
-    double deadline = cairn_now_seconds() + c->drain_ms / 1e3;
-    if (engine_cold_persist(c, c->drain_ms, true, &r) != CAIRN_OK)
+    const int drain_ms = c->drain_ms > 0 ? c->drain_ms : engine_cold_exit_ms(c);
+    double deadline = cairn_now_seconds() + drain_ms / 1e3;
+    if (engine_cold_persist(c, drain_ms, true, &r) != CAIRN_OK)
         cairn_log(CAIRN_LOG_WARN, "cold tier: %llu of %llu blocks not persisted at exit (deadline %d ms)",
-                  (unsigned long long)r.skipped, (unsigned long long)r.queued, c->drain_ms);
+                  (unsigned long long)r.skipped, (unsigned long long)r.queued, drain_ms);
     capture_close(c);
     wait_store(c, deadline);
     cairn_cold_store_destroy(c->fs);
@@ -873,7 +875,24 @@ void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *
     out->awaiting_blocks = k->n_live;
     out->awaiting_bytes = (uint64_t)k->n_live * c->payload_size;
     out->pinned_bytes = k->pinned_bytes;
+    cairn_tier_capturer_stats_t cs;
+    cairn_tier_capturer_stats(k->thread, &cs);
+    out->capture_rate = cs.busy_ms > 0 ? (double)cs.bytes_put / (cs.busy_ms / 1e3) : 0;
     cairn_tier_store_stats(c->store, &out->store);
+}
+
+int engine_cold_exit_ms(const engine_cold_t *c)
+{
+    if (!c || !c->cap.thread)
+        return 0;
+    cairn_engine_cold_counters_t n;
+    engine_cold_counters(c, &n);
+    /* A rate measured over a few small copies is the memory's, not the disk's: trust it
+     * from 64 MiB on. */
+    double rate = n.capture_rate > 0 && c->n.captured_blocks * c->payload_size >= (64u << 20) ? n.capture_rate
+                                                                                          : EXIT_DEFAULT_RATE;
+    double ms = EXIT_BASE_MS + 1.5 * (double)(n.awaiting_bytes + n.store.queue_len * c->payload_size) / rate * 1e3;
+    return ms > 24.0 * 3600 * 1000 ? 24 * 3600 * 1000 : (int)ms;
 }
 
 void engine_cold_flush(engine_cold_t *c)

@@ -62,6 +62,9 @@ bool engine_cold_poll(engine_cold_t *c);
  * from the public call and at close). */
 int engine_cold_persist(engine_cold_t *c, int deadline_ms, bool held_too, cairn_cold_persist_report_t *out);
 
+/* cairn_engine_cold_exit_ms. */
+int engine_cold_exit_ms(const engine_cold_t *c);
+
 /* cairn_engine_cold_last_turn. */
 void engine_cold_last_turn(const engine_cold_t *c, cairn_engine_cold_turn_t *out);
 

@@ -176,8 +176,10 @@ static void *capturer_main(void *arg)
         c->busy = j;
         pthread_mutex_unlock(&c->mu);
         bool queued = false;
+        double t0 = cairn_now_ms();
         int rc = put_job(c, j, &queued);
         pthread_mutex_lock(&c->mu);
+        c->st.busy_ms += cairn_now_ms() - t0;
         c->busy = NULL;
         j->status = rc;
         if (rc == CAIRN_OK) {
