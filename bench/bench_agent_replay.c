@@ -23,7 +23,7 @@
  * vocab 32000), f16 weights, paged bf16 K/V (64 KiB per 16-token block), f32 math.
  *
  * usage: bench_agent_replay [--sessions S] [--turns T] [--system N] [--tool R] [--gen G]
- *                           [--restart-after K] [--threads N] [--pool-mib M] [--dir DIR]
+ *                           [--restart-after K] [--restart-every] [--threads N] [--pool-mib M] [--dir DIR]
  *                           [--no-compare]
  * Defaults: 4 sessions, 8 turns, a 2048-token system prompt, 200-token tool results,
  * 16-token replies, restart after turn 4, 2 threads, 256 MiB pool, a new directory under
@@ -42,6 +42,7 @@
 typedef struct {
     int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;
     bool compare;
+    bool restart_every; /* --restart-every: a restart before every turn but the first */
 } opts_t;
 
 static double now(void)
@@ -239,7 +240,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
            "cold", "computed", "cached", "TTFT avg", "TTFT max", "wall s");
     tally_t total = {0};
     for (int t = 0; t < o->turns; t++) {
-        if (t > 0 && t == o->restart_after) {
+        if (t > 0 && (t == o->restart_after || o->restart_every)) {
             double r0 = now();
             cairn_sched_destroy(s, 1000);
             cairn_engine_destroy(e); /* drains the cold tier's writer queue */
@@ -332,6 +333,10 @@ static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
             *dir = argv[++i];
             continue;
         }
+        if (!strcmp(a, "--restart-every")) {
+            o->restart_every = true;
+            continue;
+        }
         dst = !strcmp(a, "--sessions")        ? &o->sessions
               : !strcmp(a, "--turns")         ? &o->turns
               : !strcmp(a, "--system")        ? &o->system
@@ -357,8 +362,8 @@ int main(int argc, char **argv)
     const char *dir_arg = NULL;
     if (parse_opts(argc, argv, &o, &dir_arg)) {
         fprintf(stderr, "usage: bench_agent_replay [--sessions S] [--turns T] [--system N] "
-                        "[--tool R] [--gen G] [--restart-after K] [--threads N] [--pool-mib M] "
-                        "[--dir DIR] [--no-compare]\n");
+                        "[--tool R] [--gen G] [--restart-after K] [--restart-every] [--threads N] "
+                        "[--pool-mib M] [--dir DIR] [--no-compare]\n");
         return 2;
     }
     char root[] = "/tmp/cairn-bench-replay-XXXXXX";

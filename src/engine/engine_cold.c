@@ -758,6 +758,8 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     if (!c || !s)
         return;
     engine_capture_t *k = &c->cap;
+    cairn_engine_cold_turn_t t = {.reason = cairn_cold_policy_name(k->policy)};
+    k->last = t; /* a walk that finds nothing still reports this turn, not the previous one */
     const cairn_kv_seq_t *seq = kv_paged_seq_core(s);
     if (!seq || cairn_kv_seq_preempted(seq))
         return;
@@ -768,7 +770,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     if (n_full == 0)
         return;
     double t0 = cairn_now_seconds();
-    cairn_engine_cold_turn_t t = {.blocks = (uint32_t)n_full, .reason = cairn_cold_policy_name(k->policy)};
+    t.blocks = (uint32_t)n_full;
     if (k->thread) {
         const bool ready = k->policy == CAIRN_COLD_WRITE_THROUGH;
         const cairn_kv_hash_t *domain = kv_paged_seq_domain(s);
