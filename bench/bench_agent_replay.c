@@ -319,7 +319,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
 
 static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
 {
-    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true};
+    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = NULL;
