@@ -25,7 +25,7 @@
  * 3-tap short convolutions): its prefixes restore from blocks plus conv-state sidecars.
  *
  * usage: bench_agent_replay [--sessions S] [--turns T] [--system N] [--tool R] [--gen G]
- *                           [--restart-after K] [--threads N] [--pool-mib M] [--dir DIR]
+ *                           [--restart-after K] [--restart-every] [--threads N] [--pool-mib M] [--dir DIR]
  *                           [--no-compare] [--arch llama|lfm2]
  * Defaults: 4 sessions, 8 turns, a 2048-token system prompt, 200-token tool results,
  * 16-token replies, restart after turn 4, 2 threads, 256 MiB pool, a new directory under
@@ -44,6 +44,7 @@
 typedef struct {
     int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;
     bool compare;
+    bool restart_every; /* --restart-every: a restart before every turn but the first */
     bool lfm2;      /* --arch lfm2: the hybrid of the same sizes */
 } opts_t;
 
@@ -242,7 +243,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
            "cold", "computed", "cached", "TTFT avg", "TTFT max", "wall s");
     tally_t total = {0};
     for (int t = 0; t < o->turns; t++) {
-        if (t > 0 && t == o->restart_after) {
+        if (t > 0 && (t == o->restart_after || o->restart_every)) {
             double r0 = now();
             cairn_sched_destroy(s, 1000);
             cairn_engine_destroy(e); /* drains the cold tier's writer queue */
@@ -321,12 +322,16 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
 
 static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
 {
-    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true, false};
+    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true, false, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = NULL;
         if (!strcmp(a, "--no-compare")) {
             o->compare = false;
+            continue;
+        }
+        if (!strcmp(a, "--restart-every")) {
+            o->restart_every = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -367,8 +372,8 @@ int main(int argc, char **argv)
     const char *dir_arg = NULL;
     if (parse_opts(argc, argv, &o, &dir_arg)) {
         fprintf(stderr, "usage: bench_agent_replay [--sessions S] [--turns T] [--system N] "
-                        "[--tool R] [--gen G] [--restart-after K] [--threads N] [--pool-mib M] "
-                        "[--dir DIR] [--no-compare] [--arch llama|lfm2]\n");
+                        "[--tool R] [--gen G] [--restart-after K] [--restart-every] [--threads N] "
+                        "[--pool-mib M] [--dir DIR] [--no-compare] [--arch llama|lfm2]\n");
         return 2;
     }
     char root[] = "/tmp/cairn-bench-replay-XXXXXX";

@@ -161,8 +161,23 @@ CAIRN_API int cairn_kv_cache_lookup_hashes(cairn_kv_cache_t *cache, const cairn_
                                  size_t *prefix_len);
 
 /* Evicts up to `n` least recently used cached blocks (unregistering them) into the free
- * queue; *evicted (may be NULL) receives how many. Cost: O(n). */
+ * queue; *evicted (may be NULL) receives how many. The evict filter is not asked (a
+ * tool's explicit eviction). Cost: O(n). */
 CAIRN_API void cairn_kv_cache_evict(cairn_kv_cache_t *cache, uint32_t n, uint32_t *evicted);
+
+/*
+ * Write-back (the cold tier): asked before the allocator evicts a cached block of paged
+ * group `group` published under (hash, domain). true lets it go; false keeps it cached
+ * for now (its owner persists it first and pins it for the copy later), and the
+ * allocator tries the next least recently used block. The filter may be asked several
+ * times about one block in one allocation and must give the same answer each time; it
+ * runs on the engine thread inside the cairn_kv_* call that needs room and must not call
+ * back into the cache. When the blocks it lets go cannot cover a request, the request
+ * fails with CAIRN_EEXHAUSTED and nothing is evicted. NULL fn: no filter. O(1).
+ */
+typedef bool (*cairn_kv_evict_filter_fn)(void *user, uint32_t block, uint32_t group, const cairn_kv_hash_t *hash,
+                                         const cairn_kv_hash_t *domain);
+CAIRN_API void cairn_kv_cache_set_evict_filter(cairn_kv_cache_t *cache, cairn_kv_evict_filter_fn fn, void *user);
 
 /*
  * Grows the pool so that at least `free_needed` blocks are free, following the growth rule

@@ -91,6 +91,12 @@ typedef struct {
     /* Which rule reduced the cold-tier restore (cairn_seq_cold_reason: "sidecar_missing",
      * "corrupt", ...), NULL when the cold tier was not consulted. */
     const char *cold_reason;
+    /* Persistence of this turn's full blocks (cold tier; cairn_engine_cold_last_turn at
+     * the request's end): queued now (not on disk), already on disk or queued, still
+     * waiting for the pin budget, blocks the capture thread wrote since the previous turn,
+     * and the policy ("write-through", "write-back": held until eviction or exit, "off"). */
+    int persist_queued, persist_already, persist_deferred, persist_written;
+    const char *persist_policy;
 } cairn_req_usage_t;
 
 typedef struct {
@@ -172,6 +178,11 @@ typedef struct {
     uint64_t cold_sidecar_drops, cold_sidecar_objects, cold_sidecar_bytes;
     uint64_t cold_restores_reduced, cold_restores_suppressed;
     uint64_t cold_restore_miss[CAIRN_ENGINE_COLD_MISS_REASONS];
+    /* Background capture: blocks found not on disk and queued, copy walks stopped by the
+     * pin budget, evictions held back for write-back; gauges: blocks and bytes awaiting
+     * write (not yet accepted by the store, plus what its queue holds) and pinned bytes. */
+    uint64_t cold_capture_queued, cold_capture_deferrals, cold_writeback_holds, cold_capture_lost;
+    uint64_t cold_awaiting_blocks, cold_awaiting_bytes, cold_pinned_bytes;
 } cairn_sched_stats_t;
 
 /* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the

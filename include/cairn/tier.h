@@ -124,6 +124,72 @@ typedef struct {
 CAIRN_API int cairn_tier_capture_chain(cairn_tier_store_t *s, size_t n, cairn_tier_object_fn fn, void *user,
                              const cairn_tier_capture_budget_t *budget, cairn_tier_capture_result_t *res);
 
+/* ---- Background capture ------------------------------------------------------------------ */
+
+/*
+ * A capturer copies objects into a store on a thread of its own, so the thread that owns
+ * the payloads (the engine thread, whose pool blocks they are) never waits for the copy or
+ * for room in the store's queue. The owner keeps each payload valid and unchanged from
+ * submit until the job comes back through reap (the engine pins the pool block), and
+ * bounds what it holds that way itself (a byte budget). Jobs are put in submission
+ * order; each waits as long as it takes for room in the store (the owner's thread is not
+ * the one waiting), until stop.
+ *
+ * Thread-safety: submit, reap, pending and stats from one owner thread or several
+ * (internally locked); the put runs on the capturer's thread; create/destroy not
+ * concurrent with anything.
+ */
+typedef struct cairn_tier_capturer cairn_tier_capturer_t;
+
+typedef struct {
+    uint64_t submitted;        /* jobs accepted by submit */
+    uint64_t put;              /* jobs the store accepted (queued for writing, or held already) */
+    uint64_t already;          /* of put, objects the store held or had accepted before */
+    uint64_t failed;           /* jobs the store refused (layout, kind, memory) */
+    uint64_t canceled;         /* jobs stop() gave back unput */
+    uint64_t bytes_put;        /* payload bytes of put jobs that were queued */
+    double wait_ms;            /* time the capturer's thread waited for room in the store */
+    double busy_ms;            /* time it spent in puts (waits included): bytes_put / busy_ms is
+                                  the rate the store takes objects at, i.e. the disk's when
+                                  its queue is full */
+    uint32_t in_flight;        /* submitted, not yet reaped */
+} cairn_tier_capturer_stats_t;
+
+/* Starts a capturer over s (borrowed: it must outlive the capturer). Errors: CAIRN_EINVAL,
+ * CAIRN_ENOMEM, CAIRN_EIO (thread creation). */
+CAIRN_API int cairn_tier_capturer_create(cairn_tier_store_t *s, cairn_tier_capturer_t **out);
+
+/*
+ * Hands an object to the capturer: key, parent, tokens and layout are copied now, the
+ * payload is BORROWED until the job is reaped. `tag` comes back with it. Never waits for
+ * the store. Errors: CAIRN_EINVAL, CAIRN_ENOMEM, CAIRN_ESTATE (stopped).
+ */
+CAIRN_API int cairn_tier_capturer_submit(cairn_tier_capturer_t *c, const cairn_tier_object_t *obj, uint64_t tag);
+
+/*
+ * Calls fn(user, tag, status) for every finished job, in the order they finished, and
+ * forgets them: status 0 (the store has it or accepted it), the put's error
+ * (CAIRN_EINVAL, CAIRN_EUNSUPPORTED, CAIRN_ENOMEM) or CAIRN_ECANCELED (given back by
+ * stop). After fn returns the payload is the owner's again. fn must not call into the
+ * capturer. Returns how many jobs were reaped.
+ */
+CAIRN_API size_t cairn_tier_capturer_reap(cairn_tier_capturer_t *c, void (*fn)(void *user, uint64_t tag, int status),
+                                          void *user);
+
+/* Waits up to wait_ms for at least one job to finish (0: do not wait); true when some
+ * finished job awaits reap. */
+CAIRN_API bool cairn_tier_capturer_wait(cairn_tier_capturer_t *c, uint32_t wait_ms);
+
+/* Stops taking jobs: the put in progress completes, every job not yet put finishes with
+ * CAIRN_ECANCELED (reap them to get their payloads back), and the thread exits. Idempotent. */
+CAIRN_API void cairn_tier_capturer_stop(cairn_tier_capturer_t *c);
+
+CAIRN_API void cairn_tier_capturer_stats(cairn_tier_capturer_t *c, cairn_tier_capturer_stats_t *out);
+
+/* Stops, then frees the capturer; jobs not reaped are forgotten (their payloads are the
+ * owner's at once: the thread no longer reads them). NULL is a no-op. */
+CAIRN_API void cairn_tier_capturer_destroy(cairn_tier_capturer_t *c);
+
 /* ---- Restore --------------------------------------------------------------------------- */
 
 /* Where a restore puts a chain's payloads. */

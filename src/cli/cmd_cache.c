@@ -9,10 +9,12 @@
  * store's own. Opening a store already removes leftover temporary files and objects whose
  * header is invalid (counted in the corruptions it reports).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cairn/cold_tier.h"
@@ -90,6 +92,42 @@ static int print_entry(void *user, const cairn_tier_entry_t *e)
     return 0;
 }
 
+/* Objects being written right now: the temporary files (".tmp.*") of live writers in the
+ * model directory's shards, their count and bytes (what a running server has accepted and
+ * not yet committed; its own queue and the blocks it has not copied yet are in its
+ * /metrics: cairn_cold_awaiting_bytes). */
+static void in_flight(const char *dir, uint64_t *n, uint64_t *bytes)
+{
+    *n = *bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 2)
+            continue;
+        char shard[4096];
+        snprintf(shard, sizeof shard, "%s/%s", dir, de->d_name);
+        DIR *sd = opendir(shard);
+        if (!sd)
+            continue;
+        struct dirent *fe;
+        while ((fe = readdir(sd))) {
+            if (strncmp(fe->d_name, ".tmp.", 5))
+                continue;
+            char path[8192];
+            struct stat st;
+            snprintf(path, sizeof path, "%s/%s", shard, fe->d_name);
+            if (stat(path, &st) == 0) {
+                (*n)++;
+                *bytes += (uint64_t)st.st_size;
+            }
+        }
+        closedir(sd);
+    }
+    closedir(d);
+}
+
 static int run_model(void *user, const cairn_tier_hash_t *fp)
 {
     ctx_t *c = user;
@@ -115,13 +153,17 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
             printf("{\"model\":\"%s\",\"stats\":%s}\n", hex, js ? js : "null");
             cairn_free(js);
         } else {
+            uint64_t nw = 0, bw = 0;
+            in_flight(st.root, &nw, &bw);
             printf("model %s\n  dir          %s\n  objects      %llu\n  bytes        %llu\n"
                    "  blocks       %llu (%llu bytes)\n  sidecars     %llu (%llu bytes)\n"
-                   "  removed      %llu invalid or stray files at open\n",
+                   "  removed      %llu invalid or stray files at open\n"
+                   "  awaiting     %llu bytes being written by running processes (%llu objects)\n",
                    hex, st.root, (unsigned long long)st.objects, (unsigned long long)st.used_bytes,
                    (unsigned long long)(st.objects - st.state_objects),
                    (unsigned long long)(st.used_bytes - st.state_bytes), (unsigned long long)st.state_objects,
-                   (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions);
+                   (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions,
+                   (unsigned long long)bw, (unsigned long long)nw);
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);

@@ -248,6 +248,20 @@ void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_count
 
 void cairn_engine_cold_flush(cairn_engine_t *e) { engine_cold_flush(e->cold); }
 
+bool cairn_engine_cold_poll(cairn_engine_t *e) { return e && engine_cold_poll(e->cold); }
+
+void cairn_engine_cold_last_turn(const cairn_engine_t *e, cairn_engine_cold_turn_t *out)
+{
+    engine_cold_last_turn(e ? e->cold : NULL, out);
+}
+
+int cairn_engine_cold_exit_ms(const cairn_engine_t *e) { return e ? engine_cold_exit_ms(e->cold) : 0; }
+
+int cairn_engine_cold_persist(cairn_engine_t *e, int deadline_ms, cairn_cold_persist_report_t *out)
+{
+    return engine_cold_persist(e ? e->cold : NULL, deadline_ms, true, out);
+}
+
 /* ---- Sequences ---------------------------------------------------------------------- */
 
 static int check_tokens(const cairn_engine_t *e, const int32_t *tokens, int n)
@@ -366,6 +380,7 @@ int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *to
     int rc = seq_new(e, cache_salt, &s);
     if (rc)
         return rc;
+    (void)engine_cold_poll(e->cold); /* unpinned copies may be evicted for this prompt */
     /* Cold tier: blocks past the hot prefix are loaded into the pool as cached blocks, so
      * the core's admission below attaches them like hot ones. */
     int hot = 0, restored_blocks = 0;
@@ -388,6 +403,7 @@ int cairn_seq_begin_async(cairn_engine_t *e, const char *cache_salt, const int32
     int rc = seq_new(e, cache_salt, &s);
     if (rc)
         return rc;
+    (void)engine_cold_poll(e->cold); /* unpinned copies may be evicted for this prompt */
     int hot = 0;
     s->cold_miss = -1;
     if (cold_applies(e, s, tokens, n_tokens)) {
@@ -621,6 +637,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
     *n_rows = 0;
     if (n_items < 1 || !items)
         return CAIRN_EINVAL;
+    (void)engine_cold_poll(e->cold); /* copied blocks back, the next ones out: never waits */
 
     /* Validate: each sequence of this engine at most once, with enough pending tokens. */
     for (i = 0; i < n_items; i++) {

@@ -8,11 +8,14 @@
  * through cairn_engine_options_t.cold_store. It restores a prompt's full blocks past the
  * hot prefix into the pool before the KV core admits the prompt (so the core attaches them
  * like any cached block) and captures a sequence's full computed blocks at the end of a
- * turn. Everything it does is best-effort: a failure is counted and logged, never
+ * turn through a capture thread that copies pinned pool blocks into the store (write-back
+ * keeps an unpersisted block from eviction until it is copied). Everything it does is
+ * best-effort: a failure is counted and logged, never
  * returned to inference, and invalid objects are never used.
  *
- * Thread-safety: engine thread only (a store's own threads, and the tier's I/O thread
- * that runs restore reads for engine_cold_restore_async, are internal).
+ * Thread-safety: engine thread only (the capture thread, the I/O thread that runs
+ * restore reads for engine_cold_restore_async, and a store's own threads are internal:
+ * they touch only pinned blocks and their own buffers).
  */
 #ifndef CAIRN_ENGINE_COLD_H
 #define CAIRN_ENGINE_COLD_H
@@ -72,13 +75,30 @@ bool engine_cold_async(const engine_cold_t *c);
 /* Records the tokens a begin actually attached from restored blocks (counters). */
 void engine_cold_note_restored(engine_cold_t *c, int tokens);
 
-/* Queues the full computed blocks of s that are not on disk yet (per-turn budget and
- * deadline), then (hybrids) the sidecars of the anchors they reach, then appends the
- * per-turn trace line labelled `label`. prompt_len: tokens up to the end of s's latest
- * prompt (a sliding-only family anchors there, as checkpoints do). */
+/* Queues the full computed blocks of s that are not on disk yet for the capture thread
+ * (write-through: now; write-back: held until the pool would evict them, or exit), pins
+ * and hands over what the pin budget allows, then (hybrids) puts the sidecars of the
+ * anchors the persisted chain reaches, then appends the per-turn trace line labelled
+ * `label`. prompt_len: tokens up to the end of s's latest prompt (a sliding-only family
+ * anchors there, as checkpoints do). Never waits for the disk or the block copies. */
 void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_len, const char *label);
 
+/* cairn_engine_cold_poll: takes back copied blocks, hands over the next; true while
+ * blocks are queued or being copied. NULL: false. */
+bool engine_cold_poll(engine_cold_t *c);
+
+/* cairn_engine_cold_persist; held_too also queues write-back's held blocks (always true
+ * from the public call and at close). */
+int engine_cold_persist(engine_cold_t *c, int deadline_ms, bool held_too, cairn_cold_persist_report_t *out);
+
+/* cairn_engine_cold_exit_ms. */
+int engine_cold_exit_ms(const engine_cold_t *c);
+
+/* cairn_engine_cold_last_turn. */
+void engine_cold_last_turn(const engine_cold_t *c, cairn_engine_cold_turn_t *out);
+
 void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *out);
+/* Drives the capture until nothing is queued or in flight, then waits for the store. */
 void engine_cold_flush(engine_cold_t *c);
 
 #endif

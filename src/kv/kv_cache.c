@@ -13,8 +13,9 @@
  *    <= max_blocks; storage never moves.
  * Allocation policy for a request of `needed` blocks: if the free queue is short, grow once
  * to min(max, max(2 x current, current + deficit)); if still short and free + cached
- * covers it, evict least recently used cached blocks; otherwise CAIRN_EEXHAUSTED with
- * nothing evicted. Because callers ask for their whole need up front, an allocation loop
+ * covers it, evict least recently used cached blocks (those a write-back filter lets go:
+ * the cold tier keeps a block cached until it is persisted); otherwise CAIRN_EEXHAUSTED
+ * with nothing evicted. Because callers ask for their whole need up front, an allocation loop
  * can never run dry midway, so no mid-loop retry is needed.
  * Thread-safety: one engine thread per cache; nothing here locks.
  */
@@ -384,15 +385,21 @@ static int grow_to(cairn_kv_cache_t *c, uint32_t new_n)
     return CAIRN_OK;
 }
 
-static void evict_one(cairn_kv_cache_t *c)
+static void evict_block(cairn_kv_cache_t *c, uint32_t id)
 {
-    uint32_t id = c->pool.lru.head;
     kv_block_t *b = &c->pool.blocks[id];
     kv_index_remove(&c->index, block_index_hash(&b->hash, b->group), id);
     kv_block_pool_uncache(&c->pool, id);
     c->evictions++;
     if (c->evict_observer)
         c->evict_observer(c->evict_observer_user, id);
+}
+
+/* Whether the write-back filter lets cached block id go (no filter: always). */
+static bool may_evict(cairn_kv_cache_t *c, uint32_t id)
+{
+    const kv_block_t *b = &c->pool.blocks[id];
+    return !c->evict_filter || c->evict_filter(c->evict_filter_user, id, b->group, &b->hash, &b->domain);
 }
 
 int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed)
@@ -418,9 +425,33 @@ int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed)
         return CAIRN_OK;
     if ((size_t)c->pool.free.count + c->pool.lru.count < needed)
         return grow_rc ? grow_rc : CAIRN_EEXHAUSTED;
-    while (c->pool.free.count < needed)
-        evict_one(c);
+    if (!c->evict_filter) {
+        while (c->pool.free.count < needed)
+            evict_block(c, c->pool.lru.head);
+        return CAIRN_OK;
+    }
+    /* With a write-back filter: count the blocks it lets go first, so a request they
+     * cannot cover evicts nothing; then evict those, least recently used first. */
+    size_t want = needed - c->pool.free.count, n = 0;
+    for (uint32_t id = c->pool.lru.head; id != KV_NONE && n < want; id = c->pool.blocks[id].next)
+        n += may_evict(c, id);
+    if (n < want)
+        return grow_rc ? grow_rc : CAIRN_EEXHAUSTED;
+    for (uint32_t id = c->pool.lru.head; id != KV_NONE && c->pool.free.count < needed;) {
+        uint32_t next = c->pool.blocks[id].next;
+        if (may_evict(c, id))
+            evict_block(c, id);
+        id = next;
+    }
     return CAIRN_OK;
+}
+
+void cairn_kv_cache_set_evict_filter(cairn_kv_cache_t *c, cairn_kv_evict_filter_fn fn, void *user)
+{
+    if (!c)
+        return;
+    c->evict_filter = fn;
+    c->evict_filter_user = user;
 }
 
 uint32_t kv_cache__alloc(cairn_kv_cache_t *c)
@@ -454,7 +485,7 @@ void cairn_kv_cache_evict(cairn_kv_cache_t *c, uint32_t n, uint32_t *evicted)
 {
     uint32_t done = 0;
     while (done < n && c->pool.lru.count > 0) {
-        evict_one(c);
+        evict_block(c, c->pool.lru.head);
         done++;
     }
     if (evicted)

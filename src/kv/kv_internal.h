@@ -233,6 +233,8 @@ struct cairn_kv_cache {
     uint64_t hits, misses, hit_tokens, query_tokens, evictions, grows, cow_copies;
     kv_evict_observer_fn evict_observer;
     void *evict_observer_user;
+    cairn_kv_evict_filter_fn evict_filter; /* write-back: may keep a cached block (NULL: none) */
+    void *evict_filter_user;
 };
 
 /* Makes `needed` blocks free: one grow if short, then eviction of LRU cached blocks.

@@ -293,6 +293,23 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
     for (int i = 0; i < CAIRN_ENGINE_COLD_MISS_REASONS; i++)
         put(&b, "cairn_cold_restore_miss_total{reason=\"%s\"} %llu\n", cairn_tier_miss_name((cairn_tier_miss_t)i),
             (unsigned long long)st->cold_restore_miss[i]);
+    put_counter(&b, "cairn_cold_capture_queued_total",
+                "Full KV blocks found not on disk at the end of a turn and queued for persistence.",
+                st->cold_capture_queued);
+    put_counter(&b, "cairn_cold_capture_deferrals_total",
+                "Times the background capture waited: its budget of pinned bytes was full.",
+                st->cold_capture_deferrals);
+    put_counter(&b, "cairn_cold_writeback_holds_total",
+                "Evictions held back until the cached block was persisted (write-back).",
+                st->cold_writeback_holds);
+    put_counter(&b, "cairn_cold_capture_lost_total", "Queued KV blocks gone from the pool before their copy.",
+                st->cold_capture_lost);
+    put_gauge(&b, "cairn_cold_awaiting_blocks", "KV blocks queued for persistence, not yet handed to the store.",
+              (double)st->cold_awaiting_blocks);
+    put_gauge(&b, "cairn_cold_awaiting_bytes", "Bytes of KV blocks awaiting write.",
+              (double)st->cold_awaiting_bytes);
+    put_gauge(&b, "cairn_cold_pinned_bytes", "Bytes of pool blocks pinned for a copy in flight.",
+              (double)st->cold_pinned_bytes);
     put_counter(&b, "cairn_sched_requests_canceled_total", "Requests canceled (disconnects).",
                 st->requests_canceled);
     put_counter(&b, "cairn_sched_preemptions_total", "Requests preempted for pool space.",

@@ -70,6 +70,8 @@ typedef struct {
     bool has_tok;                   /* the last generated token is not fed yet */
     bool restoring;                 /* running, but its cold-tier restore is still reading
                                        (cairn_seq_begin_async): no pending token yet */
+    bool sync_begin;                /* its restored admission found no room: the next
+                                       admission is a plain cairn_seq_begin */
     bool done;
     uint64_t admit_seq;             /* admission order: the largest is the newest */
 } sched_run_t;
@@ -371,6 +373,14 @@ static void run_finish(cairn_sched_t *s, sched_run_t *u, cairn_finish_reason_t w
     u->done = true;
     cairn_seq_release(u->seq);
     u->seq = NULL;
+    /* What the release's capture walk queued for the disk (the request log's fields). */
+    cairn_engine_cold_turn_t ct;
+    cairn_engine_cold_last_turn(s->engine, &ct);
+    r->usage.persist_queued = (int)ct.queued;
+    r->usage.persist_already = (int)ct.already;
+    r->usage.persist_deferred = (int)ct.deferred;
+    r->usage.persist_written = (int)ct.written;
+    r->usage.persist_policy = ct.reason;
     remove_ptr(s->running, &s->n_running, u);
     r->n_done++;
     bool final = r->n_done == r->n;
@@ -467,6 +477,10 @@ static void feed_decodes(cairn_sched_t *s)
             u->has_tok = false;
             continue;
         }
+        /* Cached blocks the cold tier is persisting before they may be evicted: the
+         * feeds wait a step (or a few) for the copies instead of preempting or failing. */
+        if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+            return;
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 1 &&
             (rc = preempt(s, newest_running(s))) == CAIRN_OK)
             continue;
@@ -517,12 +531,24 @@ static void admit(cairn_sched_t *s)
         int cached = 0;
         /* The cold tier's reads run off the engine thread: a run whose restore is still
          * reading waits in `running` as restoring while the batch keeps stepping. */
-        if (rc == CAIRN_OK)
+        if (rc == CAIRN_OK && u->sync_begin)
+            rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+        else if (rc == CAIRN_OK)
             rc = cairn_seq_begin_async(s->engine, u->req->salt, u->toks, u->n_toks, &seq);
         if (rc == CAIRN_OK && !cairn_seq_restoring(seq) && (rc = cairn_seq_begin_finish(seq, &cached)))
             seq = NULL; /* released by the failed admission */
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
             return; /* the pool frees up as others finish; keep the order */
+        if (rc == CAIRN_EEXHAUSTED) {
+            /* Alone: cached blocks the cold tier holds back from eviction until they are
+             * persisted free up as the copies finish; wait while any is pending, and try
+             * once more when the last one just finished. */
+            if (cairn_engine_cold_poll(s->engine))
+                return;
+            rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+            if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+                return;
+        }
         if (rc) {
             req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
                                         ? "the KV pool cannot hold this prompt"
@@ -562,9 +588,13 @@ static void poll_restoring(cairn_sched_t *s)
         }
         u->seq = NULL; /* released by the failed admission */
         remove_ptr(s->running, &s->n_running, u);
-        if (rc == CAIRN_EEXHAUSTED && s->n_running > 0 &&
+        /* No room: back to the front of `waiting`, where admission's rules (wait while
+         * others run or the cold tier's write-back copies are pending) apply to a plain
+         * begin, so a run that cannot fit ends the way any other does. */
+        if (rc == CAIRN_EEXHAUSTED &&
             cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting),
                                  16) == CAIRN_OK) {
+            u->sync_begin = true;
             memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
             s->waiting[0] = u;
             s->n_waiting++;
@@ -675,7 +705,8 @@ static bool step(cairn_sched_t *s)
         s->item_runs[n++] = u;
         rows += chunk;
     }
-    if (n == 0) { /* every running run is restoring: wait for the reads, briefly */
+    if (n == 0) { /* every run waits: for its restore's reads, or for a feed (the cold
+                   * tier's write-back): briefly */
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
         return false;
@@ -781,14 +812,34 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_restores_reduced = cc.restores_reduced;
     s->stats.cold_restores_suppressed = cc.restores_suppressed;
     memcpy(s->stats.cold_restore_miss, cc.miss, sizeof(cc.miss));
+    s->stats.cold_capture_queued = cc.capture_queued;
+    s->stats.cold_capture_deferrals = cc.capture_deferrals;
+    s->stats.cold_writeback_holds = cc.writeback_holds;
+    s->stats.cold_capture_lost = cc.capture_lost;
+    s->stats.cold_awaiting_blocks = cc.awaiting_blocks;
+    s->stats.cold_awaiting_bytes = cc.awaiting_bytes;
+    s->stats.cold_pinned_bytes = cc.pinned_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 
 /* Takes the inbox and the cancel list; returns false when the thread should exit. */
 static bool collect(cairn_sched_t *s, bool idle)
 {
+    /* An idle engine thread still drives the cold tier's background capture (it alone
+     * may pin and unpin pool blocks): while copies are pending it wakes every 2 ms. */
+    bool capturing = idle && cairn_engine_cold_poll(s->engine);
     pthread_mutex_lock(&s->mu);
-    while (idle && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
+    if (capturing && !s->inbox_head && !s->n_cancels && !s->stopping) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 2 * 1000 * 1000;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+    }
+    while (idle && !capturing && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
         pthread_cond_wait(&s->cv, &s->mu);
     sched_req_t *in = s->inbox_head;
     s->inbox_head = s->inbox_tail = NULL;

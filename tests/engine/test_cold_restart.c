@@ -10,9 +10,11 @@
  *    corruption in (2);
  *  - corruption of one stored object (bit flip, truncation, another block's object under
  *    its name): the restore stops there, the object is deleted and counted, output equal;
- *  - kill -9 of persisting `cairn generate` processes at random moments, 100 times: each
- *    restart serves only valid K/V (logits equal) and leaves no temporary file behind
- *    (argument "kill": run alone, as ctest's test_cold_kill);
+ *  - kill -9 of persisting `cairn generate` processes at random moments (its background
+ *    capture and the exit's persistence), 100 times: each restart serves only valid K/V
+ *    (logits equal), restores every block the killed process acknowledged (its final
+ *    names, from block 0) and leaves no temporary file behind (argument "kill": run
+ *    alone, as ctest's test_cold_kill);
  *  - ENOSPC / EIO injected through cairn_io_set_hook during capture: counted, output equal;
  *  - two processes sharing one cache directory at the same time.
  */
@@ -692,6 +694,23 @@ static pid_t spawn_generate(const char *model_dir, const char *root, const char 
  * then the conv-state sidecars of its anchors 16, 64, 256 and 320 tokens). */
 static const char *const kill_models[2] = {"llama", "lfm2"};
 
+/* The model directory (64 hex digits) under a cache root other than `not` (NULL: any). */
+static void find_store_dir(const char *root, const char *not, char *out, size_t len)
+{
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    struct dirent *de;
+    out[0] = '\0';
+    while ((de = readdir(d))) {
+        char p[1200];
+        snprintf(p, sizeof(p), "%s/%s", root, de->d_name);
+        if (strlen(de->d_name) == 64 && (!not || strcmp(p, not)))
+            snprintf(out, len, "%s", p);
+    }
+    closedir(d);
+    assert_true(out[0] != '\0');
+}
+
 static void test_crash_kill9(void **state)
 {
     (void)state;
@@ -716,13 +735,20 @@ static void test_crash_kill9(void **state)
     char root[512];
     make_root(root, sizeof(root), "crash");
 
-    /* How long one persisting run takes, to spread the kills over its whole life. */
+    /* How long one persisting run takes, to spread the kills over its whole life; and
+     * each model's store directory. */
     double t0 = now_ms();
     pid_t pid = spawn_generate(fixture_model_dir(model), root, "calibrate", ids_arg);
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     double span_ms = now_ms() - t0;
+    char store_dirs[2][1200];
+    find_store_dir(root, NULL, store_dirs[0], sizeof(store_dirs[0]));
+    pid = spawn_generate(fixture_model_dir(kill_models[1]), root, "calibrate", ids_args[1]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    find_store_dir(root, store_dirs[0], store_dirs[1], sizeof(store_dirs[1]));
     /* Bounded so the loop stays bounded in time, but wide enough that a sanitized build
      * (whose start-up alone can take most of a second) still sees kills after a capture. */
     if (span_ms > 3000)
@@ -778,13 +804,35 @@ static void test_crash_kill9(void **state)
             kill(pid, SIGKILL);
             assert_int_equal(waitpid(pid, &st, 0), pid);
         }
+        /* What the killed process acknowledged: the final names of its chain, from block
+         * 0 (a name appears only once its payload is synced). */
+        int acked = 0;
+        for (; acked < n / BS; acked++) {
+            char path[2048];
+            object_path(store_dirs[m], salt, alls[m], acked, path, sizeof(path));
+            if (access(path, F_OK) != 0)
+                break;
+        }
+        int expect = acked * BS;
+        if (m == 1) { /* the deepest anchor the acknowledged blocks reach with its sidecar */
+            static const int anchors[] = {20, 16, 4, 1};
+            expect = 0;
+            for (size_t a = 0; a < sizeof(anchors) / sizeof(anchors[0]) && !expect; a++) {
+                char path[2048];
+                sidecar_path(store_dirs[m], salt, alls[m], anchors[a] - 1, path, sizeof(path));
+                if (anchors[a] <= acked && access(path, F_OK) == 0)
+                    expect = anchors[a] * BS;
+            }
+        }
         /* Restart: whatever the killed writer left is either a valid object or garbage
-         * the store removes; the output is always the reference's. */
+         * the store removes; the output is always the reference's, and every acknowledged
+         * block restores (a hybrid: up to the deepest anchor whose sidecar is on disk). */
         job_t again = {model, root, salt, alls[m], n, NULL, 0};
         run_job(&again, r);
         assert_same_output(r, refs[m]);
         assert_int_equal(r->sidecar_corruptions, 0);
         assert_int_equal(r->corruptions, 0);
+        assert_int_equal(r->restored, expect);
         assert_int_equal(count_files(root, ".tmp."), 0);
         restored_runs += r->restored > 0;
         restored_total += r->restored;

@@ -483,6 +483,81 @@ static void test_lru_eviction_and_exhaustion(void **state)
     cairn_kv_cache_destroy(c);
 }
 
+/* The write-back filter: blocks it keeps are never evicted, the allocator takes the next
+ * least recently used ones instead, and a request the blocks it lets go cannot cover
+ * fails with nothing evicted. Fails if ensure_free ignores the filter (prompt 0's blocks,
+ * the LRU head, would go) or evicts part of a request it cannot finish. */
+typedef struct {
+    cairn_kv_hash_t keep[4];
+    int n_keep;
+    bool keep_all;
+    int asked;
+} filter_t;
+
+static bool keep_filter(void *user, uint32_t block, uint32_t group, const cairn_kv_hash_t *hash,
+                        const cairn_kv_hash_t *domain)
+{
+    (void)block;
+    (void)domain;
+    filter_t *f = user;
+    f->asked++;
+    assert_int_equal(group, 0);
+    if (f->keep_all)
+        return false;
+    for (int i = 0; i < f->n_keep; i++)
+        if (!memcmp(f->keep[i].bytes, hash->bytes, sizeof hash->bytes))
+            return false;
+    return true;
+}
+
+static void test_evict_filter(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t l = kvt_full(DIM);
+    cairn_kv_cache_t *c = make(&l, 1, 1, 0); /* 16 blocks, 15 usable */
+    int32_t t[3][9];
+    for (int i = 0; i < 3; i++) {
+        seqn(t[i], 9, 1000 * (i + 1));
+        cairn_kv_seq_release(run(c, NULL, t[i], 9, NULL), NULL);
+    }
+    filter_t f = {.n_keep = 2};
+    assert_int_equal(cairn_kv_cache_hash_blocks(c, NULL, NULL, 0, t[0], 8, f.keep), 0);
+    cairn_kv_cache_set_evict_filter(c, keep_filter, &f);
+    /* 11 blocks: 9 free + 2 cached; prompt 0's (the LRU head) are kept, prompt 1's go. */
+    int32_t big[44];
+    seqn(big, 44, 5000);
+    cairn_kv_seq_t *s = NULL;
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, big, 44, &s, NULL), 0);
+    check(c);
+    size_t P;
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 8);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[1], 9, &P), 0);
+    assert_int_equal(P, 0);
+    assert_true(f.asked >= 2);
+    cairn_kv_stats_t st;
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 2);
+    /* Keeping everything: a request that needs an eviction fails and evicts nothing. */
+    f.keep_all = true;
+    int32_t more[8];
+    seqn(more, 8, 9000);
+    assert_int_equal(cairn_kv_seq_append(s, more, 8), CAIRN_EEXHAUSTED);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 2);
+    assert_int_equal(st.blocks_cached, 4);
+    /* Letting prompt 2's blocks go (only prompt 0's kept): the append fits. */
+    f.keep_all = false;
+    assert_int_equal(cairn_kv_seq_append(s, more, 8), 0);
+    check(c);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 8);
+    cairn_kv_cache_set_evict_filter(c, NULL, NULL);
+    cairn_kv_seq_release(s, NULL);
+    check(c);
+    cairn_kv_cache_destroy(c);
+}
+
 /* A finished conversation releases its blocks last-first, so pressure trims it from its end:
  * after every eviction the next turn still finds the longest prefix left in the pool. With
  * a first-to-last release the first eviction would take block 0 and the next turn would
@@ -1044,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_block_pins),
         cmocka_unit_test(test_group_import),
         cmocka_unit_test(test_lru_eviction_and_exhaustion),
+        cmocka_unit_test(test_evict_filter),
         cmocka_unit_test(test_pressure_trims_conversation_from_its_end),
         cmocka_unit_test(test_grow_on_demand),
         cmocka_unit_test(test_fork_copy_on_write),

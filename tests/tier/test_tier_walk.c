@@ -17,6 +17,7 @@
 
 #include "tier/mem/mem_store.h"
 #include "tier/tier_test_util.h"
+#include "util/util.h"
 
 #define MAXB 64
 
@@ -533,6 +534,109 @@ static void test_capture_stops(void **state)
 
 /* ---- trace ---- */
 
+/* ---- background capture ---- */
+
+typedef struct {
+    int n;
+    uint64_t tags[64];
+    int status[64];
+} reaped_t;
+
+static void on_reaped(void *user, uint64_t tag, int status)
+{
+    reaped_t *r = user;
+    assert_true(r->n < 64);
+    r->tags[r->n] = tag;
+    r->status[r->n++] = status;
+}
+
+/* Reaps until n jobs came back (10 s at most). */
+static void reap_all(cairn_tier_capturer_t *c, reaped_t *r, int n)
+{
+    for (int spins = 0; r->n < n && spins < 1000; spins++) {
+        cairn_tier_capturer_wait(c, 10);
+        cairn_tier_capturer_reap(c, on_reaped, r);
+    }
+    assert_int_equal(r->n, n);
+}
+
+/* Submitting never waits for a slow store; every job comes back once, in order, status 0,
+ * and the store holds each object as it was; the payload is read only until reaped. */
+static void test_capturer_copies_off_thread(void **state)
+{
+    (void)state;
+    tier_mem_config_t cfg = {0, 2000}; /* 2 ms per put */
+    cairn_tier_store_t *s = mem(&cfg);
+    cairn_tier_capturer_t *c = NULL;
+    assert_int_equal(cairn_tier_capturer_create(s, &c), CAIRN_OK);
+    enum { N = 40 };
+    static int32_t tk[N][T_TOKENS];
+    static uint8_t pay[N][T_PAYLOAD];
+    double t0 = cairn_now_ms();
+    for (int i = 0; i < N; i++) {
+        cairn_tier_object_t o;
+        t_object(7, (size_t)i, &o, tk[i], pay[i]);
+        assert_int_equal(cairn_tier_capturer_submit(c, &o, (uint64_t)i), CAIRN_OK);
+        memset(tk[i], 0, sizeof tk[i]); /* tokens were copied at submit */
+    }
+    double submit_ms = cairn_now_ms() - t0;
+    assert_true(submit_ms < 40.0); /* 40 puts take >= 80 ms: submit did not do them */
+    cairn_tier_capturer_stats_t st;
+    cairn_tier_capturer_stats(c, &st);
+    assert_int_equal(st.submitted, N);
+    reaped_t r = {0};
+    reap_all(c, &r, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r.tags[i], (uint64_t)i);
+        assert_int_equal(r.status[i], CAIRN_OK);
+    }
+    cairn_tier_capturer_stats(c, &st);
+    assert_int_equal(st.put, N);
+    assert_int_equal(st.in_flight, 0);
+    cairn_tier_key_t keys[N];
+    t_chain(7, N, keys, NULL);
+    assert_int_equal(cairn_tier_store_chain_length(s, keys, N), N);
+    cairn_tier_capturer_destroy(c);
+    cairn_tier_store_destroy(s);
+}
+
+/* A full store makes the capturer wait (counted), never the submitter; stop gives every
+ * job not put back as CAIRN_ECANCELED, and a stopped capturer takes nothing. */
+static void test_capturer_waits_and_stops(void **state)
+{
+    (void)state;
+    tier_mem_config_t cfg = {5, 0};
+    cairn_tier_store_t *s = mem(&cfg);
+    cairn_tier_capturer_t *c = NULL;
+    assert_int_equal(cairn_tier_capturer_create(s, &c), CAIRN_OK);
+    static int32_t tk[8][T_TOKENS];
+    static uint8_t pay[8][T_PAYLOAD];
+    for (int i = 0; i < 8; i++) {
+        cairn_tier_object_t o;
+        t_object(9, (size_t)i, &o, tk[i], pay[i]);
+        assert_int_equal(cairn_tier_capturer_submit(c, &o, (uint64_t)i), CAIRN_OK);
+    }
+    reaped_t r = {0};
+    reap_all(c, &r, 5);
+    assert_false(cairn_tier_capturer_wait(c, 30)); /* job 5 waits for room that never comes */
+    cairn_tier_capturer_stop(c);
+    reap_all(c, &r, 8);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(r.tags[i], (uint64_t)i);
+        assert_int_equal(r.status[i], i < 5 ? CAIRN_OK : CAIRN_ECANCELED);
+    }
+    cairn_tier_capturer_stats_t st;
+    cairn_tier_capturer_stats(c, &st);
+    assert_int_equal(st.put, 5);
+    assert_int_equal(st.canceled, 3);
+    assert_true(st.wait_ms > 0);
+    cairn_tier_object_t o;
+    t_object(9, 0, &o, tk[0], pay[0]);
+    assert_int_equal(cairn_tier_capturer_submit(c, &o, 99), CAIRN_ESTATE);
+    cairn_tier_capturer_destroy(c);
+    cairn_tier_store_destroy(s);
+}
+
 static void test_trace(void **state)
 {
     (void)state;
@@ -613,6 +717,8 @@ int main(void)
         cmocka_unit_test(test_hybrid_miss_reasons),
         cmocka_unit_test(test_capture_budget_and_present),
         cmocka_unit_test(test_capture_stops),
+        cmocka_unit_test(test_capturer_copies_off_thread),
+        cmocka_unit_test(test_capturer_waits_and_stops),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_fingerprint_numerics),
     };
