@@ -270,6 +270,13 @@ static void measure(const cairn_checkpoint_t *ck, const cairn_tokenizer_t *tok, 
     printf("  while restoring        %6d %8.1f %8.1f %8.1f\n", nd, pct(during, nd, 0.5), pct(during, nd, 0.99),
            nd ? during[nd - 1] : 0.0);
     cairn_sched_destroy(s, 1000);
+    cairn_engine_cold_counters_t cc;
+    cairn_engine_cold_counters(e, &cc);
+    printf("  engine thread in restores: %.1f ms per restore (%.1f ms in all, %llu restores; wall in "
+           "restores %.1f ms each)\n",
+           cc.restore_lookups ? cc.restore_engine_seconds * 1e3 / (double)cc.restore_lookups : 0.0,
+           cc.restore_engine_seconds * 1e3, (unsigned long long)cc.restore_lookups,
+           cc.restore_lookups ? cc.restore_seconds * 1e3 / (double)cc.restore_lookups : 0.0);
     cairn_engine_destroy(e);
     free(before);
     free(during);

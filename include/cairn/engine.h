@@ -283,6 +283,9 @@ typedef struct {
     uint64_t capture_walks;    /* capture walks (end of turn, release) */
     uint64_t captured_blocks;  /* blocks the capture thread handed to the store (queued for writing) */
     double restore_seconds;    /* wall time in restores (hashing, reads, publication) */
+    double restore_engine_seconds; /* of it, on the engine thread (all of it when the reads
+                                      run inline; start + install when they run on the
+                                      I/O thread): what a restore stalls the batch by */
     double capture_seconds;    /* engine-thread wall time of capture walks and pin/unpin */
     /* Hybrid families: STATE sidecars (docs/DESIGN.md, "Cold tier in the engine"). */
     uint64_t sidecar_reads;       /* sidecars read and validated at a boundary chosen */

@@ -263,6 +263,10 @@ CAIRN_API uint32_t cairn_kv_cache_find_block(const cairn_kv_cache_t *cache, uint
  * outside the pool; for unpin also a block without pins). Engine thread; O(1).
  */
 CAIRN_API int cairn_kv_cache_block_pin(cairn_kv_cache_t *cache, uint32_t block);
+/* Whether the pool lives in host memory (cairn_kv_storage_host): then a block's bytes,
+ * while it is pinned or imported, may be touched (filled, prefaulted with madvise) by any
+ * thread. Pure; O(1). */
+CAIRN_API bool cairn_kv_cache_host_storage(const cairn_kv_cache_t *cache);
 CAIRN_API int cairn_kv_cache_block_unpin(cairn_kv_cache_t *cache, uint32_t block);
 
 /* ---- Importing full blocks (cold-tier restore) ------------------------------------ */

@@ -301,6 +301,8 @@ uint32_t cairn_kv_cache_find_block(const cairn_kv_cache_t *c, uint32_t group, co
 
 uint32_t cairn_kv_cache_n_groups(const cairn_kv_cache_t *c) { return c->n_groups; }
 
+bool cairn_kv_cache_host_storage(const cairn_kv_cache_t *c) { return c && c->phys.ops == cairn_kv_storage_host(); }
+
 int cairn_kv_cache_group_info(const cairn_kv_cache_t *c, uint32_t group, cairn_kv_group_info_t *out)
 {
     if (!c || !out || group >= c->n_groups)
