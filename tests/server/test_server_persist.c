@@ -148,6 +148,7 @@ typedef struct {
 /* POST /v1/completions with the token ids, greedy, MAX_TOKENS, ignore_eos. */
 static void complete(int port, const int32_t *ids, reply_t *out)
 {
+    double t0 = now_ms();
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "model", "qwen3");
     cJSON_AddItemToObject(req, "prompt", cJSON_CreateIntArray((const int *)ids, N_PROMPT));
@@ -174,6 +175,7 @@ static void complete(int port, const int32_t *ids, reply_t *out)
     out->restored_tokens = cJSON_GetObjectItem(d, "cold_restored_tokens")->valueint;
     cJSON_Delete(j);
     http_resp_free(&r);
+    fprintf(stderr, "  request: %.0f ms (%d restored)\n", now_ms() - t0, out->restored_tokens);
 }
 
 static double metric(int port, const char *name)
