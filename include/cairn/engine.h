@@ -248,6 +248,32 @@ CAIRN_API const char *const *cairn_cold_eligible_families(void);
 /* Tokens of the sequence's prompt restored from the cold tier by cairn_seq_begin (they
  * count in cairn_seq_n_past, not in *n_cached, which is the hot prefix only). */
 CAIRN_API int cairn_seq_restored_tokens(const cairn_seq_t *s);
+/*
+ * cairn_seq_begin with the cold-tier restore's reads off the engine thread: when the
+ * store holds blocks past the hot prefix, *out is a sequence in the "restoring" state
+ * (its reads run on the tier's I/O thread; the engine keeps stepping other sequences)
+ * and cairn_seq_begin_finish admits it once cairn_seq_restoring() is false (or waits
+ * for the reads). Otherwise, and when the knob CAIRN_COLD_RESTORE_ASYNC=0 or the tier is
+ * off, this is cairn_seq_begin: *out is admitted already and _begin_finish does nothing.
+ * A restoring sequence must not be stepped, fed or forked; cairn_seq_release waits for
+ * its reads. Errors as cairn_seq_begin's. Engine thread.
+ */
+CAIRN_API int cairn_seq_begin_async(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+                                    int n_tokens, cairn_seq_t **out);
+/* Whether s is still waiting for its restore's reads. O(1). */
+CAIRN_API bool cairn_seq_restoring(const cairn_seq_t *s);
+/* Installs what the restore read and admits the prompt, as cairn_seq_begin does after its
+ * restore (*n_cached: the hot prefix). On error s has been released (and must not be
+ * used). A sequence admitted already: CAIRN_OK, nothing done. */
+CAIRN_API int cairn_seq_begin_finish(cairn_seq_t *s, int *n_cached);
+
+/* Why the cold-tier restore of the sequence's prompt installed no more than it did: a
+ * cairn_tier_miss_name ("none", "chain_empty", "sidecar_missing", "sidecar_below_floor",
+ * "corrupt", "blocks", "install"); NULL when the store was not consulted (tier off, or
+ * every usable block hot). Static string. */
+CAIRN_API const char *cairn_seq_cold_reason(const cairn_seq_t *s);
+
+#define CAIRN_ENGINE_COLD_MISS_REASONS 7 /* values of cairn_tier_miss_t (cairn/tier.h) */
 
 typedef struct {
     bool enabled;              /* a store is open */
@@ -258,6 +284,21 @@ typedef struct {
     uint64_t captured_blocks;  /* blocks the capture thread handed to the store (queued for writing) */
     double restore_seconds;    /* wall time in restores (hashing, reads, publication) */
     double capture_seconds;    /* engine-thread wall time of capture walks and pin/unpin */
+    /* Hybrid families: STATE sidecars (docs/DESIGN.md, "Cold tier in the engine"). */
+    uint64_t sidecar_reads;       /* sidecars read and validated at a boundary chosen */
+    uint64_t sidecars_installed;  /* sidecars installed (a recurrent state, a sliding window) */
+    uint64_t sidecar_corruptions; /* sidecar reads the store found invalid (removed) */
+    uint64_t candidates_refused;  /* boundaries a restore tried and refused */
+    uint64_t restores_reduced;    /* restores installed below the length the chain proposed */
+    uint64_t restores_suppressed; /* restores the sidecar policy reduced to nothing */
+    uint64_t install_failures;    /* boundaries chosen that the pool or bank could not take */
+    uint64_t miss[CAIRN_ENGINE_COLD_MISS_REASONS]; /* restores by reason (cairn_tier_miss_t;
+                                                     [0]: none, the whole proposal) */
+    int last_miss;                /* the reason of the latest restore (cairn_tier_miss_t) */
+    uint64_t sidecars_captured;   /* sidecars newly queued for writing */
+    uint64_t sidecars_already;    /* anchors whose sidecar the store held or had accepted */
+    uint64_t sidecar_skips;       /* anchors skipped: the state was no longer in memory */
+    uint64_t sidecar_drops;       /* sidecars the store refused (no room before the deadline) */
     /* Background capture (docs/DESIGN.md, "Background capture"). */
     cairn_cold_policy_t policy;
     uint64_t capture_queued;   /* blocks found not on disk at the end of a turn and queued */

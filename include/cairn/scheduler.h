@@ -88,6 +88,9 @@ typedef struct {
      * "none" all from the hot cache, "cold" all, some restored from the cold tier,
      * "partial" only a prefix (hot and/or cold), "miss" nothing. */
     const char *miss_reason;
+    /* Which rule reduced the cold-tier restore (cairn_seq_cold_reason: "sidecar_missing",
+     * "corrupt", ...), NULL when the cold tier was not consulted. */
+    const char *cold_reason;
     /* Persistence of this turn's full blocks (cold tier; cairn_engine_cold_last_turn at
      * the request's end): queued now (not on disk), already on disk or queued, still
      * waiting for the pin budget, blocks the capture thread wrote since the previous turn,
@@ -169,6 +172,12 @@ typedef struct {
     uint64_t cold_write_errors;            /* writes that failed (ENOSPC, EIO...) */
     uint64_t cold_queue_drops;             /* blocks not queued (writer queue full) */
     uint64_t cold_bytes_written, cold_used_bytes, cold_objects;
+    /* Hybrid families' STATE sidecars (cairn_engine_cold_counters), and restores by the
+     * rule that reduced them (index: cairn_tier_miss_t). */
+    uint64_t cold_sidecars_captured, cold_sidecars_installed, cold_sidecar_corruptions;
+    uint64_t cold_sidecar_drops, cold_sidecar_objects, cold_sidecar_bytes;
+    uint64_t cold_restores_reduced, cold_restores_suppressed;
+    uint64_t cold_restore_miss[CAIRN_ENGINE_COLD_MISS_REASONS];
     /* Background capture: blocks found not on disk and queued, copy walks stopped by the
      * pin budget, evictions held back for write-back; gauges: blocks and bytes awaiting
      * write (not yet accepted by the store, plus what its queue holds) and pinned bytes. */

@@ -224,6 +224,88 @@ typedef struct {
 CAIRN_API int cairn_tier_restore_chain(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
                              const cairn_tier_restore_sink_t *sink, cairn_tier_restore_result_t *res);
 
+/* ---- Restore of a hybrid model: the sidecar policy ---------------------------------------- */
+
+/*
+ * Why a hybrid restore installed less than the chain the store's metadata proposed (the
+ * request log's miss reason): the rule that reduced it, the deepest one when several did.
+ */
+typedef enum {
+    CAIRN_TIER_MISS_NONE = 0,          /* installed at the proposed depth */
+    CAIRN_TIER_MISS_CHAIN_EMPTY,       /* no block past the hot prefix on disk */
+    CAIRN_TIER_MISS_SIDECAR_MISSING,   /* no boundary above the hot prefix has every sidecar */
+    CAIRN_TIER_MISS_SIDECAR_BELOW_FLOOR, /* sidecar-backed boundaries exist, none above the hot prefix */
+    CAIRN_TIER_MISS_CORRUPT,           /* a sidecar or block failed validation (removed, counted) */
+    CAIRN_TIER_MISS_BLOCKS,            /* the block walk stopped below the boundary (hole, decline) */
+    CAIRN_TIER_MISS_INSTALL,           /* the pool or the state bank could not take it */
+} cairn_tier_miss_t;
+
+/* The reason's name in logs and JSON ("sidecar_missing", ...). */
+CAIRN_API const char *cairn_tier_miss_name(cairn_tier_miss_t m);
+
+/*
+ * The sidecars a hybrid family needs at a boundary besides the blocks: n_groups groups
+ * (the STATE objects' groups), each asked through the callbacks by its index i < n_groups
+ * and the boundary k in blocks (tokens k * block_tokens).
+ */
+typedef struct {
+    uint32_t n_groups;
+    /* Whether group i needs nothing from the store at boundary k (its state is in memory
+     * already); NULL: never. Metadata only. */
+    bool (*hot)(void *user, uint32_t i, size_t k);
+    /* Fills what a reader must find again in group i's STATE object at k (key, boundary,
+     * layout descriptor; pointers must stay valid until the next call). 0 or an error
+     * (the boundary is then not a candidate). */
+    int (*want)(void *user, uint32_t i, size_t k, cairn_tier_object_t *want);
+    /* Destination of group i's sidecar payload at k, or NULL to decline. */
+    void *(*dest)(void *user, uint32_t i, size_t k, size_t payload_size);
+    /* Releases every destination handed out for boundary k (a refused candidate), before
+     * the next candidate is read. */
+    void (*release)(void *user, size_t k);
+    void *user;
+} cairn_tier_sidecar_policy_t;
+
+typedef struct {
+    size_t boundary;           /* blocks of the installed boundary (0: nothing to install) */
+    size_t proposed;           /* blocks the store's metadata held from 0 (hot + expected) */
+    size_t start, loaded;      /* blocks [start, start + loaded) read into the sink */
+    uint32_t sidecars_read;    /* sidecars read and validated at the chosen boundary */
+    uint32_t candidates_refused; /* boundaries tried and refused (invalid sidecar, short walk) */
+    uint32_t sidecar_corruptions; /* sidecar reads the store found invalid */
+    cairn_tier_miss_t miss;
+} cairn_tier_hybrid_result_t;
+
+/*
+ * Restore for a family with state outside the pool (docs/DESIGN.md, "Cache tier"): the
+ * K/V chain proposes a length from metadata only (chain_length from `start`, the first
+ * block not in memory); the sidecar policy reduces it to the deepest boundary k with
+ * floor < k <= proposed, k <= chain->n, at which every group's sidecar is hot or held
+ * (metadata: contains), then validates by reading: every non-hot sidecar at k into the
+ * policy's destinations, then blocks [start, k) through the sink (the walk of
+ * cairn_tier_restore_chain). A refused candidate (an invalid or missing sidecar, a walk
+ * that stops below k) is released before the next, shallower one is tried; blocks the
+ * walk validated are kept for it. So all groups end at one boundary or none do
+ * (res->boundary 0). Blocks [start, start + res->loaded) hold validated payloads; those
+ * at or past res->boundary are the caller's to discard. Errors: CAIRN_EINVAL;
+ * CAIRN_ENOMEM (res says what was loaded; the caller discards it). Thread-safety: as
+ * the store's ops.
+ */
+/*
+ * The metadata half of cairn_tier_restore_hybrid: the deepest boundary k, floor < k <=
+ * the proposal, that every group backs (hot or held: contains), or 0; *proposed (may be
+ * NULL) receives the proposal (start + chain_length). No payload is read, no callback
+ * but hot and want is called. Lets a caller size what it prepares (pool blocks) before the
+ * reads, possibly on another thread. Errors: none (bad arguments give 0).
+ */
+CAIRN_API size_t cairn_tier_hybrid_propose(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
+                                           size_t floor, const cairn_tier_sidecar_policy_t *policy,
+                                           size_t *proposed);
+
+CAIRN_API int cairn_tier_restore_hybrid(cairn_tier_store_t *s, const cairn_tier_chain_t *chain, size_t start,
+                                        size_t floor, const cairn_tier_restore_sink_t *sink,
+                                        const cairn_tier_sidecar_policy_t *policy,
+                                        cairn_tier_hybrid_result_t *res);
+
 /* ---- Trace ------------------------------------------------------------------------------ */
 
 typedef struct cairn_tier_trace cairn_tier_trace_t;
@@ -241,6 +323,14 @@ CAIRN_API void cairn_tier_trace_destroy(cairn_tier_trace_t *t);
  * Write errors are logged, never returned. Thread-safe.
  */
 CAIRN_API void cairn_tier_trace_turn(cairn_tier_trace_t *t, cairn_tier_store_t *s, const char *label);
+
+/*
+ * Appends one JSON line {"turn":"restore","restore":{"hot":H,"proposed":P,"boundary":B,
+ * "loaded":L,"sidecars":S,"refused":R,"corrupt":C,"miss":"<cairn_tier_miss_name>"}}
+ * (blocks; docs/FORMAT.md 1.6) for a hybrid restore, so a run that reuses nothing can be
+ * explained from the trace alone. Write errors are logged. Thread-safe. NULL t: no-op.
+ */
+CAIRN_API void cairn_tier_trace_restore(cairn_tier_trace_t *t, size_t hot_blocks, const cairn_tier_hybrid_result_t *r);
 
 #ifdef __cplusplus
 }

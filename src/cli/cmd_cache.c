@@ -156,10 +156,14 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
             uint64_t nw = 0, bw = 0;
             in_flight(st.root, &nw, &bw);
             printf("model %s\n  dir          %s\n  objects      %llu\n  bytes        %llu\n"
+                   "  blocks       %llu (%llu bytes)\n  sidecars     %llu (%llu bytes)\n"
                    "  removed      %llu invalid or stray files at open\n"
                    "  awaiting     %llu bytes being written by running processes (%llu objects)\n",
                    hex, st.root, (unsigned long long)st.objects, (unsigned long long)st.used_bytes,
-                   (unsigned long long)st.corruptions, (unsigned long long)bw, (unsigned long long)nw);
+                   (unsigned long long)(st.objects - st.state_objects),
+                   (unsigned long long)(st.used_bytes - st.state_bytes), (unsigned long long)st.state_objects,
+                   (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions,
+                   (unsigned long long)bw, (unsigned long long)nw);
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);

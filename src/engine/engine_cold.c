@@ -34,14 +34,26 @@
  * size is declined); corrupt objects are removed and counted by the store and never reach
  * the pool (a block whose read fails is discarded unpublished).
  *
- * Thread-safety: engine thread only; the capture thread reads only pinned pool blocks
- * (pinned bytes never change and the pool's storage never moves).
+ * Hybrid families (state_sidecar.h): a prefix also needs every other group's state at its
+ * boundary as a STATE sidecar; the restore is cairn_tier_restore_hybrid (the chain
+ * proposes, the sidecar policy reduces, every group installs at one boundary or none),
+ * the capture puts the sidecars of the anchors the persisted chain reaches.
+ *
+ * Thread-safety: engine thread only, except a restore job's run (job_run), which the
+ * tier's I/O thread executes while the engine thread goes on: it touches only the job
+ * (pool bytes of blocks the job took and pinned at its start, its own buffers) and the
+ * store, whose ops are thread-safe; the queue and each job's `done` are under `mu`. The
+ * capture thread reads only pinned pool blocks (pinned bytes never change and the pool's
+ * storage never moves).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/engine_cold.h"
+#include "engine/recurrent_store.h"
+#include "engine/state_sidecar.h"
 #include "models/family.h"
 #include "util/util.h"
 
@@ -51,6 +63,12 @@
 #define EXIT_DEFAULT_RATE (20.0 * 1024 * 1024)
 
 _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byte block hash");
+
+_Static_assert(CAIRN_TIER_MISS_INSTALL + 1 == CAIRN_ENGINE_COLD_MISS_REASONS, "a counter per miss reason");
+
+/* How long a sidecar put may wait for a queue slot (the synchronous stopgap below: the
+ * writer queue keeps two slots only sidecars take, so this is rarely waited). */
+#define SIDECAR_WAIT_MS 250
 
 /* ---- Background capture: the state (the functions are below the restore) ----
  *
@@ -103,12 +121,28 @@ struct engine_cold {
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
-    cairn_kv_hash_t *hashes;       /* scratch: the prompt's block hashes */
+    /* Hybrid families: the sidecar plan and the engine's checkpoint bank (borrowed). */
+    state_sidecars_t *plan;
+    seq_ckpts_t *ckpts;
+    uint32_t full_group;           /* the KV core group whose blocks are BLOCK objects */
+    uint32_t full_layer;           /* a layer of it (its block table is the chain's) */
+    uint32_t n_side;
+    /* Capture scratch (engine thread): the chain's hashes, per sidecar group the
+     * descriptor and a gather buffer, the pool blocks of a sliding sidecar. */
+    cairn_kv_hash_t *hashes;
     size_t hashes_cap;
-    cairn_tier_key_t *keys;        /* scratch: the prompt's chain keys */
-    size_t keys_cap;
-    uint32_t *ids;                 /* scratch: pool block per restored chain index, 0: none */
-    size_t ids_cap;
+    state_sidecar_desc_t *desc;    /* [n_side] */
+    void **side_buf;               /* [n_side] */
+    size_t *side_cap;              /* [n_side] */
+    uint32_t *side_ids;
+    size_t side_ids_cap;
+    /* The I/O thread that runs queued restore jobs (started with the first one). */
+    bool async;                    /* knob CAIRN_COLD_RESTORE_ASYNC (default on) */
+    bool io_started, io_stop;
+    pthread_t io;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    restore_job_t *q_head, *q_tail;
     cairn_engine_cold_counters_t n;
     engine_capture_t cap;          /* the background capture (capture functions below) */
 };
@@ -161,8 +195,36 @@ static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_option
     return cairn_cold_store_create(&cc, out);
 }
 
+/* Frees what engine_cold_open and the walks allocated (not the store). NULL: no-op. */
+static void free_cold(engine_cold_t *c)
+{
+    if (!c)
+        return;
+    if (c->io_started) {
+        pthread_mutex_lock(&c->mu);
+        c->io_stop = true;
+        pthread_cond_broadcast(&c->work);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->io, NULL);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->work);
+    pthread_cond_destroy(&c->done);
+    for (uint32_t i = 0; c->side_buf && i < c->n_side; i++)
+        cairn_free(c->side_buf[i]);
+    cairn_free(c->desc);
+    cairn_free(c->side_buf);
+    cairn_free(c->side_cap);
+    cairn_free(c->side_ids);
+    state_sidecars_destroy(c->plan);
+    cairn_tier_trace_destroy(c->trace);
+    cairn_free(c->hashes);
+    cairn_free(c);
+}
+
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                     kv_paged_t *kp, engine_cold_t **out)
+                     kv_paged_t *kp, const cairn_layer_cache_t *layers, size_t state_bytes,
+                     seq_ckpts_t *ckpts, engine_cold_t **out)
 {
     *out = NULL;
     const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
@@ -180,29 +242,66 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         return CAIRN_OK;
 
     cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
-    const uint32_t n_layers = cairn_kv_cache_n_layers(cache);
-    uint64_t *layer_bytes = cairn_calloc(n_layers, sizeof(*layer_bytes));
+    const uint32_t n_all = cairn_kv_cache_n_layers(cache);
+    uint64_t *layer_bytes = cairn_calloc(n_all, sizeof(*layer_bytes));
     engine_cold_t *c = cairn_calloc(1, sizeof(*c));
+    if (c) {
+        pthread_mutex_init(&c->mu, NULL);
+        pthread_cond_init(&c->work, NULL);
+        pthread_cond_init(&c->done, NULL);
+    }
     if (!layer_bytes || !c)
         goto nomem;
     c->cache = cache;
+    c->async = cairn_knob_bool("CAIRN_COLD_RESTORE_ASYNC", false, false, true);
+    /* Which groups need a sidecar besides the FULL layers' blocks (none for a dense
+     * model). A layout the tier cannot key (FULL layers split over groups) stays off. */
+    int prc = state_sidecars_create(cache, layers, n_all, state_bytes, &c->plan);
+    if (prc == CAIRN_ENOMEM)
+        goto nomem;
+    if (prc) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (the full-attention layers are not one cache group)");
+        goto off;
+    }
+    c->full_group = state_sidecars_full_group(c->plan);
+    c->n_side = state_sidecars_count(c->plan);
+    c->ckpts = ckpts;
+    if (state_sidecars_recurrent(c->plan) >= 0 && !ckpts) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (recurrent checkpoints are off: no state to restore into)");
+        goto off;
+    }
+    if (c->n_side) {
+        c->desc = cairn_calloc(c->n_side, sizeof(*c->desc));
+        c->side_buf = cairn_calloc(c->n_side, sizeof(*c->side_buf));
+        c->side_cap = cairn_calloc(c->n_side, sizeof(*c->side_cap));
+        if (!c->desc || !c->side_buf || !c->side_cap)
+            goto nomem;
+    }
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->drain_ms = o->cold_drain_ms > 0 ? o->cold_drain_ms : 0; /* 0: engine_cold_exit_ms at close */
-    /* Layer l owns [k_offset, v_offset + plane) of a block, planes back to back from 0:
-     * the object payload is exactly the block's first payload_size bytes. */
+    /* Each FULL layer owns [k_offset, v_offset + plane) of its group's block, planes back
+     * to back from 0: the object payload is exactly the block's first payload_size bytes
+     * (a dense model: every layer; a hybrid: its full-attention layers). */
     size_t expect = 0;
     bool contiguous = true;
-    for (uint32_t l = 0; l < n_layers; l++) {
+    uint32_t n_layers = 0;
+    for (uint32_t l = 0; l < n_all; l++) {
+        uint32_t g = 0;
+        if (layers[l].kv.kind != CAIRN_KV_LAYER_FULL || cairn_kv_cache_layer_group(cache, l, &g) ||
+            g != c->full_group)
+            continue;
         cairn_kv_layer_view_t v;
         if (cairn_kv_layer_view(cache, l, &v) != 0 || v.k_offset != expect) {
             contiguous = false;
             break;
         }
-        layer_bytes[l] = 2 * (uint64_t)(v.v_offset - v.k_offset);
-        expect += (size_t)layer_bytes[l];
+        if (n_layers == 0)
+            c->full_layer = l;
+        layer_bytes[n_layers] = 2 * (uint64_t)(v.v_offset - v.k_offset);
+        expect += (size_t)layer_bytes[n_layers++];
     }
     c->payload_size = expect;
-    if (!contiguous || expect > cairn_kv_cache_block_bytes(cache)) {
+    if (!contiguous || n_layers == 0 || expect > cairn_kv_cache_block_bytes(cache)) {
         cairn_log(CAIRN_LOG_WARN, "cold tier: off (the pool's block layout is not block-major)");
         goto off;
     }
@@ -232,15 +331,12 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     *out = c;
     return CAIRN_OK;
 nomem:
-    if (c)
-        cairn_tier_trace_destroy(c->trace);
+    free_cold(c);
     cairn_free(layer_bytes);
-    cairn_free(c);
     return CAIRN_ENOMEM;
 off:
-    cairn_tier_trace_destroy(c->trace);
+    free_cold(c);
     cairn_free(layer_bytes);
-    cairn_free(c);
     return CAIRN_OK;
 }
 
@@ -261,11 +357,7 @@ void engine_cold_close(engine_cold_t *c)
     capture_close(c);
     wait_store(c, deadline);
     cairn_cold_store_destroy(c->fs);
-    cairn_tier_trace_destroy(c->trace);
-    cairn_free(c->hashes);
-    cairn_free(c->keys);
-    cairn_free(c->ids);
-    cairn_free(c);
+    free_cold(c);
 }
 
 int cairn_cold_policy_parse(const char *s, cairn_cold_policy_t *out)
@@ -308,58 +400,332 @@ static int reserve(void **p, size_t *cap, size_t need, size_t elem)
     return CAIRN_OK;
 }
 
-typedef struct {
-    engine_cold_t *c;
-    size_t taken;         /* chain indices [start, taken) got a pool block before the walk */
-    size_t first, last;   /* chain indices [first, last) that got a pool block in the walk */
-} restore_ctx_t;
+/* ---- Restores: one job per prompt ------------------------------------------------ */
 
-/* The sink's prepare: takes the pool blocks for the chain the store's metadata expects and
- * materialises their memory in one pass (filling fresh pool memory page fault by page
- * fault costs more than the disk read on a virtual machine). Blocks past it (written by
- * another process since open) are taken one by one in the walk. */
-static void restore_prepare(void *user, size_t start, size_t expected)
+/*
+ * A restore job holds everything one prompt's restore needs between its start and its
+ * finish, both on the engine thread: the chain's hashes and keys, the hot prefix (pinned),
+ * the pool blocks taken for the proposal, which boundaries have their recurrent state in
+ * the bank already, and the sidecar buffers. Its run in between reads the store and
+ * touches only the job (the bytes of the pool blocks it took, its own buffers), so it can
+ * run on the tier's I/O thread while the engine steps other sequences; run inline (on
+ * the engine thread), its walk may also take pool blocks past the proposal (another
+ * process may have written more since the metadata was read).
+ */
+struct restore_job {
+    engine_cold_t *c;
+    cairn_kv_hash_t domain;
+    bool inline_run;
+    size_t kmax, hot, start;       /* blocks: usable, all-groups hot, first not in the pool */
+    int32_t *tokens;               /* [kmax * bs], a copy */
+    cairn_kv_hash_t *hashes;       /* [kmax] the chain's block hashes */
+    cairn_tier_key_t *keys;        /* [kmax] its BLOCK keys */
+    uint32_t *ids;                 /* [kmax] pool block taken per chain index, 0: none */
+    void **bytes;                  /* [kmax] its bytes (taken on the engine thread: the I/O
+                                      thread never reads the pool's metadata) */
+    size_t taken;                  /* [start, taken) taken before the run */
+    size_t first, last;            /* [first, last): indices the walk gave a block */
+    uint32_t *pins;                /* hot blocks pinned for the job's life */
+    size_t n_pins;
+    uint8_t *ckpt_hot;             /* [kmax + 1]: the bank holds the state at boundary k */
+    state_sidecar_desc_t *desc;    /* [n_side] described for the candidate boundary */
+    void **side_buf;               /* [n_side] RECURRENT: rstore_buf_new; SLIDING: malloc */
+    bool *side_full;               /* [n_side] side_buf holds the candidate's payload */
+    uint32_t *side_ids;            /* sliding install scratch */
+    bool *side_take;
+    int rc;                        /* the walk's status */
+    cairn_tier_hybrid_result_t hr;
+    cairn_tier_restore_result_t res;
+    double t0;
+    bool done;                     /* the run finished (under the tier's lock when queued) */
+    struct restore_job *next;      /* the I/O thread's queue */
+};
+
+static void job_free(restore_job_t *j)
 {
-    restore_ctx_t *r = user;
-    engine_cold_t *c = r->c;
-    while (r->taken < start + expected) {
-        void *bytes = NULL;
-        if (cairn_kv_cache_import_begin(c->cache, &c->ids[r->taken], &bytes) != CAIRN_OK)
-            break;
-        r->taken++;
+    if (!j)
+        return;
+    engine_cold_t *c = j->c;
+    const int rec = state_sidecars_recurrent(c->plan);
+    for (uint32_t i = 0; j->side_buf && i < c->n_side; i++) {
+        if ((int)i == rec)
+            rstore_buf_free(j->side_buf[i]);
+        else
+            cairn_free(j->side_buf[i]);
     }
-    (void)cairn_kv_cache_import_prefault(c->cache, c->ids + start, r->taken - start);
+    cairn_free(j->tokens);
+    cairn_free(j->hashes);
+    cairn_free(j->keys);
+    cairn_free(j->ids);
+    cairn_free(j->bytes);
+    cairn_free(j->pins);
+    cairn_free(j->ckpt_hot);
+    cairn_free(j->desc);
+    cairn_free(j->side_buf);
+    cairn_free(j->side_full);
+    cairn_free(j->side_ids);
+    cairn_free(j->side_take);
+    cairn_free(j);
 }
 
-/* The sink's destination: the pool block taken for chain block i before the walk, else a
- * fresh one, or NULL (a decline) when the pool cannot give one or the payload is not one
+/* Takes chain blocks [j->taken, upto) from the pool and materialises their memory in one
+ * pass (filling fresh pool memory page fault by page fault costs more than the disk read
+ * on a virtual machine). Engine thread. */
+static void take_blocks(restore_job_t *j, size_t upto)
+{
+    engine_cold_t *c = j->c;
+    const size_t from = j->taken;
+    while (j->taken < upto) {
+        if (cairn_kv_cache_import_begin(c->cache, &j->ids[j->taken], &j->bytes[j->taken]) != CAIRN_OK)
+            break;
+        j->taken++;
+    }
+    (void)cairn_kv_cache_import_prefault(c->cache, j->ids + from, j->taken - from);
+}
+
+/* The sink's prepare: a dense restore run inline takes the blocks the store's metadata
+ * expects here (one metadata call for the whole restore); otherwise the start took them. */
+static void restore_prepare(void *user, size_t start, size_t expected)
+{
+    restore_job_t *j = user;
+    if (j->inline_run && !j->c->n_side)
+        take_blocks(j, start + expected);
+}
+
+/* The sink's destination: the pool block taken for chain block i at the start; past
+ * them, inline only, a fresh one; else NULL (a decline), as for a payload that is not one
  * block. Called with the object pinned. */
 static void *restore_dest(void *user, size_t i, size_t payload_size)
 {
-    restore_ctx_t *r = user;
-    engine_cold_t *c = r->c;
+    restore_job_t *j = user;
+    engine_cold_t *c = j->c;
     if (payload_size != c->payload_size)
         return NULL;
     uint32_t id = 0;
     void *bytes = NULL;
-    if (i < r->taken) {
-        id = c->ids[i];
-        bytes = cairn_kv_cache_block_data(c->cache, id);
-    } else if (cairn_kv_cache_import_begin(c->cache, &id, &bytes) != CAIRN_OK) {
+    if (i < j->taken) {
+        id = j->ids[i];
+        bytes = j->bytes[i];
+    } else if (!j->inline_run || cairn_kv_cache_import_begin(c->cache, &id, &bytes) != CAIRN_OK) {
         return NULL;
     }
-    c->ids[i] = id;
-    if (r->last == r->first)
-        r->first = i;
-    r->last = i + 1;
+    j->ids[i] = id;
+    if (j->last == j->first)
+        j->first = i;
+    j->last = i + 1;
     return bytes;
 }
 
-void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
-                         int *hot_tokens, int *restored_blocks)
+/* Pins the full group's blocks of chain [0, n) the pool holds, so nothing the restore
+ * takes (nor, for a queued job, the steps meanwhile) can evict the hot prefix it extends. */
+static void pin_prefix(restore_job_t *j, size_t n)
 {
+    engine_cold_t *c = j->c;
+    j->n_pins = 0;
+    for (size_t b = 0; b < n; b++) {
+        uint32_t id = cairn_kv_cache_find_block(c->cache, c->full_group, &j->domain, &j->hashes[b]);
+        if (id && cairn_kv_cache_block_pin(c->cache, id) == CAIRN_OK)
+            j->pins[j->n_pins++] = id;
+    }
+}
+
+/* Last block first, so a chain the admission does not take back is cached with its head
+ * the most recently used (pressure trims it from its end). */
+static void unpin_prefix(restore_job_t *j)
+{
+    for (size_t i = j->n_pins; i-- > 0;)
+        (void)cairn_kv_cache_block_unpin(j->c->cache, j->pins[i]);
+    j->n_pins = 0;
+}
+
+/* Publishes the validated blocks [start, upto) and gives back every other block taken.
+ * Returns how many were published. */
+static int publish_walk(restore_job_t *j, size_t upto)
+{
+    engine_cold_t *c = j->c;
+    int published = 0;
+    size_t end = j->last > j->taken ? j->last : j->taken;
+    for (size_t i = j->start; i < end; i++) {
+        uint32_t id = j->ids[i];
+        if (!id)
+            continue;
+        j->ids[i] = 0;
+        if (i < upto) {
+            if (cairn_kv_cache_import_publish_group(c->cache, id, c->full_group, &j->domain, &j->hashes[i]) ==
+                CAIRN_OK)
+                published++;
+        } else {
+            (void)cairn_kv_cache_import_discard(c->cache, id);
+        }
+    }
+    return published;
+}
+
+/* ---- the sidecar policy over the engine's groups (cairn_tier_sidecar_policy_t) ---- */
+
+/* A recurrent group is hot at k when the bank held the checkpoint at that boundary at
+ * the start. A sliding group is always read from its sidecar: its cached blocks could be
+ * evicted (by the blocks the restore takes, by the steps meanwhile) before the install. */
+static bool policy_hot(void *user, uint32_t i, size_t k)
+{
+    restore_job_t *j = user;
+    return (int)i == state_sidecars_recurrent(j->c->plan) && k <= j->kmax && j->ckpt_hot[k];
+}
+
+static int policy_want(void *user, uint32_t i, size_t k, cairn_tier_object_t *w)
+{
+    restore_job_t *j = user;
+    engine_cold_t *c = j->c;
+    state_sidecar_desc_t *d = &j->desc[i];
+    int rc = state_sidecar_describe(c->plan, i, k * c->block_tokens, d);
+    if (rc)
+        return rc;
+    w->key.kind = CAIRN_TIER_STATE;
+    w->key.group = d->group;
+    memcpy(w->key.hash.bytes, j->hashes[k - 1].bytes, sizeof(w->key.hash.bytes));
+    memcpy(w->key.domain.bytes, j->domain.bytes, sizeof(w->key.domain.bytes));
+    w->boundary = d->boundary;
+    w->layout = d->layout;
+    w->layout_size = d->layout_size;
+    return CAIRN_OK;
+}
+
+static void *policy_dest(void *user, uint32_t i, size_t k, size_t payload_size)
+{
+    restore_job_t *j = user;
+    (void)k;
+    const state_sidecar_desc_t *d = &j->desc[i]; /* want() described it for this k just before */
+    if (payload_size != d->payload_size)
+        return NULL;
+    if ((int)i == state_sidecars_recurrent(j->c->plan)) {
+        rstore_buf_free(j->side_buf[i]);
+        j->side_buf[i] = rstore_buf_new(payload_size);
+    } else {
+        cairn_free(j->side_buf[i]);
+        j->side_buf[i] = cairn_malloc(payload_size);
+    }
+    j->side_full[i] = j->side_buf[i] != NULL;
+    return j->side_buf[i];
+}
+
+/* A refused candidate's payloads go at once: nothing refused is held during the walk or
+ * the suffix prefill. */
+static void policy_release(void *user, size_t k)
+{
+    restore_job_t *j = user;
+    (void)k;
+    const int rec = state_sidecars_recurrent(j->c->plan);
+    for (uint32_t i = 0; i < j->c->n_side; i++) {
+        if ((int)i == rec)
+            rstore_buf_free(j->side_buf[i]);
+        else
+            cairn_free(j->side_buf[i]);
+        j->side_buf[i] = NULL;
+        j->side_full[i] = false;
+    }
+}
+
+static cairn_tier_sidecar_policy_t job_policy(restore_job_t *j)
+{
+    return (cairn_tier_sidecar_policy_t){j->c->n_side, policy_hot, policy_want, policy_dest, policy_release, j};
+}
+
+static cairn_tier_chain_t job_chain(const restore_job_t *j)
+{
+    return (cairn_tier_chain_t){j->keys, j->tokens, j->c->block_tokens, j->kmax};
+}
+
+/*
+ * Installs every group at boundary k (blocks [start, k) validated, the sidecars at k
+ * read): takes the sliding groups' pool blocks first (the step that can fail), then
+ * publishes blocks and sliding rows and hands the recurrent state to the bank. A failure
+ * before publication gives everything back (no group installed); the bank refusing the
+ * state afterwards leaves published blocks that no prefix reaches without it (the KV core
+ * serves a hybrid prefix only with its checkpoint), so the admission still reconciles
+ * down. Returns the objects installed, or -1.
+ */
+static int install(restore_job_t *j, size_t k)
+{
+    engine_cold_t *c = j->c;
+    const int rec = state_sidecars_recurrent(c->plan);
+    size_t need = 0;
+    for (uint32_t i = 0; i < c->n_side; i++)
+        if ((int)i != rec)
+            need += j->desc[i].n_blocks;
+    j->side_ids = cairn_malloc((need ? need : 1) * sizeof(*j->side_ids));
+    j->side_take = cairn_malloc((need ? need : 1) * sizeof(*j->side_take));
+    if (!j->side_ids || !j->side_take)
+        goto fail;
+    size_t at = 0;
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < c->n_side; i++, taken++) {
+        if ((int)i == rec)
+            continue;
+        if (!j->side_full[i] || state_sidecar_sliding_take(c->cache, &j->desc[i], &j->domain, j->hashes,
+                                                           j->side_ids + at, j->side_take + at))
+            break;
+        at += j->desc[i].n_blocks;
+    }
+    if (taken < c->n_side) {
+        at = 0;
+        for (uint32_t i = 0; i < taken; i++) {
+            if ((int)i == rec)
+                continue;
+            state_sidecar_sliding_abandon(c->cache, &j->desc[i], j->side_ids + at, j->side_take + at);
+            at += j->desc[i].n_blocks;
+        }
+        goto fail;
+    }
+    int objects = publish_walk(j, k);
+    at = 0;
+    for (uint32_t i = 0; i < c->n_side; i++) {
+        if ((int)i == rec)
+            continue;
+        int pub = 0;
+        state_sidecar_sliding_commit(c->cache, &j->desc[i], &j->domain, j->hashes, j->side_ids + at,
+                                     j->side_take + at, j->side_buf[i], &pub);
+        at += j->desc[i].n_blocks;
+        objects += pub;
+        c->n.sidecars_installed++;
+        j->side_full[i] = false;
+    }
+    if (rec >= 0 && j->side_full[rec]) {
+        void *bytes = j->side_buf[rec];
+        j->side_buf[rec] = NULL;
+        j->side_full[rec] = false;
+        if (seq_ckpt_import(c->ckpts, &j->hashes[k - 1], bytes) != CAIRN_OK) { /* bytes freed */
+            c->n.install_failures++;
+            return objects;
+        }
+        c->n.sidecars_installed++;
+        objects++;
+    }
+    return objects;
+fail:
+    c->n.install_failures++;
+    (void)publish_walk(j, j->start); /* gives back every block taken */
+    policy_release(j, k);
+    return -1;
+}
+
+static void *job_alloc(size_t n, size_t elem, bool *ok)
+{
+    void *p = cairn_calloc(n ? n : 1, elem);
+    *ok = *ok && p;
+    return p;
+}
+
+/*
+ * The engine-thread half before the reads: hashes the prompt's usable blocks, finds the
+ * hot prefix, pins it, and takes the pool blocks of the proposal (a hybrid's: up to the
+ * deepest boundary the sidecars back by metadata). *out is NULL when there is nothing to
+ * restore (tier off, everything hot, no memory). *hot_tokens: the hot prefix.
+ */
+static void job_start(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n, bool inline_run,
+                      restore_job_t **out, int *hot_tokens)
+{
+    *out = NULL;
     *hot_tokens = 0;
-    *restored_blocks = 0;
     if (!c || n < 2)
         return;
     const size_t bs = c->block_tokens;
@@ -367,55 +733,221 @@ void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tok
     if (kmax == 0)
         return;
     double t0 = cairn_now_seconds();
-    const cairn_kv_hash_t *domain = kv_paged_seq_domain(s);
+    restore_job_t *j = cairn_calloc(1, sizeof(*j));
+    bool ok = j != NULL;
+    if (!ok)
+        return;
+    j->c = c;
+    j->t0 = t0;
+    j->inline_run = inline_run;
+    j->kmax = kmax;
+    memcpy(j->domain.bytes, kv_paged_seq_domain(s)->bytes, sizeof(j->domain.bytes));
+    j->tokens = job_alloc(kmax * bs, sizeof(*j->tokens), &ok);
+    j->hashes = job_alloc(kmax, sizeof(*j->hashes), &ok);
+    j->keys = job_alloc(kmax, sizeof(*j->keys), &ok);
+    j->ids = job_alloc(kmax, sizeof(*j->ids), &ok);
+    j->bytes = job_alloc(kmax, sizeof(*j->bytes), &ok);
+    j->pins = job_alloc(kmax, sizeof(*j->pins), &ok);
+    j->ckpt_hot = job_alloc(kmax + 1, sizeof(*j->ckpt_hot), &ok);
+    j->desc = job_alloc(c->n_side, sizeof(*j->desc), &ok);
+    j->side_buf = job_alloc(c->n_side, sizeof(*j->side_buf), &ok);
+    j->side_full = job_alloc(c->n_side, sizeof(*j->side_full), &ok);
     size_t hot = 0;
-    if (reserve((void **)&c->hashes, &c->hashes_cap, kmax, sizeof(*c->hashes)) ||
-        reserve((void **)&c->keys, &c->keys_cap, kmax, sizeof(*c->keys)) ||
-        reserve((void **)&c->ids, &c->ids_cap, kmax, sizeof(*c->ids)) ||
-        cairn_kv_cache_hash_blocks(c->cache, domain, NULL, 0, tokens, kmax * bs, c->hashes) ||
-        cairn_kv_cache_lookup_hashes(c->cache, domain, c->hashes, (size_t)n, &hot))
-        goto done; /* out of memory: just no restore */
+    if (!ok || cairn_kv_cache_hash_blocks(c->cache, &j->domain, NULL, 0, tokens, kmax * bs, j->hashes) ||
+        cairn_kv_cache_lookup_hashes(c->cache, &j->domain, j->hashes, (size_t)n, &hot))
+        goto none; /* out of memory: just no restore */
     *hot_tokens = (int)hot;
-    size_t start = hot / bs;
-    if (start >= kmax)
-        goto done;
+    j->hot = hot / bs;
+    if (j->hot >= kmax)
+        goto none;
+    memcpy(j->tokens, tokens, kmax * bs * sizeof(*tokens));
     /* The walk reads the store, not only this process's index: another process sharing
      * it may have written the blocks since open. cairn_kv_hash_t and cairn_tier_hash_t
      * are the same 32 bytes. */
     for (size_t i = 0; i < kmax; i++) {
-        c->keys[i] = (cairn_tier_key_t){.kind = CAIRN_TIER_BLOCK, .group = 0};
-        memcpy(c->keys[i].hash.bytes, c->hashes[i].bytes, sizeof(c->keys[i].hash.bytes));
-        memcpy(c->keys[i].domain.bytes, domain->bytes, sizeof(c->keys[i].domain.bytes));
+        j->keys[i] = (cairn_tier_key_t){.kind = CAIRN_TIER_BLOCK, .group = 0};
+        memcpy(j->keys[i].hash.bytes, j->hashes[i].bytes, sizeof(j->keys[i].hash.bytes));
+        memcpy(j->keys[i].domain.bytes, j->domain.bytes, sizeof(j->keys[i].domain.bytes));
     }
     c->n.restore_lookups++;
-    memset(c->ids + start, 0, (kmax - start) * sizeof(*c->ids));
-    restore_ctx_t r = {c, start, start, start};
-    const cairn_tier_chain_t chain = {c->keys, tokens, (uint32_t)bs, kmax};
-    const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, &r};
-    cairn_tier_restore_result_t res;
-    size_t loaded = 0;
-    if (cairn_tier_restore_chain(c->store, &chain, start, &sink, &res) == CAIRN_OK)
-        loaded = res.loaded;
-    /* Publish the validated prefix of the walk; give back the block it stopped on and
-     * any taken block the walk did not reach. */
-    int published = 0;
-    size_t end = r.last > r.taken ? r.last : r.taken;
-    for (size_t i = start; i < end; i++) {
-        uint32_t id = c->ids[i];
-        if (!id)
-            continue;
-        if (i < start + loaded) {
-            if (cairn_kv_cache_import_publish(c->cache, id, domain, &c->hashes[i]) == CAIRN_OK)
-                published++;
+    /* A hybrid's full group may hold blocks past the all-groups hot prefix (their state
+     * is what is missing): the walk need not read them. */
+    j->start = j->hot;
+    if (c->n_side) {
+        while (j->start < kmax && cairn_kv_cache_find_block(c->cache, c->full_group, &j->domain, &j->hashes[j->start]))
+            j->start++;
+        for (size_t k = 1; k <= kmax; k++)
+            j->ckpt_hot[k] = cairn_kv_cache_checkpoint_has(c->cache, &j->hashes[k - 1]);
+    }
+    pin_prefix(j, j->start);
+    j->taken = j->first = j->last = j->start;
+    /* The proposal's pool blocks, taken here unless a dense walk runs inline (its prepare
+     * takes them). A hybrid's proposal is already reduced to the deepest boundary the
+     * sidecars back by metadata, so no block is taken for a tail no state backs. */
+    const cairn_tier_chain_t chain = job_chain(j);
+    if (c->n_side) {
+        const cairn_tier_sidecar_policy_t pol = job_policy(j);
+        take_blocks(j, cairn_tier_hybrid_propose(c->store, &chain, j->start, j->hot, &pol, NULL));
+    } else if (!inline_run) {
+        take_blocks(j, j->start + cairn_tier_store_chain_length(c->store, j->keys + j->start, kmax - j->start));
+    }
+    *out = j;
+    return;
+none:
+    c->n.restore_seconds += cairn_now_seconds() - t0;
+    job_free(j);
+}
+
+/* The reads: the walk (dense) or the hybrid walk with the sidecar policy. Touches only the
+ * job and the store. */
+static void job_run(restore_job_t *j)
+{
+    engine_cold_t *c = j->c;
+    const cairn_tier_chain_t chain = job_chain(j);
+    const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, j};
+    if (c->n_side) {
+        const cairn_tier_sidecar_policy_t pol = job_policy(j);
+        j->rc = cairn_tier_restore_hybrid(c->store, &chain, j->start, j->hot, &sink, &pol, &j->hr);
+    } else {
+        j->rc = cairn_tier_restore_chain(c->store, &chain, j->start, &sink, &j->res);
+    }
+}
+
+/* The engine-thread half after the reads: installs (or gives back), unpins, counts and
+ * traces, frees the job. */
+static void job_finish(restore_job_t *j, int *restored_objects, int *miss)
+{
+    engine_cold_t *c = j->c;
+    int objects = 0;
+    if (c->n_side) {
+        cairn_tier_hybrid_result_t *hr = &j->hr;
+        if (j->rc == CAIRN_OK && hr->boundary > j->hot) {
+            objects = install(j, hr->boundary);
+            if (objects < 0) {
+                hr->miss = CAIRN_TIER_MISS_INSTALL;
+                hr->boundary = 0;
+                objects = 0;
+            }
         } else {
-            (void)cairn_kv_cache_import_discard(c->cache, id);
+            (void)publish_walk(j, j->start);
+            policy_release(j, 0);
+        }
+        c->n.restored_blocks += hr->boundary > j->start ? hr->boundary - j->start : 0;
+        c->n.sidecar_corruptions += hr->sidecar_corruptions;
+        c->n.sidecar_reads += hr->sidecars_read;
+        c->n.candidates_refused += hr->candidates_refused;
+        if (hr->proposed > j->hot && hr->boundary <= j->hot)
+            c->n.restores_suppressed++;
+        else if (hr->boundary > j->hot && hr->boundary < hr->proposed)
+            c->n.restores_reduced++;
+        c->n.last_miss = hr->miss < CAIRN_ENGINE_COLD_MISS_REASONS ? (int)hr->miss : 0;
+        cairn_tier_trace_restore(c->trace, j->hot, hr);
+    } else {
+        /* Publish the validated prefix of the walk; give back the block it stopped on and
+         * any taken block the walk did not reach. */
+        const size_t loaded = j->rc == CAIRN_OK ? j->res.loaded : 0;
+        objects = publish_walk(j, j->start + loaded);
+        c->n.restored_blocks += (uint64_t)objects;
+        c->n.last_miss = objects ? CAIRN_TIER_MISS_NONE
+                         : j->res.stop == CAIRN_ECORRUPT ? CAIRN_TIER_MISS_CORRUPT
+                                                         : CAIRN_TIER_MISS_CHAIN_EMPTY;
+    }
+    unpin_prefix(j);
+    c->n.miss[c->n.last_miss]++;
+    *restored_objects = objects;
+    *miss = c->n.last_miss;
+    c->n.restore_seconds += cairn_now_seconds() - j->t0;
+    job_free(j);
+}
+
+void engine_cold_restore(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
+                         int *hot_tokens, int *restored_blocks, int *miss)
+{
+    *restored_blocks = 0;
+    *miss = -1;
+    restore_job_t *j = NULL;
+    job_start(c, s, tokens, n, true, &j, hot_tokens);
+    if (!j)
+        return;
+    job_run(j);
+    job_finish(j, restored_blocks, miss);
+}
+
+/* ---- Restores off the engine thread ---- */
+
+/* The I/O thread: runs queued jobs in order; a job's `done` is set under the lock. */
+static void *io_main(void *arg)
+{
+    engine_cold_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->q_head && !c->io_stop)
+            pthread_cond_wait(&c->work, &c->mu);
+        if (!c->q_head)
+            break; /* stopping, nothing queued */
+        restore_job_t *j = c->q_head;
+        c->q_head = j->next;
+        if (!c->q_head)
+            c->q_tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+        job_run(j);
+        pthread_mutex_lock(&c->mu);
+        j->done = true;
+        pthread_cond_broadcast(&c->done);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+void engine_cold_restore_async(engine_cold_t *c, kv_paged_seq_t *s, const int32_t *tokens, int n,
+                               int *hot_tokens, restore_job_t **job)
+{
+    *job = NULL;
+    restore_job_t *j = NULL;
+    job_start(c, s, tokens, n, false, &j, hot_tokens);
+    if (!j)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (!c->io_started) {
+        if (pthread_create(&c->io, NULL, io_main, c) == 0) {
+            c->io_started = true;
+        } else {
+            pthread_mutex_unlock(&c->mu);
+            job_run(j); /* no thread: read here; the job is finished by the caller */
+            j->done = true;
+            *job = j;
+            return;
         }
     }
-    *restored_blocks = published;
-    c->n.restored_blocks += (uint64_t)published;
-done:
-    c->n.restore_seconds += cairn_now_seconds() - t0;
+    j->next = NULL;
+    if (c->q_tail)
+        c->q_tail->next = j;
+    else
+        c->q_head = j;
+    c->q_tail = j;
+    pthread_cond_signal(&c->work);
+    pthread_mutex_unlock(&c->mu);
+    *job = j;
 }
+
+bool engine_cold_restore_ready(engine_cold_t *c, const restore_job_t *j)
+{
+    pthread_mutex_lock(&c->mu);
+    bool d = j->done;
+    pthread_mutex_unlock(&c->mu);
+    return d;
+}
+
+void engine_cold_restore_finish(engine_cold_t *c, restore_job_t *j, int *restored_objects, int *miss)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!j->done)
+        pthread_cond_wait(&c->done, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    job_finish(j, restored_objects, miss);
+}
+
+bool engine_cold_async(const engine_cold_t *c) { return c && c->async; }
 
 void engine_cold_note_restored(engine_cold_t *c, int tokens)
 {
@@ -644,7 +1176,7 @@ static void pump(engine_cold_t *c)
         }
         uint32_t e = heap_pop(k);
         dirty_t *d = &k->d[e];
-        uint32_t id = cairn_kv_cache_find_block(c->cache, 0, &d->domain, &d->hash);
+        uint32_t id = cairn_kv_cache_find_block(c->cache, c->full_group, &d->domain, &d->hash);
         if (!id || cairn_kv_cache_block_pin(c->cache, id) != CAIRN_OK) {
             c->n.capture_lost++; /* evicted (the tool's explicit eviction) before its copy */
             dirty_remove(k, e);
@@ -691,7 +1223,7 @@ static bool evict_filter(void *user, uint32_t block, uint32_t group, const cairn
     (void)domain;
     engine_cold_t *c = user;
     engine_capture_t *k = &c->cap;
-    if (group != 0 || !k->thread)
+    if (group != c->full_group || !k->thread)
         return true;
     int e = dirty_find(k, hash);
     if (e < 0)
@@ -753,7 +1285,100 @@ static void capture_close(engine_cold_t *c)
     memset(k, 0, sizeof *k);
 }
 
-void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *label)
+/* Whether boundary j (blocks) is an anchor a sliding-only model captures, the places
+ * seq_ckpt_next puts a recurrent model's checkpoints and the end of what was computed:
+ * the grid (bs * 4^m), the latest prompt's last full block and the one before it (the
+ * same prompt again is served at most n - 1 tokens), and the two deepest boundaries the
+ * walk reached. */
+static bool sliding_anchor(size_t j, size_t reached, size_t prompt_blocks)
+{
+    if (j + 1 >= reached || j == prompt_blocks || j + 1 == prompt_blocks)
+        return true;
+    size_t g = 1;
+    while (g < j)
+        g *= 4;
+    return g == j;
+}
+
+/*
+ * The sidecars of the anchors the persisted chain reaches (boundaries j <= reached):
+ * for each anchor whose every group's state is still in memory (the bank's checkpoint
+ * at j; a sliding group's blocks first_live..j-1 in the pool), each sidecar the store
+ * does not hold is put (copied) with up to wait_ms for room. Synchronous on the calling
+ * thread: the minimal capture the restore needs (issue 17 moves capture off the engine
+ * thread).
+ */
+static void capture_sidecars(engine_cold_t *c, const cairn_kv_seq_t *seq, const cairn_kv_hash_t *domain,
+                             size_t reached, size_t prompt_len, uint32_t wait_ms)
+{
+    const int rec = state_sidecars_recurrent(c->plan);
+    if (reserve((void **)&c->hashes, &c->hashes_cap, reached ? reached : 1, sizeof(*c->hashes)))
+        return;
+    for (size_t j = 0; j < reached; j++)
+        if (cairn_kv_seq_boundary_key(seq, (j + 1) * c->block_tokens, &c->hashes[j]))
+            return;
+    for (size_t j = reached; j > 0; j--) {
+        const cairn_kv_hash_t *key = &c->hashes[j - 1];
+        if (rec >= 0 ? !seq_ckpt_has(c->ckpts, key) : !sliding_anchor(j, reached, prompt_len / c->block_tokens))
+            continue;
+        for (uint32_t i = 0; i < c->n_side; i++) {
+            state_sidecar_desc_t *d = &c->desc[i];
+            if (state_sidecar_describe(c->plan, i, j * c->block_tokens, d))
+                break;
+            cairn_tier_object_t obj;
+            memset(&obj, 0, sizeof obj);
+            obj.key.kind = CAIRN_TIER_STATE;
+            obj.key.group = d->group;
+            memcpy(obj.key.hash.bytes, key->bytes, sizeof(obj.key.hash.bytes));
+            memcpy(obj.key.domain.bytes, domain->bytes, sizeof(obj.key.domain.bytes));
+            obj.boundary = d->boundary;
+            obj.layout = d->layout;
+            obj.layout_size = d->layout_size;
+            obj.payload_size = d->payload_size;
+            if (cairn_tier_store_contains(c->store, &obj.key)) {
+                c->n.sidecars_already++;
+                continue;
+            }
+            const void *pinned = NULL;
+            if ((int)i == rec) {
+                obj.payload = pinned = seq_ckpt_pin(c->ckpts, key);
+            } else {
+                if (reserve((void **)&c->side_ids, &c->side_ids_cap, d->n_blocks ? d->n_blocks : 1,
+                            sizeof(*c->side_ids)))
+                    break;
+                bool ok = true;
+                for (size_t b = 0; b < d->n_blocks && ok; b++)
+                    ok = (c->side_ids[b] = cairn_kv_cache_find_block(c->cache, d->group, domain,
+                                                                     &c->hashes[d->first_block + b])) != 0;
+                if (ok && c->side_cap[i] < d->payload_size) {
+                    cairn_free(c->side_buf[i]);
+                    c->side_buf[i] = cairn_malloc(d->payload_size);
+                    c->side_cap[i] = c->side_buf[i] ? d->payload_size : 0;
+                }
+                if (ok && c->side_buf[i]) {
+                    state_sidecar_gather(c->cache, d, c->side_ids, c->side_buf[i]);
+                    obj.payload = c->side_buf[i];
+                }
+            }
+            if (!obj.payload) {
+                c->n.sidecar_skips++;
+                continue;
+            }
+            bool queued = false;
+            int rc = cairn_tier_store_put(c->store, &obj, wait_ms, &queued);
+            if (pinned)
+                seq_ckpt_unpin(c->ckpts, pinned);
+            if (rc == CAIRN_OK && queued)
+                c->n.sidecars_captured++;
+            else if (rc == CAIRN_OK)
+                c->n.sidecars_already++;
+            else
+                c->n.sidecar_drops++;
+        }
+    }
+}
+
+void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_len, const char *label)
 {
     if (!c || !s)
         return;
@@ -764,7 +1389,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
     if (!seq || cairn_kv_seq_preempted(seq))
         return;
     size_t n_full = cairn_kv_seq_n_computed(seq) / c->block_tokens, n_table = 0;
-    (void)cairn_kv_seq_block_table(seq, 0, &n_table);
+    (void)cairn_kv_seq_block_table(seq, c->full_layer, &n_table);
     if (n_full > n_table)
         n_full = n_table;
     if (n_full == 0)
@@ -777,7 +1402,8 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
         const int32_t *tokens = cairn_kv_seq_tokens(seq);
         cairn_kv_hash_t prev, h;
         memset(prev.bytes, 0, sizeof prev.bytes);
-        for (size_t i = 0; i < n_full; i++, prev = h) {
+        size_t reached = 0; /* leading blocks on disk or queued */
+        for (size_t i = 0; i < n_full; i++, prev = h, reached = i) {
             if (cairn_kv_seq_boundary_key(seq, (i + 1) * c->block_tokens, &h))
                 break;
             int e = dirty_find(k, &h);
@@ -803,6 +1429,9 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, const char *
         c->n.capture_walks++;
         c->n.capture_queued += t.queued;
         c->n.capture_already += t.already;
+        /* Sidecars of the anchors this chain reaches (on disk or queued, from block 0). */
+        if (c->n_side && reached)
+            capture_sidecars(c, seq, domain, reached, prompt_len > 0 ? (size_t)prompt_len : 0, SIDECAR_WAIT_MS);
     }
     t.written = c->n.captured_blocks - k->written_mark;
     k->written_mark = c->n.captured_blocks;

@@ -270,6 +270,29 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
     put_gauge(&b, "cairn_cold_used_bytes", "Bytes held by the cold tier.",
               (double)st->cold_used_bytes);
     put_gauge(&b, "cairn_cold_objects", "Objects held by the cold tier.", (double)st->cold_objects);
+    /* Sidecars (hybrid families' state at a boundary) beside the blocks above. */
+    put_counter(&b, "cairn_cold_sidecars_captured_total", "STATE sidecars queued for the cold tier.",
+                st->cold_sidecars_captured);
+    put_counter(&b, "cairn_cold_sidecars_installed_total",
+                "STATE sidecars restored and installed (recurrent states, sliding windows).",
+                st->cold_sidecars_installed);
+    put_counter(&b, "cairn_cold_sidecar_corruptions_total", "Invalid STATE sidecars found and deleted.",
+                st->cold_sidecar_corruptions);
+    put_counter(&b, "cairn_cold_sidecar_drops_total", "STATE sidecars not queued: writer queue full.",
+                st->cold_sidecar_drops);
+    put_gauge(&b, "cairn_cold_sidecar_objects", "STATE sidecars held by the cold tier.",
+              (double)st->cold_sidecar_objects);
+    put_gauge(&b, "cairn_cold_sidecar_bytes", "Bytes of STATE sidecars held by the cold tier.",
+              (double)st->cold_sidecar_bytes);
+    put_counter(&b, "cairn_cold_restores_reduced_total",
+                "Restores installed below the length the stored chain proposed.", st->cold_restores_reduced);
+    put_counter(&b, "cairn_cold_restores_suppressed_total",
+                "Restores the sidecar policy reduced to nothing.", st->cold_restores_suppressed);
+    put(&b, "# HELP cairn_cold_restore_miss_total Cold-tier restores by the rule that reduced them.\n"
+            "# TYPE cairn_cold_restore_miss_total counter\n");
+    for (int i = 0; i < CAIRN_ENGINE_COLD_MISS_REASONS; i++)
+        put(&b, "cairn_cold_restore_miss_total{reason=\"%s\"} %llu\n", cairn_tier_miss_name((cairn_tier_miss_t)i),
+            (unsigned long long)st->cold_restore_miss[i]);
     put_counter(&b, "cairn_cold_capture_queued_total",
                 "Full KV blocks found not on disk at the end of a turn and queued for persistence.",
                 st->cold_capture_queued);

@@ -71,6 +71,10 @@ void reqlog_write(reqlog_t *l, const reqlog_entry_t *e)
         cJSON_AddStringToObject(o, "miss_reason", u->miss_reason);
     else
         cJSON_AddNullToObject(o, "miss_reason");
+    if (u && u->cold_reason)
+        cJSON_AddStringToObject(o, "cold_reason", u->cold_reason);
+    else
+        cJSON_AddNullToObject(o, "cold_reason");
     cJSON_AddNumberToObject(o, "completion_tokens", u ? u->completion_tokens : 0);
     cJSON_AddNumberToObject(o, "queue_ms", u ? u->queue_ms : 0);
     cJSON_AddNumberToObject(o, "ttft_ms", u ? u->ttft_ms : 0);

@@ -30,6 +30,12 @@
  * choices 1..n-1 are forked from its sequence (shared blocks) and every choice samples
  * from a copy of that row with its own sampler (seed + index).
  *
+ * Restoring. Admission is cairn_seq_begin_async: when the cold tier has blocks past the
+ * hot prefix, their reads run on the tier's I/O thread and the run waits in `running`
+ * flagged `restoring` (no pending token: no step includes it) while the batch keeps
+ * decoding; each step first admits the runs whose reads finished (poll_restoring:
+ * cairn_seq_begin_finish), so a restore never stalls the other sequences' steps.
+ *
  * Invariants: a run is in at most one list; run->seq != NULL iff the run is in
  * `running`; a request is freed right after its final event; `n_queued` counts requests
  * submitted but not yet admitted once (the max_queued bound), under the lock.
@@ -62,6 +68,10 @@ typedef struct {
     int n_gen;                      /* generated tokens (the tail of toks) */
     int delta_from;                 /* first generated token not yet reported in a DELTA */
     bool has_tok;                   /* the last generated token is not fed yet */
+    bool restoring;                 /* running, but its cold-tier restore is still reading
+                                       (cairn_seq_begin_async): no pending token yet */
+    bool sync_begin;                /* its restored admission found no room: the next
+                                       admission is a plain cairn_seq_begin */
     bool done;
     uint64_t admit_seq;             /* admission order: the largest is the newest */
 } sched_run_t;
@@ -425,8 +435,9 @@ static int preempt(cairn_sched_t *s, sched_run_t *u)
     int rc = cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting), 16);
     if (rc)
         return rc;
-    cairn_seq_release(u->seq);
+    cairn_seq_release(u->seq); /* a restoring run's reads are waited for */
     u->seq = NULL;
+    u->restoring = false;
     u->has_tok = false; /* it is in toks: the recompute begins over all of them */
     remove_ptr(s->running, &s->n_running, u);
     memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
@@ -480,6 +491,27 @@ static void feed_decodes(cairn_sched_t *s)
     }
 }
 
+/* The usage of a run's first admission: how its prompt was served. */
+static void note_admitted(cairn_sched_t *s, sched_run_t *u, int cached)
+{
+    sched_req_t *r = u->req;
+    if (r->admitted_once)
+        return;
+    r->admitted_once = true;
+    r->usage.cached_tokens = cached;
+    r->usage.queue_ms = cairn_now_ms() - r->t_submit;
+    /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
+    int restored = cairn_seq_restored_tokens(u->seq);
+    r->usage.restored_tokens = restored;
+    r->usage.cold_reason = cairn_seq_cold_reason(u->seq);
+    int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
+    r->usage.miss_reason = cached + restored < full ? (cached + restored ? "partial" : "miss")
+                           : restored ? "cold" : "none";
+    pthread_mutex_lock(&s->mu);
+    s->n_queued--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Admits waiting runs while there are running slots, prefill budget and blocks. */
 static void admit(cairn_sched_t *s)
 {
@@ -497,8 +529,14 @@ static void admit(cairn_sched_t *s)
                             sizeof(*s->running), 16);
         cairn_seq_t *seq = NULL;
         int cached = 0;
-        if (rc == CAIRN_OK)
+        /* The cold tier's reads run off the engine thread: a run whose restore is still
+         * reading waits in `running` as restoring while the batch keeps stepping. */
+        if (rc == CAIRN_OK && u->sync_begin)
             rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+        else if (rc == CAIRN_OK)
+            rc = cairn_seq_begin_async(s->engine, u->req->salt, u->toks, u->n_toks, &seq);
+        if (rc == CAIRN_OK && !cairn_seq_restoring(seq) && (rc = cairn_seq_begin_finish(seq, &cached)))
+            seq = NULL; /* released by the failed admission */
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
             return; /* the pool frees up as others finish; keep the order */
         if (rc == CAIRN_EEXHAUSTED) {
@@ -522,22 +560,48 @@ static void admit(cairn_sched_t *s)
         u->seq = seq;
         u->admit_seq = ++s->admit_counter;
         s->running[s->n_running++] = u;
+        u->restoring = cairn_seq_restoring(seq);
+        if (u->restoring)
+            continue;
         budget += cairn_seq_n_pending(seq);
-        sched_req_t *r = u->req;
-        if (!r->admitted_once) {
-            r->admitted_once = true;
-            r->usage.cached_tokens = cached;
-            r->usage.queue_ms = cairn_now_ms() - r->t_submit;
-            /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
-            int restored = cairn_seq_restored_tokens(seq);
-            r->usage.restored_tokens = restored;
-            int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
-            r->usage.miss_reason = cached + restored < full ? (cached + restored ? "partial" : "miss")
-                                   : restored ? "cold" : "none";
-            pthread_mutex_lock(&s->mu);
-            s->n_queued--;
-            pthread_mutex_unlock(&s->mu);
+        note_admitted(s, u, cached);
+    }
+}
+
+/* Admits the runs whose restore finished reading (installs what it read); a run the pool
+ * cannot take now goes back to the front of `waiting`, as a preempted one does. */
+static void poll_restoring(cairn_sched_t *s)
+{
+    for (int i = 0; i < s->n_running;) {
+        sched_run_t *u = s->running[i];
+        if (!u->restoring || cairn_seq_restoring(u->seq)) {
+            i++;
+            continue;
         }
+        int cached = 0;
+        int rc = cairn_seq_begin_finish(u->seq, &cached);
+        u->restoring = false;
+        if (rc == CAIRN_OK) {
+            note_admitted(s, u, cached);
+            i++;
+            continue;
+        }
+        u->seq = NULL; /* released by the failed admission */
+        remove_ptr(s->running, &s->n_running, u);
+        /* No room: back to the front of `waiting`, where admission's rules (wait while
+         * others run or the cold tier's write-back copies are pending) apply to a plain
+         * begin, so a run that cannot fit ends the way any other does. */
+        if (rc == CAIRN_EEXHAUSTED &&
+            cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting),
+                                 16) == CAIRN_OK) {
+            u->sync_begin = true;
+            memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
+            s->waiting[0] = u;
+            s->n_waiting++;
+            continue;
+        }
+        req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED ? "the KV pool cannot hold this prompt"
+                                                       : "the sequence could not begin");
     }
 }
 
@@ -605,6 +669,7 @@ static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
 static bool step(cairn_sched_t *s)
 {
     feed_decodes(s);
+    poll_restoring(s);
     admit(s);
     if (s->n_running == 0)
         return false;
@@ -640,8 +705,12 @@ static bool step(cairn_sched_t *s)
         s->item_runs[n++] = u;
         rows += chunk;
     }
-    if (n == 0)
-        return false; /* every run waits for a feed (the cold tier's write-back) */
+    if (n == 0) { /* every run waits: for its restore's reads, or for a feed (the cold
+                   * tier's write-back): briefly */
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+        return false;
+    }
     const float *logits = NULL;
     int n_rows = 0;
     int rc = cairn_engine_step(s->engine, s->items, n, &logits, &n_rows);
@@ -734,6 +803,15 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_bytes_written = cc.store.bytes_written;
     s->stats.cold_used_bytes = cc.store.used_bytes;
     s->stats.cold_objects = cc.store.objects;
+    s->stats.cold_sidecars_captured = cc.sidecars_captured;
+    s->stats.cold_sidecars_installed = cc.sidecars_installed;
+    s->stats.cold_sidecar_corruptions = cc.sidecar_corruptions;
+    s->stats.cold_sidecar_drops = cc.sidecar_drops;
+    s->stats.cold_sidecar_objects = cc.store.state_objects;
+    s->stats.cold_sidecar_bytes = cc.store.state_bytes;
+    s->stats.cold_restores_reduced = cc.restores_reduced;
+    s->stats.cold_restores_suppressed = cc.restores_suppressed;
+    memcpy(s->stats.cold_restore_miss, cc.miss, sizeof(cc.miss));
     s->stats.cold_capture_queued = cc.capture_queued;
     s->stats.cold_capture_deferrals = cc.capture_deferrals;
     s->stats.cold_writeback_holds = cc.writeback_holds;

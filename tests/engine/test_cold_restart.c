@@ -47,6 +47,8 @@ typedef struct {
     int status;               /* 0: ran to the end; else the failing step's code */
     int hot, restored, n_past;
     uint64_t restored_blocks, corruptions, write_errors, objects;
+    uint64_t sidecars_installed, sidecar_corruptions, sidecars_captured, state_objects;
+    int miss;                 /* the restore's cairn_tier_miss_t */
     int probe_exists;         /* 1 if `probe` existed right after begin */
     int32_t ids[N_GEN];
     char root[1024];          /* the store's model directory */
@@ -135,6 +137,11 @@ static int child_body(const job_t *j, result_t *r)
     r->corruptions = c.store.corruptions;
     r->write_errors = c.store.write_errors;
     r->objects = c.store.objects;
+    r->sidecars_installed = c.sidecars_installed;
+    r->sidecar_corruptions = c.sidecar_corruptions;
+    r->sidecars_captured = c.sidecars_captured;
+    r->state_objects = c.store.state_objects;
+    r->miss = c.last_miss;
     snprintf(r->root, sizeof(r->root), "%s", c.store.root ? c.store.root : "");
     cairn_engine_destroy(e);
     cairn_checkpoint_close(ck);
@@ -186,8 +193,13 @@ static void rm_rf(const char *path)
     assert_int_equal(system(cmd), 0);
 }
 
+static int count_files_as(const char *dir, const char *prefix, const char *suffix);
+
 /* Counts files under dir whose name starts with prefix (".tmp.") or ends with ".kv". */
-static int count_files(const char *dir, const char *prefix)
+static int count_files(const char *dir, const char *prefix) { return count_files_as(dir, prefix, ".kv"); }
+
+/* Counts files under dir whose name starts with prefix, or (prefix NULL) ends with suffix. */
+static int count_files_as(const char *dir, const char *prefix, const char *suffix)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -202,10 +214,11 @@ static int count_files(const char *dir, const char *prefix)
         struct stat sb;
         if (lstat(p, &sb) != 0)
             continue;
+        size_t nl = strlen(de->d_name), sl = strlen(suffix);
         if (S_ISDIR(sb.st_mode))
-            n += count_files(p, prefix);
+            n += count_files_as(p, prefix, suffix);
         else if (prefix ? !strncmp(de->d_name, prefix, strlen(prefix))
-                        : strlen(de->d_name) > 3 && !strcmp(de->d_name + strlen(de->d_name) - 3, ".kv"))
+                        : nl > sl && !strcmp(de->d_name + nl - sl, suffix))
             n++;
     }
     closedir(d);
@@ -235,6 +248,17 @@ static void object_path(const char *store_dir, const char *salt, const int32_t *
     snprintf(out, len, "%s/%.2s/%s.kv", store_dir, hex, hex);
 }
 
+/* The path of the STATE sidecar of cache group 0 at the boundary of k + 1 blocks. */
+static void sidecar_path(const char *store_dir, const char *salt, const int32_t *prompt, int k, char *out,
+                         size_t len)
+{
+    char kv[1400];
+    object_path(store_dir, salt, prompt, k, kv, sizeof(kv));
+    size_t n = strlen(kv);
+    assert_true(n > 3 && n - 3 + 6 < len);
+    snprintf(out, len, "%.*s.0.st", (int)(n - 3), kv);
+}
+
 /* ---- The family list is the list the parity test covers ---------------------------- */
 
 static void test_family_list(void **state)
@@ -245,14 +269,21 @@ static void test_family_list(void **state)
     for (; fam[n]; n++)
         assert_true(cairn_cold_family_eligible(fam[n]));
     assert_true(n >= 1);
-    /* Families without proven restart parity never restore. */
-    assert_false(cairn_cold_family_eligible("gemma3"));
-    assert_false(cairn_cold_family_eligible("lfm2"));
-    assert_false(cairn_cold_family_eligible("qwen3_5"));
+    /* Every family restores since the hybrids' sidecars (issue 11). */
+    assert_true(cairn_cold_family_eligible("gemma3"));
+    assert_true(cairn_cold_family_eligible("lfm2"));
+    assert_true(cairn_cold_family_eligible("qwen3_5"));
+    assert_false(cairn_cold_family_eligible("mistral")); /* no parity fixture */
     assert_false(cairn_cold_family_eligible(NULL));
 }
 
 /* ---- Restart parity ----------------------------------------------------------------- */
+
+/* Whether the fixture's model keeps state outside its full layers' blocks. */
+static bool is_hybrid(const char *model)
+{
+    return !strcmp(model, "lfm2") || !strcmp(model, "gemma3") || !strcmp(model, "qwen3_5");
+}
 
 static void parity_case(const char *model, const char *prompt_name)
 {
@@ -271,37 +302,105 @@ static void parity_case(const char *model, const char *prompt_name)
     assert_int_equal(r2->restored, (n - 1) / BS * BS);
     assert_true(r2->restored_blocks > 0);
     assert_int_equal(r2->corruptions, 0);
+    assert_int_equal(r2->sidecar_corruptions, 0);
     assert_int_equal(r2->n_past, (n - 1) / BS * BS);
+    if (is_hybrid(model)) {
+        assert_true(r1->sidecars_captured >= 1);
+        assert_true(r2->sidecars_installed >= 1);
+    } else {
+        assert_int_equal(r1->state_objects, 0);
+    }
     assert_int_equal(r3->restored, 0);
     assert_same_output(r1, r3);
     assert_same_output(r2, r3);
-    fprintf(stderr, "  %s/%s: %d of %d prompt tokens restored, logits and %d tokens equal\n", model,
-            prompt_name, r2->restored, n, N_GEN);
+    fprintf(stderr, "  %s/%s: %d of %d prompt tokens restored (%llu sidecars), logits and %d tokens equal\n",
+            model, prompt_name, r2->restored, n, (unsigned long long)r2->sidecars_installed, N_GEN);
     rm_rf(root);
     free(prompt);
+}
+
+/* The divergent-prompt variant: the restore prompt shares 512 tokens with the captured
+ * one, then differs. A dense model restores the shared 32 blocks; a hybrid lands on the
+ * deepest grid rung the shared body holds (256 tokens: a state exists only at captured
+ * boundaries), strictly below the captured prompt's deepest boundary. */
+static void divergent_case(const char *model)
+{
+    int n1 = 0, n2 = 0;
+    int32_t *p1 = fixture_prompt(model, "long_720", &n1);
+    int32_t *p2 = fixture_prompt(model, "shared_prefix_672", &n2);
+    char root[512];
+    make_root(root, sizeof(root), "diverge");
+    job_t persist = {model, root, NULL, p1, n1, NULL, 0};
+    job_t restore = {model, root, NULL, p2, n2, NULL, 0};
+    job_t off = {model, NULL, NULL, p2, n2, NULL, 0};
+    result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
+    run_job(&persist, r1);
+    run_job(&restore, r2);
+    run_job(&off, r3);
+    assert_same_output(r2, r3);
+    assert_int_equal(r2->corruptions, 0);
+    if (is_hybrid(model)) {
+        assert_int_equal(r2->restored, 256);
+        assert_true(r2->restored < (n1 - 1) / BS * BS);
+        assert_true(r2->sidecars_installed >= 1);
+    } else {
+        assert_int_equal(r2->restored, 512);
+    }
+    fprintf(stderr, "  %s divergent: %d tokens restored of a 512-token shared body\n", model, r2->restored);
+    rm_rf(root);
+    free(p1);
+    free(p2);
 }
 
 /* The fixture of each eligible family. */
 static const char *family_fixture(const char *family)
 {
-    if (!strcmp(family, "llama"))
-        return "llama";
-    if (!strcmp(family, "qwen3"))
-        return "qwen3";
+    static const char *const map[][2] = {
+        {"llama", "llama"}, {"qwen3", "qwen3"}, {"lfm2", "lfm2"}, {"gemma3_text", "gemma3"},
+        {"gemma3", "gemma3"}, {"qwen3_5_text", "qwen3_5"}, {"qwen3_5", "qwen3_5"},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(family, map[i][0]))
+            return map[i][1];
     return NULL;
 }
 
-static void test_restart_parity(void **state)
+/* Each fixture once, in the order of the eligible list. */
+static bool seen_fixture(const char *const *fam, int i, const char *model)
 {
-    (void)state;
+    for (int j = 0; j < i; j++)
+        if (family_fixture(fam[j]) && !strcmp(family_fixture(fam[j]), model))
+            return true;
+    return false;
+}
+
+/* Every eligible family's fixture once: the dense ones (hybrid false) or the hybrids. */
+static void parity_families(bool hybrid)
+{
     const char *const *fam = cairn_cold_eligible_families();
     for (int i = 0; fam[i]; i++) {
         const char *model = family_fixture(fam[i]);
         if (!model)
             fail_msg("eligible family %s has no restart-parity fixture", fam[i]);
+        if (seen_fixture(fam, i, model) || is_hybrid(model) != hybrid)
+            continue;
         parity_case(model, "long_720");
-        parity_case(model, "shared_prefix_672");
+        if (!hybrid) /* a hybrid's second prompt is the divergent one, in the same store */
+            parity_case(model, "shared_prefix_672");
+        divergent_case(model);
     }
+}
+
+static void test_restart_parity(void **state)
+{
+    (void)state;
+    parity_families(false);
+}
+
+static void test_restart_parity_hybrid(void **state)
+{
+    (void)state;
+    parity_families(true);
 }
 
 /* ---- Corruption at the engine level -------------------------------------------------- */
@@ -359,6 +458,136 @@ static void test_corruption(void **state)
     (void)state;
     for (int mode = 0; mode < 3; mode++)
         corrupt_case(mode);
+}
+
+/* ---- Sidecar corruption and mismatch -------------------------------------------------- */
+
+/*
+ * One damaged or missing object of a hybrid's capture of long_720 (sidecars at the grid
+ * rungs 16, 64, 256 tokens and at 704): each mode is a counted miss that reconciles the
+ * restore down to the rung 256, never wrong output. Modes: 0 a flipped payload byte of
+ * the sidecar at 704, 1 that sidecar truncated, 2 the sidecar at 256 under its name
+ * (another boundary), 3 another model's sidecar under its name (another fingerprint and
+ * geometry), 4 a block below 704 deleted (a sidecar without its blocks), 5 the sidecar
+ * at 704 deleted (blocks without their sidecar).
+ */
+typedef struct {
+    const char *model;
+    int32_t *prompt;
+    int n;
+    char pristine[512];       /* a cache root the capture run persisted into */
+    char store_sub[1200];     /* its model directory, relative to the root */
+    result_t ref;             /* the tier-off run */
+} sidecar_fixture_t;
+
+static void sidecar_fixture(const char *model, sidecar_fixture_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->model = model;
+    f->prompt = fixture_prompt(model, "long_720", &f->n);
+    make_root(f->pristine, sizeof(f->pristine), "sidecar");
+    job_t persist = {model, f->pristine, NULL, f->prompt, f->n, NULL, 0};
+    job_t off = {model, NULL, NULL, f->prompt, f->n, NULL, 0};
+    run_job(&off, &g_res[0]);
+    f->ref = g_res[0];
+    run_job(&persist, &g_res[1]);
+    assert_true(strncmp(g_res[1].root, f->pristine, strlen(f->pristine)) == 0);
+    snprintf(f->store_sub, sizeof(f->store_sub), "%s", g_res[1].root + strlen(f->pristine));
+}
+
+static void sidecar_fixture_free(sidecar_fixture_t *f)
+{
+    rm_rf(f->pristine);
+    free(f->prompt);
+}
+
+static void sidecar_case(const sidecar_fixture_t *f, int mode, const char *foreign_st)
+{
+    const char *model = f->model;
+    const int32_t *prompt = f->prompt;
+    const int n = f->n;
+    char root[512], path[1400], other[1400], store[1800], cmd[3000];
+    make_root(root, sizeof(root), "sidecar");
+    snprintf(cmd, sizeof(cmd), "cp -a '%s'/. '%s'/", f->pristine, root);
+    assert_int_equal(system(cmd), 0);
+    snprintf(store, sizeof(store), "%s%s", root, f->store_sub);
+    const result_t *ref = &f->ref;
+    result_t *r = &g_res[1];
+    sidecar_path(store, NULL, prompt, 704 / BS - 1, path, sizeof(path));
+    sidecar_path(store, NULL, prompt, 256 / BS - 1, other, sizeof(other));
+    struct stat sb;
+    assert_int_equal(stat(other, &sb), 0);  /* the rung below was captured too */
+    assert_int_equal(stat(path, &sb), 0);
+    const char *probe = path;
+    if (mode == 0) {
+        int fd = open(path, O_RDWR);
+        assert_true(fd >= 0);
+        uint8_t b;
+        off_t at = sb.st_size - 5;
+        assert_int_equal(pread(fd, &b, 1, at), 1);
+        b ^= 0x01;
+        assert_int_equal(pwrite(fd, &b, 1, at), 1);
+        close(fd);
+    } else if (mode == 1) {
+        assert_int_equal(truncate(path, sb.st_size - 7), 0);
+    } else if (mode == 2 || mode == 3) {
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", mode == 2 ? other : foreign_st, path);
+        assert_int_equal(system(cmd), 0);
+    } else if (mode == 4) {
+        object_path(store, NULL, prompt, 30, path, sizeof(path));
+        assert_int_equal(unlink(path), 0);
+        probe = NULL;
+    } else {
+        assert_int_equal(unlink(path), 0);
+        probe = NULL;
+    }
+    job_t restore = {model, root, NULL, prompt, n, probe, 0};
+    run_job(&restore, r);
+    assert_same_output(r, ref);
+    assert_int_equal(r->restored, 256);          /* reconciled down to the rung below */
+    assert_true(r->sidecars_installed >= 1);
+    if (mode <= 3) {
+        assert_true(r->corruptions >= 1);        /* counted, removed before any use */
+        assert_int_equal(r->probe_exists, 0);
+    } else {
+        assert_int_equal(r->corruptions, 0);
+    }
+    /* The recomputed suffix was captured again: the next restart restores everything. */
+    run_job(&restore, r);
+    assert_same_output(r, ref);
+    assert_int_equal(r->restored, (n - 1) / BS * BS);
+    assert_int_equal(r->corruptions, 0);
+    rm_rf(root);
+}
+
+static void test_sidecar_corruption(void **state)
+{
+    (void)state;
+    /* Another model's sidecar: qwen3_5's at its 704 boundary. */
+    int n = 0;
+    int32_t *prompt = fixture_prompt("qwen3_5", "long_720", &n);
+    char root[512], foreign[1400];
+    make_root(root, sizeof(root), "foreign");
+    job_t persist = {"qwen3_5", root, NULL, prompt, n, NULL, 0};
+    run_job(&persist, &g_res[2]);
+    char kept[600];
+    snprintf(kept, sizeof(kept), "%s.st", root);
+    sidecar_path(g_res[2].root, NULL, prompt, 704 / BS - 1, foreign, sizeof(foreign));
+    char cmd[3000];
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", foreign, kept);
+    assert_int_equal(system(cmd), 0);
+    rm_rf(root);
+    free(prompt);
+    static sidecar_fixture_t f;
+    sidecar_fixture("lfm2", &f);
+    for (int mode = 0; mode < 6; mode++)
+        sidecar_case(&f, mode, kept);
+    sidecar_fixture_free(&f);
+    sidecar_fixture("gemma3", &f); /* a sliding window's sidecar */
+    sidecar_case(&f, 0, kept);
+    sidecar_case(&f, 5, kept);
+    sidecar_fixture_free(&f);
+    unlink(kept);
 }
 
 /* ---- I/O errors during capture ------------------------------------------------------- */
@@ -461,16 +690,23 @@ static pid_t spawn_generate(const char *model_dir, const char *root, const char 
     return pid;
 }
 
-/* The one model directory (64 hex digits) under a cache root. */
-static void find_store_dir(const char *root, char *out, size_t len)
+/* The kill loop alternates a dense model (BLOCK objects only) and a hybrid one (blocks,
+ * then the conv-state sidecars of its anchors 16, 64, 256 and 320 tokens). */
+static const char *const kill_models[2] = {"llama", "lfm2"};
+
+/* The model directory (64 hex digits) under a cache root other than `not` (NULL: any). */
+static void find_store_dir(const char *root, const char *not, char *out, size_t len)
 {
     DIR *d = opendir(root);
     assert_non_null(d);
     struct dirent *de;
     out[0] = '\0';
-    while ((de = readdir(d)))
-        if (strlen(de->d_name) == 64)
-            snprintf(out, len, "%s/%s", root, de->d_name);
+    while ((de = readdir(d))) {
+        char p[1200];
+        snprintf(p, sizeof(p), "%s/%s", root, de->d_name);
+        if (strlen(de->d_name) == 64 && (!not || strcmp(p, not)))
+            snprintf(out, len, "%s", p);
+    }
     closedir(d);
     assert_true(out[0] != '\0');
 }
@@ -478,30 +714,41 @@ static void find_store_dir(const char *root, char *out, size_t len)
 static void test_crash_kill9(void **state)
 {
     (void)state;
-    const char *model = "llama";
-    int n_all = 0;
-    int32_t *all = fixture_prompt(model, "long_720", &n_all);
+    const char *model = kill_models[0];
     const int n = 321; /* 20 full blocks to write, the last token computed */
-    char *ids_arg = malloc((size_t)n * 8 + 1);
-    assert_non_null(ids_arg);
-    size_t len = 0;
-    for (int i = 0; i < n; i++)
-        len += (size_t)sprintf(ids_arg + len, "%s%d", i ? "," : "", (int)all[i]);
+    int32_t *alls[2];
+    char *ids_args[2];
+    result_t *refs[2] = {&g_res[0], &g_res[2]}, *r = &g_res[1];
+    for (int m = 0; m < 2; m++) {
+        int n_all = 0;
+        alls[m] = fixture_prompt(kill_models[m], "long_720", &n_all);
+        assert_true(n_all >= n);
+        ids_args[m] = malloc((size_t)n * 8 + 1);
+        assert_non_null(ids_args[m]);
+        size_t len = 0;
+        for (int i = 0; i < n; i++)
+            len += (size_t)sprintf(ids_args[m] + len, "%s%d", i ? "," : "", (int)alls[m][i]);
+        job_t off = {kill_models[m], NULL, NULL, alls[m], n, NULL, 0};
+        run_job(&off, refs[m]);
+    }
+    const char *ids_arg = ids_args[0];
     char root[512];
     make_root(root, sizeof(root), "crash");
-    result_t *ref = &g_res[0], *r = &g_res[1];
-    job_t off = {model, NULL, NULL, all, n, NULL, 0};
-    run_job(&off, ref);
 
-    /* How long one persisting run takes, to spread the kills over its whole life. */
+    /* How long one persisting run takes, to spread the kills over its whole life; and
+     * each model's store directory. */
     double t0 = now_ms();
     pid_t pid = spawn_generate(fixture_model_dir(model), root, "calibrate", ids_arg);
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     double span_ms = now_ms() - t0;
-    char store_dir[1024];
-    find_store_dir(root, store_dir, sizeof(store_dir));
+    char store_dirs[2][1200];
+    find_store_dir(root, NULL, store_dirs[0], sizeof(store_dirs[0]));
+    pid = spawn_generate(fixture_model_dir(kill_models[1]), root, "calibrate", ids_args[1]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    find_store_dir(root, store_dirs[0], store_dirs[1], sizeof(store_dirs[1]));
     /* Bounded so the loop stays bounded in time, but wide enough that a sanitized build
      * (whose start-up alone can take most of a second) still sees kills after a capture. */
     if (span_ms > 3000)
@@ -512,13 +759,29 @@ static void test_crash_kill9(void **state)
     int restored_runs = 0, restored_total = 0;
     double start = now_ms();
     int after_commit = 0;
+    int after_sidecar = 0;
     for (int i = 0; i < iters; i++) {
         char salt[32];
         snprintf(salt, sizeof(salt), "crash-%d", i);
-        int objects_before = count_files(root, NULL);
+        const int m = i % 4 == 1 || i % 4 == 2; /* 0, 3: llama; 1, 2: lfm2 */
+        model = kill_models[m];
+        ids_arg = ids_args[m];
+        int objects_before = count_files(root, NULL), sidecars_before = count_files_as(root, NULL, ".st");
         bool reaped = false;
         pid = spawn_generate(fixture_model_dir(model), root, salt, ids_arg);
-        if (i % 4 == 3) {
+        if (i % 4 == 1) {
+            /* A hybrid run killed just after its first sidecar is committed, while the
+             * other sidecars of its anchors are being written. */
+            double wait_start = now_ms();
+            while (count_files_as(root, NULL, ".st") == sidecars_before && now_ms() - wait_start < 60000) {
+                if (waitpid(pid, &st, WNOHANG) == pid) {
+                    reaped = true;
+                    break;
+                }
+                usleep(100);
+            }
+            after_sidecar++;
+        } else if (i % 4 == 3) {
             /* Every fourth run is killed just after its first object is committed (while
              * the rest of its chain is being written), however slow a loaded machine makes
              * the run: the random delays alone, timed by one calibration run, can all land
@@ -546,33 +809,49 @@ static void test_crash_kill9(void **state)
         int acked = 0;
         for (; acked < n / BS; acked++) {
             char path[2048];
-            object_path(store_dir, salt, all, acked, path, sizeof(path));
+            object_path(store_dirs[m], salt, alls[m], acked, path, sizeof(path));
             if (access(path, F_OK) != 0)
                 break;
         }
+        int expect = acked * BS;
+        if (m == 1) { /* the deepest anchor the acknowledged blocks reach with its sidecar */
+            static const int anchors[] = {20, 16, 4, 1};
+            expect = 0;
+            for (size_t a = 0; a < sizeof(anchors) / sizeof(anchors[0]) && !expect; a++) {
+                char path[2048];
+                sidecar_path(store_dirs[m], salt, alls[m], anchors[a] - 1, path, sizeof(path));
+                if (anchors[a] <= acked && access(path, F_OK) == 0)
+                    expect = anchors[a] * BS;
+            }
+        }
         /* Restart: whatever the killed writer left is either a valid object or garbage
          * the store removes; the output is always the reference's, and every acknowledged
-         * block restores. */
-        job_t again = {model, root, salt, all, n, NULL, 0};
+         * block restores (a hybrid: up to the deepest anchor whose sidecar is on disk). */
+        job_t again = {model, root, salt, alls[m], n, NULL, 0};
         run_job(&again, r);
-        assert_same_output(r, ref);
+        assert_same_output(r, refs[m]);
+        assert_int_equal(r->sidecar_corruptions, 0);
         assert_int_equal(r->corruptions, 0);
-        assert_int_equal(r->restored, acked * BS);
+        assert_int_equal(r->restored, expect);
         assert_int_equal(count_files(root, ".tmp."), 0);
         restored_runs += r->restored > 0;
         restored_total += r->restored;
     }
-    fprintf(stderr, "  kill -9: %d runs in %.1f s (%d killed after their first commit); %d restarts "
-            "restored (%d tokens in all), none invalid\n",
-            iters, (now_ms() - start) / 1e3, after_commit, restored_runs, restored_total);
+    fprintf(stderr, "  kill -9: %d runs (llama, lfm2) in %.1f s (%d killed after their first block, %d after "
+            "their first sidecar); %d restarts restored (%d tokens in all), none invalid\n",
+            iters, (now_ms() - start) / 1e3, after_commit, after_sidecar, restored_runs, restored_total);
     assert_true(restored_runs > 0); /* some kills landed after blocks were committed */
     rm_rf(root);
-    free(ids_arg);
-    free(all);
+    for (int m = 0; m < 2; m++) {
+        free(ids_args[m]);
+        free(alls[m]);
+    }
 }
 
-/* `test_cold_restart` runs every scenario but the kill loop; `test_cold_restart kill` runs
- * the kill loop alone (ctest: test_cold_kill), so each stays within a minute. */
+/* `test_cold_restart` runs the dense families' scenarios, `test_cold_restart hybrid` the
+ * hybrids' parity and sidecar cases (ctest: test_cold_restart_hybrid), `test_cold_restart
+ * kill` the kill loop alone (ctest: test_cold_kill), so each stays short and ctest -j runs
+ * them side by side. */
 int main(int argc, char **argv)
 {
     g_res = mmap(NULL, 8 * sizeof(result_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -588,7 +867,13 @@ int main(int argc, char **argv)
     const struct CMUnitTest kill_tests[] = {
         cmocka_unit_test(test_crash_kill9),
     };
+    const struct CMUnitTest hybrid_tests[] = {
+        cmocka_unit_test(test_restart_parity_hybrid),
+        cmocka_unit_test(test_sidecar_corruption),
+    };
     if (argc > 1 && !strcmp(argv[1], "kill"))
         return cmocka_run_group_tests(kill_tests, NULL, NULL);
+    if (argc > 1 && !strcmp(argv[1], "hybrid"))
+        return cmocka_run_group_tests(hybrid_tests, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
