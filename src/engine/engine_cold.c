@@ -70,8 +70,9 @@ _Static_assert(sizeof(cairn_kv_hash_t) == sizeof(cairn_tier_hash_t), "one 32-byt
 
 _Static_assert(CAIRN_TIER_MISS_INSTALL + 1 == CAIRN_ENGINE_COLD_MISS_REASONS, "a counter per miss reason");
 
-/* How long a sidecar put may wait for a queue slot (the synchronous stopgap below: the
- * writer queue keeps two slots only sidecars take, so this is rarely waited). */
+/* How long a sidecar put may wait for a queue slot when it cannot go through the capture
+ * thread (policy off, no memory for the job): the writer queue keeps two slots only
+ * sidecars take, so this is rarely waited. */
 #define SIDECAR_WAIT_MS 250
 
 /* ---- Background capture: the state (the functions are below the restore) ----
@@ -108,6 +109,7 @@ typedef struct {
     dirty_t *d;                /* entries [0, d_used) of d_cap; FREE ones linked from free_head */
     int32_t *tok;              /* block_tokens token ids per entry */
     uint32_t d_used, d_cap, free_head, n_live, n_inflight;
+    uint32_t n_side_inflight;  /* sidecar jobs handed to the capture thread, not yet reaped */
     uint32_t *slots;           /* hash index: entry + 1, 0 empty; n_slots a power of two */
     uint32_t n_slots;
     uint32_t *heap;            /* READY entries */
@@ -1195,11 +1197,40 @@ static void dirty_remove(engine_capture_t *k, uint32_t e)
     k->n_live--;
 }
 
+/* A sidecar job: its payload, pinned in the state bank (a recurrent state) or a private
+ * copy (a sliding window's rows), held until the capture thread is done with it. Tagged
+ * SIDE_TAG | address, block jobs by their entry index. */
+#define SIDE_TAG (1ull << 63)
+
+typedef struct {
+    const void *pinned;        /* seq_ckpt_pin's bytes, or NULL */
+    void *buf;                 /* the gathered copy, or NULL */
+} side_job_t;
+
+static void side_done(engine_cold_t *c, side_job_t *j, int status)
+{
+    if (j->pinned)
+        seq_ckpt_unpin(c->ckpts, j->pinned);
+    cairn_free(j->buf);
+    cairn_free(j);
+    c->cap.n_side_inflight--;
+    if (status == CAIRN_OK)
+        c->n.sidecars_captured++;
+    else if (status == CAIRN_ECANCELED)
+        c->n.sidecar_skips++; /* stopped at close before its put */
+    else
+        c->n.sidecar_drops++; /* refused by the store (layout, memory) */
+}
+
 /* Reap callback: the capture thread is done with entry `tag`'s copy. */
 static void on_copied(void *user, uint64_t tag, int status)
 {
     engine_cold_t *c = user;
     engine_capture_t *k = &c->cap;
+    if (tag & SIDE_TAG) {
+        side_done(c, (side_job_t *)(uintptr_t)(tag & ~SIDE_TAG), status);
+        return;
+    }
     uint32_t e = (uint32_t)tag;
     dirty_t *d = &k->d[e];
     (void)cairn_kv_cache_block_unpin(c->cache, d->block);
@@ -1223,7 +1254,7 @@ static void pump(engine_cold_t *c)
     engine_capture_t *k = &c->cap;
     if (!k->thread)
         return;
-    if (k->n_inflight)
+    if (k->n_inflight || k->n_side_inflight)
         cairn_tier_capturer_reap(k->thread, on_copied, c);
     while (k->heap_n) {
         if (k->pinned_bytes && k->pinned_bytes + c->payload_size > k->pin_budget) {
@@ -1262,12 +1293,12 @@ static void pump(engine_cold_t *c)
 
 bool engine_cold_poll(engine_cold_t *c)
 {
-    if (!c || !c->cap.thread || (!c->cap.n_inflight && !c->cap.heap_n))
+    if (!c || !c->cap.thread || (!c->cap.n_inflight && !c->cap.heap_n && !c->cap.n_side_inflight))
         return false;
     double t0 = cairn_now_seconds();
     pump(c);
     c->n.capture_seconds += cairn_now_seconds() - t0;
-    return c->cap.n_inflight || c->cap.heap_n;
+    return c->cap.n_inflight || c->cap.heap_n || c->cap.n_side_inflight;
 }
 
 /* The KV core's evict filter: a cached block not on disk yet is kept (and queued first,
@@ -1360,9 +1391,10 @@ static bool sliding_anchor(size_t j, size_t reached, size_t prompt_blocks)
  * The sidecars of the anchors the persisted chain reaches (boundaries j <= reached):
  * for each anchor whose every group's state is still in memory (the bank's checkpoint
  * at j; a sliding group's blocks first_live..j-1 in the pool), each sidecar the store
- * does not hold is put (copied) with up to wait_ms for room. Synchronous on the calling
- * thread: the minimal capture the restore needs (issue 17 moves capture off the engine
- * thread).
+ * does not hold goes to the capture thread (a recurrent state pinned in the bank, a
+ * sliding window's rows gathered into a private copy, released when the job is reaped),
+ * which waits for room as long as it takes: never dropped for a full queue. Without a
+ * capture thread, or without memory for the job, it is put here with up to wait_ms.
  */
 static void capture_sidecars(engine_cold_t *c, const cairn_kv_seq_t *seq, const cairn_kv_hash_t *domain,
                              size_t reached, size_t prompt_len, uint32_t wait_ms)
@@ -1420,6 +1452,25 @@ static void capture_sidecars(engine_cold_t *c, const cairn_kv_seq_t *seq, const 
                 c->n.sidecar_skips++;
                 continue;
             }
+            /* The capture thread puts it, waiting for room as long as it takes: never
+             * dropped for a full queue. The payload stays valid until the job is reaped:
+             * the bank's pin, or a private copy of the gathered rows. */
+            side_job_t *job = cairn_calloc(1, sizeof *job);
+            if (job && !pinned && (job->buf = cairn_malloc(d->payload_size ? d->payload_size : 1)))
+                memcpy(job->buf, obj.payload, d->payload_size);
+            if (job && (pinned || job->buf)) {
+                job->pinned = pinned;
+                obj.payload = pinned ? pinned : job->buf;
+                if (c->cap.thread &&
+                    cairn_tier_capturer_submit(c->cap.thread, &obj, SIDE_TAG | (uint64_t)(uintptr_t)job) == CAIRN_OK) {
+                    c->cap.n_side_inflight++;
+                    continue;
+                }
+                obj.payload = pinned ? pinned : c->side_buf[i];
+                cairn_free(job->buf);
+            }
+            cairn_free(job);
+            /* No capture thread (policy off) or no memory: the synchronous put. */
             bool queued = false;
             int rc = cairn_tier_store_put(c->store, &obj, wait_ms, &queued);
             if (pinned)
@@ -1537,7 +1588,7 @@ int engine_cold_persist(engine_cold_t *c, int deadline_ms, bool held_too, cairn_
     uint64_t put0 = c->n.captured_blocks;
     for (;;) {
         pump(c);
-        if ((!k->n_inflight && !k->heap_n) || cairn_now_seconds() >= deadline)
+        if ((!k->n_inflight && !k->heap_n && !k->n_side_inflight) || cairn_now_seconds() >= deadline)
             break;
         double left_ms = (deadline - cairn_now_seconds()) * 1e3;
         (void)cairn_tier_capturer_wait(k->thread, left_ms < 50 ? (uint32_t)left_ms + 1 : 50);

@@ -121,7 +121,7 @@ static void test_write_through_in_background(void **state)
 {
     (void)state;
     cairn_checkpoint_t *ck = fixture_open(MODEL);
-    const int n = 2049; /* 128 full blocks of 16 KiB: twice the 1 MiB pin budget */
+    const int n = 1281; /* 80 full blocks of 16 KiB: 16 more than the 1 MiB pin budget holds */
     int32_t *p = prompt(n, 11), *q = prompt(40, 12);
     static out_t off, on, again;
     run_once(ck, NULL, p, n, &off);
@@ -137,16 +137,16 @@ static void test_write_through_in_background(void **state)
     cairn_engine_cold_turn_t t;
     cairn_engine_cold_last_turn(e, &t);
     assert_string_equal(t.reason, "write-through");
-    assert_int_equal(t.blocks, 128);
-    assert_int_equal(t.queued, 128);
+    assert_int_equal(t.blocks, 80);
+    assert_int_equal(t.queued, 80);
     assert_int_equal(t.already, 0);
-    assert_int_equal(t.deferred, 64); /* 64 pinned, 64 wait for the budget */
+    assert_int_equal(t.deferred, 16); /* 64 pinned, 16 wait for the budget */
     cairn_engine_cold_counters_t cc;
     cairn_engine_cold_counters(e, &cc);
     assert_true(cc.capture_deferrals >= 1);
-    assert_int_equal(cc.awaiting_blocks, 128);
+    assert_int_equal(cc.awaiting_blocks, 80);
     assert_true(cc.pinned_bytes <= cc.pin_budget_bytes);
-    assert_true(cc.store.objects < 128); /* 384 ms of puts: the release did not wait */
+    assert_true(cc.store.objects < 80); /* 240 ms of puts: the release did not wait */
     /* The engine computes while the chain is copied. */
     double t0 = now_ms();
     out_t other;
@@ -158,7 +158,7 @@ static void test_write_through_in_background(void **state)
     cairn_engine_cold_counters(e, &cc);
     assert_int_equal(cc.awaiting_blocks, 0);
     assert_int_equal(cc.pinned_bytes, 0);
-    assert_int_equal(cc.captured_blocks, 128 + 2);
+    assert_int_equal(cc.captured_blocks, 80 + 2);
     assert_int_equal(cc.capture_lost, 0);
     cairn_kv_stats_t kv;
     assert_int_equal(cairn_engine_kv_stats(e, &kv), CAIRN_OK);
@@ -169,11 +169,11 @@ static void test_write_through_in_background(void **state)
     cairn_seq_release(s);
     cairn_engine_cold_last_turn(e, &t);
     assert_int_equal(t.queued, 0);
-    assert_int_equal(t.already, 128);
+    assert_int_equal(t.already, 80);
     cairn_engine_destroy(e);
 
     run_once(ck, m, p, n, &again);
-    assert_int_equal(again.restored, 128 * BS);
+    assert_int_equal(again.restored, 80 * BS);
     assert_same(&again, &off);
     cairn_tier_store_destroy(m);
     cairn_checkpoint_close(ck);
