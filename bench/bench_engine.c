@@ -17,8 +17,14 @@
  * with recurrent layers (--model lfm2-1.2b) also what their state checkpoints cost: CPU
  * time per save and per restore, and pp512 with checkpoints off.
  *
+ * --gguf FILE measures an existing checkpoint instead (a .gguf file, e.g. a llama-quantize'd
+ * Q4_K_M of the 0.6B shape, or an HF folder): pp512, tg128 and a --long N-token prompt
+ * (default 8192, prefilled in 512-token steps), K/V --kv-dtype (default bf16).
+ *
  * usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft] [--model NAME]
  *                     [--weights bf16|f16] [--only pp|tg]
+ *        bench_engine --gguf FILE [--threads N] [--runs N] [--only pp|tg] [--long N]
+ *                     [--math-bf16] [--kv-dtype T]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +127,9 @@ static double decode(cairn_engine_t *e, cairn_seq_t *s, int n, int vocab)
     return now() - t0;
 }
 
+static cairn_dtype_t kv_dtype = CAIRN_DTYPE_BF16;
+static int long_prompt = 8192; /* --gguf: the long prefill's tokens (0: none) */
+
 static cairn_engine_t *make_ckpt(cairn_checkpoint_t *ck, int threads, cairn_engine_math_t math,
                                  int state_ckpt_mib)
 {
@@ -128,10 +137,10 @@ static cairn_engine_t *make_ckpt(cairn_checkpoint_t *ck, int threads, cairn_engi
     cairn_engine_options_default(&o);
     o.n_threads = threads;
     o.math = math;
-    o.kv_dtype = CAIRN_DTYPE_BF16;
+    o.kv_dtype = kv_dtype;
     o.kv_path = CAIRN_KV_PAGED;
-    o.pool_mib = 1024;
-    o.max_context = 8192;
+    o.pool_mib = 2048;
+    o.max_context = long_prompt + 64 > 8192 ? long_prompt + 64 : 8192;
     o.max_step_tokens = 512;
     o.state_ckpt_mib = state_ckpt_mib;
     cairn_engine_t *e;
@@ -287,6 +296,71 @@ static void bench_dtype(const char *preset, const char *root, cairn_dtype_t wdt,
     cairn_checkpoint_close(ck);
 }
 
+/*
+ * An existing checkpoint (a .gguf file or an HF folder): pp512, tg128 and one prefill of
+ * long_prompt tokens in 512-token steps (what an agent's first turn costs), in the given
+ * math mode. Bytes per decode token: every weight byte (the embedding is read whole as
+ * the tied lm_head; for an untied model this counts the embedding too, an overestimate).
+ */
+static void bench_file(const char *path, const struct bench_opts *bo, cairn_engine_math_t math)
+{
+    cairn_checkpoint_t *ck;
+    char err[512] = "";
+    int rc = cairn_checkpoint_open(path, &ck, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "bench_engine: %s\n", err);
+        exit(1);
+    }
+    const cairn_model_config_t *c = cairn_checkpoint_config(ck);
+    const uint64_t wbytes = cairn_checkpoint_weight_bytes(ck);
+    const uint64_t kv_row = (uint64_t)c->n_layers * 2 * cairn_dtype_row_bytes(kv_dtype, (int64_t)c->n_kv_heads * c->head_dim);
+    printf("%s: %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d%s, weights %.1f MB, %d threads, math %s, "
+           "K/V %s\n", path, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
+           c->tie_embeddings ? " (tied)" : "", wbytes / 1e6, bo->threads, math ? "bf16" : "f32",
+           cairn_dtype_name(kv_dtype));
+    cairn_engine_t *e = make(ck, bo->threads, math);
+    const int nids = long_prompt > 512 ? long_prompt : 512;
+    int32_t *ids = malloc((size_t)nids * sizeof(int32_t));
+    if (!ids)
+        die("malloc", CAIRN_ENOMEM);
+    fill_tokens(ids, nids, c->vocab, 1);
+    double pp[16], tg[16], ppc[16], tgc[16], lp[16], lpc[16];
+    prefill(e, NULL, ids, 512, NULL, NULL); /* warm-up: page in the weights */
+    for (int r = 0; r < bo->runs; r++) {
+        if (bo->do_pp) {
+            double c0 = cpu_now();
+            pp[r] = 512.0 / prefill(e, NULL, ids, 512, NULL, NULL);
+            ppc[r] = (cpu_now() - c0) / 512.0 * 1e3;
+        }
+        if (bo->do_tg) {
+            cairn_seq_t *s;
+            prefill(e, NULL, ids, 16, &s, NULL);
+            double c0 = cpu_now();
+            tg[r] = 128.0 / decode(e, s, 128, c->vocab);
+            tgc[r] = (cpu_now() - c0) / 128.0 * 1e3;
+            cairn_seq_release(s);
+        }
+        if (bo->do_pp && long_prompt > 0) {
+            /* cairn_engine_step cuts the prompt into max_step_tokens (512) sub-batches. */
+            double c0 = cpu_now();
+            lp[r] = long_prompt / prefill(e, NULL, ids, long_prompt, NULL, NULL);
+            lpc[r] = (cpu_now() - c0) / long_prompt * 1e3;
+        }
+    }
+    if (bo->do_pp)
+        printf("  pp512 %8.1f tok/s (cpu %.3f ms/tok)\n", median(pp, bo->runs), median(ppc, bo->runs));
+    if (bo->do_pp && long_prompt > 0)
+        printf("  pp%d %7.1f tok/s (cpu %.3f ms/tok)\n", long_prompt, median(lp, bo->runs), median(lpc, bo->runs));
+    if (bo->do_tg) {
+        double tgm = median(tg, bo->runs), bytes = (double)wbytes + (double)kv_row * (16 + 64);
+        printf("  tg128 %7.1f tok/s (cpu %.2f ms/tok)  decode %.1f MB/token -> %.1f GB/s\n", tgm,
+               median(tgc, bo->runs), bytes / 1e6, bytes * tgm / 1e9);
+    }
+    free(ids);
+    cairn_engine_destroy(e);
+    cairn_checkpoint_close(ck);
+}
+
 static void bench_model(const char *preset, const char *root, const struct bench_opts *bo)
 {
     if (bo->weights & 1)
@@ -307,7 +381,8 @@ int main(int argc, char **argv)
 {
     struct bench_opts bo = {.threads = 2, .runs = 3, .ttft = true, .do_pp = true, .do_tg = true, .weights = 3};
     bool big = false;
-    const char *only_model = NULL;
+    const char *only_model = NULL, *file = NULL;
+    cairn_engine_math_t file_math = CAIRN_ENGINE_MATH_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             bo.threads = atoi(argv[++i]);
@@ -319,6 +394,18 @@ int main(int argc, char **argv)
             bo.ttft = false;
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             only_model = argv[++i];
+        else if (!strcmp(argv[i], "--gguf") && i + 1 < argc)
+            file = argv[++i];
+        else if (!strcmp(argv[i], "--math-bf16"))
+            file_math = CAIRN_ENGINE_MATH_BF16;
+        else if (!strcmp(argv[i], "--long") && i + 1 < argc)
+            long_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc) {
+            if (cairn_dtype_parse(argv[++i], &kv_dtype)) {
+                fprintf(stderr, "bench_engine: --kv-dtype: unknown type\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
             i++;
             bo.weights = !strcmp(argv[i], "bf16") ? 1 : !strcmp(argv[i], "f16") ? 2 : 0;
@@ -337,7 +424,9 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench_engine [--threads N] [--runs N] [--with-0.6b] [--skip-ttft] "
-                            "[--model NAME] [--weights bf16|f16] [--only pp|tg]\n");
+                            "[--model NAME] [--weights bf16|f16] [--only pp|tg]\n"
+                            "       bench_engine --gguf FILE [--threads N] [--runs N] [--only pp|tg] [--long N] "
+                            "[--math-bf16] [--kv-dtype T]\n");
             return 2;
         }
     }
@@ -346,6 +435,14 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines as they come, even into a pipe */
+    if (file) {
+        if (long_prompt < 0 || long_prompt > 32768) {
+            fprintf(stderr, "bench_engine: --long in 0..32768\n");
+            return 2;
+        }
+        bench_file(file, &bo, file_math);
+        return 0;
+    }
     char root[] = "/tmp/cairn-bench-engine-XXXXXX";
     if (!mkdtemp(root)) {
         perror("mkdtemp");

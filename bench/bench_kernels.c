@@ -16,6 +16,12 @@
  * interface (compute_matmul, as a family's forward pass issues it) alternately with the
  * kern_* calls: the cost of the interface. BENCH_MODEL_ONLY=1 in the environment stops
  * after these sections.
+ *
+ * "quantized" (issue 12; BENCH_QUANT_ONLY=1 runs only it): for q8_0, q4_0, q4_k, q5_k and
+ * q6_k weights, decode over the 0.6B shape's vocab head (1024 -> 151936, larger than the
+ * caches) alternated with a raw read of the same bytes (GB/s of weights and the ratio to
+ * the read), and prefill of 512 rows x 1024 -> 3072 (GMAC/s, one int8 multiply-add each;
+ * 1 and 2 threads, plus per thread-CPU second).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +306,81 @@ static void bench_model_decode(cairn_thread_pool_t *tps[2], int reps)
     }
 }
 
+/* Random quantized weights: random bits with plausible f16 scales (quant_blocks.h layouts:
+ * d (and dmin) first, q6_k's d last). */
+static void fill_quant(unsigned char *w, cairn_dtype_t t, size_t rows, int in)
+{
+    const size_t rb = cairn_dtype_row_bytes(t, in), nb = rows * (size_t)(in / cairn_dtype_block_elems(t)),
+                 bb = rb / (size_t)(in / cairn_dtype_block_elems(t));
+    for (size_t i = 0; i < rb * rows; i++)
+        w[i] = (unsigned char)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d = kern_f32_to_f16(0.001f + 0.01f * (rndf() + 1.0f)), dm = kern_f32_to_f16(0.005f);
+        unsigned char *blk = w + b * bb;
+        if (t == CAIRN_DTYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            if (t == CAIRN_DTYPE_Q4_K || t == CAIRN_DTYPE_Q5_K)
+                memcpy(blk + 2, &dm, 2);
+        }
+    }
+}
+
+static void bench_quant(cairn_thread_pool_t *tps[2], int reps)
+{
+    static const cairn_dtype_t types[] = {CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_Q4_0, CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q5_K,
+                                          CAIRN_DTYPE_Q6_K};
+    if (reps > 64)
+        reps = 64;
+    const int hin = 1024, hout = 151936, rows = 512, pin = 1024, pout = 3072;
+    float *x = aligned_alloc(64, sizeof(float) * (size_t)rows * pin);
+    float *y = aligned_alloc(64, sizeof(float) * (size_t)rows * pout > sizeof(float) * (size_t)hout
+                                     ? sizeof(float) * (size_t)rows * pout : sizeof(float) * (size_t)hout);
+    if (!x || !y)
+        exit(1);
+    for (size_t i = 0; i < (size_t)rows * pin; i++)
+        x[i] = rndf();
+    for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+        const cairn_dtype_t t = types[k];
+        const size_t hb = cairn_dtype_row_bytes(t, hin) * (size_t)hout, pb = cairn_dtype_row_bytes(t, pin) * (size_t)pout;
+        unsigned char *wh = aligned_alloc(64, (hb + 255) & ~(size_t)255), *wp = aligned_alloc(64, (pb + 255) & ~(size_t)255);
+        if (!wh || !wp)
+            exit(1);
+        fill_quant(wh, t, (size_t)hout, hin);
+        fill_quant(wp, t, (size_t)pout, pin);
+        for (int th = 0; th < 2; th++) {
+            struct read_job rj = {wh, hb & ~(size_t)255, {0, 0}};
+            double rd[64], tk[64], ratio[64];
+            kern_matmul(tps[th], y, x, 1, hin, wh, t, hout, CAIRN_MATH_F32);
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                cairn_thread_pool_run(tps[th], read_task, &rj, th + 1);
+                double t1 = now_s();
+                kern_matmul(tps[th], y, x, 1, hin, wh, t, hout, CAIRN_MATH_F32);
+                rd[r] = t1 - t0;
+                tk[r] = now_s() - t1;
+                ratio[r] = rd[r] / tk[r];
+            }
+            printf("quantized decode 1024 -> 151936 %-4s (%.0f MB), %d thread(s): %6.2f ms %5.1f GB/s; raw read %5.1f "
+                   "GB/s; ratio %.2f\n", cairn_dtype_name(t), hb / 1e6, th + 1, median(tk, reps) * 1e3,
+                   hb / median(tk, reps) / 1e9, hb / median(rd, reps) / 1e9, median(ratio, reps));
+        }
+        for (int th = 0; th < 2; th++) {
+            double sec = time_matmul(tps[th], reps < 5 ? reps : 5, y, x, rows, pin, wp, t, pout, CAIRN_MATH_F32);
+            printf("quantized prefill %d x %d -> %d %-4s, %d thread(s): %7.2f ms %6.1f GMAC/s", rows, pin, pout,
+                   cairn_dtype_name(t), th + 1, sec * 1e3, (double)rows * pin * pout / sec / 1e9);
+            if (th == 0)
+                printf("  (per thread-CPU second: %.1f GMAC/s)", (double)rows * pin * pout / last_cpu / 1e9);
+            printf("\n");
+        }
+        free(wh);
+        free(wp);
+    }
+    free(x);
+    free(y);
+}
+
 static void empty_task(void *ctx, int task, int n_tasks) { (void)ctx, (void)task, (void)n_tasks; }
 
 static void cpu_name(char *buf, size_t n)
@@ -351,8 +432,13 @@ int main(int argc, char **argv)
         printf("pool run overhead, %d thread(s): %.2f us\n", t + 1, median(v, 15) * 1e6);
     }
 
+    if (getenv("BENCH_QUANT_ONLY")) {
+        bench_quant(tps, reps);
+        return 0;
+    }
     bench_model_decode(tps, reps);
     bench_backend_dispatch(tps, reps);
+    bench_quant(tps, reps);
     if (getenv("BENCH_MODEL_ONLY"))
         return 0;
 

@@ -2,7 +2,9 @@
 # Installs what is missing, builds, and runs every test:
 #   1. the release build's ctest suite (warnings are errors);
 #   2. the same suite built with ASan+UBSan;
-#   3. each libFuzzer target, built with clang and smoke-run for a bounded number of inputs.
+#   3. the same suite built with ThreadSanitizer (clang), every report fatal, stress tests
+#      (tests/stress) included: scripts/tsan.sh, which also runs it alone;
+#   4. each libFuzzer target, built with clang and smoke-run for a bounded number of inputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -18,6 +20,11 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCAIRN_WERROR=ON -DC
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   CAIRN_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+
+echo "== ThreadSanitizer build and tests"
+tsan_start=$SECONDS
+scripts/tsan.sh
+echo "ThreadSanitizer stage: $((SECONDS - tsan_start)) s"
 
 echo "== fuzz targets (smoke run)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCAIRN_FUZZ=ON \

@@ -94,7 +94,11 @@ typedef struct {
 typedef struct cairn_checkpoint cairn_checkpoint_t;
 
 /*
- * Opens a checkpoint folder: parses config.json through its family and
+ * Opens a checkpoint: a folder, or a GGUF file (a regular file at `dir`: its metadata is
+ * parsed by the family its general.architecture names and its tensors bound the same
+ * way; format and refusals in docs/FORMAT.md section 3).
+ *
+ * A folder: parses config.json through its family and
  * generation_config.json (optional), opens every safetensors file, and lets the family
  * bind every tensor it needs, checking presence, dtype and shape against the config; a
  * tensor the family gives no use to is an error. On success *out owns the weights; free
@@ -116,6 +120,19 @@ typedef struct cairn_checkpoint cairn_checkpoint_t;
  * pointers are aligned to their element size (a misaligned tensor is copied).
  */
 CAIRN_API int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len);
+/*
+ * As cairn_checkpoint_open, with every float weight matrix (f32/f16/bf16, 2-D, rows whole
+ * blocks of the type: the projections, the embedding and lm_head) converted at bind time
+ * to `quantize` by the element-type table's reference rounding (`--quantize`); norms and
+ * tensors the file already stores quantized stay. quantize must be q8_0, q4_0, q4_k, q5_k or
+ * q6_k (else CAIRN_EINVAL). The weights digest becomes the source's mixed with the type, so
+ * the cold tier never mixes the converted model's K/V with the original's. Cost: one pass
+ * over the weights at open (q8_0: well under a second, q4_k: its least-squares scale fit,
+ * ~10 s per 0.6B weights on one core of the development machine) and the converted bytes
+ * resident beside the source.
+ */
+CAIRN_API int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out,
+                                              char *err, size_t err_len);
 CAIRN_API void cairn_checkpoint_close(cairn_checkpoint_t *ck);
 CAIRN_API const cairn_model_config_t *cairn_checkpoint_config(const cairn_checkpoint_t *ck);
 /* The folder path as given to open (owned by ck). */
@@ -123,7 +140,8 @@ CAIRN_API const char *cairn_checkpoint_dir(const cairn_checkpoint_t *ck);
 /*
  * The weights digest of docs/FORMAT.md 1.5 (identical to cairn_cold_weights_digest() over
  * the checkpoint's files): SHA-256 over each safetensors file's name, header JSON bytes and
- * size, files sorted by name. Part of the cold tier's model fingerprint. Computed at open
+ * size, files sorted by name; for a GGUF file, one file "model.gguf" whose header is its
+ * bytes before the data section (FORMAT 3.4). Part of the cold tier's model fingerprint. Computed at open
  * (headers only); this call just copies it.
  */
 CAIRN_API void cairn_checkpoint_weights_digest(const cairn_checkpoint_t *ck, uint8_t out[32]);

@@ -134,10 +134,27 @@ CAIRN_API const char *cairn_knob_str(const char *env_name, const char *config_va
 /*
  * Element type of weights and K/V storage: a block format (block_elems elements in
  * block_bytes bytes; one traits table, src/compute/type_traits.c). f32 (4 bytes), f16 and
- * bf16 (2 bytes) are blocks of one element. A value outside the enum is no type: the
- * functions below report it (0, "?", CAIRN_EINVAL) and never treat it as another type.
+ * bf16 (2 bytes) are blocks of one element. The block-quantized types are GGUF's (ggml's
+ * layouts, docs/FORMAT.md section 4): q8_0 and q4_0 (blocks of 32 with an f16 scale),
+ * the k-quants q4_k, q5_k, q6_k (super-blocks of 256 with 6- or 8-bit sub-block scales),
+ * q8_k (blocks of 256 with an f32 scale: the activation format of the k-quant products,
+ * no weight type) and fp8_e4m3 (blocks of 32 e4m3 values with an f16 scale: an 8-bit K/V
+ * type, not a GGUF one). The values are stable: they are written into cold-tier objects
+ * and model fingerprints. A value outside the enum is no type: the functions below report
+ * it (0, "?", CAIRN_EINVAL) and never treat it as another type.
  */
-typedef enum { CAIRN_DTYPE_F32 = 0, CAIRN_DTYPE_F16 = 1, CAIRN_DTYPE_BF16 = 2 } cairn_dtype_t;
+typedef enum {
+    CAIRN_DTYPE_F32 = 0,
+    CAIRN_DTYPE_F16 = 1,
+    CAIRN_DTYPE_BF16 = 2,
+    CAIRN_DTYPE_Q8_0 = 3,
+    CAIRN_DTYPE_Q4_0 = 4,
+    CAIRN_DTYPE_Q4_K = 5,
+    CAIRN_DTYPE_Q5_K = 6,
+    CAIRN_DTYPE_Q6_K = 7,
+    CAIRN_DTYPE_Q8_K = 8,
+    CAIRN_DTYPE_FP8_E4M3 = 9,
+} cairn_dtype_t;
 /* Bytes of one element: 4 or 2; 0 for an unknown type or a block-quantized one (whose
  * elements have no size of their own: use cairn_dtype_row_bytes). Callers that validate
  * input treat 0 as an error. */
@@ -145,9 +162,14 @@ CAIRN_API size_t cairn_dtype_size(cairn_dtype_t t);
 /* Bytes of n consecutive elements of t; 0 when t is unknown, n < 0 or n is not a whole
  * number of t's blocks. */
 CAIRN_API size_t cairn_dtype_row_bytes(cairn_dtype_t t, int64_t n);
-/* "f32", "f16", "bf16"; "?" for an unknown type. */
+/* Elements per block of t (1 for f32/f16/bf16, 32 or 256 for the quantized types); 0 for
+ * an unknown type. */
+CAIRN_API int cairn_dtype_block_elems(cairn_dtype_t t);
+/* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q8_k", "fp8_e4m3"; "?"
+ * for an unknown type. */
 CAIRN_API const char *cairn_dtype_name(cairn_dtype_t t);
-/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16" (any case); CAIRN_EINVAL otherwise. */
+/* Parses a name above or a long name ("float32", "float16", "bfloat16", "float8_e4m3"),
+ * any case; CAIRN_EINVAL otherwise. */
 CAIRN_API int cairn_dtype_parse(const char *s, cairn_dtype_t *out);
 
 /* Broken invariant (never bad input): prints the location and aborts. */

@@ -35,6 +35,7 @@
 #include "cairn/cold_tier.h"
 #include "cairn/common.h"
 #include "cairn/kv_cache.h"
+#include "cairn/shared_tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,9 +102,20 @@ typedef struct {
      * cold_root (tests, other stores). Lent: the engine never destroys it, and it must
      * outlive the engine. NULL: the filesystem store. */
     cairn_tier_store_t *cold_store;
+    /* A shared tier behind the local one (include/cairn/shared_tier.h: Redis), opened by
+     * the engine for its model fingerprint and block layout: the tier order becomes hot
+     * pool -> local store (cold_root or cold_store) -> shared store, or hot pool -> shared
+     * store without a local one. NULL (or a NULL url): none. Read during
+     * cairn_engine_create only. Failing to open it (a bad URL) logs a warning and runs
+     * without it; an unreachable server is not a failure (the store reconnects). */
+    const cairn_shared_tier_config_t *shared_tier;
+    /* The compute backend the forward pass runs on: "cpu" (NULL: the default) or "cuda"
+     * (a build with -DCAIRN_CUDA=ON and a GPU; paged K/V only, the pool in device memory,
+     * bf16 K/V; docs/DESIGN.md, "CUDA backend"). */
+    const char *backend;
 } cairn_engine_options_t;
 
-/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math). */
+/* Fills *o with the defaults above (1 thread, paged, bf16 K/V, f32 math, the cpu backend). */
 CAIRN_API void cairn_engine_options_default(cairn_engine_options_t *o);
 
 typedef struct cairn_engine cairn_engine_t;
@@ -315,7 +327,12 @@ typedef struct {
     uint64_t pinned_bytes;     /* gauge: of those, pinned for a copy in flight */
     uint64_t pin_budget_bytes; /* the budget of pinned_bytes */
     double capture_rate;       /* bytes/s the store took copies at (its disk's rate when busy); 0 unknown */
-    cairn_cold_stats_t store;  /* the store's counters (hits, corruptions, write errors, ...) */
+    cairn_cold_stats_t store;  /* the local store's counters (hits, corruptions, write errors, ...) */
+    /* The shared tier, when one is configured (cairn_engine_options_t.shared_tier). */
+    bool shared_enabled;
+    uint64_t shared_restored_blocks; /* restored blocks that were read from the shared tier */
+    uint64_t shared_promoted_blocks; /* of those, written to the local store too */
+    cairn_shared_tier_stats_t shared;/* the shared store's counters (faults, outages, hits ...) */
 } cairn_engine_cold_counters_t;
 
 /* Snapshot of the cold-tier counters (all zero, enabled false, when the tier is off). */

@@ -208,7 +208,7 @@ typedef struct {
     uint8_t *base;
     size_t block_stride;   /* bytes per block */
     size_t k_offset, v_offset;
-    size_t slot_stride;    /* n_kv_heads * head_dim * dtype size */
+    size_t slot_stride;    /* bytes of n_kv_heads * head_dim elements of dtype (whole blocks) */
     uint32_t n_kv_heads, head_dim;
     cairn_dtype_t dtype;
 } cairn_kv_layer_view_t;

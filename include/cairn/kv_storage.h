@@ -12,6 +12,13 @@
  *
  * Offsets and sizes passed to commit are multiples of granularity(). Thread-safety: a
  * backend instance is used by one cache, on its engine thread.
+ *
+ * Device memory. A backend whose range the host cannot address (device memory) also
+ * provides the staging calls below, and the callers that move block bytes to or from
+ * host memory (the cold tier's capture and restore) go through them: two host staging
+ * buffers (pinned, so copies run asynchronously), each filled or emptied by one queued
+ * copy, so a disk read into one overlaps the copy of the other. For host memory they are
+ * NULL and callers read and write the range directly.
  */
 #ifndef CAIRN_KV_STORAGE_H
 #define CAIRN_KV_STORAGE_H
@@ -36,6 +43,20 @@ typedef struct cairn_kv_storage_ops {
     void (*copy)(void *ctx, uint8_t *dst, const uint8_t *src, size_t n);
     /* Releases the whole range (committed or not). */
     void (*release)(void *ctx, uint8_t *base, size_t max_bytes);
+
+    /* ---- device memory only (NULL when the range is host memory) ---- */
+    /* Host staging buffer `slot` (0 or 1) of at least n bytes, after waiting for the
+     * copy last queued on it; NULL when it cannot be allocated or that copy failed. The
+     * buffer stays valid until the next stage() of the same slot. */
+    void *(*stage)(void *ctx, int slot, size_t n);
+    /* Queues the copy of the first n bytes of slot's buffer to dst (in the range); work
+     * issued on the range afterwards sees them. Returns 0 or a negative CAIRN_E*. */
+    int (*stage_upload)(void *ctx, int slot, uint8_t *dst, size_t n);
+    /* Queues the copy of n bytes at src (in the range, after all work issued on it so
+     * far) into slot's buffer; stage(slot) waits for it. 0 or a negative CAIRN_E*. */
+    int (*stage_download)(void *ctx, int slot, const uint8_t *src, size_t n);
+    /* Waits for every queued copy; returns the first failure since the last call. */
+    int (*stage_sync)(void *ctx);
 } cairn_kv_storage_ops_t;
 
 /* The host-memory backend (ctx unused, pass NULL). Static; never NULL. */

@@ -99,6 +99,18 @@ typedef struct {
     const char *persist_policy;
 } cairn_req_usage_t;
 
+#define CAIRN_SCHED_MAX_TOP_LOGPROBS 20 /* most alternatives reported per token */
+
+/* A generated token's log-probability under the model (log-softmax of the raw logits,
+ * before logit_bias, penalties and temperature) and its most likely alternatives. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;                                    /* the request's top_logprobs */
+    int32_t top_ids[CAIRN_SCHED_MAX_TOP_LOGPROBS];/* most likely first (ties: lower id) */
+    float top_logprobs[CAIRN_SCHED_MAX_TOP_LOGPROBS];
+} cairn_token_logprob_t;
+
 typedef struct {
     cairn_req_event_kind_t kind;
     int index;                   /* choice index (0 unless n > 1) */
@@ -106,8 +118,11 @@ typedef struct {
     size_t text_len;
     const int32_t *tokens;       /* DELTA: tokens accepted since the last delta */
     int n_tokens;
+    const cairn_token_logprob_t *logprobs; /* DELTA: [n_tokens] when the request asked for
+                                            * them (params.logprobs), else NULL */
     cairn_finish_reason_t finish;/* DONE: why it stopped */
-    const cairn_req_usage_t *usage; /* DONE/ERROR: usage so far */
+    const cairn_req_usage_t *usage; /* usage so far (DELTA too: the prompt's figures are
+                                     * final from admission on) */
     int status;                  /* ERROR: a CAIRN_E* code */
     const char *message;         /* ERROR: a one-line message */
     bool final;                  /* DONE/ERROR: the request's last event (see "Events") */
@@ -127,6 +142,8 @@ typedef struct {
     const char *cache_salt;       /* tenant domain salt (NULL: shared default), copied */
     cairn_sampling_params_t sampling; /* copied (stop strings included) */
     int n;                        /* choices (forked sequences), 1..CAIRN_SCHED_MAX_N; 0 means 1 */
+    bool logprobs;                /* report each generated token's log-probability... */
+    int top_logprobs;             /* ...and this many alternatives, 0..20 */
     cairn_req_event_fn on_event;
     void *user;
 } cairn_req_params_t;
@@ -183,6 +200,16 @@ typedef struct {
      * write (not yet accepted by the store, plus what its queue holds) and pinned bytes. */
     uint64_t cold_capture_queued, cold_capture_deferrals, cold_writeback_holds, cold_capture_lost;
     uint64_t cold_awaiting_blocks, cold_awaiting_bytes, cold_pinned_bytes;
+    /* The shared tier (cairn_engine_cold_counters .shared...), same snapshot; all 0 when
+     * none is configured. */
+    bool shared_enabled, shared_connected;
+    uint64_t shared_restored_blocks;       /* restored blocks read from the shared tier */
+    uint64_t shared_promoted_blocks;       /* of those, written to the local tier too */
+    uint64_t shared_hits, shared_misses, shared_corruptions;
+    uint64_t shared_enqueued, shared_bytes_written, shared_bytes_restored;
+    uint64_t shared_write_errors, shared_queue_drops, shared_unavailable;
+    uint64_t shared_faults, shared_outages, shared_reconnects, shared_timeouts;
+    uint32_t shared_queue_len;
 } cairn_sched_stats_t;
 
 /* A consistent snapshot of the counters, taken under the scheduler's lock (updated by the

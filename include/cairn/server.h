@@ -45,6 +45,20 @@ typedef struct {
     const char *model_id;         /* the id /v1/models reports and responses echo; default "cairn" */
     const char *api_keys_file;    /* NULL: no authentication; else one key per line */
     const char *request_log_path; /* NULL: no request log; else JSON lines appended */
+    /* Tool-call format of the model's output: NULL detects it from the chat template;
+     * "none" never parses calls; else "hermes", "llama3_json" or "pythonic". */
+    const char *tool_parser;
+    /* Robustness. A stream whose client stops reading is canceled once more than
+     * max_pending_bytes wait for it (default 4 MiB) or bytes have waited stall_ms
+     * (default 30000) without a read; a non-streaming request whose client disconnects is
+     * canceled within 200 ms. Idle connections close after connection_timeout_s (default
+     * 120); at most max_connections (default 512) are open at once. */
+    int stall_ms;
+    size_t max_pending_bytes;
+    int keepalive_ms;             /* a stream silent this long gets ": keepalive" (15000) */
+    size_t socket_send_buffer;    /* each connection's SO_SNDBUF; 0: the kernel's (default) */
+    int connection_timeout_s;
+    int max_connections;
     cairn_sched_options_t sched;  /* scheduler options (cairn_sched_options_default) */
     /* The APIs to serve, in routing order (the first renders errors of unknown routes);
      * borrowed, they must outlive the server. NULL (and n_apis 0): the built-in registry,
@@ -71,6 +85,10 @@ CAIRN_API int cairn_server_create(cairn_engine_t *engine, const cairn_tokenizer_
 
 /* The TCP port the server listens on (the chosen one when options.port was 0). */
 CAIRN_API int cairn_server_port(const cairn_server_t *s);
+
+/* Tokens one sequence may hold (/v1/models' max_model_len): the engine's max_context, or
+ * what the KV pool holds when that is less. Requests past it get a 400. */
+CAIRN_API int cairn_server_max_model_len(const cairn_server_t *s);
 
 /* The server's scheduler (for statistics; do not destroy it). */
 CAIRN_API cairn_sched_t *cairn_server_sched(cairn_server_t *s);

@@ -21,8 +21,9 @@
  * miss that the store removes, never bytes handed to inference.
  *
  * Implementations: src/tier/fs (the SSD store, cairn/cold_tier.h; BLOCKs of group 0 and
- * STATE objects),
- * src/tier/mem (in memory: the test double). A store is a struct whose first member is a
+ * STATE objects), src/tier/mem (in memory: the test double), src/tier/redis (the shared
+ * store on Redis, cairn/shared_tier.h; both kinds), src/tier/layered (a local store in
+ * front of a shared one, as one store). A store is a struct whose first member is a
  * cairn_tier_store_t pointing at its ops table; adding a store is a new folder, with no edit
  * to the tier logic, the engine or another store. tests/tier/store_contract.c is the
  * behaviour every store must show.

@@ -1,6 +1,7 @@
 /*
  * cairn/tokenizer.h — Hugging Face tokenizer.json byte-level BPE (Qwen2/2.5/3, Llama 3.x,
- * SmolLM, ...), matching the `tokenizers` library token for token.
+ * SmolLM, ...), matching the `tokenizers` library token for token; the same tokenizers
+ * from a GGUF file's metadata.
  *
  * Supported tokenizer.json features (anything else is a load error naming the feature):
  *  - model: BPE with merges as "a b" strings or ["a","b"] arrays, ignore_merges,
@@ -38,8 +39,10 @@ typedef struct cairn_tokenizer_stream cairn_tokenizer_stream_t;
 
 /*
  * Loads a tokenizer. `path` is either a directory holding tokenizer.json (and optionally
- * tokenizer_config.json and chat_template.jinja) or the path of a tokenizer.json file
- * (the other two are then looked for beside it). On success *out owns the tokenizer
+ * tokenizer_config.json and chat_template.jinja), the path of a tokenizer.json file
+ * (the other two are then looked for beside it), or a GGUF file, whose tokenizer.*
+ * metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"; docs/FORMAT.md 3.6) and chat
+ * templates are read instead. On success *out owns the tokenizer
  * (free with cairn_tokenizer_destroy). On failure returns CAIRN_ENOENT/EIO (files),
  * CAIRN_EFORMAT (malformed JSON or inconsistent vocab/merges), CAIRN_EUNSUPPORTED (a
  * feature listed as unsupported above) or CAIRN_ENOMEM, and writes a one-line message

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cairn/cold_tier.h"
+#include "cairn/shared_tier.h"
 #include "cli/cli.h"
 
 static void usage(FILE *out)
@@ -41,6 +42,10 @@ static void usage(FILE *out)
             "  --quota SIZE         prune target per model: bytes, or with suffix K, M, G (KiB, MiB, GiB)\n"
             "  --yes                confirm `clear`\n"
             "  --json               stats as one JSON object per model\n"
+            "  --shared-tier URL    the shared tier (redis://HOST[:PORT][/DB], default\n"
+            "                       CAIRN_SHARED_TIER): stats reports it too; ls, verify, prune\n"
+            "                       and clear act on it instead of the local directories\n"
+            "  --shared-tier-auth-file FILE  Redis AUTH (default: CAIRN_SHARED_TIER_AUTH)\n"
             "  -v, --verbose        log what is removed\n"
             "  -h, --help           this help\n"
             "\n"
@@ -56,6 +61,8 @@ typedef struct {
     uint64_t quota;
     int status;
     size_t models;
+    const cairn_shared_tier_config_t *shared;
+    bool server_shown;
 } ctx_t;
 
 static int parse_size(const char *s, uint64_t *out)
@@ -194,10 +201,152 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
     return 0;
 }
 
+/* One model of the shared tier: the same action through the store interface. */
+static int run_shared_model(void *user, const cairn_tier_hash_t *fp)
+{
+    ctx_t *c = user;
+    char hex[65];
+    cairn_tier_hash_hex(fp, hex);
+    cairn_shared_tier_config_t cfg = *c->shared;
+    cfg.count_objects = true;
+    const cairn_tier_layout_t layout = {.fingerprint = *fp};
+    cairn_tier_store_t *s = NULL;
+    char err[512] = "";
+    int rc = cairn_shared_tier_open(&cfg, &layout, &s, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn cache: %s\n", err[0] ? err : cairn_strerror(rc));
+        c->status = 1;
+        return 1;
+    }
+    c->models++;
+    const char *a = c->action;
+    cairn_shared_tier_stats_t sh;
+    (void)cairn_shared_tier_stats(s, &sh);
+    if (!strcmp(a, "stats")) {
+        cairn_tier_stats_t st;
+        cairn_tier_store_stats(s, &st);
+        if (c->json) {
+            char *js = cairn_tier_stats_json(&st, NULL);
+            printf("{\"model\":\"%s\",\"tier\":\"shared\",\"stats\":%s}\n", hex, js ? js : "null");
+            cairn_free(js);
+        } else {
+            printf("shared model %s\n  server       %s\n  objects      %llu\n  bytes        %llu\n", hex, sh.url,
+                   (unsigned long long)st.objects, (unsigned long long)st.used_bytes);
+        }
+    } else if (!strcmp(a, "ls")) {
+        printf("shared model %s\n", hex);
+        rc = cairn_tier_store_foreach(s, print_entry, NULL);
+    } else if (!strcmp(a, "verify")) {
+        size_t checked = 0, bad = 0;
+        rc = cairn_tier_store_verify(s, &checked, &bad);
+        printf("shared model %s: %zu objects read, %zu invalid deleted\n", hex, checked, bad);
+        if (bad)
+            c->status = 1;
+    } else if (!strcmp(a, "prune")) {
+        size_t ev = 0;
+        rc = cairn_tier_store_prune(s, c->quota, &ev);
+        printf("shared model %s: evicted %zu objects\n", hex, ev);
+    } else if (!strcmp(a, "clear")) {
+        size_t n = 0;
+        rc = cairn_tier_store_clear(s, &n);
+        printf("shared model %s: removed %zu objects\n", hex, n);
+    }
+    if (rc) {
+        fprintf(stderr, "cairn cache: shared tier %s: %s failed: %s\n", sh.url, a, cairn_strerror(rc));
+        c->status = 1;
+    }
+    cairn_tier_store_destroy(s);
+    return 0;
+}
+
+static int run_local(ctx_t *c, const char *model, const char *dir);
+static int show_server(const cairn_shared_tier_config_t *cfg, bool json);
+
+/* --shared-tier: stats of the local directories, then the shared tier; the other actions
+ * on the shared tier alone. */
+static int run_shared(ctx_t *c, const char *url, const char *auth_file, const char *model, const char *dir)
+{
+    char err[512] = "";
+    if (cairn_shared_tier_check_url(url, err, sizeof err)) {
+        fprintf(stderr, "cairn cache: --shared-tier: %s\n", err);
+        return 2;
+    }
+    char *user = NULL, *pass = NULL;
+    if (cairn_shared_tier_read_auth(auth_file, &user, &pass, err, sizeof err)) {
+        fprintf(stderr, "cairn cache: %s\n", err);
+        return 2;
+    }
+    cairn_shared_tier_config_t cfg = {.url = url, .username = user, .password = pass};
+    c->shared = &cfg;
+    int status = 0;
+    if (!strcmp(c->action, "stats")) {
+        status = run_local(c, model, dir);
+        if (show_server(&cfg, c->json))
+            status = 1;
+    }
+    size_t before = c->models;
+    if (model) {
+        cairn_tier_hash_t fp;
+        if (cairn_tier_hash_parse(model, &fp)) {
+            fprintf(stderr, "cairn cache: --model: not a 64-digit hex fingerprint: %s\n", model);
+            status = 2;
+        } else {
+            run_shared_model(c, &fp);
+        }
+    } else if (cairn_shared_tier_list_models(&cfg, run_shared_model, c, err, sizeof err)) {
+        fprintf(stderr, "cairn cache: %s\n", err);
+        c->status = 1;
+    }
+    if (c->models == before && !c->status && status != 2)
+        printf("no model keys on the shared tier %s\n", url);
+    if (pass) {
+        memset(pass, 0, strlen(pass));
+        cairn_free(pass);
+    }
+    cairn_free(user);
+    return status ? status : c->status;
+}
+
+/* The shared tier's server: memory, eviction policy, and whether it suits a cache. */
+static int show_server(const cairn_shared_tier_config_t *cfg, bool json)
+{
+    /* Any fingerprint opens a connection; the server figures are not per model. */
+    const cairn_tier_layout_t layout = {{{0}}, CAIRN_DTYPE_F32, 0, 0, NULL};
+    cairn_tier_store_t *s = NULL;
+    char err[512] = "";
+    if (cairn_shared_tier_open(cfg, &layout, &s, err, sizeof err)) {
+        fprintf(stderr, "cairn cache: %s\n", err);
+        return 1;
+    }
+    cairn_shared_tier_server_t sv;
+    cairn_shared_tier_stats_t sh;
+    (void)cairn_shared_tier_stats(s, &sh);
+    int rc = cairn_shared_tier_server_info(s, &sv);
+    if (rc) {
+        fprintf(stderr, "cairn cache: shared tier %s unreachable\n", sh.url);
+    } else if (json) {
+        printf("{\"shared_tier\":\"%s\",\"redis_version\":\"%s\",\"used_memory\":%llu,\"maxmemory\":%llu,"
+               "\"maxmemory_policy\":\"%s\",\"evicted_keys\":%llu,\"expired_keys\":%llu}\n",
+               sh.url, sv.version, (unsigned long long)sv.used_memory, (unsigned long long)sv.maxmemory, sv.policy,
+               (unsigned long long)sv.evicted_keys, (unsigned long long)sv.expired_keys);
+    } else {
+        printf("shared tier %s (redis %s)\n  used memory  %llu bytes\n  maxmemory    %llu bytes%s\n"
+               "  policy       %s\n  evicted keys %llu, expired keys %llu\n",
+               sh.url, sv.version, (unsigned long long)sv.used_memory, (unsigned long long)sv.maxmemory,
+               sv.maxmemory ? "" : " (none: the tier grows until the TTL expires keys)", sv.policy,
+               (unsigned long long)sv.evicted_keys, (unsigned long long)sv.expired_keys);
+        if (strstr(sv.policy, "noeviction"))
+            printf("  warning: with maxmemory-policy noeviction a full server refuses writes (OOM); "
+                   "use allkeys-lru for a cache\n");
+    }
+    cairn_tier_store_destroy(s);
+    return rc ? 1 : 0;
+}
+
 static int cmd_cache(int argc, char **argv)
 {
     ctx_t c = {0};
-    const char *model = NULL, *dir = NULL;
+    const char *model = NULL, *dir = NULL, *shared_url = getenv("CAIRN_SHARED_TIER"), *shared_auth = NULL;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -214,6 +363,10 @@ static int cmd_cache(int argc, char **argv)
                 return 2;
             }
             c.has_quota = true;
+        } else if (!strcmp(a, "--shared-tier") && i + 1 < argc) {
+            shared_url = argv[++i];
+        } else if (!strcmp(a, "--shared-tier-auth-file") && i + 1 < argc) {
+            shared_auth = argv[++i];
         } else if (!strcmp(a, "--yes")) {
             c.yes = true;
         } else if (!strcmp(a, "--json")) {
@@ -244,6 +397,14 @@ static int cmd_cache(int argc, char **argv)
         return 2;
     }
     cairn_cli_install_logger(verbose);
+    if (shared_url && shared_url[0])
+        return run_shared(&c, shared_url, shared_auth, model, dir);
+    return run_local(&c, model, dir);
+}
+
+static int run_local(ctx_t *cp, const char *model, const char *dir)
+{
+    ctx_t c = *cp;
     char *root = cairn_cold_default_root(dir);
     if (!root) {
         fprintf(stderr, "cairn cache: no cache directory (set --dir, CAIRN_CACHE_DIR or HOME)\n");
@@ -266,6 +427,7 @@ static int cmd_cache(int argc, char **argv)
     if (!c.models && !c.status)
         printf("no model directories under %s\n", root);
     cairn_free(root);
+    cp->status = c.status;
     return c.status;
 }
 

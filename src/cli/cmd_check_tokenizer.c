@@ -33,7 +33,7 @@ static void usage(FILE *out)
             "usage: cairn check-tokenizer TOKENIZER_DIR REFERENCE_JSON [--verbose]\n"
             "\n"
             "TOKENIZER_DIR holds tokenizer.json, tokenizer_config.json and optionally\n"
-            "chat_template.jinja. Every \"cases\" entry (text -> ids) and every \"chat\" entry\n"
+            "chat_template.jinja, or is a .gguf file (its tokenizer and chat template). Every \"cases\" entry (text -> ids) and every \"chat\" entry\n"
             "(messages -> rendered text -> ids) of REFERENCE_JSON is checked; each failure is\n"
             "printed with its first difference, then \"N passed, N failed\".\n"
             "\n"

@@ -1,8 +1,8 @@
 /*
- * cmd_generate.c — `cairn generate MODEL_DIR -p TEXT`: one request through the scheduler,
+ * cmd_generate.c — `cairn generate MODEL -p TEXT`: one request through the scheduler,
  * streamed to stdout as it is generated.
  *
- * Loads the checkpoint and the tokenizer of MODEL_DIR, builds the prompt (plain text with
+ * Loads the checkpoint and the tokenizer of MODEL (a folder or a GGUF file), builds the prompt (plain text with
  * the tokenizer's special tokens, or --chat through the model's chat template with
  * add_generation_prompt, or --prompt-ids for exact checks), creates a paged engine and a
  * scheduler, submits the request and writes each delta to stdout as the engine thread
@@ -37,11 +37,12 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn generate MODEL_DIR (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
+            "usage: cairn generate MODEL (-p TEXT | --chat [--system TEXT] --user TEXT) [options]\n"
             "\n"
-            "Generates a continuation of a prompt with the model in MODEL_DIR (config.json,\n"
-            "*.safetensors, tokenizer.json, tokenizer_config.json, chat_template.jinja) and\n"
-            "streams it to stdout. Loading progress and a summary go to stderr.\n"
+            "Generates a continuation of a prompt with MODEL and streams it to stdout: a\n"
+            "checkpoint folder (config.json, *.safetensors, tokenizer.json,\n"
+            "tokenizer_config.json, chat_template.jinja) or a .gguf file (weights, tokenizer\n"
+            "and chat template in one). Loading progress and a summary go to stderr.\n"
             "\n"
             "prompt:\n"
             "  -p, --prompt TEXT       the prompt (with --chat: the user message)\n"
@@ -60,9 +61,12 @@ static void usage(FILE *out)
             "      --ignore-eos        do not stop at the model's end-of-sequence tokens\n"
             "engine:\n"
             "      --threads N         compute threads (default: online CPUs, at most 16)\n"
-            "      --kv-dtype T        K/V element type: bf16 (default), f16, f32\n"
+            "      --kv-dtype T        K/V element type: bf16 (default), f16, f32, q8_0, fp8_e4m3\n"
+            "      --quantize T        convert the float weight matrices at load: q8_0, q4_k\n"
+            "                          (also q4_0, q5_k, q6_k)\n"
             "      --math M            matmul activations: f32 (default) or bf16\n"
             "      --pool-mib N        paged K/V pool budget in MiB (default 256)\n"
+            "      --backend B         compute backend: cpu (default) or cuda (a CUDA build)\n"
             "      --salt STR          prefix cache domain (tenant salt)\n"
             "      --cache-dir DIR     cold tier root: prompts persist across runs (default:\n"
             "                          CAIRN_CACHE_DIR, else $XDG_CACHE_HOME/cairn or ~/.cache/cairn)\n"
@@ -249,12 +253,15 @@ typedef struct {
     int n_stops;
     cairn_sampling_params_t sp;
     cairn_engine_options_t eo;
+    bool quantize;          /* --quantize: convert the float weight matrices at load */
+    cairn_dtype_t quantize_to;
 } gen_args_t;
 
 enum {
     OPT_CHAT = 256, OPT_SYSTEM, OPT_USER, OPT_PROMPT_IDS, OPT_MAX_TOKENS, OPT_TEMPERATURE,
     OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS, OPT_THREADS,
-    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD,
+    OPT_KV_DTYPE, OPT_MATH, OPT_POOL, OPT_SALT, OPT_PRINT_IDS, OPT_CACHE_DIR, OPT_NO_COLD, OPT_QUANTIZE,
+    OPT_BACKEND,
 };
 
 /* Returns 0, or the exit status of a usage error (2) or --help (-1 -> exit 0). */
@@ -276,12 +283,14 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
         {"threads", required_argument, 0, OPT_THREADS},
         {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+        {"quantize", required_argument, 0, OPT_QUANTIZE},
         {"math", required_argument, 0, OPT_MATH},
         {"pool-mib", required_argument, 0, OPT_POOL},
         {"salt", required_argument, 0, OPT_SALT},
         {"print-ids", no_argument, 0, OPT_PRINT_IDS},
         {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
         {"no-cold", no_argument, 0, OPT_NO_COLD},
+        {"backend", required_argument, 0, OPT_BACKEND},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -344,9 +353,16 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
             break;
         case OPT_KV_DTYPE:
             if (cairn_dtype_parse(optarg, &a->eo.kv_dtype)) {
-                fprintf(stderr, CMD ": --kv-dtype wants bf16, f16 or f32, got '%s'\n", optarg);
+                fprintf(stderr, CMD ": --kv-dtype wants bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_QUANTIZE:
+            if (cairn_dtype_parse(optarg, &a->quantize_to)) {
+                fprintf(stderr, CMD ": --quantize wants q8_0 or q4_k (or q4_0, q5_k, q6_k), got '%s'\n", optarg);
+                return 2;
+            }
+            a->quantize = true;
             break;
         case OPT_MATH:
             if (strcmp(optarg, "f32") == 0)
@@ -367,6 +383,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         case OPT_PRINT_IDS: a->print_ids = true; break;
         case OPT_CACHE_DIR: a->cache_dir = optarg; break;
         case OPT_NO_COLD: a->no_cold = true; break;
+        case OPT_BACKEND: a->eo.backend = optarg; break;
         case 'v': a->verbose++; break;
         case 'h': usage(stdout); return -1;
         case ':':
@@ -411,8 +428,8 @@ static int run(int argc, char **argv)
     cairn_cli_install_logger(a.verbose);
 
     struct stat sb;
-    if (stat(a.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, CMD ": '%s' is not a model directory\n", a.dir);
+    if (stat(a.dir, &sb) != 0 || !(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode))) {
+        fprintf(stderr, CMD ": '%s' is not a model directory or a .gguf file\n", a.dir);
         return 1;
     }
     int status = 1;
@@ -433,7 +450,8 @@ static int run(int argc, char **argv)
     double t0 = cairn_now_ms();
     fprintf(stderr, "cairn: loading %s ...", a.dir);
     fflush(stderr);
-    int rc = cairn_checkpoint_open(a.dir, &ck, err, sizeof(err));
+    int rc = a.quantize ? cairn_checkpoint_open_quantized(a.dir, a.quantize_to, &ck, err, sizeof(err))
+                        : cairn_checkpoint_open(a.dir, &ck, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "\n" CMD ": %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;

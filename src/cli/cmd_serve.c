@@ -7,7 +7,7 @@
  * --drain-ms, cancels the rest, persists the cached K/V blocks not on disk yet for up to
  * --persist-on-exit-ms (reporting written and skipped on stderr), and exits 0.
  *
- * Without MODEL_DIR it serves a default model that needs no download: the synth "tiny"
+ * Without MODEL (a folder or a .gguf file) it serves a default model that needs no download: the synth "tiny"
  * checkpoint (tools/synth.h), written once into <cache dir>/models/synth-tiny on the
  * first run. Its weights are seeded random numbers, so its text is gibberish; it exists
  * to try the API end to end.
@@ -35,12 +35,13 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: cairn serve [MODEL_DIR] [options]\n"
+            "usage: cairn serve [MODEL] [options]\n"
             "\n"
             "Serves an OpenAI-compatible HTTP API (POST /v1/chat/completions,\n"
             "POST /v1/completions, GET /v1/models, GET /health, GET /metrics; see docs/API.md).\n"
-            "MODEL_DIR is a Hugging Face checkpoint folder (config.json, safetensors,\n"
-            "tokenizer.json, chat template). Without it, a small random 'tiny' model is\n"
+            "MODEL is a Hugging Face checkpoint folder (config.json, safetensors,\n"
+            "tokenizer.json, chat template) or a .gguf file (all of it in one file).\n"
+            "Without it, a small random 'tiny' model is\n"
             "synthesized once into <cache dir>/models/synth-tiny and served (no download;\n"
             "its output is gibberish, for trying the API).\n"
             "\n"
@@ -49,8 +50,18 @@ static void usage(FILE *out)
             "  --port N             TCP port, 0 for any free port (default 8080)\n"
             "  --threads N          engine compute threads (default: online CPUs, max 16)\n"
             "  --http-threads N     HTTP worker threads (default 4)\n"
-            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 (default bf16)\n"
-            "  --pool-mib N         KV pool size in MiB (default 256)\n"
+            "  --kv-dtype T         K/V element type: bf16 | f16 | f32 | q8_0 | fp8_e4m3 (default bf16)\n"
+            "  --quantize T         convert the float weight matrices at load: q8_0 | q4_k\n"
+            "                       (also q4_0, q5_k, q6_k)\n"
+            "  --pool-mib N         KV pool size in MiB (default: one full context of the model,\n"
+            "                       at least 256, clamped to MemAvailable minus the weights and\n"
+            "                       headroom)\n"
+            "  --memory-mib N       one budget for weights + KV pool: the pool gets what the\n"
+            "                       weights leave (with --pool-mib: checked against it)\n"
+            "  --tool-parser NAME   tool-call format of the model's output: hermes,\n"
+            "                       qwen3_coder, llama3_json, pythonic, tool_code or none\n"
+            "                       (default: from the chat template)\n"
+            "  --backend B          compute backend: cpu (default) or cuda (a CUDA build)\n"
             "  --max-context N      tokens per sequence (default: the model's, max 32768)\n"
             "  --max-running N      requests decoding at once (default 16)\n"
             "  --max-queued N       waiting requests before 429 (default 64)\n"
@@ -58,6 +69,8 @@ static void usage(FILE *out)
             "                       FILE (one per line); each key is its own cache domain\n"
             "  --request-log FILE   append one JSON line per request to FILE\n"
             "  --max-body-bytes N   larger request bodies get 413 (default 4194304)\n"
+            "  --idle-timeout-s N   close connections idle this long (default 120)\n"
+            "  --max-connections N  open connections at most (default 512)\n"
             "  --model-id NAME      model id in /v1/models and responses (default: the\n"
             "                       folder's name)\n"
             "  --drain-ms N         on SIGINT/SIGTERM, let requests finish this long (default 5000)\n"
@@ -65,7 +78,7 @@ static void usage(FILE *out)
             "                       $XDG_CACHE_HOME/cairn, else ~/.cache/cairn); holds the\n"
             "                       default model and the SSD cold tier (K/V blocks of past\n"
             "                       prompts, restored after a restart)\n"
-            "  --no-cold            neither restore nor persist K/V on disk\n"
+            "  --no-cold            neither restore nor persist K/V on disk (nor on a shared tier)\n"
             "  --cold-policy P      when full K/V blocks go to disk: write-through (after\n"
             "                       each turn, in the background; default), write-back (only\n"
             "                       before the pool evicts them, and at exit) or off\n"
@@ -73,6 +86,15 @@ static void usage(FILE *out)
             "                       block not on disk yet for at most N ms, then report how\n"
             "                       many were written and skipped (default: 5 s plus 1.5 x\n"
             "                       what awaits write at the disk speed measured so far)\n"
+            "  --shared-tier URL    share K/V blocks with other servers of the same model through\n"
+            "                       Redis: redis://HOST[:PORT][/DB] (default CAIRN_SHARED_TIER);\n"
+            "                       tiers: hot pool, then the local SSD tier, then Redis\n"
+            "  --shared-tier-ttl S  lifetime of each key written, seconds (default 86400; 0: none,\n"
+            "                       Redis maxmemory + allkeys-lru then bounds the tier)\n"
+            "  --shared-tier-auth-file FILE\n"
+            "                       Redis AUTH: 'PASSWORD' or 'USERNAME PASSWORD' on the first line\n"
+            "                       (default: the environment variable CAIRN_SHARED_TIER_AUTH);\n"
+            "                       never on the command line\n"
             "  -v, --verbose        log informational messages\n");
 }
 
@@ -127,7 +149,7 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
 {
     char root[PATH_MAX];
     if (cache_root(cache_opt, root, sizeof root)) {
-        fprintf(stderr, "cairn serve: no MODEL_DIR and no cache directory (set --cache-dir, "
+        fprintf(stderr, "cairn serve: no MODEL and no cache directory (set --cache-dir, "
                         "CAIRN_CACHE_DIR or HOME)\n");
         return -1;
     }
@@ -157,18 +179,113 @@ static int default_model(const char *cache_opt, char *dir, size_t cap)
     return 0;
 }
 
+/* MemAvailable from /proc/meminfo in MiB, or 0 when it cannot be read. */
+static uint64_t mem_available_mib(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib / 1024;
+}
+
+/*
+ * The KV pool's size when the operator did not give one (docs/API.md, "Memory"): enough
+ * for one full context of the served model (and at least the historical 256 MiB), within
+ * what is left of the budget after the weights and the recurrent-state checkpoints (their
+ * own budget, state_ckpt_mib; 0 for models without recurrent layers): --memory-mib when
+ * given, else MemAvailable minus headroom (the larger of 1 GiB and a tenth). The bytes
+ * per block and the checkpoint budget are measured on a probe engine with a minimal pool
+ * (the family decides the cache layout). *ckpt_mib receives the checkpoint budget. With
+ * pool_given, *pool_mib is kept and only checked against --memory-mib. Returns 0, or a
+ * code with a message printed.
+ */
+static int size_pool(const cairn_checkpoint_t *ck, const cairn_engine_options_t *eo_in,
+                     long memory_mib, bool pool_given, int *pool_mib, uint64_t *ckpt_mib)
+{
+    cairn_engine_options_t eo = *eo_in;
+    eo.pool_mib = 1;
+    eo.cold = -1;
+    cairn_engine_t *probe = NULL;
+    char err[512] = "";
+    int rc = cairn_engine_create(ck, &eo, &probe, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
+        return rc;
+    }
+    cairn_kv_stats_t kv;
+    cairn_engine_kv_stats(probe, &kv);
+    cairn_engine_counters_t ec;
+    cairn_engine_counters(probe, &ec);
+    int ctx = cairn_engine_options(probe)->max_context;
+    int bt = cairn_engine_options(probe)->block_tokens;
+    cairn_engine_destroy(probe);
+    *ckpt_mib = (ec.ckpt_budget + (1u << 20) - 1) >> 20;
+    uint64_t weights_mib = ((cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20) + *ckpt_mib;
+    if (pool_given) {
+        if (memory_mib > 0 && (uint64_t)*pool_mib + weights_mib > (uint64_t)memory_mib) {
+            fprintf(stderr, "cairn serve: --memory-mib %ld cannot hold the weights and state "
+                            "checkpoints (%llu MiB) and --pool-mib %d\n", memory_mib,
+                    (unsigned long long)weights_mib, *pool_mib);
+            return CAIRN_EINVAL;
+        }
+        return 0;
+    }
+    uint64_t need = (((uint64_t)ctx + (uint64_t)bt - 1) / (uint64_t)bt + 2) * kv.block_bytes;
+    uint64_t need_mib = (need + (1u << 20) - 1) >> 20;
+    uint64_t want = need_mib > 256 ? need_mib : 256, room;
+    if (memory_mib > 0) {
+        room = (uint64_t)memory_mib > weights_mib ? (uint64_t)memory_mib - weights_mib : 0;
+        want = room; /* one budget: the pool gets what the weights leave */
+    } else {
+        uint64_t avail = mem_available_mib();
+        uint64_t headroom = avail / 10 > 1024 ? avail / 10 : 1024;
+        room = avail > weights_mib + headroom ? avail - weights_mib - headroom : 0;
+        if (avail == 0)
+            room = want; /* no /proc: trust the model */
+    }
+    if (want > room)
+        want = room;
+    if (want < 1) {
+        fprintf(stderr, "cairn serve: no memory left for the KV pool (weights %llu MiB, %s %llu MiB); "
+                        "set --pool-mib or raise --memory-mib\n",
+                (unsigned long long)weights_mib, memory_mib > 0 ? "--memory-mib" : "room",
+                (unsigned long long)(memory_mib > 0 ? (uint64_t)memory_mib : room));
+        return CAIRN_ENOMEM;
+    }
+    if (want > (1u << 20))
+        want = 1u << 20;
+    if (want < need_mib)
+        fprintf(stderr, "cairn serve: warning: the KV pool (%llu MiB) holds less than one full "
+                        "context (%d tokens need %llu MiB); max_model_len is cut to what it holds\n",
+                (unsigned long long)want, ctx, (unsigned long long)need_mib);
+    *pool_mib = (int)want;
+    return 0;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     cairn_server_options_t so;
     cairn_server_options_default(&so);
     cairn_engine_options_t eo;
+    bool quantize = false; /* --quantize: convert the float weight matrices at load */
+    cairn_dtype_t quantize_to = CAIRN_DTYPE_Q8_0;
     cairn_engine_options_default(&eo);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
     const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
-    long drain_ms = 5000, persist_ms = -1, v;
+    long drain_ms = 5000, persist_ms = -1, memory_mib = 0, v;
+    bool pool_given = false;
     int verbose = 0;
     bool no_cold = false;
+    const char *shared_url = getenv("CAIRN_SHARED_TIER"), *shared_auth = NULL;
+    cairn_shared_tier_config_t shared;
+    memset(&shared, 0, sizeof shared);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -186,7 +303,7 @@ static int cmd_serve(int argc, char **argv)
         }
         if (a[0] != '-') {
             if (model) {
-                fprintf(stderr, "cairn serve: more than one MODEL_DIR ('%s', '%s')\n", model, a);
+                fprintf(stderr, "cairn serve: more than one MODEL ('%s', '%s')\n", model, a);
                 return 2;
             }
             model = a;
@@ -206,8 +323,13 @@ static int cmd_serve(int argc, char **argv)
             eo.n_threads = (int)v;
         else if (!strcmp(a, "--http-threads") && !(rc = parse_int(a, val, 1, 256, &v)))
             so.http_threads = (int)v;
-        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v)))
+        else if (!strcmp(a, "--pool-mib") && !(rc = parse_int(a, val, 1, 1 << 20, &v))) {
             eo.pool_mib = (int)v;
+            pool_given = true;
+        } else if (!strcmp(a, "--memory-mib") && !(rc = parse_int(a, val, 1, 1L << 30, &v)))
+            memory_mib = v;
+        else if (!strcmp(a, "--tool-parser"))
+            so.tool_parser = val;
         else if (!strcmp(a, "--max-context") && !(rc = parse_int(a, val, 16, 1 << 20, &v)))
             eo.max_context = (int)v;
         else if (!strcmp(a, "--max-running") && !(rc = parse_int(a, val, 1, 4096, &v)))
@@ -216,6 +338,10 @@ static int cmd_serve(int argc, char **argv)
             so.sched.max_queued = (int)v;
         else if (!strcmp(a, "--max-body-bytes") && !(rc = parse_int(a, val, 1024, 1L << 30, &v)))
             so.max_body_bytes = (size_t)v;
+        else if (!strcmp(a, "--idle-timeout-s") && !(rc = parse_int(a, val, 1, 86400, &v)))
+            so.connection_timeout_s = (int)v;
+        else if (!strcmp(a, "--max-connections") && !(rc = parse_int(a, val, 1, 65536, &v)))
+            so.max_connections = (int)v;
         else if (!strcmp(a, "--drain-ms") && !(rc = parse_int(a, val, 0, 3600000, &v)))
             drain_ms = v;
         else if (!strcmp(a, "--persist-on-exit-ms") && !(rc = parse_int(a, val, 0, 24L * 3600000, &v)))
@@ -229,18 +355,33 @@ static int cmd_serve(int argc, char **argv)
         }
         else if (!strcmp(a, "--kv-dtype")) {
             if (cairn_dtype_parse(val, &eo.kv_dtype) != 0) {
-                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16 or f32, got '%s'\n", val);
+                fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", val);
                 return 2;
             }
+        } else if (!strcmp(a, "--quantize")) {
+            if (cairn_dtype_parse(val, &quantize_to) != 0) {
+                fprintf(stderr, "cairn serve: --quantize must be q8_0 or q4_k (or q4_0, q5_k, q6_k), got '%s'\n", val);
+                return 2;
+            }
+            quantize = true;
         } else if (!strcmp(a, "--api-keys"))
             so.api_keys_file = val;
+        else if (!strcmp(a, "--backend"))
+            eo.backend = val;
         else if (!strcmp(a, "--request-log"))
             so.request_log_path = val;
         else if (!strcmp(a, "--model-id"))
             model_id = val;
         else if (!strcmp(a, "--cache-dir"))
             cache_opt = val;
-        else if (!rc) {
+        else if (!strcmp(a, "--shared-tier"))
+            shared_url = val;
+        else if (!strcmp(a, "--shared-tier-auth-file"))
+            shared_auth = val;
+        else if (!strcmp(a, "--shared-tier-ttl") && !(rc = parse_int(a, val, 0, 100L * 365 * 86400, &v))) {
+            shared.has_ttl = true;
+            shared.ttl_s = (uint32_t)v;
+        } else if (!rc) {
             fprintf(stderr, "cairn serve: unknown option '%s' (see --help)\n", a);
             return 2;
         }
@@ -248,11 +389,30 @@ static int cmd_serve(int argc, char **argv)
             return 2;
     }
     cairn_cli_install_logger(verbose);
+    char shared_err[512] = "";
+    char *shared_user = NULL, *shared_pass = NULL;
+    if (shared_url && shared_url[0] && !no_cold) {
+        if (cairn_shared_tier_check_url(shared_url, shared_err, sizeof shared_err)) {
+            fprintf(stderr, "cairn serve: --shared-tier: %s\n", shared_err);
+            return 2;
+        }
+        if (cairn_shared_tier_read_auth(shared_auth, &shared_user, &shared_pass, shared_err, sizeof shared_err)) {
+            fprintf(stderr, "cairn serve: %s\n", shared_err);
+            return 2;
+        }
+        shared.url = shared_url;
+        shared.username = shared_user;
+        shared.password = shared_pass;
+        eo.shared_tier = &shared;
+    }
 
     char default_dir[PATH_MAX];
     if (!model) {
-        if (default_model(cache_opt, default_dir, sizeof default_dir))
+        if (default_model(cache_opt, default_dir, sizeof default_dir)) {
+            cairn_free(shared_user);
+            cairn_free(shared_pass);
             return 1;
+        }
         model = default_dir;
         if (!model_id)
             model_id = "synth-tiny";
@@ -267,6 +427,8 @@ static int cmd_serve(int argc, char **argv)
         name[l] = '\0';
         while (l > 1 && name[l - 1] == '/')
             name[--l] = '\0';
+        if (l > 5 && !strcmp(name + l - 5, ".gguf")) /* model.gguf serves as "model" */
+            name[l - 5] = '\0';
         model_id = name;
     }
     so.model_id = model_id;
@@ -286,7 +448,8 @@ static int cmd_serve(int argc, char **argv)
     cairn_tokenizer_t *tok = NULL;
     cairn_server_t *srv = NULL;
     char *cold_root = NULL;
-    int rc = cairn_checkpoint_open(model, &ck, err, sizeof err);
+    int rc = quantize ? cairn_checkpoint_open_quantized(model, quantize_to, &ck, err, sizeof err)
+                      : cairn_checkpoint_open(model, &ck, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
@@ -295,13 +458,24 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cairn serve: tokenizer: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
+    uint64_t weights_mib = (cairn_checkpoint_weight_bytes(ck) + (1u << 20) - 1) >> 20;
+    uint64_t ckpt_mib = 0;
+    if ((!pool_given || memory_mib > 0)
+        && size_pool(ck, &eo, memory_mib, pool_given, &eo.pool_mib, &ckpt_mib))
+        goto out;
     if (no_cold)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
         eo.cold_root = cold_root;
     if (persist_ms >= 0)
         eo.cold_drain_ms = persist_ms > 0 ? (int)persist_ms : 1;
-    if ((rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err))) {
+    rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err);
+    if (shared_pass) { /* the store keeps its own copy */
+        memset(shared_pass, 0, strlen(shared_pass));
+        cairn_free(shared_pass);
+        shared_pass = NULL;
+    }
+    if (rc) {
         fprintf(stderr, "cairn serve: engine: %s\n", err[0] ? err : cairn_strerror(rc));
         goto out;
     }
@@ -311,6 +485,10 @@ static int cmd_serve(int argc, char **argv)
     }
     int port = cairn_server_port(srv);
     const char *host = so.host;
+    printf("cairn serve: memory: weights %llu MiB, KV pool %d MiB (max_model_len %d tokens), "
+           "recurrent state checkpoints %llu MiB\n",
+           (unsigned long long)weights_mib, eo.pool_mib, cairn_server_max_model_len(srv),
+           (unsigned long long)ckpt_mib);
     printf("cairn serve: model '%s' from %s\n"
            "cairn serve: listening on http://%s:%d (Ctrl-C to stop)\n"
            "try:\n"
@@ -348,6 +526,8 @@ out:
     cairn_tokenizer_destroy(tok);
     cairn_checkpoint_close(ck);
     cairn_free(cold_root);
+    cairn_free(shared_user);
+    cairn_free(shared_pass);
     return status;
 }
 

@@ -10,6 +10,20 @@
 
 #include "compute/backend.h"
 #include "compute/cpu/cpu_backend.h"
+#ifdef CAIRN_HAVE_CUDA
+#include "compute/cuda/cuda_backend.h"
+#else
+/* A build without CUDA still knows the name, so asking for it says what is missing. */
+static int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t **out, char *err,
+                               size_t err_len)
+{
+    (void)opt;
+    *out = NULL;
+    if (err && err_len)
+        snprintf(err, err_len, "this build has no CUDA backend (configure with -DCAIRN_CUDA=ON)");
+    return CAIRN_EUNSUPPORTED;
+}
+#endif
 
 typedef struct {
     const char *name;
@@ -18,9 +32,10 @@ typedef struct {
 
 static const backend_entry_t registry[] = {
     {"cpu", compute_cpu_create},
+    {"cuda", compute_cuda_create},
 };
 
-static const char *const names[] = {"cpu", NULL};
+static const char *const names[] = {"cpu", "cuda", NULL};
 
 const char *const *compute_backend_names(void) { return names; }
 

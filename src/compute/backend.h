@@ -37,6 +37,7 @@
 #define CAIRN_COMPUTE_BACKEND_H
 
 #include "cairn/common.h"
+#include "cairn/kv_storage.h"
 
 /* Activation precision of matmul. F32: activations stay float32 (the exact mode; reference
  * checks). BF16: activations are rounded to bf16 for products with bf16 weights (fast
@@ -163,6 +164,10 @@ typedef struct compute_backend_ops {
     void (*attn_destroy)(compute_backend_t *be, compute_attn_t *a);
     void (*attention)(compute_backend_t *be, compute_attn_t *a, int layer, const attn_query_t *queries,
                       int n);
+    /* Where the K/V pool lives: NULL (or a NULL entry) means host memory
+     * (cairn_kv_storage_host()); a device backend returns its storage backend and *ctx,
+     * both valid for the backend's life, so kv_store and attention see the pool's bytes. */
+    const cairn_kv_storage_ops_t *(*kv_storage)(compute_backend_t *be, void **ctx);
     /* Optional (NULL: the backend lacks it; compute_supports says so). */
     void (*short_conv)(compute_backend_t *be, float *out, const float *x, int n, compute_mat_t w,
                        float *state);
@@ -180,6 +185,8 @@ struct compute_backend {
 
 typedef struct cairn_thread_pool cairn_thread_pool_t;
 
+/* The CUDA backend (src/compute/cuda) reads its device from the knob CAIRN_CUDA_DEVICE
+ * (default 0) and its mode from CAIRN_CUDA_INVARIANT (default 1: batch-invariant). */
 typedef struct {
     int n_threads;             /* CPU: threads of the backend's own pool (>= 1; 0 means 1) */
     cairn_thread_pool_t *pool; /* CPU: use this pool instead (borrowed: it must outlive the
@@ -221,6 +228,15 @@ static inline void compute_backend_destroy(compute_backend_t *be)
 static inline const char *compute_numerics_id(const compute_backend_t *be, cairn_math_t math)
 {
     return be->ops->numerics_id(be, math);
+}
+
+/* The storage backend the K/V pool must use with this backend (host memory: the host
+ * backend), and its context in *ctx. */
+static inline const cairn_kv_storage_ops_t *compute_kv_storage(compute_backend_t *be, void **ctx)
+{
+    *ctx = NULL;
+    const cairn_kv_storage_ops_t *s = be->ops->kv_storage ? be->ops->kv_storage(be, ctx) : NULL;
+    return s ? s : cairn_kv_storage_host();
 }
 
 /* Whether the backend runs op with operands of `type` (see compute_op_t). */
@@ -282,7 +298,7 @@ static inline void compute_matmul(compute_backend_t *be, const float *x, int row
 }
 
 /* dst [n][table.cols] = rows ids[0..n) of table widened to f32 exactly (embeddings).
- * Every id must be < table.rows. */
+ * Every id must be < table.rows. ids [n] is host memory. */
 static inline void compute_get_rows(compute_backend_t *be, float *dst, compute_mat_t table,
                                     const int32_t *ids, int n)
 {

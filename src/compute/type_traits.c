@@ -9,6 +9,7 @@
  */
 #include <strings.h>
 
+#include "compute/quant_blocks.h"
 #include "compute/type_traits.h"
 
 uint16_t compute_f32_to_f16(float f)
@@ -76,6 +77,14 @@ static const compute_type_traits_t traits[COMPUTE_DTYPE_COUNT] = {
     [CAIRN_DTYPE_F32] = {"f32", "float32", 1, 4, false, f32_to_f32, f32_from_f32},
     [CAIRN_DTYPE_F16] = {"f16", "float16", 1, 2, false, f16_to_f32, f16_from_f32},
     [CAIRN_DTYPE_BF16] = {"bf16", "bfloat16", 1, 2, false, bf16_to_f32, bf16_from_f32},
+    /* The block-quantized types (quant_blocks.h has their layouts and conversions). */
+    [CAIRN_DTYPE_Q8_0] = {"q8_0", "q8_0", 32, 34, true, quant_q8_0_to_f32, quant_q8_0_from_f32},
+    [CAIRN_DTYPE_Q4_0] = {"q4_0", "q4_0", 32, 18, true, quant_q4_0_to_f32, quant_q4_0_from_f32},
+    [CAIRN_DTYPE_Q4_K] = {"q4_k", "q4_k", 256, 144, true, quant_q4_k_to_f32, quant_q4_k_from_f32},
+    [CAIRN_DTYPE_Q5_K] = {"q5_k", "q5_k", 256, 176, true, quant_q5_k_to_f32, quant_q5_k_from_f32},
+    [CAIRN_DTYPE_Q6_K] = {"q6_k", "q6_k", 256, 210, true, quant_q6_k_to_f32, quant_q6_k_from_f32},
+    [CAIRN_DTYPE_Q8_K] = {"q8_k", "q8_k", 256, 292, true, quant_q8_k_to_f32, quant_q8_k_from_f32},
+    [CAIRN_DTYPE_FP8_E4M3] = {"fp8_e4m3", "float8_e4m3", 32, 34, true, quant_fp8_to_f32, quant_fp8_from_f32},
 };
 
 const compute_type_traits_t *compute_type_traits(cairn_dtype_t t)
@@ -100,6 +109,12 @@ size_t cairn_dtype_row_bytes(cairn_dtype_t t, int64_t n)
     if (!tt || n < 0 || n % tt->block_elems)
         return 0;
     return (size_t)(n / tt->block_elems) * (size_t)tt->block_bytes;
+}
+
+int cairn_dtype_block_elems(cairn_dtype_t t)
+{
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    return tt ? tt->block_elems : 0;
 }
 
 const char *cairn_dtype_name(cairn_dtype_t t)

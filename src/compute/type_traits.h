@@ -3,8 +3,9 @@
  *
  * Model (like ggml's type traits). An element type is a block format: `block_elems`
  * consecutive elements are stored in `block_bytes` bytes. The plain float types (f32,
- * f16, bf16) are blocks of one element; the block-quantized GGUF types (issue 12: q8_0,
- * q4_0 blocks of 32, q4_k, q5_k, q6_k blocks of 256) will be rows of the same table.
+ * f16, bf16) are blocks of one element; the block-quantized types (GGUF's q8_0, q4_0
+ * blocks of 32, q4_k, q5_k, q6_k blocks of 256, the activation format q8_k, the K/V type
+ * fp8_e4m3; layouts in quant_blocks.h) are rows of the same table.
  * A row holds what is true of the format on every backend: its names, its block
  * geometry, the exact row-to-f32 conversion (the reference dequantizer) and, where the
  * type can be written, the reference row-from-f32 rounding.
@@ -29,10 +30,11 @@
 #include "cairn/common.h"
 
 /* Number of element types (every cairn_dtype_t is below it). */
-enum { COMPUTE_DTYPE_COUNT = CAIRN_DTYPE_BF16 + 1 };
+enum { COMPUTE_DTYPE_COUNT = CAIRN_DTYPE_FP8_E4M3 + 1 };
 
 typedef struct compute_type_traits {
-    const char *name;      /* short name: "f32", "f16", "bf16" (cairn_dtype_name) */
+    const char *name;      /* short name: "f32", "q4_k", ... (cairn_dtype_name; GGUF's
+                            * lowercase ggml name for the GGUF types) */
     const char *long_name; /* "float32", ... (also accepted by cairn_dtype_parse) */
     int block_elems;       /* elements per block */
     int block_bytes;       /* bytes per block */

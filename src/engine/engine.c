@@ -117,8 +117,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
     if (o.n_threads < 1 || o.max_step_tokens < 1 || o.max_context < 1 ||
         (o.kv_path != CAIRN_KV_PAGED && o.kv_path != CAIRN_KV_FLAT) ||
         (o.math != CAIRN_ENGINE_MATH_F32 && o.math != CAIRN_ENGINE_MATH_BF16) ||
-        (o.kv_dtype != CAIRN_DTYPE_F32 && o.kv_dtype != CAIRN_DTYPE_F16 &&
-         o.kv_dtype != CAIRN_DTYPE_BF16) ||
+        !cairn_dtype_block_elems(o.kv_dtype) || /* the backend says below which types it stores */
         (o.kv_path == CAIRN_KV_PAGED && (o.pool_mib < 1 || o.block_tokens < 1))) {
         cairn_errf(err, err_len, "%s", "engine: invalid options");
         return CAIRN_EINVAL;
@@ -153,13 +152,28 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         goto fail;
     }
     compute_backend_options_t bo = {0, e->tp, NULL};
-    if ((rc = compute_backend_create("cpu", &bo, &e->be, err, err_len)))
+    const char *backend = o.backend ? o.backend : "cpu";
+    if ((rc = compute_backend_create(backend, &bo, &e->be, err, err_len)))
         goto fail;
+    if (!e->be->ops->host_memory && o.kv_path != CAIRN_KV_PAGED) {
+        rc = CAIRN_EUNSUPPORTED;
+        if (err && err_len)
+            snprintf(err, err_len, "engine: the %s backend runs the paged K/V path only", backend);
+        goto fail;
+    }
+    if (!compute_supports(e->be, COMPUTE_OP_KV, o.kv_dtype)) {
+        rc = CAIRN_EUNSUPPORTED;
+        compute_backend_require(e->be, COMPUTE_OP_KV, o.kv_dtype, err, err_len);
+        goto fail;
+    }
     cairn_fwd_env_t env = {e->be, e->tp, o.math, o.kv_dtype, o.max_step_tokens, o.max_context};
     rc = model->family->fwd_create(model, &env, &e->fwd);
     if (rc) {
-        cairn_errf(err, err_len, "%s", rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
-                                                 : "engine: unsupported rope type");
+        cairn_errf(err, err_len,
+                   rc == CAIRN_ENOMEM ? "engine: out of memory for activations"
+                                      : "engine: the %s family cannot run this model on the %s backend (%s; "
+                                        "the log names the operation)",
+                   cfg->family, backend, cairn_strerror(rc));
         goto fail;
     }
     if (o.kv_path == CAIRN_KV_PAGED) {
@@ -167,8 +181,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         uint64_t ckpt_bytes = (uint64_t)cairn_knob_int("CAIRN_STATE_CKPT_MIB", o.state_ckpt_mib != 0,
                                                        o.state_ckpt_mib > 0 ? o.state_ckpt_mib : 0,
                                                        256, 0, 1 << 20) << 20;
+        void *sctx = NULL;
+        const cairn_kv_storage_ops_t *stor = compute_kv_storage(e->be, &sctx);
         rc = kv_paged_create_ckpt(e->layers, cfg->n_layers, o.kv_dtype, o.block_tokens,
-                                  (size_t)o.pool_mib,
+                                  (size_t)o.pool_mib, stor, sctx,
                                   seq_ckpts_registry_capacity(e->state_bytes, ckpt_bytes),
                                   seq_ckpts_registry_evicted, &e->ckpts, &e->paged, err, err_len);
         if (rc)
@@ -179,7 +195,10 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
-        if ((rc = engine_cold_open(ck, &o, e->paged, e->layers, e->state_bytes, e->ckpts, &e->cold))) {
+        /* The backend's numerics id (with its revision) enters the model fingerprint. */
+        const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math);
+        if ((rc = engine_cold_open(ck, &o, numerics, e->paged, e->layers, e->state_bytes,
+                                   e->ckpts, &e->cold))) {
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }

@@ -8,7 +8,11 @@
  * domain), so a prompt's stored chain is found from the hashes the core computes, and
  * domains (cache_salt) hold in the store too. The store is the filesystem store under the
  * cache root (cairn/cold_tier.h), or one the caller lends (cairn_engine_options_t
- * .cold_store). Restore runs before the KV core admits a prompt: the tier's restore walk
+ * .cold_store), optionally with a shared store behind it (cairn/shared_tier.h: Redis,
+ * cairn_engine_options_t.shared_tier), composed by a layered store so that the walks see
+ * one store: hot pool -> local store -> shared store (every store use goes through it;
+ * the counters' `store` is the local one's). Restore runs before the KV core admits a
+ * prompt: the tier's restore walk
  * (cairn_tier_restore_chain) loads the blocks past the hot prefix into freshly allocated
  * pool blocks, taken and prefaulted in one pass before the walk (a block's K/V for every
  * layer is one contiguous byte range, identical in the pool and in the object payload),
@@ -27,6 +31,15 @@
  * core's evict filter keeps a dirty cached block from eviction (and queues it first)
  * until it is copied; with the write-back policy that is when blocks are persisted,
  * besides exit.
+ *
+ * Device pools (the CUDA backend): the pool's bytes are not host memory, so the store
+ * reads into and copies from the storage's two pinned staging buffers instead, and the
+ * bridge queues the device copies (restore_dest, capture_staged): double-buffered, a
+ * block's copy overlaps the next block's disk read or store copy. Such a pool restores
+ * inline (never on the I/O thread: the staging calls are the engine thread's), captures
+ * synchronously at the end of a turn within the capture budget (no capture thread, no
+ * write-back), and serves dense models only (hybrids keep the tier off). The fingerprint
+ * carries the backend's numerics id, so GPU- and CPU-written K/V never mix on disk.
  *
  * Invariants: only model_types of cairn_cold_eligible_families() (each family lists its
  * own, models/family.h) open a store; a restored payload is exactly one pool block's used
@@ -120,10 +133,17 @@ typedef struct {
 } engine_capture_t;
 
 struct engine_cold {
-    cairn_tier_store_t *store;     /* what the tier logic walks */
+    cairn_tier_store_t *store;     /* what the tier logic walks: local, shared or layered */
+    cairn_tier_store_t *local;     /* the filesystem store's interface or the lent store, or NULL */
     cairn_cold_store_t *fs;        /* the filesystem store, when the engine opened it (owned) */
+    cairn_tier_store_t *shared;    /* the shared store (owned), or NULL */
+    cairn_tier_store_t *layered;   /* local in front of shared (owned), or NULL */
     cairn_tier_trace_t *trace;     /* per-turn trace, or NULL */
     cairn_kv_cache_t *cache;
+    const cairn_kv_storage_ops_t *stor; /* the pool's storage: staging calls when device memory */
+    void *stor_ctx;
+    bool staged;                   /* the pool is not host memory: copy through stor's staging */
+    cairn_tier_capture_budget_t budget; /* staged captures (no capture thread); zeros: defaults */
     uint32_t block_tokens;
     size_t payload_size;           /* sum of layer_bytes == the used bytes of one block */
     int drain_ms;
@@ -162,11 +182,11 @@ static void wait_store(engine_cold_t *c, double deadline);
 /* Fills the model description of the fingerprint: the family's part (architecture,
  * geometry, rope and the config values that shape K/V, models/family.h describe), then
  * what the engine decides: block size, K/V dtype, math mode (first in `extra`) and the
- * weights digest, which covers every tensor's name, shape and dtype. `numerics` stays
- * NULL: the CPU backend's numerics, which every fingerprint so far meant (a backend whose
- * K/V bits may differ sets its id there; docs/FORMAT.md 1.4). */
+ * weights digest, which covers every tensor's name, shape and dtype. `numerics` is the
+ * backend's numerics id with its revision (the CPU's "f32.2"/"bf16.2"; NULL, for callers
+ * without a backend, means the CPU's revision 1) (docs/FORMAT.md 1.4). */
 static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                           uint32_t block_tokens, char *extra, size_t extra_len,
+                           const char *numerics, uint32_t block_tokens, char *extra, size_t extra_len,
                            cairn_tier_model_desc_t *d)
 {
     const cairn_model_t *m = cairn_checkpoint_model(ck);
@@ -179,23 +199,29 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
     snprintf(extra, extra_len, "math=%s;%s", o->math == CAIRN_ENGINE_MATH_BF16 ? "bf16" : "f32",
              fam);
     d->extra = extra;
+    d->numerics = numerics;
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }
 
-/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
-static int open_fs_store(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *root,
-                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
-                         cairn_cold_store_t **out)
+/* The model fingerprint that names the engine's stores. */
+static int model_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
+                             uint32_t block_tokens, cairn_tier_hash_t *fp)
 {
     char extra[256];
     cairn_tier_model_desc_t desc;
-    describe_model(ck, o, block_tokens, extra, sizeof(extra), &desc);
+    describe_model(ck, o, numerics, block_tokens, extra, sizeof(extra), &desc);
+    return cairn_tier_fingerprint(&desc, fp);
+}
+
+/* Opens the filesystem store for the model under root (layout: the pool's blocks). */
+static int open_fs_store(const cairn_tier_hash_t *fp, const cairn_engine_options_t *o, const char *root,
+                         uint32_t block_tokens, uint32_t n_layers, const uint64_t *layer_bytes,
+                         cairn_cold_store_t **out)
+{
     cairn_cold_config_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.root = root;
-    int rc = cairn_tier_fingerprint(&desc, &cc.fingerprint);
-    if (rc)
-        return rc;
+    cc.fingerprint = *fp;
     cc.dtype = o->kv_dtype;
     cc.block_tokens = block_tokens;
     cc.n_layers = n_layers;
@@ -231,8 +257,8 @@ static void free_cold(engine_cold_t *c)
 }
 
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o,
-                     kv_paged_t *kp, const cairn_layer_cache_t *layers, size_t state_bytes,
-                     seq_ckpts_t *ckpts, engine_cold_t **out)
+                     const char *numerics, kv_paged_t *kp, const cairn_layer_cache_t *layers,
+                     size_t state_bytes, seq_ckpts_t *ckpts, engine_cold_t **out)
 {
     *out = NULL;
     const cairn_model_config_t *cfg = cairn_checkpoint_config(ck);
@@ -246,7 +272,8 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     /* A lent store, else an explicit root (--cache-dir), else the environment's. */
     const char *root = o->cold_root ? o->cold_root : cairn_knob_str("CAIRN_CACHE_DIR", NULL, NULL);
-    if (!o->cold_store && (!root || !root[0]))
+    const bool want_shared = o->shared_tier && o->shared_tier->url;
+    if (!o->cold_store && (!root || !root[0]) && !want_shared)
         return CAIRN_OK;
 
     cairn_kv_cache_t *cache = kv_paged_cache_rw(kp);
@@ -285,6 +312,12 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
         if (!c->desc || !c->side_buf || !c->side_cap)
             goto nomem;
     }
+    c->stor = kv_paged_storage(kp, &c->stor_ctx);
+    c->staged = c->stor->stage && c->stor->stage_upload && c->stor->stage_download && c->stor->stage_sync;
+    if (c->staged && c->n_side) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (hybrid families restore only into a host-memory pool)");
+        goto off;
+    }
     c->block_tokens = cairn_kv_cache_block_size(cache);
     c->host_pool = cairn_kv_cache_host_storage(cache);
     c->block_bytes = cairn_kv_cache_block_bytes(cache);
@@ -317,23 +350,58 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     }
     if (cairn_tier_trace_create(o->cold_trace, &c->trace))
         goto nomem;
+    cairn_tier_hash_t fp;
+    int rc = model_fingerprint(ck, o, numerics, c->block_tokens, &fp);
+    if (rc == CAIRN_ENOMEM)
+        goto nomem;
+    if (rc) {
+        cairn_log(CAIRN_LOG_WARN, "cold tier: off (no model fingerprint: %s)", cairn_strerror(rc));
+        goto off;
+    }
     if (o->cold_store) {
-        c->store = o->cold_store;
-        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->store));
-    } else {
-        int rc = open_fs_store(ck, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
+        c->local = o->cold_store;
+        cairn_log(CAIRN_LOG_INFO, "cold tier: the caller's %s store", cairn_tier_store_name(c->local));
+    } else if (root && root[0]) {
+        rc = open_fs_store(&fp, o, root, c->block_tokens, n_layers, layer_bytes, &c->fs);
         if (rc == CAIRN_ENOMEM)
             goto nomem;
         if (rc) {
             cairn_log(CAIRN_LOG_WARN, "cold tier: off (cannot open the store under %s: %s)", root,
                       cairn_strerror(rc));
-            goto off;
+        } else {
+            c->local = cairn_cold_store_tier(c->fs);
+            cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
         }
-        c->store = cairn_cold_store_tier(c->fs);
-        cairn_log(CAIRN_LOG_INFO, "cold tier: %s", cairn_cold_store_dir(c->fs));
     }
+    if (want_shared) {
+        /* The shared store holds the pool's blocks of group 0 (the dense families'
+         * only group), under the same fingerprint as the local store. */
+        const cairn_tier_group_layout_t g0 = {n_layers, layer_bytes};
+        const cairn_tier_layout_t layout = {fp, o->kv_dtype, c->block_tokens, 1, &g0};
+        char err[512] = "";
+        rc = cairn_shared_tier_open(o->shared_tier, &layout, &c->shared, err, sizeof(err));
+        if (rc == CAIRN_ENOMEM)
+            goto nomem;
+        if (rc)
+            cairn_log(CAIRN_LOG_WARN, "shared tier: off (%s)", err[0] ? err : cairn_strerror(rc));
+    }
+    if (c->local && c->shared) {
+        if (cairn_tier_layered_create(c->local, c->shared, &c->layered))
+            goto nomem;
+        c->store = c->layered;
+    } else {
+        c->store = c->local ? c->local : c->shared;
+    }
+    if (!c->store)
+        goto off;
     cairn_free(layer_bytes);
-    if (capture_open(c, o) != CAIRN_OK) {
+    /* A device pool captures on the engine thread through the staging buffers, within
+     * the budget (no capture thread: it would read the pool's memory). */
+    c->budget.blocks_per_turn = o->cold_capture_blocks > 0 ? (uint32_t)o->cold_capture_blocks : 0;
+    c->budget.budget_ms = o->cold_capture_ms > 0 ? (uint32_t)o->cold_capture_ms : 0;
+    if (c->staged) {
+        c->cap.policy = c->n.policy = CAIRN_COLD_WRITE_THROUGH;
+    } else if (capture_open(c, o) != CAIRN_OK) {
         cairn_log(CAIRN_LOG_WARN, "cold tier: capture off (no capture thread)");
         c->cap.policy = c->n.policy = CAIRN_COLD_CAPTURE_OFF;
     }
@@ -341,10 +409,17 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     *out = c;
     return CAIRN_OK;
 nomem:
+    if (c) {
+        cairn_tier_store_destroy(c->layered);
+        cairn_tier_store_destroy(c->shared);
+        cairn_cold_store_destroy(c->fs);
+    }
     free_cold(c);
     cairn_free(layer_bytes);
     return CAIRN_ENOMEM;
 off:
+    cairn_tier_store_destroy(c->shared);
+    cairn_cold_store_destroy(c->fs);
     free_cold(c);
     cairn_free(layer_bytes);
     return CAIRN_OK;
@@ -366,6 +441,8 @@ void engine_cold_close(engine_cold_t *c)
                   (unsigned long long)r.skipped, (unsigned long long)r.queued, drain_ms);
     capture_close(c);
     wait_store(c, deadline);
+    cairn_tier_store_destroy(c->layered);
+    cairn_tier_store_destroy(c->shared);
     cairn_cold_store_destroy(c->fs);
     free_cold(c);
 }
@@ -447,10 +524,29 @@ struct restore_job {
     int rc;                        /* the walk's status */
     cairn_tier_hybrid_result_t hr;
     cairn_tier_restore_result_t res;
+    /* Staged restores (device pool, inline only): the block whose payload sits in staging
+     * slot staged_i & 1, read but not yet uploaded (valid when has_staged), its pool bytes. */
+    bool has_staged;
+    size_t staged_i;
+    uint8_t *staged_dst;
+    bool stage_failed;
+    /* The shared tier's share of the walk (hits of the shared store, promotions). */
+    uint64_t from_shared, promoted;
     double t0;
     bool done;                     /* the run finished (under the tier's lock when queued) */
     struct restore_job *next;      /* the I/O thread's queue */
 };
+
+/* Queues the upload of the staged block (its read was validated). */
+static void upload_staged(restore_job_t *j)
+{
+    engine_cold_t *c = j->c;
+    if (!j->has_staged)
+        return;
+    j->has_staged = false;
+    if (c->stor->stage_upload(c->stor_ctx, (int)(j->staged_i & 1), j->staged_dst, c->payload_size))
+        j->stage_failed = true;
+}
 
 static void job_free(restore_job_t *j)
 {
@@ -553,7 +649,21 @@ static void *restore_dest(void *user, size_t i, size_t payload_size)
     if (j->last == j->first)
         j->first = i;
     j->last = i + 1;
-    return bytes;
+    if (!c->staged)
+        return bytes;
+    /* Device pool: the store reads into staging slot i & 1. The walk asks for block i only
+     * after block i - 1 validated, so that one's upload is queued now and runs while the
+     * store reads this one; the slot reused here waits for the upload of block i - 2. */
+    upload_staged(j);
+    void *stage = j->stage_failed ? NULL : c->stor->stage(c->stor_ctx, (int)(i & 1), payload_size);
+    if (!stage) {
+        j->stage_failed = true;
+        return NULL;
+    }
+    j->has_staged = true;
+    j->staged_i = i;
+    j->staged_dst = bytes;
+    return stage;
 }
 
 /* Pins the full group's blocks of chain [0, n) the pool holds, so nothing the restore
@@ -849,11 +959,37 @@ static void job_run(restore_job_t *j)
     job_prefault(j);
     const cairn_tier_chain_t chain = job_chain(j);
     const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, j};
+    /* The shared store's hits during the walk are this restore's blocks from the shared
+     * tier (the I/O thread and the engine thread never walk at once: approximate only
+     * while a capture's contains() runs beside an I/O-thread restore). */
+    cairn_tier_layered_counters_t ly0, ly1;
+    cairn_shared_tier_stats_t sh0, sh1;
+    memset(&ly0, 0, sizeof ly0);
+    memset(&ly1, 0, sizeof ly1);
+    memset(&sh0, 0, sizeof sh0);
+    memset(&sh1, 0, sizeof sh1);
+    (void)cairn_tier_layered_counters(c->layered, &ly0);
+    (void)cairn_shared_tier_stats(c->shared, &sh0);
     if (c->n_side) {
         const cairn_tier_sidecar_policy_t pol = job_policy(j);
         j->rc = cairn_tier_restore_hybrid(c->store, &chain, j->start, j->hot, &sink, &pol, &j->hr);
     } else {
         j->rc = cairn_tier_restore_chain(c->store, &chain, j->start, &sink, &j->res);
+    }
+    (void)cairn_tier_layered_counters(c->layered, &ly1);
+    (void)cairn_shared_tier_stats(c->shared, &sh1);
+    j->from_shared = sh1.tier.hits - sh0.tier.hits;
+    j->promoted = ly1.promoted - ly0.promoted;
+    if (c->staged) {
+        /* Dense and inline only. The last staged block counts only if its read validated. */
+        const size_t loaded = j->rc == CAIRN_OK ? j->res.loaded : 0;
+        if (j->has_staged && j->staged_i < j->start + loaded)
+            upload_staged(j);
+        j->has_staged = false;
+        if (c->stor->stage_sync(c->stor_ctx) || j->stage_failed) {
+            cairn_log(CAIRN_LOG_WARN, "cold tier: copying restored blocks to the device failed");
+            j->res.loaded = 0; /* nothing is published: every block goes back to the free queue */
+        }
     }
 }
 
@@ -864,6 +1000,7 @@ static void job_finish(restore_job_t *j, int *restored_objects, int *miss)
     engine_cold_t *c = j->c;
     const double t_finish = cairn_now_seconds();
     int objects = 0;
+    const uint64_t restored0 = c->n.restored_blocks;
     if (c->n_side) {
         cairn_tier_hybrid_result_t *hr = &j->hr;
         if (j->rc == CAIRN_OK && hr->boundary > j->hot) {
@@ -897,6 +1034,9 @@ static void job_finish(restore_job_t *j, int *restored_objects, int *miss)
                          : j->res.stop == CAIRN_ECORRUPT ? CAIRN_TIER_MISS_CORRUPT
                                                          : CAIRN_TIER_MISS_CHAIN_EMPTY;
     }
+    const uint64_t restored = c->n.restored_blocks - restored0;
+    c->n.shared_restored_blocks += j->from_shared < restored ? j->from_shared : restored;
+    c->n.shared_promoted_blocks += j->promoted;
     unpin_prefix(j);
     c->n.miss[c->n.last_miss]++;
     *restored_objects = objects;
@@ -1005,7 +1145,7 @@ void engine_cold_restore_finish(engine_cold_t *c, restore_job_t *j, int *restore
     job_finish(j, restored_objects, miss);
 }
 
-bool engine_cold_async(const engine_cold_t *c) { return c && c->async; }
+bool engine_cold_async(const engine_cold_t *c) { return c && c->async && !c->staged; }
 
 void engine_cold_note_restored(engine_cold_t *c, int tokens)
 {
@@ -1020,6 +1160,60 @@ static uint64_t hash_word(const cairn_kv_hash_t *h)
     uint64_t w;
     memcpy(&w, h->bytes, sizeof w);
     return w;
+}
+
+typedef struct {
+    engine_cold_t *c;
+    const cairn_kv_seq_t *seq;
+    const cairn_kv_hash_t *domain;
+    const uint32_t *table;
+    const int32_t *tokens;
+    size_t n;             /* blocks of the walk */
+    size_t in_slot[2];    /* staged captures: 1 + the block queued into each slot, 0: none */
+} capture_ctx_t;
+
+/* Device pool: block i's bytes in host memory, through staging slot i & 1; block i + 1 is
+ * queued into the other slot first, so its copy runs while the store copies block i (the
+ * store copied block i - 1, the slot's last occupant, before the walk asked for i). */
+static const void *capture_staged(capture_ctx_t *k, size_t i)
+{
+    engine_cold_t *c = k->c;
+    for (size_t j = i; j <= i + 1 && j < k->n; j++) {
+        if (k->in_slot[j & 1] == j + 1)
+            continue;
+        if (c->stor->stage_download(c->stor_ctx, (int)(j & 1), cairn_kv_cache_block_data(c->cache, k->table[j]),
+                                    c->payload_size))
+            return NULL;
+        k->in_slot[j & 1] = j + 1;
+    }
+    return c->stor->stage(c->stor_ctx, (int)(i & 1), c->payload_size);
+}
+
+/* Yields full block i of the sequence: its hash and parent from the core, its tokens and
+ * its pool bytes (copied by the store before this returns to the walk). */
+static int capture_block(void *user, size_t i, cairn_tier_object_t *out)
+{
+    capture_ctx_t *k = user;
+    const size_t bs = k->c->block_tokens;
+    cairn_kv_hash_t h;
+    int rc = cairn_kv_seq_boundary_key(k->seq, (i + 1) * bs, &h);
+    if (rc)
+        return rc;
+    out->key.kind = CAIRN_TIER_BLOCK;
+    out->key.group = 0;
+    memcpy(out->key.hash.bytes, h.bytes, sizeof(h.bytes));
+    memcpy(out->key.domain.bytes, k->domain->bytes, sizeof(k->domain->bytes));
+    memset(out->parent.bytes, 0, sizeof(out->parent.bytes));
+    if (i > 0) {
+        if ((rc = cairn_kv_seq_boundary_key(k->seq, i * bs, &h)))
+            return rc;
+        memcpy(out->parent.bytes, h.bytes, sizeof(h.bytes));
+    }
+    out->tokens = k->tokens + i * bs;
+    out->n_tokens = (uint32_t)bs;
+    out->payload = k->c->staged ? capture_staged(k, i) : cairn_kv_cache_block_data(k->c->cache, k->table[i]);
+    out->payload_size = k->c->payload_size;
+    return out->payload ? CAIRN_OK : CAIRN_EINVAL;
 }
 
 /* The index slot of hash: where it is, or the empty slot where it would go. */
@@ -1496,7 +1690,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_l
     if (!seq || cairn_kv_seq_preempted(seq))
         return;
     size_t n_full = cairn_kv_seq_n_computed(seq) / c->block_tokens, n_table = 0;
-    (void)cairn_kv_seq_block_table(seq, c->full_layer, &n_table);
+    const uint32_t *table = cairn_kv_seq_block_table(seq, c->full_layer, &n_table);
     if (n_full > n_table)
         n_full = n_table;
     if (n_full == 0)
@@ -1539,6 +1733,19 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_l
         /* Sidecars of the anchors this chain reaches (on disk or queued, from block 0). */
         if (c->n_side && reached)
             capture_sidecars(c, seq, domain, reached, prompt_len > 0 ? (size_t)prompt_len : 0, SIDECAR_WAIT_MS);
+    } else if (c->staged) {
+        /* A device pool: no capture thread (it would read the pool's memory); the walk
+         * copies each block through the staging buffers here, within the tier's budget. */
+        capture_ctx_t kc = {c, seq, kv_paged_seq_domain(s), table, cairn_kv_seq_tokens(seq), n_full, {0, 0}};
+        cairn_tier_capture_result_t res;
+        memset(&res, 0, sizeof(res));
+        if (cairn_tier_capture_chain(c->store, n_full, capture_block, &kc, &c->budget, &res) == CAIRN_OK) {
+            c->n.capture_walks++;
+            c->n.captured_blocks += res.enqueued;
+            t.queued += (uint32_t)res.enqueued;
+        }
+        if (c->stor->stage_sync(c->stor_ctx))
+            cairn_log(CAIRN_LOG_WARN, "cold tier: copying captured blocks from the device failed");
     }
     t.written = c->n.captured_blocks - k->written_mark;
     k->written_mark = c->n.captured_blocks;
@@ -1561,8 +1768,12 @@ static void wait_store(engine_cold_t *c, double deadline)
 {
     for (;;) {
         cairn_tier_stats_t st;
-        cairn_tier_store_stats(c->store, &st);
-        if (st.queue_len == 0 || cairn_now_seconds() >= deadline)
+        cairn_tier_store_stats(c->local, &st);
+        /* An unreachable shared tier keeps its queue: waiting for it would only delay
+         * the exit by the whole deadline. */
+        cairn_shared_tier_stats_t sh;
+        bool shared_busy = cairn_shared_tier_stats(c->shared, &sh) == CAIRN_OK && sh.connected && sh.tier.queue_len;
+        if ((st.queue_len == 0 && !shared_busy) || cairn_now_seconds() >= deadline)
             break;
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -1616,7 +1827,9 @@ void engine_cold_counters(const engine_cold_t *c, cairn_engine_cold_counters_t *
     cairn_tier_capturer_stats_t cs;
     cairn_tier_capturer_stats(k->thread, &cs);
     out->capture_rate = cs.busy_ms > 0 ? (double)cs.bytes_put / (cs.busy_ms / 1e3) : 0;
-    cairn_tier_store_stats(c->store, &out->store);
+    cairn_tier_store_stats(c->local, &out->store);
+    out->shared_enabled = c->shared != NULL;
+    (void)cairn_shared_tier_stats(c->shared, &out->shared);
 }
 
 int engine_cold_exit_ms(const engine_cold_t *c)

@@ -5,7 +5,9 @@
  * An engine_cold_t walks one store: the filesystem store (include/cairn/cold_tier.h) it
  * opens for the engine's model fingerprint (architecture, layer geometry, K/V dtype, block
  * size, rope, math mode, weights digest) under the cache root, or a store the caller lends
- * through cairn_engine_options_t.cold_store. It restores a prompt's full blocks past the
+ * through cairn_engine_options_t.cold_store, with the shared store of
+ * cairn_engine_options_t.shared_tier behind it when one is configured (a layered store:
+ * local first, shared for what local lacks). It restores a prompt's full blocks past the
  * hot prefix into the pool before the KV core admits the prompt (so the core attaches them
  * like any cached block) and captures a sequence's full computed blocks at the end of a
  * turn through a capture thread that copies pinned pool blocks into the store (write-back
@@ -34,8 +36,17 @@ typedef struct engine_cold engine_cold_t;
  * recurrent model without one keeps the tier off), borrowed for the tier's lifetime; *out is NULL when the tier is off (disabled, neither a lent store nor a
  * root, not eligible, or the store failed to open — the last with a CAIRN_LOG_WARN).
  * Returns CAIRN_OK or CAIRN_ENOMEM (the only error that fails engine creation).
+ * `numerics` is the compute backend's numerics id with its revision (the CPU's
+ * "f32.2"/"bf16.2"): it enters the fingerprint, so K/V of other numerics never mix. When
+ * the pool lives in device memory (its storage has staging calls), block bytes move
+ * through the storage's two pinned buffers, the copy of one block overlapping the disk
+ * read (restore) or the store's copy (capture) of the other; such a pool restores inline
+ * on the engine thread (no I/O thread), captures on the engine thread within the capture
+ * budget (no capture thread, no write-back), and serves dense models only (a hybrid's
+ * tier stays off).
  */
 int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t *opt,
+                     const char *numerics,
                      kv_paged_t *kp, const cairn_layer_cache_t *layers, size_t state_bytes,
                      seq_ckpts_t *ckpts, engine_cold_t **out);
 

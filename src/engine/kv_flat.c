@@ -29,7 +29,7 @@ int kv_flat_init(kv_flat_t *kv, const cairn_layer_cache_t *layers, int n_layers,
         const cairn_kv_layer_spec_t *s = &layers[l].kv;
         kv->src[l] = s->kind == CAIRN_KV_LAYER_SHARED ? (int)s->shared_from : l;
         if (s->kind == CAIRN_KV_LAYER_FULL || s->kind == CAIRN_KV_LAYER_SLIDING)
-            kv->row_bytes[l] = (size_t)s->n_kv_heads * s->head_dim * cairn_dtype_size(dtype);
+            kv->row_bytes[l] = cairn_dtype_row_bytes(dtype, (int64_t)s->n_kv_heads * s->head_dim);
     }
     return CAIRN_OK;
 }

@@ -19,6 +19,8 @@
 
 struct kv_paged {
     cairn_kv_cache_t *cache;
+    const cairn_kv_storage_ops_t *storage;
+    void *storage_ctx;
     uint32_t block_size;
     int n_layers;
     cairn_kv_layer_view_t *views; /* [n_layers] */
@@ -31,15 +33,16 @@ struct kv_paged_seq {
 };
 
 int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
-                    int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
-                    size_t err_len)
+                    int block_tokens, size_t budget_mib, const cairn_kv_storage_ops_t *storage,
+                    void *storage_ctx, kv_paged_t **out, char *err, size_t err_len)
 {
-    return kv_paged_create_ckpt(layers, n_layers, dtype, block_tokens, budget_mib, 0, NULL, NULL,
-                                out, err, err_len);
+    return kv_paged_create_ckpt(layers, n_layers, dtype, block_tokens, budget_mib, storage,
+                                storage_ctx, 0, NULL, NULL, out, err, err_len);
 }
 
 int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
-                         int block_tokens, size_t budget_mib, uint32_t max_checkpoints,
+                         int block_tokens, size_t budget_mib, const cairn_kv_storage_ops_t *storage,
+                         void *storage_ctx, uint32_t max_checkpoints,
                          cairn_kv_checkpoint_evict_fn on_evict, void *evict_user,
                          kv_paged_t **out, char *err, size_t err_len)
 {
@@ -63,6 +66,10 @@ int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_
     kc.block_size = (uint32_t)block_tokens;
     kc.memory_mib = budget_mib;
     kc.initial_mib = budget_mib;
+    kc.storage = storage;
+    kc.storage_ctx = storage_ctx;
+    kp->storage = storage ? storage : cairn_kv_storage_host();
+    kp->storage_ctx = storage_ctx;
     kc.max_checkpoints = max_checkpoints;
     kc.on_checkpoint_evict = on_evict;
     kc.checkpoint_user = evict_user;
@@ -103,6 +110,12 @@ void kv_paged_destroy(kv_paged_t *kp)
 }
 
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp) { return kp->cache; }
+
+const cairn_kv_storage_ops_t *kv_paged_storage(const kv_paged_t *kp, void **ctx)
+{
+    *ctx = kp->storage_ctx;
+    return kp->storage;
+}
 cairn_kv_cache_t *kv_paged_cache_rw(kv_paged_t *kp) { return kp->cache; }
 
 int kv_paged_seq_create(kv_paged_t *kp, const char *cache_salt, kv_paged_seq_t **out)

@@ -19,20 +19,24 @@ typedef struct kv_paged_seq kv_paged_seq_t;
 
 /*
  * Creates the cache for layers[n_layers]: block_tokens per block, a pool of budget_mib
- * MiB (the maximum, and also the initial size). Errors: the KV core's (CAIRN_EINVAL for
+ * MiB (the maximum, and also the initial size) in `storage` (the compute backend's: host
+ * memory, or device memory for a device backend; storage_ctx its context). Errors: the KV core's (CAIRN_EINVAL for
  * a layout it cannot page, CAIRN_ERANGE for a budget below two blocks, CAIRN_ENOMEM),
  * with a message in err.
  */
 int kv_paged_create(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
-                    int block_tokens, size_t budget_mib, kv_paged_t **out, char *err,
-                    size_t err_len);
+                    int block_tokens, size_t budget_mib, const cairn_kv_storage_ops_t *storage,
+                    void *storage_ctx, kv_paged_t **out, char *err, size_t err_len);
 /* The same with the KV core's recurrent checkpoint registry configured: capacity
  * max_checkpoints (0: the core's default) and its eviction callback (engine/seq_state.h). */
 int kv_paged_create_ckpt(const cairn_layer_cache_t *layers, int n_layers, cairn_dtype_t dtype,
-                         int block_tokens, size_t budget_mib, uint32_t max_checkpoints,
+                         int block_tokens, size_t budget_mib, const cairn_kv_storage_ops_t *storage,
+                         void *storage_ctx, uint32_t max_checkpoints,
                          cairn_kv_checkpoint_evict_fn on_evict, void *evict_user,
                          kv_paged_t **out, char *err, size_t err_len);
 void kv_paged_destroy(kv_paged_t *kp);
+/* The storage backend the pool lives in (and its context in *ctx). */
+const cairn_kv_storage_ops_t *kv_paged_storage(const kv_paged_t *kp, void **ctx);
 const cairn_kv_cache_t *kv_paged_cache(const kv_paged_t *kp);
 /* The same cache, mutable (the cold-tier bridge imports restored blocks into it). */
 cairn_kv_cache_t *kv_paged_cache_rw(kv_paged_t *kp);

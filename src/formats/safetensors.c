@@ -39,6 +39,13 @@ const char *st_dtype_name(cairn_dtype_t t)
     case CAIRN_DTYPE_F32: return "F32";
     case CAIRN_DTYPE_F16: return "F16";
     case CAIRN_DTYPE_BF16: return "BF16";
+    case CAIRN_DTYPE_Q8_0:
+    case CAIRN_DTYPE_Q4_0:
+    case CAIRN_DTYPE_Q4_K:
+    case CAIRN_DTYPE_Q5_K:
+    case CAIRN_DTYPE_Q6_K:
+    case CAIRN_DTYPE_Q8_K:
+    case CAIRN_DTYPE_FP8_E4M3: return cairn_dtype_name(t); /* no safetensors dtype: the GGUF name */
     }
     return "?";
 }

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compute/type_traits.h"
 #include "util/json.h"
 #include "util/util.h"
 
@@ -48,24 +49,40 @@ typedef struct {
     st_header_t hdr;
 } ck_file_t;
 
-/* One row of the global tensor table: a tensor and the file it lives in. */
+/* One row of the global tensor table: a tensor, where its bytes are, and its file. */
 typedef struct {
-    const char *name; /* points into the file's header table */
-    const st_tensor_t *t;
+    const char *name;      /* the source's name: a header table's or the names store's */
+    const char *type_name; /* the source's spelling of the element type (messages) */
+    bool has_dtype;        /* false: a type Cairn does not compute in (bind refuses it) */
+    cairn_dtype_t dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS]; /* row-major, shape[0] slowest */
+    const uint8_t *data;
+    uint64_t bytes;
     int file;
     bool used;
+    const uint8_t *converted; /* the --quantize conversion, made at the first bind (owned by copies) */
 } ck_entry_t;
 
 struct fmt_tensors {
-    char *dir;
-    ck_file_t *files; /* [n_files], sorted by name */
+    char *dir;             /* folder, or the file of a single-file source */
+    const char *meta_name; /* what implies the shapes, for messages: "config.json" */
+    ck_file_t *files;      /* [n_files], sorted by name; a single-file source has one
+                              entry with only its name */
     int n_files;
-    ck_entry_t *table; /* [n_table], sorted by name */
+    ck_entry_t *table;     /* [n_table], sorted by name */
     size_t n_table;
-    void **copies; /* aligned copies of misaligned tensors */
-    size_t n_copies;
+    char *names;           /* names store of a fmt_tensors_create table */
+    void **copies;         /* aligned copies of misaligned tensors, restored row orders */
+    size_t n_copies, cap_copies;
     uint8_t digest[32];
     uint64_t weight_bytes;
+    fmt_tensor_name_fn rename; /* a single-file source's name map (NULL: names as bound) */
+    void *rename_user;
+    void *owner;           /* what the data points into (fmt_tensors_create) */
+    void (*owner_free)(void *);
+    bool quantizing;       /* fmt_tensors_set_quantize: float matrices become `quantize` at bind */
+    cairn_dtype_t quantize;
 };
 
 static int cmp_file(const void *a, const void *b)
@@ -141,56 +158,68 @@ static void copy_to_anon(ck_file_t *f, int fd)
     f->map = a;
 }
 
-/* Maps dir/f->name and validates its header. */
-static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
+int fmt_map_file(const char *path, bool weights, void **map, size_t *size, char *err,
+                 size_t err_len)
 {
     int rc;
-    char *path = cairn_path_join(dir, f->name);
-    int fd = -1;
-    if (!path) {
-        st_errf(err, err_len, "%s: out of memory", f->name);
-        return CAIRN_ENOMEM;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *map = NULL;
+    *size = 0;
     if (fd < 0) {
         rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
         st_errf(err, err_len, "%s: %s", path, strerror(errno));
-        goto fail;
+        return rc;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         st_errf(err, err_len, "%s: not a readable regular file", path);
         rc = CAIRN_EIO;
-        goto fail;
+        goto out;
     }
-    if (st.st_size < 8) {
-        st_errf(err, err_len, "%s: file is %lld bytes, too short for a safetensors header", path,
-                (long long)st.st_size);
+    if (st.st_size == 0) {
+        st_errf(err, err_len, "%s: the file is empty", path);
+        rc = CAIRN_EFORMAT;
+        goto out;
+    }
+    ck_file_t f = {.size = (size_t)st.st_size};
+    f.map = mmap(NULL, f.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f.map == MAP_FAILED) {
+        rc = errno == ENOMEM ? CAIRN_ENOMEM : CAIRN_EIO;
+        st_errf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
+        goto out;
+    }
+    if (weights) {
+        copy_to_anon(&f, fd);
+        /* Weights are read front to back by every forward pass; start the readahead now. */
+        madvise(f.map, f.size, MADV_WILLNEED);
+    }
+    *map = f.map;
+    *size = f.size;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
+/* Maps dir/f->name and validates its header. */
+static int map_file(const char *dir, ck_file_t *f, char *err, size_t err_len)
+{
+    int rc;
+    char *path = cairn_path_join(dir, f->name);
+    if (!path) {
+        st_errf(err, err_len, "%s: out of memory", f->name);
+        return CAIRN_ENOMEM;
+    }
+    if ((rc = fmt_map_file(path, true, &f->map, &f->size, err, err_len)))
+        goto fail;
+    if (f->size < 8) {
+        st_errf(err, err_len, "%s: file is %zu bytes, too short for a safetensors header", path,
+                f->size);
         rc = CAIRN_EFORMAT;
         goto fail;
     }
-    f->size = (size_t)st.st_size;
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        rc = errno == ENOMEM ? CAIRN_ENOMEM : CAIRN_EIO;
-        st_errf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
-        goto fail;
-    }
-    copy_to_anon(f, fd);
-    close(fd);
-    fd = -1;
     rc = st_parse_header(f->map, f->size, path, &f->hdr, err, err_len);
-    if (rc)
-        goto fail;
-    /* Weights are read front to back by every forward pass; start the readahead now. */
-    madvise(f->map, f->size, MADV_WILLNEED);
-    cairn_free(path);
-    return 0;
-
 fail:
-    if (fd >= 0)
-        close(fd);
     cairn_free(path);
     return rc;
 }
@@ -277,10 +306,18 @@ static int build_table(fmt_tensors_t *ck, char *err, size_t err_len)
         return CAIRN_ENOMEM;
     }
     for (int i = 0; i < ck->n_files; i++) {
-        for (size_t j = 0; j < ck->files[i].hdr.n_tensors; j++) {
+        const ck_file_t *f = &ck->files[i];
+        for (size_t j = 0; j < f->hdr.n_tensors; j++) {
+            const st_tensor_t *t = &f->hdr.tensors[j];
             ck_entry_t *e = &ck->table[ck->n_table++];
-            e->t = &ck->files[i].hdr.tensors[j];
-            e->name = e->t->name;
+            e->name = t->name;
+            e->type_name = st_dtype_name(t->dtype);
+            e->has_dtype = true;
+            e->dtype = t->dtype;
+            e->ndim = t->ndim;
+            memcpy(e->shape, t->shape, sizeof e->shape);
+            e->data = (const uint8_t *)f->map + f->hdr.data_offset + t->begin;
+            e->bytes = t->end - t->begin;
             e->file = i;
         }
     }
@@ -318,57 +355,210 @@ static int check_index(fmt_tensors_t *ck, const cJSON *index, char *err, size_t 
     return 0;
 }
 
+static void format_dims(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
+}
+
+/* A single-file source (GGUF) compares shapes as ggml does: missing leading axes are 1. */
+static bool same_shape(const ck_entry_t *e, int ndim, const int64_t *dims, bool pad)
+{
+    if (!pad) {
+        if (e->ndim != ndim)
+            return false;
+        for (int i = 0; i < ndim; i++)
+            if (e->shape[i] != dims[i])
+                return false;
+        return true;
+    }
+    int n = e->ndim > ndim ? e->ndim : ndim;
+    for (int i = 0; i < n; i++) {
+        int64_t a = i < n - e->ndim ? 1 : e->shape[i - (n - e->ndim)];
+        int64_t b = i < n - ndim ? 1 : dims[i - (n - ndim)];
+        if (a != b)
+            return false;
+    }
+    return true;
+}
+
+/* Keeps a buffer the table owns (freed at close). */
+static int keep_copy(fmt_tensors_t *ck, void *copy)
+{
+    void *arr = ck->copies;
+    if (cairn_grow_array(&arr, &ck->cap_copies, ck->n_copies + 1, sizeof *ck->copies, 16))
+        return CAIRN_ENOMEM;
+    ck->copies = arr;
+    ck->copies[ck->n_copies++] = copy;
+    return 0;
+}
+
+/*
+ * Undoes llama.cpp's q/k row permutation (its converter's LlamaModel.permute) into a
+ * buffer the table owns. The file stores, within each head of D rows, HF row i of the
+ * first half at 2i and row D/2 + i at 2i + 1 (llama.cpp rotates adjacent pairs, HF
+ * rotates halves); HF order is the inverse. Rows are whole blocks of any element type, so
+ * this is a copy of row bytes.
+ */
+static int unpermute_rows(fmt_tensors_t *ck, const ck_entry_t *e, int heads, const uint8_t **out,
+                          char *err, size_t err_len)
+{
+    int64_t rows = e->shape[0];
+    if (e->ndim < 1 || heads <= 0 || rows % heads != 0 || (rows / heads) % 2 != 0) {
+        st_errf(err, err_len, "%s: tensor '%s' has %lld rows, which do not split into %d heads "
+                "of an even size", ck->files[e->file].name, e->name, (long long)rows, heads);
+        return CAIRN_EFORMAT;
+    }
+    size_t row_bytes = (size_t)(e->bytes / (uint64_t)rows);
+    int64_t hd = rows / heads, half = hd / 2;
+    uint8_t *dst = cairn_malloc(e->bytes ? (size_t)e->bytes : 1);
+    if (!dst || keep_copy(ck, dst)) {
+        cairn_free(dst);
+        st_errf(err, err_len, "%s: out of memory", ck->dir);
+        return CAIRN_ENOMEM;
+    }
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t r = 0; r < hd; r++) {
+            int64_t src = r < half ? 2 * r : 2 * (r - half) + 1;
+            memcpy(dst + (size_t)(h * hd + r) * row_bytes, e->data + (size_t)(h * hd + src) * row_bytes,
+                   row_bytes);
+        }
+    *out = dst;
+    return 0;
+}
+
+/* The table name of what a family binds as `name`: itself, or a single-file source's. */
+static const char *source_name(const fmt_tensors_t *ck, const char *name, char *buf, size_t cap,
+                               int *permute_heads)
+{
+    *permute_heads = 0;
+    if (!ck->rename)
+        return name;
+    return ck->rename(ck->rename_user, name, buf, cap, permute_heads) ? buf : NULL;
+}
+
+int fmt_tensors_set_quantize(fmt_tensors_t *ts, cairn_dtype_t t, char *err, size_t err_len)
+{
+    const compute_type_traits_t *tt = compute_type_traits(t);
+    if (!tt || !tt->quantized || t == CAIRN_DTYPE_Q8_K || t == CAIRN_DTYPE_FP8_E4M3) {
+        st_errf(err, err_len, "%s: cannot quantize weights to %s (q8_0, q4_0, q4_k, q5_k or q6_k)", ts->dir,
+                cairn_dtype_name(t));
+        return CAIRN_EINVAL;
+    }
+    /* The converted model is another model: its digest (and so the cold tier's fingerprint)
+     * is the source's mixed with the target type's name. */
+    uint8_t d[32];
+    unsigned int len = 32;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, ts->digest, 32) &&
+             EVP_DigestUpdate(c, "quantize:", 9) && EVP_DigestUpdate(c, tt->name, strlen(tt->name)) &&
+             EVP_DigestFinal_ex(c, d, &len);
+    EVP_MD_CTX_free(c);
+    if (!ok) {
+        st_errf(err, err_len, "%s: out of memory", ts->dir);
+        return CAIRN_ENOMEM;
+    }
+    memcpy(ts->digest, d, 32);
+    ts->quantizing = true;
+    ts->quantize = t;
+    return 0;
+}
+
+/* Whether bind converts this tensor: a float matrix whose rows are whole blocks. */
+static bool converts(const fmt_tensors_t *ts, const ck_entry_t *e, int ndim, const int64_t *dims)
+{
+    const compute_type_traits_t *src = compute_type_traits(e->dtype);
+    return ts->quantizing && ndim == 2 && src && !src->quantized &&
+           dims[1] % cairn_dtype_block_elems(ts->quantize) == 0;
+}
+
+/* data [rows][cols] of type from, rounded row by row to ts->quantize (the traits table's
+ * reference rounding) into a buffer ts owns. */
+static int convert_rows(fmt_tensors_t *ts, const uint8_t *data, cairn_dtype_t from, int64_t rows, int64_t cols,
+                        const uint8_t **out, uint64_t *bytes, char *err, size_t err_len)
+{
+    const compute_type_traits_t *src = compute_type_traits(from), *dst = compute_type_traits(ts->quantize);
+    const size_t in_row = cairn_dtype_row_bytes(from, cols), out_row = cairn_dtype_row_bytes(ts->quantize, cols);
+    const size_t total = (size_t)rows * out_row;
+    uint8_t *q = cairn_malloc(total ? total : 1);
+    float *f = cairn_malloc((size_t)cols * sizeof(float));
+    if (!q || !f || keep_copy(ts, q)) {
+        cairn_free(q);
+        cairn_free(f);
+        st_errf(err, err_len, "%s: out of memory", ts->dir);
+        return CAIRN_ENOMEM;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        src->to_f32(f, data + (size_t)r * in_row, cols);
+        dst->from_f32(q + (size_t)r * out_row, f, cols);
+    }
+    cairn_free(f);
+    *out = q;
+    *bytes = (uint64_t)rows * out_row;
+    return 0;
+}
+
 int fmt_tensors_bind(fmt_tensors_t *ck, const char *name, int ndim, const int64_t *dims,
                      cairn_tensor_t *out, char *err, size_t err_len)
 {
-    ck_entry_t *e = table_find(ck, name);
+    char buf[256];
+    int heads = 0;
+    const char *key = source_name(ck, name, buf, sizeof buf, &heads);
+    ck_entry_t *e = key ? table_find(ck, key) : NULL;
     if (!e) {
-        st_errf(err, err_len, "%s: checkpoint lacks tensor '%s'", ck->dir, name);
+        st_errf(err, err_len, "%s: checkpoint lacks tensor '%s'", ck->dir, key ? key : name);
         return CAIRN_ENOENT;
     }
-    const st_tensor_t *t = e->t;
-    bool match = t->ndim == ndim;
-    for (int i = 0; match && i < ndim; i++)
-        match = t->shape[i] == dims[i];
-    if (!match) {
-        char got[96] = "", want[96] = "";
-        size_t g = 0, w = 0;
-        for (int i = 0; i < t->ndim && g < sizeof got; i++)
-            g += (size_t)snprintf(got + g, sizeof got - g, "%s%lld", i ? ", " : "",
-                                  (long long)t->shape[i]);
-        for (int i = 0; i < ndim && w < sizeof want; i++)
-            w += (size_t)snprintf(want + w, sizeof want - w, "%s%lld", i ? ", " : "",
-                                  (long long)dims[i]);
-        st_errf(err, err_len, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
-                ck->files[e->file].name, name, got, want);
+    const char *file = ck->files[e->file].name;
+    if (ndim > 4 || !same_shape(e, ndim, dims, ck->rename != NULL)) {
+        char got[96], want[96];
+        format_dims(got, sizeof got, e->ndim, e->shape);
+        format_dims(want, sizeof want, ndim, dims);
+        st_errf(err, err_len, "%s: tensor '%s' has shape [%s] but %s implies [%s]", file, e->name,
+                got, ck->meta_name, want);
         return CAIRN_EFORMAT;
     }
-    const ck_file_t *f = &ck->files[e->file];
-    const uint8_t *data = (const uint8_t *)f->map + f->hdr.data_offset + t->begin;
-    size_t bytes = (size_t)(t->end - t->begin);
-    if ((uintptr_t)data % cairn_dtype_size(t->dtype) != 0) {
-        void *copy = cairn_malloc(bytes);
-        void **grown = cairn_realloc(ck->copies, (ck->n_copies + 1) * sizeof *grown);
-        if (!copy || !grown) {
+    if (!e->has_dtype) {
+        st_errf(err, err_len, "%s: tensor '%s' is of type %s, which this build of Cairn does not "
+                "compute in", file, e->name, e->type_name);
+        return CAIRN_EUNSUPPORTED;
+    }
+    const uint8_t *data = e->data;
+    size_t elem = cairn_dtype_size(e->dtype); /* 0 for block types: no alignment demand */
+    int rc;
+    if (heads) {
+        if ((rc = unpermute_rows(ck, e, heads, &data, err, err_len)))
+            return rc;
+    } else if (elem && (uintptr_t)data % elem != 0) {
+        void *copy = cairn_malloc(e->bytes ? (size_t)e->bytes : 1);
+        if (!copy || keep_copy(ck, copy)) {
             cairn_free(copy);
-            if (grown)
-                ck->copies = grown;
             st_errf(err, err_len, "%s: out of memory", ck->dir);
             return CAIRN_ENOMEM;
         }
-        memcpy(copy, data, bytes);
-        ck->copies = grown;
-        ck->copies[ck->n_copies++] = copy;
-        cairn_log(CAIRN_LOG_WARN, "%s: tensor '%s' is misaligned in the file; copied", f->name,
-                  name);
+        memcpy(copy, data, (size_t)e->bytes);
+        cairn_log(CAIRN_LOG_WARN, "%s: tensor '%s' is misaligned in the file; copied", file,
+                  e->name);
         data = copy;
+    }
+    cairn_dtype_t dtype = e->dtype;
+    uint64_t bytes = e->bytes;
+    if (converts(ck, e, ndim, dims)) {
+        if (!e->converted && (rc = convert_rows(ck, data, e->dtype, dims[0], dims[1], &e->converted, &bytes, err,
+                                                err_len)))
+            return rc;
+        data = e->converted;
+        dtype = ck->quantize;
+        bytes = cairn_dtype_row_bytes(dtype, dims[1]) * (uint64_t)dims[0];
     }
     if (!e->used)
         ck->weight_bytes += bytes;
     e->used = true;
     memset(out, 0, sizeof *out);
     out->data = data;
-    out->dtype = t->dtype;
+    out->dtype = dtype;
     out->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         out->shape[i] = dims[i];
@@ -377,7 +567,10 @@ int fmt_tensors_bind(fmt_tensors_t *ck, const char *name, int ndim, const int64_
 
 bool fmt_tensors_has(const fmt_tensors_t *ts, const char *name)
 {
-    return table_find((fmt_tensors_t *)ts, name) != NULL;
+    char buf[256];
+    int heads;
+    const char *key = source_name(ts, name, buf, sizeof buf, &heads);
+    return key && table_find((fmt_tensors_t *)ts, key) != NULL;
 }
 
 int fmt_tensors_check_used(const fmt_tensors_t *ts, fmt_tensor_ignore_fn ignore, void *user,
@@ -388,10 +581,67 @@ int fmt_tensors_check_used(const fmt_tensors_t *ts, fmt_tensor_ignore_fn ignore,
         const ck_entry_t *e = &ts->table[i];
         if (e->used || (ignore && ignore(user, e->name)))
             continue;
-        st_errf(err, err_len, "%s: unexpected tensor '%s' (config.json gives it no use)",
-                ts->files[e->file].name, e->name);
+        st_errf(err, err_len, "%s: unexpected tensor '%s' (%s gives it no use)",
+                ts->files[e->file].name, e->name, ts->meta_name);
         return CAIRN_EUNSUPPORTED;
     }
+    return 0;
+}
+
+int fmt_tensors_create(const char *path, const char *meta_name, const fmt_tensor_desc_t *descs,
+                       size_t n, const uint8_t digest[32], fmt_tensor_name_fn rename,
+                       void *rename_user, void *owner, void (*owner_free)(void *),
+                       fmt_tensors_t **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    fmt_tensors_t *ck = cairn_calloc(1, sizeof *ck);
+    size_t name_bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        name_bytes += strlen(descs[i].name) + 1;
+    const char *slash = strrchr(path, '/');
+    if (ck && (ck->files = cairn_calloc(1, sizeof *ck->files)))
+        ck->n_files = 1; /* so that close frees its name */
+    if (!ck || !ck->files || !(ck->dir = cairn_strdup(path)) ||
+        !(ck->files[0].name = cairn_strdup(slash ? slash + 1 : path)) ||
+        !(ck->table = cairn_calloc(n ? n : 1, sizeof *ck->table)) ||
+        !(ck->names = cairn_malloc(name_bytes ? name_bytes : 1))) {
+        fmt_tensors_close(ck);
+        st_errf(err, err_len, "%s: out of memory", path);
+        return CAIRN_ENOMEM;
+    }
+    ck->meta_name = meta_name;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fmt_tensor_desc_t *d = &descs[i];
+        ck_entry_t *e = &ck->table[i];
+        CAIRN_ASSERT(d->ndim >= 0 && d->ndim <= ST_MAX_DIMS);
+        size_t len = strlen(d->name) + 1;
+        memcpy(ck->names + at, d->name, len);
+        e->name = ck->names + at;
+        at += len;
+        e->type_name = d->type_name;
+        e->has_dtype = d->has_dtype;
+        e->dtype = d->dtype;
+        e->ndim = d->ndim;
+        memcpy(e->shape, d->shape, sizeof e->shape);
+        e->data = d->data;
+        e->bytes = d->bytes;
+    }
+    ck->n_table = n;
+    qsort(ck->table, n, sizeof *ck->table, cmp_entry);
+    for (size_t i = 1; i < n; i++) {
+        if (!strcmp(ck->table[i - 1].name, ck->table[i].name)) {
+            st_errf(err, err_len, "%s: tensor '%s' appears twice", path, ck->table[i].name);
+            fmt_tensors_close(ck);
+            return CAIRN_EFORMAT;
+        }
+    }
+    memcpy(ck->digest, digest, 32);
+    ck->rename = rename;
+    ck->rename_user = rename_user;
+    ck->owner = owner;
+    ck->owner_free = owner_free;
+    *out = ck;
     return 0;
 }
 
@@ -404,7 +654,7 @@ static int sha_le(EVP_MD_CTX *md, uint64_t v, int bytes)
 }
 
 /*
- * The weights digest of docs/FORMAT.md 1.5 (the same bytes cairn_cold_weights_digest()
+ * The weights digest of docs/FORMAT.md 1.5 (the same bytes cairn_tier_weights_digest()
  * hashes): "cairn.weights.v1", u64 file count, then per file in name order: u32 name
  * length + name, u64 header length, the header JSON bytes, u64 file size (little-endian).
  */
@@ -444,6 +694,7 @@ int fmt_tensors_open(const char *dir, fmt_tensors_t **out, char *err, size_t err
         rc = CAIRN_ENOMEM;
         goto oom;
     }
+    ck->meta_name = "config.json";
     /* Weight files: the single file wins over an index, as in transformers. */
     if (!(path = cairn_path_join(dir, "model.safetensors"))) {
         rc = CAIRN_ENOMEM;
@@ -508,7 +759,10 @@ void fmt_tensors_close(fmt_tensors_t *ck)
         cairn_free(ck->copies[i]);
     cairn_free(ck->copies);
     cairn_free(ck->table);
+    cairn_free(ck->names);
     cairn_free(ck->dir);
+    if (ck->owner_free)
+        ck->owner_free(ck->owner);
     cairn_free(ck);
 }
 

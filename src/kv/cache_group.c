@@ -84,7 +84,7 @@ int kv_groups_build(const cairn_kv_layer_spec_t *specs, uint32_t n_layers, cairn
 {
     if (!specs || n_layers == 0 || block_size == 0)
         return CAIRN_EINVAL;
-    if (dtype != CAIRN_DTYPE_F32 && dtype != CAIRN_DTYPE_F16 && dtype != CAIRN_DTYPE_BF16)
+    if (!cairn_dtype_block_elems(dtype)) /* any element type; rows must be whole blocks (below) */
         return CAIRN_EINVAL;
     for (uint32_t l = 0; l < n_layers; l++) {
         const cairn_kv_layer_spec_t *s = &specs[l];
@@ -139,7 +139,9 @@ int kv_groups_build(const cairn_kv_layer_spec_t *specs, uint32_t n_layers, cairn
         any_paged = true;
         L->n_kv_heads = s->n_kv_heads;
         L->head_dim = s->head_dim;
-        L->slot_stride = (size_t)s->n_kv_heads * s->head_dim * cairn_dtype_size(dtype);
+        L->slot_stride = cairn_dtype_row_bytes(dtype, (int64_t)s->n_kv_heads * s->head_dim);
+        if (!L->slot_stride) /* an unknown type, or a row that is not whole blocks of it */
+            return CAIRN_EINVAL;
         size_t plane = align64(L->slot_stride * block_size);
         L->k_offset = groups[g].bytes;
         L->v_offset = groups[g].bytes + plane;

@@ -1,16 +1,20 @@
 /*
  * checkpoint.c — cairn_checkpoint_open (include/cairn/checkpoint.h): a Hugging Face folder
- * read through src/formats and bound by the family its config.json names.
+ * or a GGUF file, read through src/formats and bound by the family it names.
  *
- * Order (each step's errors name the file): config.json is read and parsed by its
+ * Folder (each step's errors name the file): config.json is read and parsed by its
  * family, generation_config.json (optional) adds eos ids, the weights are opened
  * (formats/weights_folder.h), the family binds what it uses, and every other tensor must
- * be one the family ignores on purpose. The checkpoint then owns the bound model.
+ * be one the family ignores on purpose. A GGUF file (formats/gguf.h): parsed and mapped
+ * once, general.architecture picks the family, which maps the metadata and names its
+ * tensors; binding and the unused-tensor check are the folder's. The checkpoint then
+ * owns the bound model.
  *
  * Thread-safety: immutable after open; any number of threads may read it.
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "formats/safetensors.h"
 #include "models/family.h"
@@ -58,7 +62,41 @@ static bool ignore_tensor(void *user, const char *name)
     return m->family->ignore_tensor && m->family->ignore_tensor(m->priv, &m->cfg, name);
 }
 
-int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+/* fmt_tensor_name_fn over the checkpoint's model: the family maps the names it binds. */
+static bool gguf_name(void *user, const char *name, char *buf, size_t cap, int *permute_heads)
+{
+    const cairn_model_t *m = user;
+    return m->family->gguf_tensor_name(m->priv, &m->cfg, name, buf, cap, permute_heads);
+}
+
+/* A GGUF file: its metadata parsed by the family of its architecture, its tensors as the
+ * weight table (which then owns the mapping). */
+static int open_gguf(cairn_checkpoint_t *ck, const char *path, char *err, size_t err_len)
+{
+    gguf_file_t *g = NULL;
+    int rc = gguf_open(path, GGUF_OPEN_WEIGHTS, &g, err, err_len);
+    if (rc)
+        return rc;
+    if ((rc = cairn_model_parse_gguf(g, &ck->model, err, err_len)) ||
+        (rc = gguf_tensors_open(g, gguf_name, &ck->model, &ck->tensors, err, err_len)))
+        gguf_close(g);
+    return rc;
+}
+
+/* Binds the family's tensors (converted to `quantize` when quantizing); every other tensor
+ * must be one it ignores on purpose. */
+static int bind_all(cairn_checkpoint_t *ck, bool quantizing, cairn_dtype_t quantize, char *err, size_t err_len)
+{
+    ignore_ctx_t ic = {&ck->model};
+    int rc = quantizing ? fmt_tensors_set_quantize(ck->tensors, quantize, err, err_len) : 0;
+    if (rc)
+        return rc;
+    rc = ck->model.family->bind(ck->model.priv, &ck->model.cfg, ck->tensors, err, err_len);
+    return rc ? rc : fmt_tensors_check_used(ck->tensors, ignore_tensor, &ic, err, err_len);
+}
+
+static int open_checkpoint(const char *dir, bool quantizing, cairn_dtype_t quantize, cairn_checkpoint_t **out,
+                           char *err, size_t err_len)
 {
     int rc;
     cairn_checkpoint_t *ck = NULL;
@@ -74,6 +112,13 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     if (!ck || !(ck->dir = cairn_strdup(dir))) {
         rc = CAIRN_ENOMEM;
         goto oom;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if ((rc = open_gguf(ck, dir, err, err_len)) || (rc = bind_all(ck, quantizing, quantize, err, err_len)))
+            goto fail;
+        *out = ck;
+        return 0;
     }
 
     /* config.json (required), generation_config.json (optional). */
@@ -112,11 +157,8 @@ int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, 
     text = NULL;
 
     /* Weights: opened by the format reader, bound by the family. */
-    ignore_ctx_t ic = {&ck->model};
     if ((rc = fmt_tensors_open(dir, &ck->tensors, err, err_len)) ||
-        (rc = ck->model.family->bind(ck->model.priv, &ck->model.cfg, ck->tensors, err,
-                                     err_len)) ||
-        (rc = fmt_tensors_check_used(ck->tensors, ignore_tensor, &ic, err, err_len)))
+        (rc = bind_all(ck, quantizing, quantize, err, err_len)))
         goto fail;
     *out = ck;
     return 0;
@@ -128,6 +170,17 @@ fail:
     cairn_free(text);
     cairn_checkpoint_close(ck);
     return rc;
+}
+
+int cairn_checkpoint_open(const char *dir, cairn_checkpoint_t **out, char *err, size_t err_len)
+{
+    return open_checkpoint(dir, false, CAIRN_DTYPE_F32, out, err, err_len);
+}
+
+int cairn_checkpoint_open_quantized(const char *path, cairn_dtype_t quantize, cairn_checkpoint_t **out, char *err,
+                                    size_t err_len)
+{
+    return open_checkpoint(path, true, quantize, out, err, err_len);
 }
 
 void cairn_checkpoint_close(cairn_checkpoint_t *ck)

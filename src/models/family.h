@@ -23,6 +23,11 @@
  *                                          must accept it, else the open fails;
  *      The result is a cairn_model_t (family + cfg + priv), owned by the checkpoint
  *      (cairn_checkpoint_model()); destroy(priv) runs at cairn_checkpoint_close().
+ *      A GGUF file (docs/FORMAT.md 3) goes the same way with its metadata instead of
+ *      config.json: the family whose gguf_architectures contain general.architecture
+ *      (cairn_family_find_gguf) maps the metadata in parse_gguf and, through
+ *      gguf_tensor_name, each name bind asks for to the file's tensor (and whether
+ *      llama.cpp's converter permuted its rows), so bind is the same code for both.
  *   2. cairn_engine_create() asks
  *        cache_layout(model, layers[])  -> per layer: FULL / SLIDING(W) / RECURRENT(state
  *                                          bytes) / SHARED(anchor), heads and head_dim of
@@ -82,6 +87,7 @@
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
 #include "compute/backend.h"
+#include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/weights_folder.h"
 #include "util/thread_pool.h"
@@ -178,6 +184,29 @@ struct cairn_family {
     /* Frees priv (NULL allowed). */
     void (*destroy)(void *priv);
 
+    /* ---- GGUF files (docs/FORMAT.md 3.4); all three NULL: the family reads none ---- */
+    /* general.architecture values this family reads, NULL-terminated. */
+    const char *const *gguf_architectures;
+    /*
+     * Reads the metadata of g (parsed and validated; its tensor table may be consulted,
+     * e.g. whether output.weight exists) into the common *cfg (zeroed by the caller;
+     * model_type and family set by the caller, model_type to arch) and *priv, as
+     * parse_config does for config.json: missing or malformed keys CAIRN_ENOENT /
+     * CAIRN_EFORMAT, values whose math the family does not implement CAIRN_EUNSUPPORTED,
+     * each naming the key. priv must not keep pointers into g. On failure nothing is left
+     * allocated.
+     */
+    int (*parse_gguf)(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                      void **priv, char *err, size_t err_len);
+    /*
+     * The file's name of the tensor bind asks for as `name` (into buf[0..cap)), and in
+     * *permute_heads the heads over which llama.cpp's converter permuted its rows (0: as
+     * HF stores them): fmt_tensor_name_fn of formats/weights_folder.h. False: a name the
+     * GGUF layout has no tensor for (bind then reports it missing).
+     */
+    bool (*gguf_tensor_name)(const void *priv, const cairn_model_config_t *cfg,
+                             const char *name, char *buf, size_t cap, int *permute_heads);
+
     /* Fills layers[cfg.n_layers]: each layer's cache need (see cairn_layer_cache_t) for
      * K/V rows of kv_dtype. Errors: CAIRN_EUNSUPPORTED (e.g. a dtype the family cannot
      * store its state in). */
@@ -216,6 +245,12 @@ struct cairn_family {
 const cairn_family_t *cairn_family_find(const char *model_type);
 
 /*
+ * The family that reads GGUF files of general.architecture `arch`, in the same order as
+ * cairn_family_find. NULL when none does. Thread-safe.
+ */
+const cairn_family_t *cairn_family_find_gguf(const char *arch);
+
+/*
  * Adds a family (tests: a do-nothing family; embedders: their own). The vtable must
  * outlive every checkpoint opened with it. A registered family shadows a built-in one
  * with the same model_type. Errors: CAIRN_EINVAL (NULL, no name, no model_types, a
@@ -238,6 +273,12 @@ const cairn_family_t *const *cairn_family_builtins(void);
  */
 int cairn_model_parse_config(const char *json, size_t len, cairn_model_t *m, char *err,
                              size_t err_len);
+/*
+ * The same from a parsed GGUF file: general.architecture picks the family
+ * (CAIRN_EUNSUPPORTED "unsupported GGUF architecture ..." when none reads it), which runs
+ * parse_gguf with model_type = the architecture. On failure *m is zeroed.
+ */
+int cairn_model_parse_gguf(const gguf_file_t *g, cairn_model_t *m, char *err, size_t err_len);
 /* Frees the family's state of m (destroy(priv)) and zeroes *m. */
 void cairn_model_fini(cairn_model_t *m);
 

@@ -1,6 +1,7 @@
 /*
  * model.c — the family-independent helpers over a model (models/family.h): config
- * dispatch by model_type and the checks on a family's declared cache layout.
+ * dispatch by model_type (config.json) or general.architecture (GGUF) and the checks on a
+ * family's declared cache layout.
  *
  * The layout checks run once at engine creation, so a family that declares something
  * the KV core or the state allocator cannot serve fails there with a message naming the
@@ -39,6 +40,37 @@ int cairn_model_parse_config(const char *json, size_t len, cairn_model_t *m, cha
     rc = f->parse_config(&hf, &tmp.cfg, &tmp.priv, err, err_len);
     cJSON_Delete(doc);
     if (rc)
+        return rc;
+    *m = tmp;
+    return 0;
+}
+
+int cairn_model_parse_gguf(const gguf_file_t *g, cairn_model_t *m, char *err, size_t err_len)
+{
+    memset(m, 0, sizeof *m);
+    gguf_str_t a;
+    int rc = gguf_get_str(g, "general.architecture", true, &a, err, err_len);
+    if (rc)
+        return rc;
+    char arch[32];
+    if (a.n == 0 || a.n >= sizeof arch || memchr(a.p, 0, a.n)) {
+        st_errf(err, err_len, "%s: general.architecture \"%.*s\" is not an architecture name",
+                gguf_what(g), (int)(a.n < 40 ? a.n : 40), a.p);
+        return a.n >= sizeof arch ? CAIRN_EUNSUPPORTED : CAIRN_EFORMAT;
+    }
+    memcpy(arch, a.p, a.n);
+    arch[a.n] = 0;
+    const cairn_family_t *f = cairn_family_find_gguf(arch);
+    if (!f) {
+        st_errf(err, err_len, "%s: unsupported GGUF architecture \"%s\"", gguf_what(g), arch);
+        return CAIRN_EUNSUPPORTED;
+    }
+    cairn_model_t tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.family = f;
+    snprintf(tmp.cfg.model_type, sizeof tmp.cfg.model_type, "%s", arch);
+    snprintf(tmp.cfg.family, sizeof tmp.cfg.family, "%s", f->name);
+    if ((rc = f->parse_gguf(g, arch, &tmp.cfg, &tmp.priv, err, err_len)))
         return rc;
     *m = tmp;
     return 0;

@@ -2,8 +2,9 @@
  * registry.c — which family reads a model_type (models/family.h).
  *
  * Built-in families come from families.def; tests and embedders add more at run time
- * with cairn_family_register(). Lookup checks registered families first (newest first),
- * so a test double can stand in for a built-in model_type, then the built-ins in order.
+ * with cairn_family_register(). Lookup (by config.json model_type, or by GGUF
+ * general.architecture) checks registered families first (newest first), so a test
+ * double can stand in for a built-in one, then the built-ins in order.
  *
  * Thread-safety: the registered list is guarded by a mutex; built-ins are constant.
  */
@@ -31,35 +32,42 @@ static int n_registered;
 
 const cairn_family_t *const *cairn_family_builtins(void) { return builtins; }
 
-static bool reads(const cairn_family_t *f, const char *model_type)
+static bool listed(const char *const *names, const char *name)
 {
-    for (size_t i = 0; f->model_types[i]; i++)
-        if (!strcmp(f->model_types[i], model_type))
+    for (size_t i = 0; names && names[i]; i++)
+        if (!strcmp(names[i], name))
             return true;
     return false;
 }
 
-const cairn_family_t *cairn_family_find(const char *model_type)
+/* Registered families first (newest first), then the built-ins; gguf picks the list. */
+static const cairn_family_t *find(const char *name, bool gguf)
 {
-    if (!model_type)
+    if (!name)
         return NULL;
     const cairn_family_t *found = NULL;
     pthread_mutex_lock(&lock);
     for (int i = n_registered - 1; i >= 0 && !found; i--)
-        if (reads(registered[i], model_type))
+        if (listed(gguf ? registered[i]->gguf_architectures : registered[i]->model_types, name))
             found = registered[i];
     pthread_mutex_unlock(&lock);
     for (size_t i = 0; !found && builtins[i]; i++)
-        if (reads(builtins[i], model_type))
+        if (listed(gguf ? builtins[i]->gguf_architectures : builtins[i]->model_types, name))
             found = builtins[i];
     return found;
 }
+
+const cairn_family_t *cairn_family_find(const char *model_type) { return find(model_type, false); }
+
+const cairn_family_t *cairn_family_find_gguf(const char *arch) { return find(arch, true); }
 
 int cairn_family_register(const cairn_family_t *f)
 {
     if (!f || !f->name || !f->name[0] || strlen(f->name) >= sizeof(((cairn_model_config_t *)0)->family) ||
         !f->model_types || !f->model_types[0] || !f->parse_config || !f->bind || !f->destroy ||
-        !f->cache_layout || !f->describe || !f->fwd_create || !f->fwd_destroy || !f->fwd_step)
+        !f->cache_layout || !f->describe || !f->fwd_create || !f->fwd_destroy || !f->fwd_step ||
+        (f->gguf_architectures && (!f->gguf_architectures[0] || !f->parse_gguf ||
+                                   !f->gguf_tensor_name)))
         return CAIRN_EINVAL;
     int rc = CAIRN_OK;
     pthread_mutex_lock(&lock);

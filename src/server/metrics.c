@@ -310,6 +310,43 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
               (double)st->cold_awaiting_bytes);
     put_gauge(&b, "cairn_cold_pinned_bytes", "Bytes of pool blocks pinned for a copy in flight.",
               (double)st->cold_pinned_bytes);
+    put_gauge(&b, "cairn_shared_tier_enabled", "1 when a shared tier (Redis) is configured.",
+              st->shared_enabled ? 1.0 : 0.0);
+    put_gauge(&b, "cairn_shared_tier_connected", "1 while the shared tier's server is reachable.",
+              st->shared_connected ? 1.0 : 0.0);
+    put_counter(&b, "cairn_shared_tier_restored_blocks_total",
+                "KV blocks restored from the shared tier (the local tier lacked them).",
+                st->shared_restored_blocks);
+    put_counter(&b, "cairn_shared_tier_promoted_blocks_total",
+                "Blocks read from the shared tier and written to the local tier.", st->shared_promoted_blocks);
+    put_counter(&b, "cairn_shared_tier_hits_total", "Shared-tier reads that found a valid object.",
+                st->shared_hits);
+    put_counter(&b, "cairn_shared_tier_misses_total", "Shared-tier reads of absent objects.", st->shared_misses);
+    put_counter(&b, "cairn_shared_tier_corruptions_total", "Invalid shared-tier values found and deleted.",
+                st->shared_corruptions);
+    put_counter(&b, "cairn_shared_tier_enqueued_total", "Objects queued for the shared tier.",
+                st->shared_enqueued);
+    put_counter(&b, "cairn_shared_tier_written_bytes_total", "Bytes written to the shared tier.",
+                st->shared_bytes_written);
+    put_counter(&b, "cairn_shared_tier_restored_bytes_total", "Payload bytes read from the shared tier.",
+                st->shared_bytes_restored);
+    put_counter(&b, "cairn_shared_tier_write_errors_total", "Shared-tier writes that failed.",
+                st->shared_write_errors);
+    put_counter(&b, "cairn_shared_tier_queue_drops_total", "Objects not queued: shared-tier queue full.",
+                st->shared_queue_drops);
+    put_counter(&b, "cairn_shared_tier_unavailable_total",
+                "Shared-tier operations answered without the server (unreachable).", st->shared_unavailable);
+    put_counter(&b, "cairn_shared_tier_faults_total",
+                "Shared-tier faults: timeouts, connection and server errors, failed connects, bad values.",
+                st->shared_faults);
+    put_counter(&b, "cairn_shared_tier_outages_total", "Times the shared tier became unreachable.",
+                st->shared_outages);
+    put_counter(&b, "cairn_shared_tier_reconnects_total", "Times the shared tier became reachable again.",
+                st->shared_reconnects);
+    put_counter(&b, "cairn_shared_tier_timeouts_total", "Shared-tier operations past their timeout.",
+                st->shared_timeouts);
+    put_gauge(&b, "cairn_shared_tier_queue_len", "Objects awaiting their shared-tier write.",
+              (double)st->shared_queue_len);
     put_counter(&b, "cairn_sched_requests_canceled_total", "Requests canceled (disconnects).",
                 st->requests_canceled);
     put_counter(&b, "cairn_sched_preemptions_total", "Requests preempted for pool space.",

@@ -45,6 +45,7 @@
  * they share with the engine thread, plus the stats snapshot.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +68,8 @@ typedef struct {
     int n_toks, cap;
     int n_gen;                      /* generated tokens (the tail of toks) */
     int delta_from;                 /* first generated token not yet reported in a DELTA */
+    cairn_token_logprob_t *lp;      /* [n_gen - delta_from] when the request wants logprobs */
+    int cap_lp;
     bool has_tok;                   /* the last generated token is not fed yet */
     bool restoring;                 /* running, but its cold-tier restore is still reading
                                        (cairn_seq_begin_async): no pending token yet */
@@ -82,6 +85,8 @@ struct sched_req {
     int n;                          /* choices */
     int n_started;                  /* runs that exist (1 until the fork) */
     int n_done;
+    bool logprobs;
+    int top_logprobs;
     bool admitted_once;
     bool ended;                     /* final event delivered; freed at the end of the step */
     sched_run_t *runs;              /* [n] */
@@ -149,6 +154,7 @@ static void req_free(sched_req_t *r)
         cairn_stop_matcher_destroy(u->stop);
         cairn_tokenizer_stream_destroy(u->stream);
         cairn_free(u->toks);
+        cairn_free(u->lp);
     }
     cairn_free(r->runs);
     cairn_free(r->salt);
@@ -186,6 +192,10 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
         }
     if (cairn_sampling_params_validate(&p->sampling, s->vocab, err, err_len))
         return CAIRN_EINVAL;
+    if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > CAIRN_SCHED_MAX_TOP_LOGPROBS)) {
+        cairn_errf(err, err_len, "%s", "top_logprobs must be in 0..20");
+        return CAIRN_EINVAL;
+    }
     if (p->cache_salt && strlen(p->cache_salt) > 256) {
         cairn_errf(err, err_len, "%s", "cache_salt is longer than 256 bytes");
         return CAIRN_EINVAL;
@@ -212,6 +222,8 @@ static int req_build(cairn_sched_t *s, const cairn_req_params_t *p, sched_req_t 
         goto fail;
     r->n = n;
     r->n_started = 1;
+    r->logprobs = p->logprobs;
+    r->top_logprobs = p->logprobs ? p->top_logprobs : 0;
     r->on_event = p->on_event;
     r->user = p->user;
     r->usage.miss_reason = "none";
@@ -263,6 +275,8 @@ static void emit_delta(sched_run_t *u, const char *text, size_t len)
     ev.text_len = len;
     ev.tokens = u->toks + n_prompt_of(u) + u->delta_from;
     ev.n_tokens = u->n_gen - u->delta_from;
+    ev.usage = &r->usage; /* prompt, cached and restored tokens are known from admission */
+    ev.logprobs = r->logprobs && ev.n_tokens > 0 ? u->lp : NULL;
     u->delta_from = u->n_gen;
     r->on_event(r->user, &ev);
 }
@@ -624,6 +638,42 @@ static int fork_choices(cairn_sched_t *s, sched_run_t *u0)
     return rc;
 }
 
+/*
+ * The log-probability of token t under row (log-softmax of the raw logits) and the k
+ * most likely tokens, into *out. One pass for the maximum and the top k (insertion into
+ * a k-array: ties keep the lower id), one for the normalizer (double, in id order, so the
+ * value does not depend on anything but the row). Cost O(V * (1 + k/V-ish)).
+ */
+static void token_logprob(const float *row, int vocab, int32_t t, int k, cairn_token_logprob_t *out)
+{
+    float mx = -INFINITY;
+    int n_top = 0;
+    for (int i = 0; i < vocab; i++) {
+        float v = row[i];
+        if (v > mx)
+            mx = v;
+        if (k == 0 || (n_top == k && !(v > out->top_logprobs[k - 1])))
+            continue;
+        int j = n_top < k ? n_top++ : k - 1;
+        while (j > 0 && v > out->top_logprobs[j - 1]) {
+            out->top_logprobs[j] = out->top_logprobs[j - 1];
+            out->top_ids[j] = out->top_ids[j - 1];
+            j--;
+        }
+        out->top_logprobs[j] = v;
+        out->top_ids[j] = i;
+    }
+    double sum = 0;
+    for (int i = 0; i < vocab; i++)
+        sum += exp((double)row[i] - (double)mx);
+    double lse = (double)mx + log(sum);
+    out->token = t;
+    out->logprob = (float)((double)row[t] - lse);
+    out->n_top = n_top;
+    for (int j = 0; j < n_top; j++)
+        out->top_logprobs[j] = (float)((double)out->top_logprobs[j] - lse);
+}
+
 /* Samples, accepts and reports one token of run u from a logits row; may finish the run
  * or (on failure) end its request. */
 static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
@@ -633,6 +683,9 @@ static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
     int32_t t = 0;
     cairn_finish_reason_t why = CAIRN_FINISH_NONE;
     int rc = cairn_sampler_sample(u->sampler, s->scratch, &t);
+    if (rc == CAIRN_OK && r->logprobs)
+        rc = cairn_grow_array_int((void **)&u->lp, &u->cap_lp, u->n_gen - u->delta_from + 1,
+                                  sizeof(*u->lp), 16);
     if (rc == CAIRN_OK)
         rc = run_push_token(u, t);
     if (rc == CAIRN_OK && (rc = cairn_sampler_accept(u->sampler, t, &why)))
@@ -642,6 +695,8 @@ static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
                                               : "sampling failed");
         return;
     }
+    if (r->logprobs)
+        token_logprob(row, s->vocab, t, r->top_logprobs, &u->lp[u->n_gen - 1 - u->delta_from]);
     double now = cairn_now_ms();
     if (r->t_first == 0) {
         r->t_first = now;
@@ -819,6 +874,24 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_awaiting_blocks = cc.awaiting_blocks;
     s->stats.cold_awaiting_bytes = cc.awaiting_bytes;
     s->stats.cold_pinned_bytes = cc.pinned_bytes;
+    s->stats.shared_enabled = cc.shared_enabled;
+    s->stats.shared_connected = cc.shared.connected;
+    s->stats.shared_restored_blocks = cc.shared_restored_blocks;
+    s->stats.shared_promoted_blocks = cc.shared_promoted_blocks;
+    s->stats.shared_hits = cc.shared.tier.hits;
+    s->stats.shared_misses = cc.shared.tier.misses;
+    s->stats.shared_corruptions = cc.shared.tier.corruptions;
+    s->stats.shared_enqueued = cc.shared.tier.enqueued;
+    s->stats.shared_bytes_written = cc.shared.tier.bytes_written;
+    s->stats.shared_bytes_restored = cc.shared.tier.bytes_restored;
+    s->stats.shared_write_errors = cc.shared.tier.write_errors;
+    s->stats.shared_queue_drops = cc.shared.tier.queue_drops;
+    s->stats.shared_unavailable = cc.shared.unavailable;
+    s->stats.shared_faults = cc.shared.faults;
+    s->stats.shared_outages = cc.shared.outages;
+    s->stats.shared_reconnects = cc.shared.reconnects;
+    s->stats.shared_timeouts = cc.shared.timeouts;
+    s->stats.shared_queue_len = cc.shared.tier.queue_len;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -26,6 +26,11 @@ typedef struct {
     const cairn_tokenizer_t *tok;
     const cairn_chat_template_t *tmpl; /* NULL: the model has no usable chat template */
     int vocab;
+    /* The template prints tool-call arguments as a mapping (tojson, |items) and has no
+     * branch for a string: arguments sent as JSON text (what OpenAI clients send) are
+     * given to it parsed. Templates that test "arguments is string" get them as sent,
+     * which renders exactly the bytes the model generated. */
+    bool args_as_objects;
 } prompt_ctx_t;
 
 /*
@@ -34,11 +39,12 @@ typedef struct {
  * the tokenizer, as transformers' apply_chat_template(tokenize=True)); TEXT through the
  * tokenizer; IDS checked against the vocabulary. Returns 0 with *ids (cairn_malloc'd,
  * caller frees) and *n_ids, or a negative code with the client-facing error in *e naming
- * r->prompt_param (400; 503 out of memory). Thread-safe. Cost: the template and the
+ * r->prompt_param (400; 503 out of memory). *opens_reasoning (may be NULL) tells whether a
+ * rendered chat prompt ends inside an open <think> block. Thread-safe. Cost: the template and the
  * tokenizer, linear in the prompt.
  */
 int prompt_build(const prompt_ctx_t *pc, const gen_request_t *r, int32_t **ids, int *n_ids,
-                 api_error_t *e);
+                 bool *opens_reasoning, api_error_t *e);
 
 /* ---- Tenancy ----------------------------------------------------------------------- */
 

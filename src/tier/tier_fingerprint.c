@@ -78,7 +78,7 @@ int cairn_tier_weights_digest(const cairn_tier_weights_file_t *files, size_t n, 
 
 int cairn_tier_fingerprint(const cairn_tier_model_desc_t *d, cairn_tier_hash_t *out)
 {
-    if (!d || !out || !d->architecture || d->kv_dtype > CAIRN_DTYPE_BF16)
+    if (!d || !out || !d->architecture || !cairn_dtype_block_elems(d->kv_dtype))
         return CAIRN_EINVAL;
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     if (!c)

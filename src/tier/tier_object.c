@@ -112,7 +112,7 @@ int tier_object_parse_header(const uint8_t *buf, size_t len, tier_object_header_
     h->flags = get32(buf + 124);
     h->payload_bytes = get64(buf + 128);
     memcpy(h->payload_sum, buf + 136, TIER_OBJECT_SUM_BYTES);
-    if (h->dtype > CAIRN_DTYPE_BF16 || h->flags || !h->n_tokens ||
+    if (!cairn_dtype_block_elems((cairn_dtype_t)h->dtype) || h->flags || !h->n_tokens ||
         h->n_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS || !h->n_layers || h->n_layers > TIER_OBJECT_MAX_LAYERS ||
         h->payload_bytes > TIER_OBJECT_MAX_PAYLOAD ||
         tier_object_header_size(h->n_tokens, h->n_layers) != h->header_bytes)

@@ -7,7 +7,8 @@
  *        -> pre-tokenizers (Split / ByteLevel) -> BPE per pre-token -> post-processor
  *
  * Everything here is immutable after load except the BPE word cache, which has its own
- * mutex. Files: tokenizer.c (load, public API, encode driver), json_scan.c (fast scanner
+ * mutex. Files: tokenizer.c (load, public API, encode driver), tokenizer_gguf.c (the
+ * same structures from a GGUF file's tokenizer.* metadata), json_scan.c (fast scanner
  * for the large vocab/merges sections), bpe.c (vocab and merge hash maps, merging, cache),
  * pipeline.c (normalizers, added-token matching, pre-tokenizers), decode.c (ByteLevel
  * decoding and the streaming decoder).
@@ -224,6 +225,21 @@ typedef int (*tok_json_hook_fn)(void *user, size_t index, const char *json, size
  * Returns 0, the hook's error, or CAIRN_EFORMAT / CAIRN_ENOMEM. */
 int tok_json_members(const char *json, size_t len, const char *const *names, size_t n,
                      size_t *voff, size_t *vlen, tok_json_hook_fn hook, void *user, size_t *end);
+
+/* tokenizer.c: pieces the GGUF constructor shares with the tokenizer.json loader. */
+/* A zeroed tokenizer with its PCRE2 context (NULL: out of memory). */
+cairn_tokenizer_t *tok_alloc(void);
+/* added_tokens (a tokenizer.json-shaped cJSON array, or NULL) into t->added, the added
+ * maps and is_special; call after the pipeline (normalized tokens are normalized). */
+int tok_load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t errlen);
+/* Adds a named chat template (copied; the first source of a name wins). */
+int tok_add_template(cairn_tokenizer_t *t, const char *name, const char *src);
+
+/* tokenizer_gguf.c: the tokenizer of a GGUF file's metadata (cairn_tokenizer_load opens
+ * the file; the fuzzer hands a parsed buffer). Errors name the key or token. */
+struct gguf_file;
+int tok_load_gguf(const struct gguf_file *g, cairn_tokenizer_t **out, char *err, size_t errlen);
+int tok_load_gguf_file(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
 
 /* pipeline.c */
 int tok_pipeline_load(cairn_tokenizer_t *t, const cJSON *normalizer, const cJSON *pre,

@@ -1,6 +1,7 @@
 /*
  * tokenizer.c — loading tokenizer.json (+ tokenizer_config.json, chat_template.jinja), the
- * encode driver and the small public accessors.
+ * encode driver and the small public accessors. A GGUF file is handed to
+ * tokenizer_gguf.c, which builds the same structures from its metadata.
  *
  * Loading: one scan finds the top-level sections; model.vocab and model.merges go through
  * the fast scanner (json_scan.c) straight into the vocab arena and hash maps; the small
@@ -24,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "formats/gguf.h"
 #include "tokenizer/tok_internal.h"
 #include "util/json.h"
 
@@ -70,6 +72,19 @@ fail:
     return rc;
 }
 
+cairn_tokenizer_t *tok_alloc(void)
+{
+    cairn_tokenizer_t *t = cairn_calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->jit_ok = true;
+    t->gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
+    if (!t->gctx) {
+        cairn_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* Parses json[off, off+len) with cJSON; NULL with *rc set on failure (absent: no error):
  * CAIRN_ENOMEM when an allocation failed, CAIRN_EFORMAT when the text is malformed. */
 static cJSON *parse_part(const char *json, size_t off, size_t len, int *rc)
@@ -101,7 +116,7 @@ static int cmp_len_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t errlen)
+int tok_load_added(cairn_tokenizer_t *t, const cJSON *arr, char *err, size_t errlen)
 {
     int rc = 0;
     if (!arr || cJSON_IsNull(arr)) goto index;
@@ -409,11 +424,7 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
     *out = NULL;
     cairn_init();
     if (err && errlen) err[0] = '\0';
-    t = cairn_calloc(1, sizeof *t);
-    if (!t) return CAIRN_ENOMEM;
-    t->jit_ok = true;
-    t->gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
-    if (!t->gctx) { rc = CAIRN_ENOMEM; goto fail; }
+    if (!(t = tok_alloc())) return CAIRN_ENOMEM;
     top_ctx_t tc = {t, err, errlen, false};
     if ((rc = tok_json_members(json, len, names, N, vo, vl, top_hook, &tc, NULL))) {
         if (rc == CAIRN_EFORMAT && err && errlen && !err[0])
@@ -439,7 +450,7 @@ int cairn_tokenizer_load_json(const char *json, size_t len, cairn_tokenizer_t **
     }
     if (!tc.loaded) { rc = tok_err(err, errlen, CAIRN_EFORMAT, "tokenizer.json has no model"); goto fail; }
     if ((rc = tok_pipeline_load(t, v[2], v[3], err, errlen))) goto fail;
-    if ((rc = load_added(t, v[1], err, errlen))) goto fail;
+    if ((rc = tok_load_added(t, v[1], err, errlen))) goto fail;
     if ((rc = load_post(t, v[4], 0, err, errlen))) goto fail;
     if ((rc = load_decoder(t, v[5], err, errlen))) goto fail;
     for (size_t i = 0; i < t->n_post_prefix + t->n_post_suffix; i++) {
@@ -466,7 +477,7 @@ static char *token_string(const cJSON *v)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int add_template(cairn_tokenizer_t *t, const char *name, const char *src)
+int tok_add_template(cairn_tokenizer_t *t, const char *name, const char *src)
 {
     for (size_t i = 0; i < t->n_templates; i++)
         if (strcmp(t->tmpl_names[i], name) == 0) return 0; /* first source wins */
@@ -504,7 +515,7 @@ static int load_config(cairn_tokenizer_t *t, const char *dir, char *err, size_t 
     if ((rc = join_path(path, sizeof path, dir, "chat_template.jinja", err, errlen))) return rc;
     rc = read_file(path, &buf, &len, err, errlen);
     if (rc == 0) {
-        rc = add_template(t, "default", buf);
+        rc = tok_add_template(t, "default", buf);
         cairn_free(buf);
         buf = NULL;
         if (rc) goto fail;
@@ -536,7 +547,7 @@ static int load_config(cairn_tokenizer_t *t, const char *dir, char *err, size_t 
     t->add_eos_token = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "add_eos_token"));
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *e;
     if (cJSON_IsString(ct)) {
-        if ((rc = add_template(t, "default", ct->valuestring))) goto fail;
+        if ((rc = tok_add_template(t, "default", ct->valuestring))) goto fail;
     } else if (cJSON_IsArray(ct)) {
         cJSON_ArrayForEach(e, ct) {
             const char *name = token_string(cJSON_GetObjectItemCaseSensitive(e, "name"));
@@ -545,7 +556,7 @@ static int load_config(cairn_tokenizer_t *t, const char *dir, char *err, size_t 
                 rc = tok_err(err, errlen, CAIRN_EFORMAT, "%s: chat_template entry without name and template", path);
                 goto fail;
             }
-            if ((rc = add_template(t, name, src))) goto fail;
+            if ((rc = tok_add_template(t, name, src))) goto fail;
         }
     }
     rc = 0;
@@ -568,6 +579,7 @@ int cairn_tokenizer_load(const char *path, cairn_tokenizer_t **out, char *err, s
         return tok_err(err, errlen, errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, "%s: %s", path,
                        strerror(errno));
     if (strlen(path) >= sizeof dir) return tok_err(err, errlen, CAIRN_ERANGE, "path too long");
+    if (S_ISREG(st.st_mode) && gguf_file_is_gguf(path)) return tok_load_gguf_file(path, out, err, errlen);
     if (S_ISDIR(st.st_mode)) {
         strcpy(dir, path);
         if ((rc = join_path(file, sizeof file, path, "tokenizer.json", err, errlen))) return rc;

@@ -1,8 +1,11 @@
 /*
  * common.c — status names, allocation and I/O failure hooks, logging, knobs.
  *
- * The allocation hooks count every call so a test can fail the N-th one; the counter is
- * atomic so the hooks are safe from any thread. Knob parsing implements the single
+ * The allocation hooks count every call so a test can fail the N-th one; the countdown
+ * is one atomic stepped by compare-exchange, so the N-th allocation of the process fails
+ * exactly once whichever threads allocate. The I/O hook, the log handler and their user
+ * pointers are plain globals: set them before the threads that use them start (or while
+ * none runs), as documented in cairn/common.h. Knob parsing implements the single
  * precedence rule (environment > config > default) used by every layer.
  */
 #include "cairn/common.h"
@@ -46,18 +49,18 @@ static atomic_long fail_countdown = -1; /* < 0: injection off */
 static atomic_bool fail_sticky;
 static atomic_ulong alloc_calls;
 
+/* One compare-exchange per step of the countdown, so concurrent allocations each take a
+ * distinct count: exactly the chosen one fails (a load then a separate decrement let two
+ * threads take the same count, failing none or two). */
 static bool alloc_should_fail(void)
 {
     atomic_fetch_add(&alloc_calls, 1);
     long c = atomic_load(&fail_countdown);
-    if (c < 0)
-        return false;
-    if (c == 0) {
-        if (!atomic_load(&fail_sticky))
-            atomic_store(&fail_countdown, -1);
-        return true;
+    while (c >= 0) {
+        long next = c > 0 ? c - 1 : atomic_load(&fail_sticky) ? 0 : -1;
+        if (atomic_compare_exchange_weak(&fail_countdown, &c, next))
+            return c == 0;
     }
-    atomic_fetch_sub(&fail_countdown, 1);
     return false;
 }
 

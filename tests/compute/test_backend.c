@@ -430,7 +430,14 @@ static void test_registry_and_capabilities(void **state)
     compute_backend_t *be = NULL;
     const char *const *names = compute_backend_names();
     assert_string_equal(names[0], "cpu");
-    assert_null(names[1]);
+    assert_string_equal(names[1], "cuda");
+    assert_null(names[2]);
+#ifndef CAIRN_TEST_HAVE_CUDA
+    /* A build without CUDA knows the name and says what is missing. */
+    assert_int_equal(compute_backend_create("cuda", NULL, &be, err, sizeof(err)), CAIRN_EUNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err, "CAIRN_CUDA"));
+#endif
     assert_int_equal(compute_backend_create("tpu", NULL, &be, err, sizeof(err)), CAIRN_ENOENT);
     assert_null(be);
     assert_non_null(strstr(err, "tpu"));
@@ -439,23 +446,23 @@ static void test_registry_and_capabilities(void **state)
     assert_non_null(strstr(err, "nonsense"));
     o = (compute_backend_options_t){.n_threads = -3};
     assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_EINVAL);
-    const char *x86[] = {"avx2", "avx512", "avx512-emubf16"};
+    const char *x86[] = {"avx2", "avx512", "avx512-emubf16", "amx"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(x86); i++) {
         o = (compute_backend_options_t){.impl = x86[i]};
         int rc = compute_backend_create("cpu", &o, &be, err, sizeof(err));
         assert_int_equal(rc, kern_impl_available(x86[i]) ? CAIRN_OK : CAIRN_EUNSUPPORTED);
         if (rc == CAIRN_OK) {
             /* Every CPU implementation has the canonical numerics. */
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32");
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
             compute_backend_destroy(be);
         }
     }
     assert_int_equal(compute_backend_create(NULL, NULL, &be, err, sizeof(err)), CAIRN_OK);
     assert_string_equal(be->ops->name, "cpu");
     assert_true(be->ops->host_memory);
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32");
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
     /* The optional ops, both present (tests/compute/test_short_conv.c and
      * test_delta_rule.c); an unknown type is reported with a message. */
     assert_true(compute_supports(be, COMPUTE_OP_SHORT_CONV, CAIRN_DTYPE_BF16));

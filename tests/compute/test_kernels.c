@@ -16,7 +16,7 @@
 
 #include "compute/cpu/kernels_impl.h"
 
-static const char *const impls[] = {"scalar", "avx2", "avx512", "avx512-emubf16"};
+static const char *const impls[] = {"scalar", "avx2", "avx512", "avx512-emubf16", "amx"};
 static const cairn_dtype_t dtypes[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_F16, CAIRN_DTYPE_BF16};
 
 static uint32_t fbits(float f)

@@ -28,6 +28,13 @@ static void test_rows(void **state)
         {CAIRN_DTYPE_F32, "f32", "float32", 1, 4},
         {CAIRN_DTYPE_F16, "f16", "float16", 1, 2},
         {CAIRN_DTYPE_BF16, "bf16", "bfloat16", 1, 2},
+        {CAIRN_DTYPE_Q8_0, "q8_0", "q8_0", 32, 34},
+        {CAIRN_DTYPE_Q4_0, "q4_0", "q4_0", 32, 18},
+        {CAIRN_DTYPE_Q4_K, "q4_k", "q4_k", 256, 144},
+        {CAIRN_DTYPE_Q5_K, "q5_k", "q5_k", 256, 176},
+        {CAIRN_DTYPE_Q6_K, "q6_k", "q6_k", 256, 210},
+        {CAIRN_DTYPE_Q8_K, "q8_k", "q8_k", 256, 292},
+        {CAIRN_DTYPE_FP8_E4M3, "fp8_e4m3", "float8_e4m3", 32, 34},
     };
     assert_int_equal(CAIRN_ARRAY_LEN(want), COMPUTE_DTYPE_COUNT); /* a new type needs a row here */
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(want); i++) {
@@ -37,11 +44,16 @@ static void test_rows(void **state)
         assert_string_equal(cairn_dtype_name(want[i].t), want[i].name);
         assert_int_equal(tt->block_elems, want[i].block_elems);
         assert_int_equal(tt->block_bytes, want[i].block_bytes);
-        assert_int_equal(cairn_dtype_size(want[i].t), (size_t)want[i].block_bytes);
-        assert_int_equal(cairn_dtype_row_bytes(want[i].t, 37), (size_t)37 * want[i].block_bytes);
+        const bool blocks = want[i].block_elems > 1;
+        assert_int_equal(cairn_dtype_block_elems(want[i].t), want[i].block_elems);
+        /* A quantized element has no size of its own. */
+        assert_int_equal(cairn_dtype_size(want[i].t), blocks ? 0 : (size_t)want[i].block_bytes);
+        assert_int_equal(cairn_dtype_row_bytes(want[i].t, 37 * want[i].block_elems), (size_t)37 * want[i].block_bytes);
+        if (blocks) /* not a whole number of blocks */
+            assert_int_equal(cairn_dtype_row_bytes(want[i].t, 37 * want[i].block_elems + 1), 0);
         assert_int_equal(cairn_dtype_row_bytes(want[i].t, 0), 0);
         assert_int_equal(cairn_dtype_row_bytes(want[i].t, -1), 0);
-        assert_false(tt->quantized);
+        assert_int_equal(tt->quantized, blocks);
         assert_non_null(tt->to_f32);
         assert_non_null(tt->from_f32);
         cairn_dtype_t p = (cairn_dtype_t)-1;
@@ -54,7 +66,9 @@ static void test_rows(void **state)
     cairn_dtype_t p = CAIRN_DTYPE_F32;
     assert_int_equal(cairn_dtype_parse("BF16", &p), CAIRN_OK); /* any case */
     assert_int_equal(p, CAIRN_DTYPE_BF16);
-    assert_int_equal(cairn_dtype_parse("q8_0", &p), CAIRN_EINVAL);
+    assert_int_equal(cairn_dtype_parse("Q4_K", &p), CAIRN_OK);
+    assert_int_equal(p, CAIRN_DTYPE_Q4_K);
+    assert_int_equal(cairn_dtype_parse("q4_k_m", &p), CAIRN_EINVAL); /* a file type, not an element type */
     assert_int_equal(cairn_dtype_parse("", &p), CAIRN_EINVAL);
     assert_int_equal(cairn_dtype_parse(NULL, &p), CAIRN_EINVAL);
 }
@@ -109,11 +123,18 @@ static void test_unknown_types(void **state)
             assert_non_null(strstr(err, "the cpu backend has no"));
         }
     }
-    /* And the known ones are supported where the CPU has kernels for them. */
+    /* And the known ones are supported where the CPU has kernels for them: matmul for
+     * every weight type (q8_k is only an activation format and fp8_e4m3 only a K/V type),
+     * K/V in the plain types and the two 8-bit K/V types, norms in the plain types. */
     for (int t = 0; t < COMPUTE_DTYPE_COUNT; t++) {
-        assert_true(compute_supports(be, COMPUTE_OP_MATMUL, (cairn_dtype_t)t));
-        assert_true(compute_supports(be, COMPUTE_OP_KV, (cairn_dtype_t)t));
-        assert_int_equal(compute_backend_require(be, COMPUTE_OP_NORM, (cairn_dtype_t)t, err, sizeof(err)), CAIRN_OK);
+        const bool plain = compute_type_traits((cairn_dtype_t)t)->block_elems == 1;
+        const bool weight = t != CAIRN_DTYPE_Q8_K && t != CAIRN_DTYPE_FP8_E4M3;
+        const bool kv = plain || t == CAIRN_DTYPE_Q8_0 || t == CAIRN_DTYPE_FP8_E4M3;
+        assert_int_equal(compute_supports(be, COMPUTE_OP_MATMUL, (cairn_dtype_t)t), weight);
+        assert_int_equal(compute_supports(be, COMPUTE_OP_KV, (cairn_dtype_t)t), kv);
+        assert_int_equal(compute_backend_require(be, COMPUTE_OP_NORM, (cairn_dtype_t)t, err, sizeof(err)),
+                         plain ? CAIRN_OK : CAIRN_EUNSUPPORTED);
+        assert_true(compute_supports(be, COMPUTE_OP_GET_ROWS, (cairn_dtype_t)t));
     }
     compute_backend_destroy(be);
 }

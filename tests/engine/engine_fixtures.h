@@ -12,11 +12,14 @@
 
 #include "cairn/checkpoint.h"
 
-/* CAIRN_FIXTURES_DIR/models/<model>, in a static buffer. */
+/* <fixtures>/models/<model>, in a static buffer; <fixtures> is the environment's
+ * CAIRN_FIXTURES when set (tests run on another machine, e.g. the GPU device), else the
+ * build's CAIRN_FIXTURES_DIR. */
 static inline const char *fixture_model_dir(const char *model)
 {
     static char buf[1024];
-    snprintf(buf, sizeof(buf), "%s/models/%s", CAIRN_FIXTURES_DIR, model);
+    const char *root = getenv("CAIRN_FIXTURES");
+    snprintf(buf, sizeof(buf), "%s/models/%s", root && root[0] ? root : CAIRN_FIXTURES_DIR, model);
     return buf;
 }
 

@@ -68,8 +68,11 @@ static void test_defaults_and_bad_options(void **state)
     assert_null(e);
     assert_true(strlen(err) > 0);
     cairn_engine_options_default(&o);
-    o.kv_dtype = (cairn_dtype_t)7;
+    o.kv_dtype = (cairn_dtype_t)99; /* no element type */
     assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EINVAL);
+    o.kv_dtype = CAIRN_DTYPE_Q6_K; /* an element type K/V cannot be stored in */
+    assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EUNSUPPORTED);
+    assert_null(e);
     cairn_engine_options_default(&o);
     o.math = (cairn_engine_math_t)5;
     assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), CAIRN_EINVAL);

@@ -1012,7 +1012,8 @@ static int fail_commit(void *ctx, uint8_t *base, size_t a, size_t b)
 }
 static void fail_copy(void *ctx, uint8_t *d, const uint8_t *s, size_t n) { cairn_kv_storage_host()->copy(ctx, d, s, n); }
 static void fail_release(void *ctx, uint8_t *b, size_t n) { cairn_kv_storage_host()->release(ctx, b, n); }
-static const cairn_kv_storage_ops_t failing = {"failing", fail_gran, fail_reserve, fail_commit, fail_copy, fail_release};
+static const cairn_kv_storage_ops_t failing = {.name = "failing", .granularity = fail_gran, .reserve = fail_reserve,
+                                               .commit = fail_commit, .copy = fail_copy, .release = fail_release};
 
 static void test_storage_failure(void **state)
 {

@@ -21,9 +21,16 @@
 int test_server_start(test_server_t *ts, const char *model, const cairn_server_options_t *opt,
                       int pool_mib)
 {
-    memset(ts, 0, sizeof *ts);
-    char dir[1024], err[512] = "";
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/models/%s", CAIRN_FIXTURES_DIR, model);
+    return test_server_start_dir(ts, dir, model, opt, pool_mib, 0);
+}
+
+int test_server_start_dir(test_server_t *ts, const char *dir, const char *model,
+                          const cairn_server_options_t *opt, int pool_mib, int max_context)
+{
+    memset(ts, 0, sizeof *ts);
+    char err[512] = "";
     int rc = cairn_checkpoint_open(dir, &ts->ck, err, sizeof err);
     if (!rc)
         rc = cairn_tokenizer_load(dir, &ts->tok, err, sizeof err);
@@ -32,6 +39,8 @@ int test_server_start(test_server_t *ts, const char *model, const cairn_server_o
     eo.n_threads = 1;
     if (pool_mib > 0)
         eo.pool_mib = pool_mib;
+    if (max_context > 0)
+        eo.max_context = max_context;
     if (!rc)
         rc = cairn_engine_create(ts->ck, &eo, &ts->eng, err, sizeof err);
     cairn_server_options_t so;

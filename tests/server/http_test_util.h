@@ -23,6 +23,9 @@ typedef struct {
  * Returns 0 or a CAIRN_E* code. */
 int test_server_start(test_server_t *ts, const char *model, const cairn_server_options_t *opt,
                       int pool_mib);
+/* The same over any model folder; max_context 0: the engine's default. */
+int test_server_start_dir(test_server_t *ts, const char *dir, const char *model,
+                          const cairn_server_options_t *opt, int pool_mib, int max_context);
 void test_server_stop(test_server_t *ts);
 
 typedef struct {

@@ -45,7 +45,7 @@ assert.ok(usage && usage.completion_tokens === full.usage.completion_tokens);
 assert.ok(usage.prompt_tokens_details.cached_tokens > 0, 'second request should hit the cache');
 
 // The stream helper too.
-const runner = client.beta.chat.completions.stream({ model, messages, max_tokens: 10, temperature: 0 });
+const runner = client.chat.completions.stream({ model, messages, max_tokens: 10, temperature: 0 });
 const final = await runner.finalChatCompletion();
 assert.equal(final.choices[0].message.content, full.choices[0].message.content);
 

@@ -239,7 +239,7 @@ static void test_usage_errors(void **state)
     assert_int_equal(run_cmd(CAIRN_BIN " generate /nonexistent/model -p hi 2>&1", out, sizeof(out)), 1);
     assert_non_null(strstr(out, "not a model directory"));
     assert_int_equal(run_cmd(CAIRN_BIN " generate --help", out, sizeof(out)), 0);
-    assert_non_null(strstr(out, "usage: cairn generate MODEL_DIR"));
+    assert_non_null(strstr(out, "usage: cairn generate MODEL"));
 }
 
 int main(void)

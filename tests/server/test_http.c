@@ -348,8 +348,8 @@ static void test_request_errors(void **state)
     r = post("/v1/completions", "{\"prompt\":\"x\",\"messages\":[]}");
     expect_error(&r, 400, "messages", "unknown_parameter");
     r = post("/v1/chat/completions",
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}");
-    expect_error(&r, 400, "logprobs", "unsupported_parameter");
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}");
+    expect_error(&r, 400, "response_format", "unsupported_parameter");
     r = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}");
     expect_error(&r, 400, "messages[0]", NULL);
     r = post("/v1/chat/completions", "{\"max_tokens\":3}");
@@ -501,6 +501,26 @@ static void test_api_keys(void **state)
     assert_true(cached[2] > 0);
     assert_true(cached[3] > 0);
 
+    /* The same tenancy on the Anthropic route: x-api-key names the tenant, and alpha's
+     * prompt (the same rendering) is cached there too; an unknown key is a 401 in
+     * Anthropic's shape. */
+    const char *ant = "{\"model\":\"qwen3\",\"system\":\"" SYS_PROMPT " Keys.\",\"messages\":"
+                      "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"temperature\":0}";
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", "x-api-key: key-alpha\r\n", ant,
+                                  strlen(ant), &r), 0);
+    assert_int_equal(r.status, 200);
+    cJSON *aj = http_json(&r);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(aj, "usage"),
+                                                                   "cache_read_input_tokens")),
+                     cached[2]);
+    cJSON_Delete(aj);
+    http_resp_free(&r);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", "x-api-key: key-gamma\r\n", ant,
+                                  strlen(ant), &r), 0);
+    assert_int_equal(r.status, 401);
+    assert_non_null(strstr(r.body, "\"authentication_error\""));
+    http_resp_free(&r);
+
     /* A client salt cannot reach another tenant: beta naming alpha's digest as salt misses. */
     const char *salted = "{\"messages\":[{\"role\":\"system\",\"content\":\"" SYS_PROMPT
                          " Keys.\"},{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
@@ -556,6 +576,117 @@ static void test_queue_full(void **state)
     test_server_stop(&ts);
 }
 
+/* An assistant prefill is continued: Anthropic's final assistant turn and chat's
+ * continue_final_message give exactly what the raw ChatML prompt ending in the prefill
+ * gives through /v1/completions (greedy). */
+static void test_prefill_continues(void **state)
+{
+    http_resp_t r = post("/v1/completions",
+                         "{\"prompt\":\"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nSure\","
+                         "\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    cJSON *j = http_json(&r);
+    char *want = strdup(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0),
+                                            "text")->valuestring);
+    int want_prompt = usage_field(j, "prompt_tokens");
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    r = post("/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+             "\"content\":\"Sure\"}],\"continue_final_message\":true,\"add_generation_prompt\":false,"
+             "\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(chat_text(j, 0), want);
+    assert_int_equal(usage_field(j, "prompt_tokens"), want_prompt);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    r = post("/v1/messages",
+             "{\"model\":\"qwen3\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},"
+             "{\"role\":\"assistant\",\"content\":\"Sure\"}],\"max_tokens\":6,\"temperature\":0,"
+             "\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "content"), 0),
+                                            "text")->valuestring, want);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    free(want);
+}
+
+/* A pool smaller than one context: /v1/models reports what it holds, a request past it
+ * is a 400 naming the pool, and a request without max_tokens stops at that limit instead
+ * of outgrowing the pool. */
+static void test_pool_limits_model_len(void **state)
+{
+    test_server_t ts;
+    assert_int_equal(test_server_start(&ts, "qwen3", NULL, 1), 0);
+    int len = cairn_server_max_model_len(ts.srv);
+    cairn_sched_stats_t st;
+    cairn_sched_stats(cairn_server_sched(ts.srv), &st);
+    assert_int_equal(len, (int)st.pool_blocks_total * 16);
+    assert_true(len < 8192);
+    http_resp_t r;
+    assert_int_equal(http_request(ts.port, "GET", "/v1/models", NULL, NULL, 0, &r), 0);
+    cJSON *j = http_json(&r);
+    cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "max_model_len")), len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"go\",\"max_tokens\":%d}", len);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/completions", NULL, body, strlen(body), &r), 0);
+    assert_non_null(strstr(r.body, "KV pool"));
+    expect_error(&r, 400, "max_tokens", "context_length_exceeded");
+
+    const char *open = "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+                       "\"ignore_eos\":true,\"temperature\":0}";
+    assert_int_equal(http_request(ts.port, "POST", "/v1/chat/completions", NULL, open, strlen(open), &r), 0);
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "length");
+    assert_int_equal(usage_field(j, "prompt_tokens") + usage_field(j, "completion_tokens"), len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+
+    /* Anthropic's max_tokens is a bound its clients send whatever the model (Claude Code:
+     * 32000): past the limit, the output stops there instead of a 400. */
+    snprintf(body, sizeof body, "{\"model\":\"qwen3\",\"max_tokens\":32000,\"ignore_eos\":true,"
+             "\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}");
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", NULL, body, strlen(body), &r), 0);
+    assert_int_equal(r.status, 200);
+    j = http_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(j, "stop_reason")->valuestring, "max_tokens");
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "input_tokens"))
+                         + (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "cache_read_input_tokens"))
+                         + (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "output_tokens")),
+                     len);
+    cJSON_Delete(j);
+    http_resp_free(&r);
+    /* A prompt past the limit is still a 400 naming it. */
+    const char *head = "{\"model\":\"qwen3\",\"max_tokens\":1,\"messages\":"
+                       "[{\"role\":\"user\",\"content\":\"";
+    size_t hl = strlen(head), bl = hl + 3 * (size_t)len + 4;
+    char *big = malloc(bl + 1);
+    assert_non_null(big);
+    memcpy(big, head, hl);
+    for (int i = 0; i < len; i++)
+        memcpy(big + hl + 3 * (size_t)i, " go", 3);
+    memcpy(big + bl - 4, "\"}]}", 5);
+    assert_int_equal(http_request(ts.port, "POST", "/v1/messages", NULL, big, bl, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "invalid_request_error"));
+    assert_non_null(strstr(r.body, "maximum context length"));
+    http_resp_free(&r);
+    free(big);
+    test_server_stop(&ts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -569,6 +700,8 @@ int main(void)
         cmocka_unit_test(test_request_log),
         cmocka_unit_test(test_api_keys),
         cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_pool_limits_model_len),
+        cmocka_unit_test(test_prefill_continues),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

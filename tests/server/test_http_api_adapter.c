@@ -115,6 +115,12 @@ static int echo_delta(api_render_t *r, const api_delta_t *d)
         int rc = api_buf_printf(&r->out, "delta %d %zu\n", d->choice, d->len);
         rc = rc ? rc : api_buf_append(&r->out, d->text, d->len);
         return rc ? rc : api_buf_append(&r->out, "\n", 1);
+    case API_DELTA_REASONING:
+    case API_DELTA_TOOL_CALL_BEGIN:
+    case API_DELTA_TOOL_CALL_ARGS:
+    case API_DELTA_TOOL_CALL_END:
+    case API_DELTA_LOGPROBS:
+        return CAIRN_EINVAL; /* the echo API's requests never give tools nor ask logprobs */
     }
     return CAIRN_EINVAL;
 }
@@ -159,8 +165,8 @@ static int echo_render_count(const gen_request_t *req, int n_tokens, api_buf_t *
     return api_buf_printf(out, "%d\n", n_tokens);
 }
 
-static const api_route_t echo_routes[] = {{"/echo", API_OP_GENERATE},
-                                          {"/echo/count", API_OP_COUNT_TOKENS}};
+static const api_route_t echo_routes[] = {{"/echo", API_OP_GENERATE, NULL},
+                                          {"/echo/count", API_OP_COUNT_TOKENS, NULL}};
 static const api_auth_t echo_auth[] = {{"X-Echo-Key", NULL}};
 
 static const api_adapter_t echo_api = {
@@ -470,12 +476,26 @@ static void test_adapter_list_is_checked(void **state)
     const cairn_api_adapter_t *const one[] = {&broken};
     assert_int_equal(start(&ts, one, 1, NULL), CAIRN_EINVAL);
 
-    static const api_route_t health[] = {{"/health", API_OP_GENERATE}};
+    static const api_route_t health[] = {{"/health", API_OP_GENERATE, NULL}};
     api_adapter_t squatter = echo_api;
     squatter.routes = health;
     squatter.n_routes = 1;
     const cairn_api_adapter_t *const sq[] = {&squatter};
     assert_int_equal(start(&ts, sq, 1, NULL), CAIRN_EINVAL);
+
+    /* A path shared by two routes needs a header to tell them apart, distinct ones. */
+    static const api_route_t when_a[] = {{"/echo", API_OP_GENERATE, "x-a"}};
+    static const api_route_t when_a2[] = {{"/echo", API_OP_GENERATE, "X-A"}};
+    api_adapter_t cond = echo_api, cond2 = echo_api;
+    cond.routes = when_a;
+    cond.n_routes = 1;
+    cond2.routes = when_a2;
+    cond2.n_routes = 1;
+    const cairn_api_adapter_t *const shared_ok[] = {&echo_api, &cond};
+    assert_int_equal(start(&ts, shared_ok, 2, NULL), 0);
+    test_server_stop(&ts);
+    const cairn_api_adapter_t *const shared_bad[] = {&echo_api, &cond, &cond2};
+    assert_int_equal(start(&ts, shared_bad, 3, NULL), CAIRN_EINVAL);
 
     cairn_server_options_t o;
     cairn_server_options_default(&o);

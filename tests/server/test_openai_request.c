@@ -14,6 +14,8 @@
 
 #include "server/api/openai.h"
 
+extern const api_adapter_t api_anthropic_messages;
+
 /* The endpoint a body is parsed for: its adapter. */
 typedef const api_adapter_t *oai_kind_t;
 #define OAI_CHAT (&api_openai_chat)
@@ -137,6 +139,148 @@ static void expect_bad(oai_kind_t k, const char *body, int status, const char *p
     cairn_free(j);
 }
 
+/* Fields an agent client sends: accepted, and mapped where they mean something here. */
+static void test_agent_fields(void **state)
+{
+    gen_request_t r;
+    api_error_t e;
+    assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                                     "{\"role\":\"assistant\",\"content\":null}],"
+                                     "\"prompt_cache_key\":\"conv-1\",\"store\":true,"
+                                     "\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\","
+                                     "\"reasoning_effort\":\"none\",\"parallel_tool_calls\":false,"
+                                     "\"safety_identifier\":\"s\",\"verbosity\":\"low\","
+                                     "\"tool_choice\":\"none\",\"logprobs\":true,\"top_logprobs\":3,"
+                                     "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                                     "\"max_completion_tokens\":5,\"audio\":null,\"functions\":[],"
+                                     "\"function_call\":\"none\",\"prediction\":null,"
+                                     "\"web_search_options\":null}", &r, &e), 0);
+    assert_int_equal(r.enable_thinking, 0);
+    assert_true(r.no_tool_calls);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 3);
+    assert_int_equal(r.sampling.max_tokens, 5);
+    /* A null content becomes "" (templates concatenate it). */
+    cJSON *a = cJSON_GetArrayItem(r.messages, 1);
+    assert_string_equal(cJSON_GetObjectItem(a, "content")->valuestring, "");
+    gen_request_fini(&r);
+    assert_int_equal(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                     "\"reasoning_effort\":\"high\",\"tool_choice\":\"required\"}", &r, &e), 0);
+    assert_int_equal(r.enable_thinking, 1);
+    assert_false(r.no_tool_calls);
+    gen_request_fini(&r);
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", &r, &e), 0);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 2);
+    gen_request_fini(&r);
+}
+
+/* Anthropic Messages and the Responses API convert to the chat-template shape. */
+static void test_anthropic_and_responses(void **state)
+{
+    gen_request_t r;
+    api_error_t e;
+    const char *ant =
+        "{\"model\":\"m\",\"max_tokens\":9,\"system\":[{\"type\":\"text\",\"text\":\"S\","
+        "\"cache_control\":{\"type\":\"ephemeral\"}}],\"thinking\":{\"type\":\"disabled\"},"
+        "\"tools\":[{\"name\":\"f\",\"description\":\"d\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"stop_sequences\":[\"END\"],\"metadata\":{\"user_id\":\"u1\"},\"context_management\":{},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"T\",\"signature\":\"\"},"
+        "{\"type\":\"text\",\"text\":\"A\"},{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\","
+        "\"input\":{\"x\":1}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+        "\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"text\",\"text\":\"R\"}]},"
+        "{\"type\":\"text\",\"text\":\"more\"}]},{\"role\":\"system\",\"content\":\"late\"}]}";
+    assert_int_equal(parse(&api_anthropic_messages, ant, &r, &e), 0);
+    char *m = cJSON_PrintUnformatted(r.messages);
+    assert_string_equal(m, "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hi\"},"
+                           "{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"T\","
+                           "\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                           "\"arguments\":{\"x\":1}}}]},{\"role\":\"tool\",\"content\":\"R\","
+                           "\"tool_call_id\":\"t1\"},{\"role\":\"user\",\"content\":\"more\"},"
+                           "{\"role\":\"system\",\"content\":\"late\"}]");
+    cJSON_free(m);
+    char *t = cJSON_PrintUnformatted(r.tools);
+    assert_string_equal(t, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\","
+                           "\"parameters\":{\"type\":\"object\"}}}]");
+    cJSON_free(t);
+    assert_int_equal(r.enable_thinking, 0);
+    assert_int_equal(r.sampling.max_tokens, 9);
+    assert_string_equal(r.sampling.stop[0], "END");
+    assert_string_equal(r.user, "u1");
+    gen_request_fini(&r);
+    /* count_tokens needs no max_tokens; generation does. */
+    const char *noMax = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    api_input_t in = {.op = API_OP_COUNT_TOKENS, .body = noMax, .len = strlen(noMax)};
+    assert_int_equal(api_anthropic_messages.parse(&in, &r, &e), 0);
+    gen_request_fini(&r);
+    /* Claude Code's per-request billing header is not part of the prompt (block or first
+     * line); a system of only the header is no system message. */
+    const char *billing[][2] = {
+        {"[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cc_version=2.1.197.abc; "
+         "cch=1f2e3;\"},{\"type\":\"text\",\"text\":\"You are Claude Code.\"},"
+         "{\"type\":\"text\",\"text\":\"Rules.\"}]",
+         "[{\"role\":\"system\",\"content\":\"You are Claude Code.\\nRules.\"},"
+         "{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"\"x-anthropic-billing-header: cch=00000;\\nYou are Claude Code.\"",
+         "[{\"role\":\"system\",\"content\":\"You are Claude Code.\"},{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cch=00000;\"}]",
+         "[{\"role\":\"user\",\"content\":\"x\"}]"},
+        {"\"\"", "[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"x\"}]"},
+    };
+    for (size_t i = 0; i < sizeof billing / sizeof *billing; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":1,\"system\":%s,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", billing[i][0]);
+        assert_int_equal(parse(&api_anthropic_messages, body, &r, &e), 0);
+        m = cJSON_PrintUnformatted(r.messages);
+        assert_string_equal(m, billing[i][1]);
+        cJSON_free(m);
+        gen_request_fini(&r);
+    }
+    assert_int_not_equal(parse(&api_anthropic_messages, noMax, &r, &e), 0);
+    assert_string_equal(e.param, "max_tokens");
+    assert_int_not_equal(parse(&api_anthropic_messages,
+                               "{\"model\":\"m\",\"max_tokens\":1,\"bogus\":1,\"messages\":[]}", &r, &e), 0);
+    assert_string_equal(e.param, "bogus");
+    assert_int_not_equal(parse(&api_anthropic_messages,
+                               "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+                               "\"content\":[{\"type\":\"image\"}]}]}", &r, &e), 0);
+    assert_int_equal(e.http_status, 400);
+    api_buf_t b = {0};
+    assert_int_equal(api_anthropic_messages.render_error(&e, &b), 0);
+    assert_non_null(strstr(b.p, "\"type\":\"error\""));
+    assert_non_null(strstr(b.p, "invalid_request_error"));
+    api_buf_free(&b);
+
+    const char *resp =
+        "{\"model\":\"m\",\"instructions\":\"I\",\"max_output_tokens\":7,\"store\":false,"
+        "\"reasoning\":{\"effort\":\"minimal\"},\"tools\":[{\"type\":\"function\",\"name\":\"f\","
+        "\"parameters\":{\"type\":\"object\"}}],\"input\":[{\"role\":\"user\",\"content\":"
+        "[{\"type\":\"input_text\",\"text\":\"q\"}]},{\"type\":\"reasoning\",\"summary\":[],"
+        "\"content\":[{\"type\":\"reasoning_text\",\"text\":\"T\"}]},{\"type\":\"function_call\","
+        "\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"R\"}]}";
+    assert_int_equal(parse(&api_openai_responses, resp, &r, &e), 0);
+    m = cJSON_PrintUnformatted(r.messages);
+    assert_string_equal(m, "[{\"role\":\"system\",\"content\":\"I\"},{\"role\":\"user\",\"content\":\"q\"},"
+                           "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"T\","
+                           "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                           "\"arguments\":\"{\\\"x\\\": 1}\"}}]},{\"role\":\"tool\",\"content\":\"R\","
+                           "\"tool_call_id\":\"c1\"}]");
+    cJSON_free(m);
+    assert_int_equal(r.enable_thinking, 0);
+    assert_int_equal(r.sampling.max_tokens, 7);
+    gen_request_fini(&r);
+    assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"previous_response_id\":\"r\"}", &r, &e), 0);
+    assert_string_equal(e.param, "previous_response_id");
+    assert_int_not_equal(parse(&api_openai_responses, "{\"input\":\"x\",\"text\":{\"format\":"
+                                                       "{\"type\":\"json_schema\"}}}", &r, &e), 0);
+    assert_string_equal(e.param, "text.format");
+    assert_int_not_equal(parse(&api_openai_responses, "{\"instructions\":\"x\"}", &r, &e), 0);
+    assert_string_equal(e.param, "input");
+}
+
 static void test_rejections(void **state)
 {
     const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
@@ -158,8 +302,17 @@ static void test_rejections(void **state)
     expect_bad(OAI_CHAT, BODY("\"cache_salt\":5"), 400, "cache_salt");
     expect_bad(OAI_CHAT, BODY("\"unknown\":5"), 400, "unknown");
     expect_bad(OAI_CHAT, BODY("\"echo\":false"), 400, "echo"); /* completions only */
-    expect_bad(OAI_CHAT, BODY("\"logprobs\":true"), 400, "logprobs");
-    expect_bad(OAI_CHAT, BODY("\"top_logprobs\":3"), 400, "top_logprobs");
+    expect_bad(OAI_CHAT, BODY("\"logprobs\":1"), 400, "logprobs");
+    expect_bad(OAI_CHAT, BODY("\"top_logprobs\":3"), 400, "top_logprobs"); /* needs logprobs */
+    expect_bad(OAI_CHAT, BODY("\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs");
+    expect_bad(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs");
+    expect_bad(OAI_CHAT, BODY("\"reasoning_effort\":\"huge\""), 400, "reasoning_effort");
+    expect_bad(OAI_CHAT, BODY("\"tool_choice\":5"), 400, "tool_choice");
+    expect_bad(OAI_CHAT, BODY("\"prompt_cache_key\":5"), 400, "prompt_cache_key");
+    expect_bad(OAI_CHAT, BODY("\"modalities\":[\"audio\"]"), 400, "modalities");
+    expect_bad(OAI_CHAT, BODY("\"audio\":{\"voice\":\"x\"}"), 400, "audio");
+    expect_bad(OAI_CHAT, BODY("\"functions\":[{\"name\":\"f\"}]"), 400, "functions");
+    expect_bad(OAI_CHAT, BODY("\"prediction\":{\"type\":\"content\"}"), 400, "prediction");
     expect_bad(OAI_CHAT, BODY("\"response_format\":{\"type\":\"json_object\"}"), 400, "response_format");
     expect_bad(OAI_CHAT, BODY("\"stream_options\":{\"include_usage\":true}"), 400, "stream_options");
     expect_bad(OAI_CHAT, BODY("\"stream\":true,\"stream_options\":{\"x\":1}"), 400, "stream_options");
@@ -227,11 +380,12 @@ static void test_render(void **state)
     gen_request_t req;
     gen_request_init(&req);
     req.n = 2;
-    api_render_t m = {&req, "chatcmpl-1", 1700000000, "qwen3", {0}, NULL};
+    api_render_t m = {.req = &req, .id = "chatcmpl-1", .created = 1700000000, .model = "qwen3"};
     char *texts[2] = {"he\"llo\n", "x"};
     size_t lens[2] = {7, 1};
     cairn_finish_reason_t f[2] = {CAIRN_FINISH_STOP, CAIRN_FINISH_LENGTH};
-    api_usage_t u = {10, 3, 8, 32};
+    api_usage_t u = {.prompt_tokens = 10, .completion_tokens = 3, .cached_tokens = 40,
+                     .hot_tokens = 8, .restored_tokens = 32};
     char *full = render_full(OAI_CHAT, &req, &m, 2, texts, lens, f, &u);
     cJSON *j = cJSON_Parse(full);
     assert_non_null(j);
@@ -243,7 +397,9 @@ static void test_render(void **state)
     cJSON *usage = cJSON_GetObjectItem(j, "usage");
     assert_int_equal(cJSON_GetObjectItem(usage, "total_tokens")->valueint, 13);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
-                                         "cached_tokens")->valueint, 8);
+                                         "cached_tokens")->valueint, 40);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
+                                         "hot_cached_tokens")->valueint, 8);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"),
                                          "cold_restored_tokens")->valueint, 32);
     cJSON_Delete(j);
@@ -305,6 +461,20 @@ static void test_alloc_failure_sweep(void **state)
                    "\"user\":\"u\",\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
         {OAI_COMPLETION, "{\"prompt\":\"hello there\",\"stop\":\"x\",\"max_tokens\":3}"},
         {OAI_COMPLETION, "{\"prompt\":[[1,2,3]],\"echo\":false,\"seed\":4}"},
+        {&api_anthropic_messages,
+         "{\"model\":\"m\",\"max_tokens\":9,\"system\":[{\"type\":\"text\",\"text\":\"S\"}],"
+         "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],\"stop_sequences\":[\"E\"],"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":"
+         "[{\"type\":\"thinking\",\"thinking\":\"T\"},{\"type\":\"text\",\"text\":\"A\"},"
+         "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{\"x\":1}}]},"
+         "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\","
+         "\"content\":\"R\"},{\"type\":\"text\",\"text\":\"more\"}]}]}"},
+        {&api_openai_responses,
+         "{\"model\":\"m\",\"instructions\":\"I\",\"tools\":[{\"type\":\"function\",\"name\":\"f\","
+         "\"parameters\":{}}],\"tool_choice\":\"auto\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+         "{\"type\":\"reasoning\",\"content\":[{\"type\":\"reasoning_text\",\"text\":\"T\"}]},"
+         "{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":\"{}\"},"
+         "{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"R\"}]}"},
     };
     cairn_init();
     for (size_t c = 0; c < CAIRN_ARRAY_LEN(cases); c++) {
@@ -339,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_prompt_forms),  cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_utf8),          cmocka_unit_test(test_render),
         cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_alloc_failure_sweep),
+        cmocka_unit_test(test_agent_fields),  cmocka_unit_test(test_anthropic_and_responses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+#include <math.h>
+
 #include "cairn/scheduler.h"
 
 #define MODEL "qwen3"
@@ -44,6 +47,9 @@ typedef struct {
     cairn_sched_t *sched;
     uint64_t id;
     int cancel_at;
+    cairn_token_logprob_t lp[8];   /* the first tokens' logprobs, when asked for */
+    int n_lp;
+    int delta_prompt_tokens;       /* usage.prompt_tokens seen on a DELTA event, else -1 */
 } collector_t;
 
 static void col_init(collector_t *c)
@@ -70,6 +76,10 @@ static void on_event(void *user, const cairn_req_event_t *ev)
             c->ids[i][c->n_ids[i]++] = ev->tokens[k];
         memcpy(c->text[i] + c->text_len[i], ev->text, ev->text_len);
         c->text_len[i] += ev->text_len;
+        for (int k = 0; ev->logprobs && k < ev->n_tokens && c->n_lp < 8; k++)
+            c->lp[c->n_lp++] = ev->logprobs[k];
+        if (ev->usage && ev->n_tokens > 0)
+            c->delta_prompt_tokens = ev->usage->prompt_tokens;
     } else if (ev->kind == CAIRN_REQ_EVENT_DONE) {
         c->finish[i] = ev->finish;
         c->n_done_events++;
@@ -645,6 +655,109 @@ static void test_stop_string_and_text(void **state)
     col_fini(&a);
 }
 
+/* Logprobs against an independent reference: HF's float32 logits at the last prompt
+ * position of chat_short (reference.json), log-softmaxed here. f32 K/V keeps the engine
+ * within float rounding of them. Also: DELTA events carry the prompt's usage. */
+static void test_logprobs_match_reference(void **state)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/reference.json", g_dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *txt = malloc((size_t)n + 1);
+    assert_int_equal(fread(txt, 1, (size_t)n, f), (size_t)n);
+    txt[n] = '\0';
+    fclose(f);
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0);
+    cJSON *ids = cJSON_GetObjectItem(c0, "prompt_ids");
+    req_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.n_prompt = cJSON_GetArraySize(ids);
+    for (int i = 0; i < spec.n_prompt; i++)
+        spec.prompt[i] = cJSON_GetArrayItem(ids, i)->valueint;
+    spec.max_tokens = 1;
+    spec.n = 1;
+    snprintf(path, sizeof path, "%s/%s", g_dir,
+             cJSON_GetObjectItem(c0, "last_logits_file")->valuestring);
+    float *logits = malloc(4096 * sizeof(float));
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(logits, sizeof(float), 4096, f), 4096);
+    fclose(f);
+    cJSON_Delete(ref);
+    double mx = -1e30, sum = 0;
+    int best = 0;
+    for (int i = 0; i < 4096; i++)
+        if (logits[i] > mx) {
+            mx = logits[i];
+            best = i;
+        }
+    for (int i = 0; i < 4096; i++)
+        sum += exp(logits[i] - mx);
+    double lse = mx + log(sum);
+
+    cairn_engine_t *e = make_engine_kv(64, CAIRN_DTYPE_F32);
+    cairn_sched_t *s = make_sched(e, NULL);
+    collector_t c;
+    col_init(&c);
+    c.delta_prompt_tokens = -1;
+    cairn_req_params_t p = {0};
+    p.prompt = spec.prompt;
+    p.n_prompt = spec.n_prompt;
+    cairn_sampling_params_init(&p.sampling);
+    p.sampling.temperature = 0;
+    p.sampling.max_tokens = 1;
+    p.sampling.ignore_eos = true;
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    p.on_event = on_event;
+    p.user = &c;
+    uint64_t id;
+    char err[256] = "";
+    assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), 0);
+    col_wait(&c);
+    assert_int_equal(c.status, 0);
+    assert_int_equal(c.n_lp, 1);
+    assert_int_equal(c.lp[0].token, best);
+    assert_int_equal(c.ids[0][0], best);
+    assert_true(fabs(c.lp[0].logprob - (logits[best] - lse)) < 1e-3);
+    assert_int_equal(c.lp[0].n_top, 5);
+    assert_int_equal(c.lp[0].top_ids[0], best);
+    for (int k = 0; k < 5; k++) {
+        int t = c.lp[0].top_ids[k];
+        assert_true(fabs(c.lp[0].top_logprobs[k] - (logits[t] - lse)) < 1e-3);
+        if (k > 0) /* sorted, and nothing outside the top k beats them (up to rounding) */
+            assert_true(c.lp[0].top_logprobs[k] <= c.lp[0].top_logprobs[k - 1]);
+    }
+    int beat = 0;
+    for (int i = 0; i < 4096; i++)
+        beat += logits[i] > logits[c.lp[0].top_ids[4]] + 1e-3;
+    assert_true(beat <= 4);
+    assert_int_equal(c.delta_prompt_tokens, spec.n_prompt);
+    /* Without logprobs asked, DELTA events carry none. */
+    collector_t d;
+    col_init(&d);
+    p.logprobs = false;
+    p.user = &d;
+    assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), 0);
+    col_wait(&d);
+    assert_int_equal(d.n_lp, 0);
+    /* Out of range. */
+    p.logprobs = true;
+    p.top_logprobs = 21;
+    assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), CAIRN_EINVAL);
+    col_fini(&c);
+    col_fini(&d);
+    cairn_sched_destroy(s, 1000);
+    cairn_engine_destroy(e);
+    free(logits);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -655,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_queue_full_and_shutdown),
         cmocka_unit_test(test_n_choices_fork),
         cmocka_unit_test(test_stop_string_and_text),
+        cmocka_unit_test(test_logprobs_match_reference),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

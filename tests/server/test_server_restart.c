@@ -159,7 +159,9 @@ static cJSON *message(const char *role, const char *content)
 typedef struct {
     char *content;          /* the assistant's reply */
     char *finish;
-    int prompt_tokens, completion_tokens, cached_tokens, restored_tokens;
+    int prompt_tokens, completion_tokens;
+    int cached_tokens;      /* every prompt token not computed (what clients read) */
+    int hot_tokens, restored_tokens; /* its split: hot pool, cold tier */
 } reply_t;
 
 static void reply_free(reply_t *r)
@@ -197,6 +199,7 @@ static void chat(int port, const cJSON *messages, reply_t *out)
     out->prompt_tokens = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
     out->completion_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
     out->cached_tokens = cJSON_GetObjectItem(d, "cached_tokens")->valueint;
+    out->hot_tokens = cJSON_GetObjectItem(d, "hot_cached_tokens")->valueint;
     cJSON *cold = cJSON_GetObjectItem(d, "cold_restored_tokens");
     assert_non_null(cold);
     out->restored_tokens = cold->valueint;
@@ -246,10 +249,12 @@ static void turn2_case(const char *model)
     chat(g_children[1].port, msgs, &t2);
     fprintf(stderr, "%s turn 1: %d prompt tokens; turn 2 after restart: %d prompt tokens, %d hot, "
                     "%d restored from the cold tier\n",
-            model, t1.prompt_tokens, t2.prompt_tokens, t2.cached_tokens, t2.restored_tokens);
+            model, t1.prompt_tokens, t2.prompt_tokens, t2.hot_tokens, t2.restored_tokens);
     assert_true(t2.prompt_tokens > t1.prompt_tokens);
-    assert_int_equal(t2.cached_tokens, 0); /* a fresh pool: nothing hot */
+    assert_int_equal(t2.hot_tokens, 0); /* a fresh pool: nothing hot */
     assert_true(t2.restored_tokens > 0);
+    /* Clients read cached_tokens: every prompt token not computed, whichever tier. */
+    assert_int_equal(t2.cached_tokens, t2.restored_tokens);
     /* The shared prefix is turn 1's prompt; only whole blocks of it are restored. */
     assert_true(t2.restored_tokens >= t1.prompt_tokens - 2 * 16);
     assert_true(t2.restored_tokens < t2.prompt_tokens);

@@ -1,7 +1,7 @@
 /*
  * store_contract.h — the behaviour every store of include/cairn/tier_store.h must show,
  * as one cmocka-asserting routine run against each store (test_tier_store.c runs it on the
- * filesystem and the in-memory store; a new store adds one factory there).
+ * filesystem, the in-memory and the Redis store; a new store adds one factory there).
  */
 #ifndef TIER_STORE_CONTRACT_H
 #define TIER_STORE_CONTRACT_H

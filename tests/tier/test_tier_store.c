@@ -1,7 +1,8 @@
 /*
  * test_tier_store.c — the store interface's contract (store_contract.c) run against every
- * store: the filesystem store (src/tier/fs) and the in-memory store (src/tier/mem). A new
- * store adds a factory and one line here.
+ * store: the filesystem store (src/tier/fs), the in-memory store (src/tier/mem) and the
+ * Redis store (src/tier/redis, against a private loopback redis-server started here). A
+ * new store adds a factory and one line here.
  */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "tier/mem/mem_store.h"
+#include "tier/redis/redis_server.h"
 #include "tier/store_contract.h"
 #include "tier/tier_test_util.h"
 
@@ -105,6 +107,68 @@ static void test_mem_contract(void **state)
     store_contract_run(&f);
 }
 
+/* ---- Redis store ---- */
+
+typedef struct {
+    test_redis_t srv;
+} redis_ctx_t;
+
+static cairn_tier_store_t *redis_create(void *ctx)
+{
+    redis_ctx_t *c = ctx;
+    redisContext *cl = test_redis_client(&c->srv);
+    assert_non_null(cl);
+    redisReply *r = redisCommand(cl, "FLUSHALL");
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(cl);
+    cairn_tier_store_t *s = test_redis_store(c->srv.url, 0, NULL);
+    assert_non_null(s);
+    return s;
+}
+
+/* Flips a payload bit of the key's value on the server (the TTL is kept). */
+static void redis_damage(void *ctx, cairn_tier_store_t *s, const cairn_tier_key_t *key)
+{
+    redis_ctx_t *c = ctx;
+    (void)s;
+    char fp[65], dom[65], h[65], name[256];
+    cairn_tier_hash_t f = t_fingerprint(0);
+    cairn_tier_hash_hex(&f, fp);
+    cairn_tier_hash_hex(&key->domain, dom);
+    cairn_tier_hash_hex(&key->hash, h);
+    snprintf(name, sizeof name, "cairn:%s:%s:%s:%u%s", fp, dom, h, key->group,
+             key->kind == CAIRN_TIER_STATE ? ":state" : "");
+    redisContext *cl = test_redis_client(&c->srv);
+    assert_non_null(cl);
+    redisReply *r = redisCommand(cl, "GET %s", name);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    r->str[r->len - 7] ^= 0x08;
+    redisReply *w = redisCommand(cl, "SET %s %b KEEPTTL", name, r->str, r->len);
+    assert_non_null(w);
+    assert_int_equal(w->type, REDIS_REPLY_STATUS);
+    freeReplyObject(w);
+    freeReplyObject(r);
+    redisFree(cl);
+}
+
+static void redis_destroy(void *ctx, cairn_tier_store_t *s)
+{
+    (void)ctx;
+    cairn_tier_store_destroy(s);
+}
+
+static void test_redis_contract(void **state)
+{
+    (void)state;
+    redis_ctx_t ctx;
+    assert_int_equal(test_redis_start(&ctx.srv, NULL), 0);
+    store_factory_t f = {"redis", redis_create, redis_damage, redis_destroy, true, &ctx};
+    store_contract_run(&f);
+    test_redis_stop(&ctx.srv);
+}
+
 /* ---- the dispatchers ---- */
 
 static void *never(void *user, size_t size)
@@ -151,6 +215,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fs_contract),
         cmocka_unit_test(test_mem_contract),
+        cmocka_unit_test(test_redis_contract),
         cmocka_unit_test(test_null_and_optional),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

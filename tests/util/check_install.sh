@@ -5,9 +5,11 @@
 #   2. the headers, both libraries, the `cairn` command and cairn.pc are installed;
 #   3. a program built with `pkg-config --cflags --libs cairn` against the installed files
 #      links to the shared library and runs.
-# Usage: check_install.sh BUILD_DIR SOURCE_DIR
+# Usage: check_install.sh BUILD_DIR SOURCE_DIR [CC [CFLAGS]]
+# CC and CFLAGS build the user program (default: cc, none); a sanitized library needs the
+# same sanitizer in the program (ThreadSanitizer's runtime is linked into executables only).
 set -euo pipefail
-build=$1 src=$2
+build=$1 src=$2 user_cc=${3:-cc} user_cflags=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "check_install: $*" >&2; exit 1; }
@@ -53,10 +55,12 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-san=""
-# A sanitized build installs a sanitized library: the program must carry the same runtime.
-if ldd "$lib" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
-cc -std=c11 $san -o "$tmp/user" "$tmp/user.c" $(pkg-config --cflags --libs cairn) || fail "cannot build against the installed library"
+san="$user_cflags"
+# A sanitized build installs a sanitized library: the program must carry the same runtime
+# (ASan's is a shared library libcairn.so names; ThreadSanitizer's is linked into
+# executables only, so the TSan build passes its flags as CFLAGS).
+if ldd "$lib" | grep -q libasan; then san="$san -fsanitize=address,undefined"; fi
+"$user_cc" -std=c11 $san -o "$tmp/user" "$tmp/user.c" $(pkg-config --cflags --libs cairn) || fail "cannot build against the installed library"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user") || fail "the user program failed: $out"
 LD_LIBRARY_PATH="$libdir" ldd "$tmp/user" | grep -q "$libdir/libcairn.so.0" || fail "the user program is not linked to the installed libcairn.so"
 echo "$out"

@@ -47,8 +47,11 @@ static void cpu_destroy(compute_backend_t *be)
 
 static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math)
 {
-    (void)be; /* every CPU implementation follows the canonical order (kernels_impl.h) */
-    return math == CAIRN_MATH_BF16 ? "bf16" : "f32";
+    /* Every CPU implementation follows the canonical order (kernels_impl.h). The ".2" is the
+     * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
+     * an earlier build wrote to disk, under the bare math name, is never restored into it. */
+    (void)be;
+    return math == CAIRN_MATH_BF16 ? "bf16.2" : "f32.2";
 }
 
 static bool plain_type(cairn_dtype_t t)
@@ -62,10 +65,10 @@ static bool cpu_supports(const compute_backend_t *be, compute_op_t op, cairn_dty
     const kern_impl_t *k = cpu_c(be)->k;
     const compute_type_traits_t *tt = compute_type_traits(t);
     switch (op) {
-    case COMPUTE_OP_MATMUL: return tt && k->types[t].matmul_range;
+    case COMPUTE_OP_MATMUL: return tt && (k->types[t].matmul_range || k->types[t].qmatmul_range);
     case COMPUTE_OP_GET_ROWS: return tt != NULL;                    /* the traits' to_f32 */
     case COMPUTE_OP_NORM: return plain_type(t);                     /* kern__rmsnorm reads elements */
-    case COMPUTE_OP_KV: return tt && tt->from_f32 && k->types[t].rows_to_f32;
+    case COMPUTE_OP_KV: return tt && k->types[t].from_f32 && k->types[t].rows_to_f32;
     case COMPUTE_OP_SHORT_CONV: return plain_type(t);                /* short_conv.c widens taps */
     case COMPUTE_OP_DELTA_RULE: return t == CAIRN_DTYPE_F32;        /* dr__rule: f32 operands */
     case COMPUTE_OP_COUNT: break;
@@ -216,8 +219,11 @@ static void cpu_scale(compute_backend_t *be, float *x, float s, size_t n)
 
 static void cpu_kv_store(compute_backend_t *be, void *dst, cairn_dtype_t type, const float *src, int n)
 {
-    (void)be;
-    kern_row_from_f32(dst, type, src, n);
+    /* The implementation's rounding is the traits row's reference rounding, bit for bit. */
+    const kern_impl_t *k = cpu(be)->k;
+    CAIRN_ASSERT((unsigned)type < COMPUTE_DTYPE_COUNT && k->types[type].from_f32);
+    if (n > 0)
+        k->types[type].from_f32(dst, src, n);
 }
 
 static void cpu_short_conv(compute_backend_t *be, float *out, const float *x, int n, compute_mat_t w,

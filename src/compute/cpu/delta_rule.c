@@ -44,10 +44,11 @@ void dr_ref_delta_step(float *S, const float *q, const float *k, const float *v,
 
 /* ---- the backend op ---- */
 
-/* x = x * (1 / sqrt(sum x^2 + eps)) (HF / FLA l2norm), the sum in the canonical order. */
+/* x = x * (1 / sqrt(sum x^2 + eps)) (HF / FLA l2norm), the sum in the canonical F32 dot
+ * order (not RMSNorm's double sum: kernels_impl.h). */
 static void l2norm(const kern_impl_t *k, float *x, int n, float eps)
 {
-    float inv = 1.0f / sqrtf(k->sumsq(x, n) + eps); /* torch.rsqrt on CPU is 1 / sqrt */
+    float inv = 1.0f / sqrtf(k->types[CAIRN_DTYPE_F32].dot(x, x, n) + eps); /* torch.rsqrt on CPU is 1 / sqrt */
     for (int i = 0; i < n; i++)
         x[i] = x[i] * inv;
 }

@@ -75,6 +75,13 @@ static inline float load_elem(const void *row, cairn_dtype_t t, size_t i)
     case CAIRN_DTYPE_F32: return ((const float *)row)[i];
     case CAIRN_DTYPE_F16: return compute_f16_to_f32(((const uint16_t *)row)[i]);
     case CAIRN_DTYPE_BF16: return compute_bf16_to_f32(((const uint16_t *)row)[i]);
+    case CAIRN_DTYPE_Q8_0:
+    case CAIRN_DTYPE_Q4_0:
+    case CAIRN_DTYPE_Q4_K:
+    case CAIRN_DTYPE_Q5_K:
+    case CAIRN_DTYPE_Q6_K:
+    case CAIRN_DTYPE_Q8_K:
+    case CAIRN_DTYPE_FP8_E4M3: break; /* blocks: no element has a place of its own */
     }
     CAIRN_ASSERT(!"load_elem: not a plain float type");
     return 0.0f;
@@ -189,9 +196,41 @@ static inline void scalar_rows_to_f32_t(float *dst, const void *src, size_t stri
 SCALAR_TYPE_OPS(f32, CAIRN_DTYPE_F32)
 SCALAR_TYPE_OPS(f16, CAIRN_DTYPE_F16)
 SCALAR_TYPE_OPS(bf16, CAIRN_DTYPE_BF16)
-#define SCALAR_ROW(SUF) {scalar_matmul_##SUF, scalar_dot_##SUF, scalar_axpy_##SUF, scalar_rows_##SUF}
+static void scalar_from_f32_f32(void *dst, const float *src, int n) { memcpy(dst, src, (size_t)n * 4); }
+static void scalar_from_f32_f16(void *dst, const float *src, int n)
+{
+    uint16_t *d = dst;
+    for (int i = 0; i < n; i++)
+        d[i] = compute_f32_to_f16(src[i]);
+}
+static void scalar_from_f32_bf16(void *dst, const float *src, int n)
+{
+    uint16_t *d = dst;
+    for (int i = 0; i < n; i++)
+        d[i] = compute_f32_to_bf16(src[i]);
+}
+#define SCALAR_ROW(SUF)                                                                                \
+    {scalar_matmul_##SUF, scalar_dot_##SUF, scalar_axpy_##SUF, scalar_rows_##SUF, scalar_from_f32_##SUF, \
+     CAIRN_DTYPE_F32, NULL}
 
-static float scalar_sumsq(const float *x, int n) { return canon_dot_f32(x, x, CAIRN_DTYPE_F32, n); }
+/* The canonical RMSNorm sum (kernels_impl.h): squares rounded to float, summed in double in
+ * 8 lanes over blocks of 8 (zero-padded), then (j, j+4), (j, j+2), (0, 1). */
+static double scalar_sumsq(const float *x, int n)
+{
+    double a[8] = {0};
+    for (int k = 0; k < n; k += 8)
+        for (int j = 0; j < 8; j++)
+            if (k + j < n) {
+                float sq = x[k + j] * x[k + j];
+                a[j] += (double)sq;
+            }
+    double b[4], c[2];
+    for (int j = 0; j < 4; j++)
+        b[j] = a[j] + a[j + 4];
+    for (int j = 0; j < 2; j++)
+        c[j] = b[j] + b[j + 2];
+    return c[0] + c[1];
+}
 
 float kern__exp(float x)
 {
@@ -250,7 +289,7 @@ static void scalar_sigmoid_mul(float *out, const float *gate, const float *up, s
 const kern_impl_t kern__scalar = {
     .name = "scalar",
     .types = {[CAIRN_DTYPE_F32] = SCALAR_ROW(f32), [CAIRN_DTYPE_F16] = SCALAR_ROW(f16),
-              [CAIRN_DTYPE_BF16] = SCALAR_ROW(bf16)},
+              [CAIRN_DTYPE_BF16] = SCALAR_ROW(bf16)}, /* quantized types: quant_kernels.c's rows, added at resolution */
     .sumsq = scalar_sumsq,
     .glu = {[COMPUTE_GLU_SILU] = scalar_silu_mul, [COMPUTE_GLU_GELU_TANH] = scalar_gelu_tanh_mul,
             [COMPUTE_GLU_SIGMOID] = scalar_sigmoid_mul},
@@ -263,7 +302,7 @@ const kern_impl_t kern__scalar = {
 
 /* Every implementation name any build of Cairn has (the CAIRN_KERNELS values): a name on
  * this list that this build lacks is "unsupported", any other name "invalid". */
-static const char *const all_names[] = {"scalar", "avx2", "avx512", "avx512-emubf16"};
+static const char *const all_names[] = {"scalar", "avx2", "avx512", "avx512-emubf16", "amx"};
 
 enum { MAX_IMPLS = 8 };
 static kern_impl_t resolved[MAX_IMPLS]; /* the registry, complete, best first */
@@ -271,12 +310,32 @@ static const kern_impl_t *sources[MAX_IMPLS];
 static int n_resolved;
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 
+/* The scalar implementation's row of type t: kern__scalar's own rows for the plain float
+ * types, quant_kernels.c's for the quantized ones. */
+static const kern_type_ops_t *scalar_row(int t)
+{
+    switch ((cairn_dtype_t)t) {
+    case CAIRN_DTYPE_Q8_0: return &kern__scalar_q8_0;
+    case CAIRN_DTYPE_Q4_0: return &kern__scalar_q4_0;
+    case CAIRN_DTYPE_Q4_K: return &kern__scalar_q4_k;
+    case CAIRN_DTYPE_Q5_K: return &kern__scalar_q5_k;
+    case CAIRN_DTYPE_Q6_K: return &kern__scalar_q6_k;
+    case CAIRN_DTYPE_Q8_K: return &kern__scalar_q8_k;
+    case CAIRN_DTYPE_FP8_E4M3: return &kern__scalar_fp8;
+    case CAIRN_DTYPE_F32:
+    case CAIRN_DTYPE_F16:
+    case CAIRN_DTYPE_BF16: return &kern__scalar.types[t];
+    }
+    CAIRN_ASSERT(!"scalar_row: a type without a row (COMPUTE_DTYPE_COUNT and the table disagree)");
+    return NULL;
+}
+
 static void resolve_one(kern_impl_t *dst, const kern_impl_t *src)
 {
     *dst = *src;
     for (int t = 0; t < COMPUTE_DTYPE_COUNT; t++) {
         kern_type_ops_t *o = &dst->types[t];
-        const kern_type_ops_t *s = &kern__scalar.types[t];
+        const kern_type_ops_t *s = scalar_row(t);
         if (!o->matmul_range)
             o->matmul_range = s->matmul_range;
         if (!o->dot)
@@ -285,6 +344,11 @@ static void resolve_one(kern_impl_t *dst, const kern_impl_t *src)
             o->axpy = s->axpy;
         if (!o->rows_to_f32)
             o->rows_to_f32 = s->rows_to_f32;
+        if (!o->from_f32)
+            o->from_f32 = s->from_f32;
+        if (!o->qmatmul_range)
+            o->qmatmul_range = s->qmatmul_range;
+        o->act = s->act; /* canonical: the same activation type in every implementation */
     }
     if (!dst->sumsq)
         dst->sumsq = kern__scalar.sumsq;
@@ -451,19 +515,230 @@ static void matmul_run(cairn_thread_pool_t *tp, struct matmul_job *j)
         cairn_thread_pool_run(tp, matmul_task, j, (int)n_tasks);
 }
 
+/* ---- quantized matmul: activation rounding, then the products ---------------------- */
+
+enum {
+    QMM_MAX_ACTS = 2,        /* distinct activation types in one call (q8_0, q8_k) */
+    QMM_STACK = 16 * 1024,   /* activation bytes kept on the stack (decode) */
+    QMM_FALLBACK = 32 * 1024 /* stack piece when the heap buffer cannot be had */
+};
+
+struct qmatmul_job {
+    const kern_impl_t *k;
+    int rows, n, units;      /* rows and input elements of this piece */
+    bool acc;                /* continue from y (a later piece of the input) */
+    int n_out;
+    kern_mm_t outs[MATMUL_MAX_N];
+    size_t w_off[MATMUL_MAX_N]; /* bytes from a weight row's start to this piece */
+    size_t ldw[MATMUL_MAX_N];   /* bytes per weight row */
+    const void *xq[MATMUL_MAX_N];
+    size_t ldq[MATMUL_MAX_N];
+    const int32_t *xsum[MATMUL_MAX_N];
+    int first_unit[MATMUL_MAX_N + 1];
+    size_t y_off;            /* rows skipped: y of product i starts at outs[i].y + y_off * out */
+};
+
+static void qmatmul_task(void *p, int task, int n_tasks)
+{
+    struct qmatmul_job *j = p;
+    int u0 = (int)((long)j->units * task / n_tasks), u1 = (int)((long)j->units * (task + 1) / n_tasks);
+    for (int i = 0; i < j->n_out && u0 < u1; i++) {
+        int f0 = j->first_unit[i], f1 = j->first_unit[i + 1];
+        if (u0 >= f1)
+            continue;
+        int e = u1 < f1 ? u1 : f1;
+        const kern_mm_t *m = &j->outs[i];
+        int o0 = (u0 - f0) * MATMUL_UNIT, o1 = (e - f0) * MATMUL_UNIT < m->out ? (e - f0) * MATMUL_UNIT : m->out;
+        if (o0 < o1)
+            j->k->types[m->wt].qmatmul_range(m->y + j->y_off * (size_t)m->out, m->out, j->xq[i], j->ldq[i],
+                                             j->xsum[i], j->rows, j->n, (const unsigned char *)m->w + j->w_off[i],
+                                             j->ldw[i], o0, o1, j->acc);
+        u0 = e;
+    }
+}
+
+struct act_job {
+    const kern_impl_t *k;
+    const float *x;
+    int rows, in, k0, n; /* round x[r][k0 .. k0 + n) for r < rows */
+    int n_act;
+    cairn_dtype_t act[QMM_MAX_ACTS];
+    unsigned char *dst[QMM_MAX_ACTS];
+    size_t ld[QMM_MAX_ACTS];
+    int32_t *sums[QMM_MAX_ACTS]; /* q8_0: [rows][n / 32] block sums; NULL otherwise */
+};
+
+static void act_task(void *p, int task, int n_tasks)
+{
+    const struct act_job *j = p;
+    int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
+    for (int a = 0; a < j->n_act; a++)
+        for (int r = r0; r < r1; r++) {
+            unsigned char *q = j->dst[a] + (size_t)r * j->ld[a];
+            j->k->types[j->act[a]].from_f32(q, j->x + (size_t)r * j->in + j->k0, j->n);
+            if (j->sums[a])
+                kern__q8_0_sums(j->sums[a] + (size_t)r * (j->n / 32), q, j->n / 32);
+        }
+}
+
+/* Rounds x[0..rows)[k0 .. k0+n) to each activation type, in parallel when it is large. */
+static void act_run(cairn_thread_pool_t *tp, struct act_job *a)
+{
+    long work = (long)a->rows * a->n * a->n_act;
+    int n_tasks = work >= 65536 ? cairn_thread_pool_size(tp) : 1;
+    if (n_tasks > a->rows)
+        n_tasks = a->rows;
+    if (n_tasks <= 1)
+        act_task(a, 0, 1);
+    else
+        cairn_thread_pool_run(tp, act_task, a, n_tasks);
+}
+
+static void qmatmul_run(cairn_thread_pool_t *tp, struct qmatmul_job *j, long out_total)
+{
+    long work = (long)j->rows * j->n * out_total / 4; /* int8 products are ~4x cheaper */
+    long n_tasks = work / 65536 + 1;
+    if (n_tasks > cairn_thread_pool_size(tp))
+        n_tasks = cairn_thread_pool_size(tp);
+    if (n_tasks > j->units)
+        n_tasks = j->units;
+    if (n_tasks >= 1)
+        cairn_thread_pool_run(tp, qmatmul_task, j, (int)n_tasks);
+}
+
+/* Bytes of one activation row of n elements in the driver's buffer (blocks and sums). */
+static size_t act_row_bytes(cairn_dtype_t act, int n)
+{
+    size_t b = cairn_dtype_row_bytes(act, n);
+    return act == CAIRN_DTYPE_Q8_0 ? b + (size_t)(n / 32) * sizeof(int32_t) : b;
+}
+
+/*
+ * The quantized products of one call (every outs[i].wt quantized, n <= MATMUL_MAX_N). x is
+ * rounded once per activation type for all rows into one buffer (the stack for decode,
+ * else the heap); when the heap buffer cannot be had, rows and input are cut into pieces
+ * that fit a fixed stack buffer and the products carry their accumulators across pieces,
+ * which changes no bit (kernels_impl.h) — only speed.
+ */
+static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float *x, int rows, int in,
+                      const kern_mm_t *outs, int n)
+{
+    struct qmatmul_job j = {.k = k, .n_out = n};
+    struct act_job a = {.k = k, .x = x, .in = in};
+    int act_of[MATMUL_MAX_N];
+    int piece = 1; /* input granularity: the largest block among weights and activations */
+    long out_total = 0;
+    for (int i = 0; i < n; i++) {
+        const kern_type_ops_t *t = &k->types[outs[i].wt];
+        CAIRN_ASSERT(t->qmatmul_range != NULL);
+        int f = 0;
+        while (f < a.n_act && a.act[f] != t->act)
+            f++;
+        if (f == a.n_act) {
+            CAIRN_ASSERT(a.n_act < QMM_MAX_ACTS);
+            a.act[a.n_act++] = t->act;
+        }
+        act_of[i] = f;
+        int bw = cairn_dtype_block_elems(outs[i].wt), ba = cairn_dtype_block_elems(t->act);
+        piece = bw > piece ? bw : piece;
+        piece = ba > piece ? ba : piece;
+        j.outs[i] = outs[i];
+        j.ldw[i] = cairn_dtype_row_bytes(outs[i].wt, in);
+        CAIRN_ASSERT(j.ldw[i] > 0); /* in is whole blocks: checked when the weights were bound */
+        j.first_unit[i] = j.units;
+        j.units += (outs[i].out + MATMUL_UNIT - 1) / MATMUL_UNIT;
+        out_total += outs[i].out;
+    }
+    j.first_unit[n] = j.units;
+
+    /* Per row: each activation type's blocks, plus the q8_0 block sums. */
+    size_t row_bytes = 0;
+    for (int f = 0; f < a.n_act; f++)
+        row_bytes += act_row_bytes(a.act[f], in);
+    /* Each region (sums, blocks) starts 64-byte aligned: QMM_PAD covers the padding. */
+    const size_t pad = (size_t)QMM_MAX_ACTS * 2 * 64;
+    _Alignas(64) unsigned char stack[QMM_STACK > QMM_FALLBACK ? QMM_STACK : QMM_FALLBACK];
+    unsigned char *buf = NULL, *heap = NULL;
+    if ((size_t)rows * row_bytes + pad <= sizeof stack)
+        buf = stack;
+    else if ((size_t)rows <= (SIZE_MAX - pad - 64) / row_bytes && (heap = cairn_malloc((size_t)rows * row_bytes + pad + 64)))
+        buf = heap + (64 - (uintptr_t)heap % 64) % 64;
+
+    int rstep = rows, kstep = in;
+    if (!buf) {
+        /* Pieces of the stack buffer: as many whole rows as fit, else one row and as many
+         * whole pieces of the input as fit. */
+        buf = stack;
+        size_t per_piece = 0;
+        for (int f = 0; f < a.n_act; f++)
+            per_piece += act_row_bytes(a.act[f], piece);
+        if (row_bytes + pad <= sizeof stack) {
+            rstep = (int)((sizeof stack - pad) / row_bytes);
+        } else {
+            rstep = 1;
+            kstep = (int)((sizeof stack - pad) / per_piece) * piece;
+        }
+    }
+    for (int r0 = 0; r0 < rows; r0 += rstep)
+        for (int k0 = 0; k0 < in; k0 += kstep) {
+            const int nr = rows - r0 < rstep ? rows - r0 : rstep, nk = in - k0 < kstep ? in - k0 : kstep;
+            a.x = x + (size_t)r0 * in;
+            a.rows = nr;
+            a.k0 = k0;
+            a.n = nk;
+            unsigned char *p = buf;
+            for (int f = 0; f < a.n_act; f++) {
+                a.ld[f] = cairn_dtype_row_bytes(a.act[f], nk);
+                a.sums[f] = NULL;
+                if (a.act[f] == CAIRN_DTYPE_Q8_0) {
+                    a.sums[f] = (int32_t *)(void *)p;
+                    p += ((size_t)nr * (size_t)(nk / 32) * sizeof(int32_t) + 63) & ~(size_t)63;
+                }
+                a.dst[f] = p;
+                p += ((size_t)nr * a.ld[f] + 63) & ~(size_t)63;
+            }
+            act_run(tp, &a);
+            j.rows = nr;
+            j.n = nk;
+            j.acc = k0 > 0;
+            j.y_off = (size_t)r0;
+            for (int i = 0; i < n; i++) {
+                j.xq[i] = a.dst[act_of[i]];
+                j.ldq[i] = a.ld[act_of[i]];
+                j.xsum[i] = a.sums[act_of[i]];
+                j.w_off[i] = cairn_dtype_row_bytes(outs[i].wt, k0);
+            }
+            qmatmul_run(tp, &j, out_total);
+        }
+    cairn_free(heap);
+}
+
 void kern__matmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float *x, int rows, int in,
                     const kern_mm_t *outs, int n, cairn_math_t math)
 {
     if (rows <= 0)
         return;
     for (int start = 0; start < n; start += MATMUL_MAX_N) {
+        /* Plain and quantized products run as two jobs (a fused call never mixes them in
+         * practice: q/k/v and gate/up share a file's type). */
         struct matmul_job j = {.k = k, .x = x, .rows = rows, .in = in < 0 ? 0 : in, .math = math};
-        for (int i = start; i < n && i < start + MATMUL_MAX_N; i++)
-            if (outs[i].out > 0) {
-                CAIRN_ASSERT((unsigned)outs[i].wt < COMPUTE_DTYPE_COUNT && k->types[outs[i].wt].matmul_range);
-                j.outs[j.n++] = outs[i];
+        kern_mm_t q[MATMUL_MAX_N];
+        int nq = 0;
+        for (int i = start; i < n && i < start + MATMUL_MAX_N; i++) {
+            if (outs[i].out <= 0)
+                continue;
+            CAIRN_ASSERT((unsigned)outs[i].wt < COMPUTE_DTYPE_COUNT);
+            if (k->types[outs[i].wt].qmatmul_range) {
+                q[nq++] = outs[i];
+                continue;
             }
-        matmul_run(tp, &j);
+            CAIRN_ASSERT(k->types[outs[i].wt].matmul_range);
+            j.outs[j.n++] = outs[i];
+        }
+        if (j.n)
+            matmul_run(tp, &j);
+        if (nq && in > 0)
+            qmatmul_n(k, tp, x, rows, in, q, nq);
     }
 }
 
@@ -512,8 +787,11 @@ void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void 
 {
     if (n <= 0)
         return;
-    float ss = k->sumsq(x, n);
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    /* The mean of the squares in double, then float (as llama.cpp computes it): with
+     * quantized activations downstream, matching its rounding here keeps the two engines'
+     * activations on the same side of the rounding boundaries. */
+    const float mean = (float)(k->sumsq(x, n) / n);
+    float scale = 1.0f / sqrtf(mean + eps);
     if (unit_offset) {
         for (int i = 0; i < n; i++) {
             float h = x[i] * scale, ww = 1.0f + load_elem(w, wt, (size_t)i); /* Gemma: (1 + w) in float32 */
@@ -593,6 +871,23 @@ void kern_ref_matmul(float *y, const float *x, int rows, int in, const void *w,
 {
     bool bf16 = math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16;
     size_t wrow = cairn_dtype_row_bytes(wt, in);
+    if (traits_of(wt)->quantized) {
+        /* The dequantized weights times unrounded x, in double: what the canonical product
+         * approximates (it also rounds x to the activation type). */
+        float *wf = cairn_malloc((size_t)in * sizeof(float));
+        CAIRN_ASSERT(wf != NULL); /* a test reference */
+        for (int o = 0; o < out; o++) {
+            traits_of(wt)->to_f32(wf, (const char *)w + (size_t)o * wrow, in);
+            for (int r = 0; r < rows; r++) {
+                double s = 0;
+                for (int i = 0; i < in; i++)
+                    s += (double)x[(size_t)r * in + i] * wf[i];
+                y[(size_t)r * out + o] = (float)s;
+            }
+        }
+        cairn_free(wf);
+        return;
+    }
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             const void *wo = (const char *)w + (size_t)o * wrow;

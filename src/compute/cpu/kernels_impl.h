@@ -14,6 +14,25 @@
  *    (the last zero-padded), lane j takes the pair (2j, 2j+1) exactly as vdpbf16ps:
  *    a[j] = ftz(fma(x[2j+1], w[2j+1], daz(a[j]))); a[j] = ftz(fma(x[2j], w[2j], a[j])),
  *    with bf16 inputs denormals-as-zero. Then the same tree.
+ *  - RMSNorm's sum of squares: each x[i] * x[i] rounded to float, summed in double in 8
+ *    lanes over blocks of 8 (the last zero-padded), tree (j, j+4), (j, j+2), (0, 1); the
+ *    mean is (float)(sum / n) (llama.cpp's rounding of it, which matters once activations
+ *    are quantized downstream: it halved the logit gap to llama.cpp on the k-quant fixtures).
+ *  - Quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k; any math mode): x is first rounded
+ *    row by row to the weight type's activation type `act` (q8_0 for q8_0 / q4_0 weights,
+ *    q8_k for the k-quants) by the activation rule (quant_blocks.h: llama.cpp's activation
+ *    rounding, ties to even; the scalar rows' from_f32). Then, for each block b of the weight
+ *    type in increasing order, the block's exact integer sums (int32; no rounding, so any
+ *    grouping of the integer additions gives them) enter one float accumulator, acc = +0:
+ *      q8_0, q4_0:  S = sum_i w_i x_i (w_i = q_i, or q_i - 8);
+ *                   acc = fma((float)S, dw * dx, acc)                      (dw, dx from f16)
+ *      q4_k, q5_k:  S = sum_j sc_j sum_(i in j) q_i x_i,  M = sum_j m_j sum_(i in j) x_i;
+ *                   acc = fma((float)S, d * dx, acc); acc = fma(-(float)M, dmin * dx, acc)
+ *      q6_k:        S = sum_j sc_j sum_(i in j) (q_i - 32) x_i;  acc = fma((float)S, d * dx, acc)
+ *    (j: the sub-blocks of 32, or 16 for q6_k; dx the activation block's scale; every
+ *    product of two scales is one rounded f32 multiply). The result is acc. A kernel may
+ *    compute S and M in any way that gives the exact integers (SIMD lanes, VNNI, AMX tiles)
+ *    and may split the input into pieces of whole blocks, carrying acc between them.
  *
  * IMPLEMENTATIONS. An implementation is a kern_impl_t: per element type a row of kernels
  * (types[], the CPU half of the traits table, type_traits.h), the elementwise kernels and
@@ -41,8 +60,23 @@ typedef struct kern_type_ops {
     /* acc[i] += s * row[i], a rounded product then a rounded sum (kern_axpy). */
     void (*axpy)(float *acc, float s, const void *row, int n);
     /* dst[r*n + i] = row r (src + r*stride bytes) element i, widened exactly; r < rows
-     * (attention's K/V tiles). */
+     * (attention's K/V tiles). Only for the types K/V can be stored in. */
     void (*rows_to_f32)(float *dst, const void *src, size_t stride, int rows, int n);
+    /* dst = src [n] rounded to this type for K/V stores and activation quantization, bit for
+     * bit the scalar row's: the traits row's from_f32, except q8_0's activation rule
+     * (quant_q8_0_round_act; its from_f32 is the weight rule). */
+    void (*from_f32)(void *dst, const float *src, int n);
+    /* Quantized weight types only (NULL for the plain float types). `act` is the type x is
+     * rounded to (the canonical order above; resolution takes the scalar row's, so every
+     * implementation agrees). qmatmul_range: for r < rows and o in [o0, o1),
+     *   y[r*ldy + o] = the canonical product over one piece of n input elements (whole
+     *   blocks of both types), continuing from acc = y[r*ldy + o] when `acc`, else from +0;
+     * xq: row r at xq + r*ldq bytes (the piece's blocks of act); xsum[r * (n / 32) + b] =
+     * the sum of the q of act block b of row r when act is q8_0 (whose blocks carry no
+     * sums; NULL for q8_k, whose blocks do); w: weight row o's piece at w + o*ldw bytes. */
+    cairn_dtype_t act;
+    void (*qmatmul_range)(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                          const void *w, size_t ldw, int o0, int o1, bool acc);
 } kern_type_ops_t;
 
 typedef struct kern_impl {
@@ -53,8 +87,8 @@ typedef struct kern_impl {
      * CPU that cannot run it, computing the same bits; NULL: none. */
     const char *stand_in;
     kern_type_ops_t types[COMPUTE_DTYPE_COUNT];
-    /* sum of x[i]^2 in the canonical F32 order */
-    float (*sumsq)(const float *x, int n);
+    /* sum of x[i]^2 in the canonical RMSNorm order (below) */
+    double (*sumsq)(const float *x, int n);
     /* out[i] = act(gate[i]) * up[i] (kernels.h, kern_glu) */
     void (*glu[COMPUTE_GLU_COUNT])(float *out, const float *gate, const float *up, size_t n);
     /* BF16-math matmuls run at full speed (not the scalar emulation). */
@@ -73,6 +107,16 @@ typedef struct kern_impl {
 
 /* The portable implementation (kernels.c); always available and complete. */
 extern const kern_impl_t kern__scalar;
+
+/* The portable rows of the quantized weight types and the 8-bit K/V types
+ * (quant_kernels.c): the canonical order above, spelled out. */
+extern const kern_type_ops_t kern__scalar_q8_0, kern__scalar_q4_0, kern__scalar_q4_k, kern__scalar_q5_k,
+    kern__scalar_q6_k, kern__scalar_q8_k, kern__scalar_fp8;
+/* The canonical product of one weight row of type wt with one activation row (n
+ * elements, acc the starting value): the scalar definition the SIMD kernels equal. */
+float kern__qdot(cairn_dtype_t wt, const void *w, const void *xq, int n, float acc);
+/* sums[b] = the sum of the 32 q of q8_0 block b < nb (the xsum of qmatmul_range). */
+void kern__q8_0_sums(int32_t *sums, const void *q8_0, int nb);
 
 /* The resolved (complete) table of the implementation named `name`, or NULL when no
  * implementation has that name in this build. Resolution happens once per process. */

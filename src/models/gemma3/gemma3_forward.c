@@ -183,13 +183,17 @@ static int kind_inv_freq(const gemma3_config_t *c, const gemma3_rope_t *r, float
 static bool supported(compute_backend_t *be, const gemma3_config_t *c, const gemma3_weights_t *w,
                       cairn_dtype_t kv_dtype)
 {
+    /* Weights and scratch are host memory (cairn_malloc, the mapped checkpoint): a device
+     * backend's kernels cannot read them, so one is refused here rather than fault. */
+    if (!be->ops->host_memory) {
+        cairn_log(CAIRN_LOG_ERROR, "gemma3: the %s backend has no host memory (this family's "
+                  "weights and activations are host memory)", be->ops->name);
+        return false;
+    }
     if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
         !compute_supports(be, COMPUTE_OP_KV, kv_dtype) ||
         !compute_supports(be, COMPUTE_OP_MATMUL, w->lm_head.dtype) ||
         !compute_supports(be, COMPUTE_OP_NORM, w->norm.dtype))
-        return false;
-    /* The final soft cap is applied on the host after the lm_head. */
-    if (c->final_softcap > 0 && !be->ops->host_memory)
         return false;
     for (int l = 0; l < c->n_layers; l++) {
         const gemma3_layer_t *L = &w->layers[l];

@@ -30,7 +30,7 @@ static compute_mat_t mat(const cairn_tensor_t *t)
 static compute_mat_t mat_rows(const cairn_tensor_t *t, int r0, int n)
 {
     compute_mat_t m = mat(t);
-    m.data = (const unsigned char *)t->data + (size_t)r0 * cairn_dtype_size(t->dtype) * (size_t)m.cols;
+    m.data = (const unsigned char *)t->data + (size_t)r0 * cairn_dtype_row_bytes(t->dtype, m.cols); /* any block type */
     m.rows = n;
     return m;
 }
@@ -167,6 +167,11 @@ static int check_backend(compute_backend_t *be, const lfm2_config_t *c, const lf
                          cairn_dtype_t kv_dtype)
 {
     const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    if (!be->ops->host_memory) { /* weights and scratch are host memory */
+        cairn_log(CAIRN_LOG_ERROR, "lfm2: the %s backend has no host memory (this family's "
+                  "weights and activations are host memory)", be->ops->name);
+        return CAIRN_EUNSUPPORTED;
+    }
     if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
         !compute_supports(be, COMPUTE_OP_NORM, w->norm.dtype) ||
         !compute_supports(be, COMPUTE_OP_MATMUL, head->dtype) ||

@@ -13,6 +13,9 @@
  * pretraining_tp, layer_types other than full_attention) are CAIRN_EUNSUPPORTED with the
  * field named.
  *
+ * GGUF files of architecture "llama" and "qwen3" (llama_gguf.c) map to the same config
+ * and weights; llama's q/k rows are restored to HF's order at bind.
+ *
  * Every layer is FULL attention with n_kv_heads x head_dim K/V rows; there is no
  * recurrent state.
  */
@@ -40,12 +43,21 @@ typedef struct {
     cairn_tensor_t embed;     /* [vocab, hidden]  model.embed_tokens */
     cairn_tensor_t norm;      /* [hidden]         model.norm */
     cairn_tensor_t lm_head;   /* [vocab, hidden]  lm_head (== embed when tied) */
+    /* [head_dim/2] f32, GGUF "llama" only (data NULL otherwise): llama.cpp's per-frequency
+     * RoPE divisors (how its converter stores llama3 scaling): inv_freq[i] / rope_freqs[i]. */
+    cairn_tensor_t rope_freqs;
     llama_layer_weights_t *layers; /* [n_layers] */
 } llama_weights_t;
+
+/* The name llama_bind asks for the RoPE divisors by (the GGUF name; no HF tensor has it). */
+#define LLAMA_ROPE_FREQS "rope_freqs.weight"
 
 /* The family's state of one model (cairn_model_t.priv). */
 typedef struct {
     bool qk_norm;             /* qwen3: RMSNorm of each q and k head before RoPE */
+    bool gguf;                /* read from a GGUF file (llama_gguf.c) */
+    bool gguf_permuted_qk;    /* GGUF "llama": attn_q/attn_k rows in llama.cpp's order */
+    bool gguf_rope_freqs;     /* GGUF "llama" with rope_freqs.weight: bind it */
     llama_weights_t w;
 } llama_t;
 
@@ -62,6 +74,12 @@ int llama_bind(void *priv, const cairn_model_config_t *cfg, fmt_tensors_t *ts, c
                size_t err_len);
 bool llama_ignore_tensor(const void *priv, const cairn_model_config_t *cfg, const char *name);
 void llama_destroy(void *priv);
+
+/* GGUF metadata -> common config + llama_t, and the tensor name map (llama_gguf.c). */
+int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                     void **priv, char *err, size_t err_len);
+bool llama_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
+                            char *buf, size_t cap, int *permute_heads);
 
 /* The forward context (llama_forward.c): fwd_create / fwd_destroy / fwd_step. */
 int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **fwd);

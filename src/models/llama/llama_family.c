@@ -6,10 +6,13 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "models/llama/llama.h"
 
 static const char *const model_types[] = {"llama", "mistral", "qwen3", NULL};
+/* GGUF general.architecture values (llama_gguf.c). */
+static const char *const gguf_architectures[] = {"llama", "qwen3", NULL};
 /* Restart parity proven by tests/engine/test_cold_restart.c (fixtures llama and qwen3). */
 static const char *const cold_model_types[] = {"llama", "qwen3", NULL};
 
@@ -43,10 +46,16 @@ static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *e
         d->rope_scaling_factor = cfg->rope_factor;
         d->rope_original_ctx = (uint32_t)cfg->rope_orig_max_pos;
     }
-    snprintf(extra, extra_len, "hidden=%d;ffn=%d;vocab=%d;rms_eps=%.9g;rope_low=%.9g;rope_high=%.9g",
-             cfg->hidden, cfg->ffn, cfg->vocab, (double)cfg->rms_eps,
-             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_low_freq_factor : 0.0,
-             cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_high_freq_factor : 0.0);
+    int n = snprintf(extra, extra_len,
+                     "hidden=%d;ffn=%d;vocab=%d;rms_eps=%.9g;rope_low=%.9g;rope_high=%.9g",
+                     cfg->hidden, cfg->ffn, cfg->vocab, (double)cfg->rms_eps,
+                     cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_low_freq_factor : 0.0,
+                     cfg->rope_type == CAIRN_ROPE_LLAMA3 ? (double)cfg->rope_high_freq_factor : 0.0);
+    /* A GGUF file's RoPE divisors change every K row. */
+    const cairn_tensor_t *ff = &((const llama_t *)m->priv)->w.rope_freqs;
+    if (ff->data && n >= 0 && (size_t)n < extra_len)
+        snprintf(extra + n, extra_len - (size_t)n, ";rope_freqs=%016llx",
+                 (unsigned long long)XXH3_64bits(ff->data, (size_t)cfg->head_dim / 2 * sizeof(float)));
 }
 
 const cairn_family_t cairn_family_llama = {
@@ -57,6 +66,9 @@ const cairn_family_t cairn_family_llama = {
     .bind = llama_bind,
     .ignore_tensor = llama_ignore_tensor,
     .destroy = llama_destroy,
+    .gguf_architectures = gguf_architectures,
+    .parse_gguf = llama_parse_gguf,
+    .gguf_tensor_name = llama_gguf_tensor_name,
     .cache_layout = cache_layout,
     .describe = describe,
     .fwd_create = llama_fwd_create,

@@ -29,6 +29,11 @@
  * activation matrix [n_rows][hidden] for the projections and the MLP; attention runs per
  * (row, head) over the row's sequence through its attn_kv_t accessor (flat or paged).
  *
+ * Memory. Scratch comes from compute_buffer_alloc and the weights go through
+ * compute_buffer_from_host once at fwd_create: on the CPU backend that is host memory and
+ * the mapped weights themselves (no copy); on a device backend (CUDA) it is device memory
+ * and one upload, and the logits are computed into device scratch and read back.
+ *
  * Thread-safety: one call at a time per context (the scratch is shared).
  */
 #include <string.h>
@@ -36,9 +41,17 @@
 #include "engine/rope.h"
 #include "models/llama/llama.h"
 
+enum { SCRATCH_X, SCRATCH_XB, SCRATCH_XB2, SCRATCH_Q, SCRATCH_K, SCRATCH_V, SCRATCH_ATT, SCRATCH_HB,
+       SCRATCH_HB2, SCRATCH_ROPE, SCRATCH_LOGITS, SCRATCH_COUNT };
+
 typedef struct {
     const cairn_model_config_t *cfg;
-    const llama_weights_t *w;
+    const llama_weights_t *src;    /* the model's weights (host memory) */
+    const llama_weights_t *w;      /* the weights in backend memory (dw, or src) */
+    llama_weights_t dw;            /* device backend: the model's weights with backend data */
+    compute_buffer_t *wbufs;       /* [n_wbufs] the uploaded weights */
+    int n_wbufs;
+    compute_buffer_t scratch[SCRATCH_COUNT];
     bool qk_norm;
     compute_backend_t *be;
     cairn_math_t math;
@@ -56,6 +69,7 @@ typedef struct {
     float *hb;             /* [max_rows][ffn] gate, then silu(gate)*up */
     float *hb2;            /* [max_rows][ffn] up */
     float *rope_cs;        /* [max_rows][head_dim]  cos/sin pairs per row */
+    float *logits;         /* device backend: [max_rows][vocab]; NULL: straight into the batch's */
     int32_t *ids;          /* [max_rows] token of each row */
     int *pos;              /* [max_rows] position of each row */
     attn_query_t *queries; /* [max_rows] */
@@ -163,12 +177,74 @@ int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
     }
     if (n_out > 0) {
         const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
-        matmul(f, logits + (size_t)first_out * c->vocab, f->xb, n_out, head);
+        float *dst = logits + (size_t)first_out * c->vocab;
+        matmul(f, f->logits ? f->logits : dst, f->xb, n_out, head);
+        if (f->logits) /* device backend: read back (waits for the step) */
+            return compute_buffer_read(f->be, &f->scratch[SCRATCH_LOGITS], 0, dst,
+                                       (size_t)n_out * c->vocab * sizeof(float));
     }
     return CAIRN_OK;
 }
 
 static void fwd_free(fwd_t *f);
+
+/* compute_supports, logging the backend's message when it says no. */
+static bool require(compute_backend_t *be, compute_op_t op, cairn_dtype_t t)
+{
+    char msg[160];
+    if (compute_backend_require(be, op, t, msg, sizeof(msg)) == CAIRN_OK)
+        return true;
+    cairn_log(CAIRN_LOG_ERROR, "llama: %s", msg);
+    return false;
+}
+
+/* Bytes of a tensor (every dtype here is a plain one-element block type). */
+static size_t tensor_bytes(const cairn_tensor_t *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return cairn_dtype_row_bytes(t->dtype, n);
+}
+
+/* Every weight in backend memory: the model's own on a host-memory backend, else one
+ * upload per tensor into f->dw (same shapes and dtypes, backend data pointers). */
+static int upload_weights(fwd_t *f, const cairn_model_config_t *cfg)
+{
+    if (f->be->ops->host_memory) {
+        f->w = f->src;
+        return CAIRN_OK;
+    }
+    f->dw = *f->src;
+    f->dw.layers = cairn_calloc((size_t)cfg->n_layers, sizeof(*f->dw.layers));
+    const int per_layer = 11, n = 3 + per_layer * cfg->n_layers;
+    f->wbufs = cairn_calloc((size_t)n, sizeof(*f->wbufs));
+    if (!f->dw.layers || !f->wbufs)
+        return CAIRN_ENOMEM;
+    cairn_tensor_t *ts[3] = {&f->dw.embed, &f->dw.norm, &f->dw.lm_head};
+    for (int l = 0; l < cfg->n_layers; l++)
+        f->dw.layers[l] = f->src->layers[l];
+    for (int i = 0; i < n; i++) {
+        cairn_tensor_t *t;
+        if (i < 3) {
+            t = ts[i];
+        } else {
+            llama_layer_weights_t *L = &f->dw.layers[(i - 3) / per_layer];
+            cairn_tensor_t *lt[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm,
+                                    &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+            t = lt[(i - 3) % per_layer];
+        }
+        if (!t->data)
+            continue;
+        int rc = compute_buffer_from_host(f->be, t->data, tensor_bytes(t), &f->wbufs[i]);
+        if (rc)
+            return rc;
+        f->n_wbufs = i + 1;
+        t->data = f->wbufs[i].data;
+    }
+    f->w = &f->dw;
+    return CAIRN_OK;
+}
 
 int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **out)
 {
@@ -178,23 +254,21 @@ int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **
     compute_backend_t *be = env->be;
     /* Everything the ops will be asked for, checked once: a type the backend lacks is
      * CAIRN_EUNSUPPORTED here, never a wrong kernel later. */
-    if (!compute_supports(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) ||
-        !compute_supports(be, COMPUTE_OP_KV, env->kv_dtype))
+    if (!require(be, COMPUTE_OP_GET_ROWS, w->embed.dtype) || !require(be, COMPUTE_OP_KV, env->kv_dtype))
         return CAIRN_EUNSUPPORTED;
     for (int l = 0; l < cfg->n_layers; l++) {
         const llama_layer_weights_t *L = &w->layers[l];
         const cairn_tensor_t *mm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         const cairn_tensor_t *nm[] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
         for (size_t i = 0; i < CAIRN_ARRAY_LEN(mm); i++)
-            if (!compute_supports(be, COMPUTE_OP_MATMUL, mm[i]->dtype))
+            if (!require(be, COMPUTE_OP_MATMUL, mm[i]->dtype))
                 return CAIRN_EUNSUPPORTED;
         for (size_t i = 0; i < CAIRN_ARRAY_LEN(nm); i++)
-            if (nm[i]->data && !compute_supports(be, COMPUTE_OP_NORM, nm[i]->dtype))
+            if (nm[i]->data && !require(be, COMPUTE_OP_NORM, nm[i]->dtype))
                 return CAIRN_EUNSUPPORTED;
     }
     const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
-    if (!compute_supports(be, COMPUTE_OP_MATMUL, head->dtype) ||
-        !compute_supports(be, COMPUTE_OP_NORM, w->norm.dtype))
+    if (!require(be, COMPUTE_OP_MATMUL, head->dtype) || !require(be, COMPUTE_OP_NORM, w->norm.dtype))
         return CAIRN_EUNSUPPORTED;
 
     fwd_t *f = cairn_calloc(1, sizeof(*f));
@@ -202,7 +276,7 @@ int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **
         return CAIRN_ENOMEM;
     const int max_rows = env->max_rows;
     f->cfg = cfg;
-    f->w = w;
+    f->src = w;
     f->qk_norm = ((const llama_t *)m->priv)->qk_norm;
     f->be = be;
     f->math = (cairn_math_t)env->math;
@@ -213,27 +287,52 @@ int llama_fwd_create(const cairn_model_t *m, const cairn_fwd_env_t *env, void **
     const size_t kv_dim = (size_t)cfg->n_kv_heads * cfg->head_dim;
 
     f->inv_freq = cairn_malloc((size_t)cfg->head_dim / 2 * sizeof(float));
-    f->x = cairn_malloc(R * cfg->hidden * sizeof(float));
-    f->xb = cairn_malloc(R * cfg->hidden * sizeof(float));
-    f->xb2 = cairn_malloc(R * cfg->hidden * sizeof(float));
-    f->q = cairn_malloc(R * q_dim * sizeof(float));
-    f->k = cairn_malloc(R * kv_dim * sizeof(float));
-    f->v = cairn_malloc(R * kv_dim * sizeof(float));
-    f->att = cairn_malloc(R * q_dim * sizeof(float));
-    f->hb = cairn_malloc(R * cfg->ffn * sizeof(float));
-    f->hb2 = cairn_malloc(R * cfg->ffn * sizeof(float));
-    f->rope_cs = cairn_malloc(R * cfg->head_dim * sizeof(float));
     f->ids = cairn_malloc(R * sizeof(int32_t));
     f->pos = cairn_malloc(R * sizeof(int));
     f->queries = cairn_malloc(R * sizeof(attn_query_t));
-    if (!f->inv_freq || !f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att ||
-        !f->hb || !f->hb2 || !f->rope_cs || !f->ids || !f->pos || !f->queries)
+    if (!f->inv_freq || !f->ids || !f->pos || !f->queries)
         goto nomem;
+    /* Activations in backend memory. */
+    const size_t floats[SCRATCH_COUNT] = {
+        [SCRATCH_X] = R * cfg->hidden, [SCRATCH_XB] = R * cfg->hidden, [SCRATCH_XB2] = R * cfg->hidden,
+        [SCRATCH_Q] = R * q_dim, [SCRATCH_K] = R * kv_dim, [SCRATCH_V] = R * kv_dim, [SCRATCH_ATT] = R * q_dim,
+        [SCRATCH_HB] = R * cfg->ffn, [SCRATCH_HB2] = R * cfg->ffn, [SCRATCH_ROPE] = R * cfg->head_dim,
+        [SCRATCH_LOGITS] = be->ops->host_memory ? 0 : R * cfg->vocab,
+    };
+    for (int i = 0; i < SCRATCH_COUNT; i++) {
+        if (!floats[i])
+            continue;
+        int rc = compute_buffer_alloc(be, floats[i] * sizeof(float), &f->scratch[i]);
+        if (rc) {
+            fwd_free(f);
+            return rc;
+        }
+    }
+    f->x = f->scratch[SCRATCH_X].data;
+    f->xb = f->scratch[SCRATCH_XB].data;
+    f->xb2 = f->scratch[SCRATCH_XB2].data;
+    f->q = f->scratch[SCRATCH_Q].data;
+    f->k = f->scratch[SCRATCH_K].data;
+    f->v = f->scratch[SCRATCH_V].data;
+    f->att = f->scratch[SCRATCH_ATT].data;
+    f->hb = f->scratch[SCRATCH_HB].data;
+    f->hb2 = f->scratch[SCRATCH_HB2].data;
+    f->rope_cs = f->scratch[SCRATCH_ROPE].data;
+    f->logits = f->scratch[SCRATCH_LOGITS].data;
+    int up = upload_weights(f, cfg);
+    if (up) {
+        fwd_free(f);
+        return up;
+    }
     compute_attn_params_t ap = {cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, env->kv_dtype,
                                 env->max_positions, 0, 0.0f, 0.0f};
     int rc = compute_attn_create(be, &ap, &f->attn);
     if (rc == CAIRN_OK)
         rc = rope_inv_freq(cfg, f->inv_freq);
+    /* GGUF llama3 scaling: llama.cpp's theta = pos * inv_freq[i] / rope_freqs[i]. */
+    if (rc == CAIRN_OK && w->rope_freqs.data)
+        for (int i = 0; i < cfg->head_dim / 2; i++)
+            f->inv_freq[i] /= ((const float *)w->rope_freqs.data)[i];
     if (rc) {
         fwd_free(f);
         return rc;
@@ -254,17 +353,13 @@ void llama_fwd_destroy(void *f)
 static void fwd_free(fwd_t *f)
 {
     compute_attn_destroy(f->be, f->attn);
+    for (int i = 0; i < SCRATCH_COUNT; i++)
+        compute_buffer_free(f->be, &f->scratch[i]);
+    for (int i = 0; i < f->n_wbufs; i++)
+        compute_buffer_free(f->be, &f->wbufs[i]);
+    cairn_free(f->wbufs);
+    cairn_free(f->dw.layers);
     cairn_free(f->inv_freq);
-    cairn_free(f->x);
-    cairn_free(f->xb);
-    cairn_free(f->xb2);
-    cairn_free(f->q);
-    cairn_free(f->k);
-    cairn_free(f->v);
-    cairn_free(f->att);
-    cairn_free(f->hb);
-    cairn_free(f->hb2);
-    cairn_free(f->rope_cs);
     cairn_free(f->ids);
     cairn_free(f->pos);
     cairn_free(f->queries);

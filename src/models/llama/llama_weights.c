@@ -3,11 +3,12 @@
  * checkpoint's weights, and frees the family's state.
  *
  * Every tensor the config implies must be present with exactly that shape; the q/k norm
- * weights exist only for qwen3. lm_head.weight is bound unless tie_word_embeddings, and
+ * weights exist only for qwen3, rope_freqs only in a GGUF "llama" file that has it. lm_head.weight is bound unless tie_word_embeddings, and
  * then ignored if present, as are rotary inv_freq buffers (transformers ignores both).
  *
  * Thread-safety: called once at open; the result is immutable.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,24 @@ int llama_bind(void *priv, const cairn_model_config_t *c, fmt_tensors_t *ts, cha
         w->lm_head = w->embed;
     } else if ((rc = fmt_tensors_bind(ts, "lm_head.weight", 2, vh, &w->lm_head, err, err_len))) {
         return rc;
+    }
+    if (m->gguf_rope_freqs) {
+        int64_t half[1] = {c->head_dim / 2};
+        if ((rc = fmt_tensors_bind(ts, LLAMA_ROPE_FREQS, 1, half, &w->rope_freqs, err, err_len)))
+            return rc;
+        if (w->rope_freqs.dtype != CAIRN_DTYPE_F32) {
+            st_errf(err, err_len, "%s: tensor '%s' must be f32", fmt_tensors_dir(ts),
+                    LLAMA_ROPE_FREQS);
+            return CAIRN_EUNSUPPORTED;
+        }
+        const float *ff = w->rope_freqs.data;
+        for (int i = 0; i < c->head_dim / 2; i++) {
+            if (!(ff[i] > 0.0f) || ff[i] == INFINITY) {
+                st_errf(err, err_len, "%s: tensor '%s' element %d is not a positive finite "
+                        "number", fmt_tensors_dir(ts), LLAMA_ROPE_FREQS, i);
+                return CAIRN_EFORMAT;
+            }
+        }
     }
     w->layers = cairn_calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers) {

@@ -75,7 +75,7 @@ static compute_mat_t vec(const cairn_tensor_t *t)
 static compute_mat_t row_range(const cairn_tensor_t *t, int r0, int n)
 {
     const int cols = (int)t->shape[t->ndim - 1];
-    const size_t row_bytes = (size_t)cols * cairn_dtype_size(t->dtype);
+    const size_t row_bytes = cairn_dtype_row_bytes(t->dtype, cols); /* any block type (--quantize) */
     return (compute_mat_t){(const unsigned char *)t->data + (size_t)r0 * row_bytes, t->dtype, n, cols};
 }
 

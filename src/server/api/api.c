@@ -106,6 +106,7 @@ void gen_request_init(gen_request_t *r)
 {
     memset(r, 0, sizeof *r);
     r->n = 1;
+    r->enable_thinking = -1;
     cairn_sampling_params_init(&r->sampling);
     r->sampling.stop = (const char *const *)r->stop_store;
     r->prompt_param = "prompt";
@@ -174,9 +175,12 @@ int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t
                          a->name, p, (int)op);
                 return CAIRN_EINVAL;
             }
+            const char *h = a->routes[r].when_header;
             for (size_t j = 0; j <= i; j++)
                 for (size_t s = 0; s < (j == i ? r : apis[j]->n_routes); s++)
-                    if (!strcmp(apis[j]->routes[s].path, p)) {
+                    if (!strcmp(apis[j]->routes[s].path, p)
+                        && (h == NULL) == (apis[j]->routes[s].when_header == NULL)
+                        && (!h || !strcasecmp(h, apis[j]->routes[s].when_header))) {
                         snprintf(err, err_len, "APIs %s and %s both serve %s", apis[j]->name,
                                  a->name, p);
                         return CAIRN_EINVAL;
@@ -221,6 +225,37 @@ bool api_utf8_valid(const char *str, size_t n)
         i += need + 1;
     }
     return true;
+}
+
+int api_utf8_lossy(api_buf_t *out, const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        /* The longest valid run from i, character by character. */
+        while (j < n) {
+            size_t k = 1;
+            unsigned c = (unsigned char)s[j];
+            if (c >= 0xC2 && c <= 0xDF)
+                k = 2;
+            else if (c >= 0xE0 && c <= 0xEF)
+                k = 3;
+            else if (c >= 0xF0 && c <= 0xF4)
+                k = 4;
+            else if (c >= 0x80)
+                break;
+            if (j + k > n || !api_utf8_valid(s + j, k))
+                break;
+            j += k;
+        }
+        int rc = api_buf_append(out, s + i, j - i);
+        if (!rc && j < n)
+            rc = api_buf_append(out, "\xEF\xBF\xBD", 3);
+        if (rc)
+            return rc;
+        i = j < n ? j + 1 : j;
+    }
+    return out->p ? 0 : api_buf_append(out, "", 0);
 }
 
 /* Every decoded key and string must be UTF-8 too. cJSON refuses lone surrogate escapes

@@ -26,13 +26,13 @@
  * a stream begins and ends (role chunks, message_start, pings, "[DONE]"). What it never
  * does: templating, tokenizing, tenancy, scheduling, sockets.
  *
- * Growing the interface (issue 13). New delta kinds (reasoning text, tool-call begin and
- * argument fragments, logprobs) are new api_delta_kind_t values produced by an output
- * parser between the scheduler's text and the adapter (http_server.c's deliver_text);
- * every adapter's delta switch then handles them (no default: branch, so the compiler
- * names each adapter that does not). A route that only tokenizes (Anthropic's
- * count_tokens) is an API_OP_COUNT_TOKENS route rendered by render_count; a model list
- * (GET /v1/models) an API_OP_LIST_MODELS route rendered by render_models.
+ * Typed output. The server runs each choice's text through the output parser
+ * (src/server/output/output.h) before the adapter sees it, so deltas are typed: answer
+ * text, reasoning text, and tool calls (begin with a name and a stable id, argument
+ * fragments, end). Every adapter's delta switch handles every kind (no default: branch,
+ * so the compiler names each adapter that does not). A route that only tokenizes
+ * (Anthropic's count_tokens) is an API_OP_COUNT_TOKENS route rendered by render_count; a
+ * model list (GET /v1/models) an API_OP_LIST_MODELS route rendered by render_models.
  *
  * Thread-safety: adapters are immutable tables; every function is called on an HTTP
  * thread, and the calls for one request are serialized (one api_render_t is used by one
@@ -56,7 +56,7 @@
 /* ---- Byte buffers -------------------------------------------------------------------- */
 
 /* A growing byte buffer, always NUL-terminated when p is not NULL. Zero-initialize. */
-typedef struct {
+typedef struct api_buf_s {
     char *p;
     size_t len, cap;
 } api_buf_t;
@@ -122,6 +122,20 @@ typedef struct {
                                * string or null; tool_calls, tool_call_id, name as given) */
     cJSON *tools;             /* MESSAGES: the template's `tools` (function schemas) or NULL */
     cJSON *template_kwargs;   /* MESSAGES: extra template variables (enable_thinking) or NULL */
+    bool no_tool_calls;       /* tool_choice "none": the output is not parsed for calls
+                               * (calls are parsed when tools is a non-empty array) */
+    bool continue_final;      /* MESSAGES: the last message is an assistant turn to continue
+                               * (prefill): no generation prompt, the prompt ends right
+                               * after its content */
+    bool no_generation_prompt;/* MESSAGES: render with add_generation_prompt false */
+    bool max_tokens_is_bound; /* max_tokens is a bound the client sends whatever the model
+                               * (Claude Code always asks 32000): past the context the
+                               * server lowers it to what the context leaves, no 400 */
+    bool logprobs;            /* report the generated tokens' log-probabilities */
+    int top_logprobs;         /* and this many alternatives each (0..20) */
+    int enable_thinking;      /* MESSAGES: -1 the template's default, else the value of its
+                               * enable_thinking switch (0/1) unless template_kwargs set it
+                               * (reasoning_effort, Anthropic's thinking, ...) */
     char *prompt_text;        /* TEXT: the prompt, prompt_len bytes (NUL-terminated) */
     size_t prompt_len;
     bool add_special;         /* TEXT: let the tokenizer add BOS etc. */
@@ -154,7 +168,7 @@ typedef struct {
 } gen_request_t;
 
 /* Zeroes *r and sets the defaults: one choice, the sampler's defaults, prompt_param
- * "prompt", max_tokens_param "max_tokens". */
+ * "prompt", max_tokens_param "max_tokens", enable_thinking -1 (the template decides). */
 void gen_request_init(gen_request_t *r);
 /* Frees everything *r owns and zeroes it. NULL and a zeroed struct are no-ops. */
 void gen_request_fini(gen_request_t *r);
@@ -162,26 +176,57 @@ void gen_request_fini(gen_request_t *r);
 /* ---- Events back to the client ------------------------------------------------------- */
 
 typedef enum {
-    API_DELTA_TEXT = 0, /* assistant text of one choice */
+    API_DELTA_TEXT = 0,            /* assistant text of one choice */
+    API_DELTA_REASONING = 1,       /* reasoning text (the model's <think> block) */
+    API_DELTA_TOOL_CALL_BEGIN = 2, /* a tool call starts: tool, tool_id, text = its name */
+    API_DELTA_TOOL_CALL_ARGS = 3,  /* a fragment of its arguments' JSON text */
+    API_DELTA_TOOL_CALL_END = 4,   /* the call is complete (its arguments are valid JSON) */
+    API_DELTA_LOGPROBS = 5,        /* log-probabilities of the tokens generated since the
+                                    * last one (only when the request asked: req->logprobs) */
 } api_delta_kind_t;
 
-/* One piece of output for one choice. Deltas of different choices may interleave. */
+/* One candidate token: the bytes it decodes to (possibly part of a UTF-8 character; not
+ * NUL-terminated) and its log-probability. */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    float logprob;
+} api_token_lp_t;
+
+/* A generated token and its most likely alternatives (n_top = req->top_logprobs). */
+typedef struct {
+    api_token_lp_t token;
+    api_token_lp_t top[CAIRN_SCHED_MAX_TOP_LOGPROBS];
+    int n_top;
+} api_logprob_t;
+
+/* One piece of output for one choice. Deltas of different choices may interleave; those
+ * of one choice come in order, and a call's BEGIN, ARGS* and END are never interleaved
+ * with other deltas of its choice. */
 typedef struct {
     api_delta_kind_t kind;
     int choice;               /* 0..req->n-1 */
-    const char *text;         /* TEXT: valid UTF-8, whole characters, not NUL-terminated */
+    const char *text;         /* valid UTF-8, whole characters, not NUL-terminated */
     size_t len;
+    int tool;                 /* TOOL_CALL_*: the call's index within the choice, from 0 */
+    const char *tool_id;      /* TOOL_CALL_*: a stable id, unique per server run
+                               * ("call_<hex>"); NUL-terminated */
+    const api_logprob_t *logprobs; /* LOGPROBS: [n_logprobs], in generation order */
+    int n_logprobs;
 } api_delta_t;
 
 typedef struct {
     int prompt_tokens, completion_tokens;
-    int cached_tokens;        /* prompt tokens attached from the hot prefix cache */
-    int restored_tokens;      /* prompt tokens restored from the cold tier (never overlaps) */
+    int cached_tokens;        /* every prompt token not computed: hot + restored (what
+                               * clients read as cached_tokens / cache_read_input_tokens) */
+    int hot_tokens;           /* of which attached from the hot prefix cache */
+    int restored_tokens;      /* of which restored from the cold tier (never overlaps hot) */
 } api_usage_t;
 
 /* A successful end: every choice finished. */
 typedef struct {
     const cairn_finish_reason_t *finish; /* [req->n] */
+    const int *tool_calls;               /* [req->n] tool calls parsed per choice */
     api_usage_t usage;
 } api_end_t;
 
@@ -195,6 +240,8 @@ typedef struct {
     const char *id;           /* this response's id: "<id_prefix>-<24 hex>" */
     long long created;        /* unix seconds */
     const char *model;        /* the served model id */
+    api_usage_t usage;        /* at begin: prompt tokens, and the cached ones once the
+                               * request was admitted (completion_tokens 0) */
     api_buf_t out;
     void *state;
 } api_render_t;
@@ -210,6 +257,10 @@ typedef enum {
 typedef struct {
     const char *path;         /* exact path, e.g. "/v1/chat/completions" */
     api_op_t op;              /* which also fixes the method */
+    /* NULL, or a request header (case-insensitive name) this route requires: a path may
+     * then also be served by one route without it, which answers requests lacking it
+     * (Anthropic's GET /v1/models carries anthropic-version; OpenAI's does not). */
+    const char *when_header;
 } api_route_t;
 
 /* The served model, for API_OP_LIST_MODELS. */
@@ -245,7 +296,8 @@ struct cairn_api_adapter {
     size_t n_routes;
     const api_auth_t *auth;          /* [n_auth], tried in order; n_auth >= 1 */
     size_t n_auth;
-    const char *id_prefix;           /* response ids: "chatcmpl", "cmpl", "msg", ... */
+    const char *id_prefix;           /* response ids: "chatcmpl" -> "chatcmpl-<24 hex>"; a
+                                      * prefix ending in '_' ("msg_") takes no '-' */
     const char *content_type;        /* non-streaming bodies and errors */
     const char *stream_content_type; /* streams: "text/event-stream" */
     const char *oom_body;            /* static error body (503) for when rendering itself
@@ -293,9 +345,10 @@ extern const size_t api_registry_count;
 
 /*
  * Checks that an adapter list can be served: every adapter complete (all functions and
- * strings set, render_count / render_models where such a route exists), paths unique and
- * distinct from the server's own (/health, /metrics). Returns 0 or CAIRN_EINVAL with a
- * message in err.
+ * strings set, render_count / render_models where such a route exists), paths distinct
+ * from the server's own (/health, /metrics) and unique, except that one path may have at
+ * most one route without when_header and any number with distinct when_headers. Returns
+ * 0 or CAIRN_EINVAL with a message in err.
  */
 int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t err_len);
 
@@ -303,6 +356,10 @@ int api_list_check(const api_adapter_t *const *apis, size_t n, char *err, size_t
 
 /* True if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points > 0x10FFFF). */
 bool api_utf8_valid(const char *s, size_t n);
+
+/* Appends s[0..n) with every byte that is not part of a well-formed UTF-8 character
+ * replaced by U+FFFD (a token's bytes may be a fragment of one). 0 or CAIRN_ENOMEM. */
+int api_utf8_lossy(api_buf_t *out, const char *s, size_t n);
 
 /*
  * Parses an untrusted body as one JSON object: UTF-8 (bytes and every decoded string),

@@ -5,6 +5,7 @@
  *
  *   openai_chat.c         POST /v1/chat/completions, GET /v1/models (api_openai_chat)
  *   openai_completions.c  POST /v1/completions      (api_openai_completions)
+ *   openai_responses.c    POST /v1/responses        (api_openai_responses)
  *
  * Shapes follow the OpenAI API (docs/API.md). Thread-safety: pure functions.
  */
@@ -15,6 +16,7 @@
 
 extern const api_adapter_t api_openai_chat;
 extern const api_adapter_t api_openai_completions;
+extern const api_adapter_t api_openai_responses;
 
 /* Where both OpenAI endpoints read the API key: Authorization: Bearer KEY. */
 extern const api_auth_t oai_auth[1];
@@ -74,10 +76,11 @@ cJSON *oai_string_n(const char *s, size_t n);
 /* {"id", "object", "created", "model"} for r. */
 cJSON *oai_envelope(const api_render_t *r, const char *object);
 /* The usage object: prompt/completion/total tokens and prompt_tokens_details with
- * cached_tokens (hot) and cold_restored_tokens (a Cairn extension). */
+ * cached_tokens (every prompt token not computed) and its split, hot_cached_tokens and
+ * cold_restored_tokens (Cairn extensions). */
 cJSON *oai_usage_json(const api_usage_t *u);
-/* "stop" / "length", or null while running. */
-cJSON *oai_finish_json(cairn_finish_reason_t f);
+/* "stop" / "length", "tool_calls" for a stop after tool calls, or null while running. */
+cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls);
 /* Prints root (deleting it; NULL: out of memory) between prefix and suffix onto out. */
 int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix);
 
@@ -89,6 +92,13 @@ int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix
  */
 int oai_emit_chunk(api_render_t *r, bool chat, int index, const char *text, size_t len,
                    bool with_role, cairn_finish_reason_t finish);
+/* The same with the finish reason of a choice that made tool_calls calls. */
+int oai_emit_chunk_calls(api_render_t *r, bool chat, int index, const char *text, size_t len,
+                         bool with_role, cairn_finish_reason_t finish, int tool_calls);
+/* One chunk with a given chat delta object (taken, even on failure; chat) or completion
+ * text (text, len; !chat). */
+int oai_emit_delta(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                   size_t len, cairn_finish_reason_t finish, int tool_calls);
 /* A stream's closing events: one finish chunk per choice, the usage chunk ("choices": [])
  * when include_usage, then "data: [DONE]". */
 int oai_emit_stream_end(api_render_t *r, bool chat, const api_end_t *e);
@@ -103,14 +113,26 @@ int oai_render_error(const api_error_t *e, api_buf_t *out);
 /* A failure after a stream began: "data: {"error": ...}\n\n" then "data: [DONE]\n\n". */
 int oai_fail(api_render_t *r, const api_error_t *e);
 
-/* Per-request state of both endpoints: the text of each choice of a non-streaming
- * response (streams send each delta at once). */
+/* Per-request state of both endpoints: what each choice of a non-streaming response said
+ * (streams send each delta at once). */
 typedef struct {
     api_buf_t text[API_MAX_N];
+    api_buf_t reasoning[API_MAX_N];
+    cJSON *calls[API_MAX_N];  /* chat tool_calls objects, or NULL */
+    api_buf_t args;           /* the arguments of the call being received */
+    bool chat;                /* chat completions (else completions) */
+    cJSON *lp[API_MAX_N];     /* logprobs so far: chat content items / completions object */
+    long long offset[API_MAX_N]; /* completions: bytes of the choice's text so far */
 } oai_state_t;
 
+/* A stream chunk carrying a LOGPROBS delta (chat: an empty delta and logprobs.content;
+ * completions: empty text and the legacy tokens/token_logprobs/top_logprobs/text_offset). */
+int oai_emit_logprobs(api_render_t *r, bool chat, const api_delta_t *d);
+/* A whole response's logprobs for choice i (null when not asked for); takes them. */
+cJSON *oai_logprobs_final(api_render_t *r, bool chat, int i);
+
 int oai_begin(api_render_t *r);
-/* Non-streaming: appends the delta's text to its choice. */
+/* Non-streaming: adds the delta to its choice (text, reasoning, tool calls). */
 int oai_accumulate(api_render_t *r, const api_delta_t *d);
 void oai_release(api_render_t *r);
 

@@ -369,12 +369,6 @@ static int f_user(const cJSON *v, gen_request_t *r, api_error_t *err)
     return (r->user = cairn_strdup(v->valuestring)) ? 0 : CAIRN_ENOMEM;
 }
 
-static int f_logprobs(const cJSON *v, gen_request_t *r, api_error_t *err)
-{
-    (void)r;
-    return oai_default_bool(v, false, err);
-}
-
 const oai_field_t oai_common_fields[] = {
     {"model", f_model},
     {"stream", f_stream},
@@ -396,7 +390,6 @@ const oai_field_t oai_common_fields[] = {
     {"n", f_n},
     {"cache_salt", f_cache_salt},
     {"user", f_user},
-    {"logprobs", f_logprobs},
 };
 const size_t oai_common_count = CAIRN_ARRAY_LEN(oai_common_fields);
 
@@ -496,8 +489,10 @@ int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix
     return rc;
 }
 
-cJSON *oai_finish_json(cairn_finish_reason_t f)
+cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls)
 {
+    if (f == CAIRN_FINISH_STOP && tool_calls > 0)
+        return cJSON_CreateString("tool_calls");
     const char *name = cairn_finish_reason_name(f);
     return name ? cJSON_CreateString(name) : cJSON_CreateNull();
 }
@@ -511,6 +506,7 @@ cJSON *oai_usage_json(const api_usage_t *u)
     ok = ok && oai_add(o, "total_tokens",
                        cJSON_CreateNumber(u->prompt_tokens + u->completion_tokens));
     ok = ok && oai_add(d, "cached_tokens", cJSON_CreateNumber(u->cached_tokens));
+    ok = ok && oai_add(d, "hot_cached_tokens", cJSON_CreateNumber(u->hot_tokens));
     ok = ok && oai_add(d, "cold_restored_tokens", cJSON_CreateNumber(u->restored_tokens));
     if (ok) {
         ok = oai_add(o, "prompt_tokens_details", d);
@@ -541,6 +537,203 @@ cJSON *oai_envelope(const api_render_t *r, const char *object)
 int oai_emit_chunk(api_render_t *r, bool chat, int index, const char *text, size_t len,
                    bool with_role, cairn_finish_reason_t finish)
 {
+    return oai_emit_chunk_calls(r, chat, index, text, len, with_role, finish, 0);
+}
+
+int oai_emit_chunk_calls(api_render_t *r, bool chat, int index, const char *text, size_t len,
+                         bool with_role, cairn_finish_reason_t finish, int tool_calls)
+{
+    cJSON *d = NULL;
+    if (chat) {
+        d = cJSON_CreateObject();
+        bool ok = d != NULL;
+        if (ok && with_role)
+            ok = oai_add(d, "role", cJSON_CreateString("assistant"));
+        if (ok && (len > 0 || with_role))
+            ok = oai_add(d, "content", oai_string_n(text, len));
+        if (!ok) {
+            cJSON_Delete(d);
+            return CAIRN_ENOMEM;
+        }
+    }
+    return oai_emit_delta(r, chat, index, d, text, len, finish, tool_calls);
+}
+
+static int emit_delta_lp(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                         size_t len, cairn_finish_reason_t finish, int tool_calls, cJSON *lp);
+
+int oai_emit_delta(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                   size_t len, cairn_finish_reason_t finish, int tool_calls)
+{
+    return emit_delta_lp(r, chat, index, delta, text, len, finish, tool_calls, NULL);
+}
+
+/* ---- Logprobs ---------------------------------------------------------------------- */
+
+/* The token's text (its bytes, U+FFFD for a partial character) as a JSON string. */
+static cJSON *token_string(const api_token_lp_t *t)
+{
+    api_buf_t b = {0};
+    cJSON *j = api_utf8_lossy(&b, t->bytes, t->len) ? NULL : cJSON_CreateString(b.p);
+    api_buf_free(&b);
+    return j;
+}
+
+static cJSON *bytes_json(const api_token_lp_t *t)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < t->len; i++)
+        if (!cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)t->bytes[i]))) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    return a;
+}
+
+static cJSON *chat_lp_entry(const api_token_lp_t *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && oai_add(o, "token", token_string(t))
+              && oai_add(o, "logprob", cJSON_CreateNumber(t->logprob))
+              && oai_add(o, "bytes", bytes_json(t));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Appends chat logprobs.content items for d's tokens to arr. */
+static bool chat_lp_items(cJSON *arr, const api_delta_t *d)
+{
+    for (int i = 0; i < d->n_logprobs; i++) {
+        const api_logprob_t *lp = &d->logprobs[i];
+        cJSON *o = chat_lp_entry(&lp->token), *top = cJSON_CreateArray();
+        bool ok = o && top;
+        for (int k = 0; ok && k < lp->n_top; k++) {
+            cJSON *e = chat_lp_entry(&lp->top[k]);
+            ok = e && cJSON_AddItemToArray(top, e);
+            if (!ok)
+                cJSON_Delete(e);
+        }
+        if (ok) {
+            ok = oai_add(o, "top_logprobs", top);
+            top = NULL;
+        }
+        cJSON_Delete(top);
+        if (!ok || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Appends legacy completions logprobs for d's tokens to the four arrays of lp. */
+static bool comp_lp_items(cJSON *lp, const api_delta_t *d, long long *offset)
+{
+    cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    cJSON *vals = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+    cJSON *offs = cJSON_GetObjectItemCaseSensitive(lp, "text_offset");
+    for (int i = 0; i < d->n_logprobs; i++) {
+        const api_logprob_t *e = &d->logprobs[i];
+        cJSON *top = cJSON_CreateObject();
+        bool ok = top != NULL;
+        for (int k = 0; ok && k < e->n_top; k++) {
+            api_buf_t b = {0};
+            ok = !api_utf8_lossy(&b, e->top[k].bytes, e->top[k].len)
+                 && !cJSON_GetObjectItemCaseSensitive(top, b.p) /* keep the likelier */
+                 ? oai_add(top, b.p, cJSON_CreateNumber(e->top[k].logprob))
+                 : b.p != NULL;
+            api_buf_free(&b);
+        }
+        cJSON *t = token_string(&e->token);
+        ok = ok && t && cJSON_AddItemToArray(toks, t);
+        if (!ok)
+            cJSON_Delete(t);
+        ok = ok && cJSON_AddItemToArray(vals, cJSON_CreateNumber(e->token.logprob))
+             && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        if (ok && cJSON_AddItemToArray(tops, top))
+            top = NULL;
+        else
+            ok = false;
+        cJSON_Delete(top);
+        if (!ok)
+            return false;
+        *offset += (long long)e->token.len;
+    }
+    return true;
+}
+
+static cJSON *new_comp_lp(void)
+{
+    cJSON *lp = cJSON_CreateObject();
+    if (!lp || !oai_add(lp, "tokens", cJSON_CreateArray())
+        || !oai_add(lp, "token_logprobs", cJSON_CreateArray())
+        || !oai_add(lp, "top_logprobs", cJSON_CreateArray())
+        || !oai_add(lp, "text_offset", cJSON_CreateArray())) {
+        cJSON_Delete(lp);
+        return NULL;
+    }
+    return lp;
+}
+
+static cJSON *chat_lp_object(cJSON *content)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !content || !oai_add(o, "content", content) || !oai_add(o, "refusal", cJSON_CreateNull())) {
+        if (o && !cJSON_GetObjectItemCaseSensitive(o, "content"))
+            cJSON_Delete(content);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int oai_emit_logprobs(api_render_t *r, bool chat, const api_delta_t *d)
+{
+    oai_state_t *st = r->state;
+    cJSON *lp;
+    if (chat) {
+        cJSON *content = cJSON_CreateArray();
+        if (!content || !chat_lp_items(content, d)) {
+            cJSON_Delete(content);
+            return CAIRN_ENOMEM;
+        }
+        lp = chat_lp_object(content);
+    } else {
+        lp = new_comp_lp();
+        if (lp && !comp_lp_items(lp, d, &st->offset[d->choice])) {
+            cJSON_Delete(lp);
+            lp = NULL;
+        }
+    }
+    if (!lp)
+        return CAIRN_ENOMEM;
+    cJSON *delta = chat ? cJSON_CreateObject() : NULL;
+    if (chat && !delta) {
+        cJSON_Delete(lp);
+        return CAIRN_ENOMEM;
+    }
+    return emit_delta_lp(r, chat, d->choice, delta, "", 0, CAIRN_FINISH_NONE, 0, lp);
+}
+
+cJSON *oai_logprobs_final(api_render_t *r, bool chat, int i)
+{
+    oai_state_t *st = r->state;
+    if (!r->req->logprobs)
+        return cJSON_CreateNull();
+    cJSON *v = st->lp[i];
+    st->lp[i] = NULL;
+    if (!v)
+        v = chat ? cJSON_CreateArray() : new_comp_lp();
+    return chat ? chat_lp_object(v) : v;
+}
+
+static int emit_delta_lp(api_render_t *r, bool chat, int index, cJSON *delta, const char *text,
+                         size_t len, cairn_finish_reason_t finish, int tool_calls, cJSON *lp)
+{
     cJSON *o = oai_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_CreateArray();
     cJSON *c = cJSON_CreateObject();
@@ -548,22 +741,21 @@ int oai_emit_chunk(api_render_t *r, bool chat, int index, const char *text, size
     if (!ok)
         cJSON_Delete(c);
     ok = ok && oai_add(c, "index", cJSON_CreateNumber(index));
-    if (ok && chat) {
-        cJSON *d = cJSON_CreateObject();
-        ok = d != NULL;
-        if (ok && with_role)
-            ok = oai_add(d, "role", cJSON_CreateString("assistant"));
-        if (ok && (len > 0 || with_role))
-            ok = oai_add(d, "content", oai_string_n(text, len));
+    if (chat) {
         if (ok)
-            ok = oai_add(c, "delta", d);
+            ok = oai_add(c, "delta", delta);
         else
-            cJSON_Delete(d);
+            cJSON_Delete(delta);
+        delta = NULL;
     } else if (ok) {
         ok = oai_add(c, "text", oai_string_n(text, len));
     }
-    ok = ok && oai_add(c, "logprobs", cJSON_CreateNull())
-         && oai_add(c, "finish_reason", oai_finish_json(finish));
+    if (ok)
+        ok = oai_add(c, "logprobs", lp ? lp : cJSON_CreateNull());
+    else
+        cJSON_Delete(lp);
+    lp = NULL;
+    ok = ok && oai_add(c, "finish_reason", oai_finish_json(finish, tool_calls));
     if (ok) {
         ok = oai_add(o, "choices", choices);
         choices = NULL;
@@ -582,7 +774,8 @@ int oai_emit_stream_end(api_render_t *r, bool chat, const api_end_t *e)
 {
     int rc = 0;
     for (int i = 0; !rc && i < r->req->n; i++)
-        rc = oai_emit_chunk(r, chat, i, "", 0, false, e->finish[i]);
+        rc = oai_emit_chunk_calls(r, chat, i, "", 0, false, e->finish[i],
+                                  e->tool_calls ? e->tool_calls[i] : 0);
     if (!rc && r->req->include_usage) {
         cJSON *o = oai_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
         bool ok = o && oai_add(o, "choices", cJSON_CreateArray())
@@ -692,7 +885,55 @@ int oai_accumulate(api_render_t *r, const api_delta_t *d)
     oai_state_t *st = r->state;
     if (d->choice < 0 || d->choice >= r->req->n)
         return CAIRN_EINVAL;
-    return api_buf_append(&st->text[d->choice], d->text, d->len);
+    int i = d->choice;
+    switch (d->kind) {
+    case API_DELTA_TEXT:
+        return api_buf_append(&st->text[i], d->text, d->len);
+    case API_DELTA_REASONING:
+        return api_buf_append(&st->reasoning[i], d->text, d->len);
+    case API_DELTA_TOOL_CALL_BEGIN: {
+        if (!st->calls[i] && !(st->calls[i] = cJSON_CreateArray()))
+            return CAIRN_ENOMEM;
+        cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+        bool ok = call && fn && oai_add(call, "id", cJSON_CreateString(d->tool_id))
+                  && oai_add(call, "type", cJSON_CreateString("function"))
+                  && oai_add(fn, "name", oai_string_n(d->text, d->len))
+                  && oai_add(fn, "arguments", cJSON_CreateString(""));
+        if (ok) {
+            ok = oai_add(call, "function", fn);
+            fn = NULL;
+        }
+        if (ok && cJSON_AddItemToArray(st->calls[i], call))
+            call = NULL;
+        else
+            ok = false;
+        cJSON_Delete(call);
+        cJSON_Delete(fn);
+        api_buf_free(&st->args);
+        return ok ? 0 : CAIRN_ENOMEM;
+    }
+    case API_DELTA_TOOL_CALL_ARGS:
+        return api_buf_append(&st->args, d->text, d->len);
+    case API_DELTA_LOGPROBS: {
+        bool chat = st->chat;
+        if (!st->lp[i] && !(st->lp[i] = chat ? cJSON_CreateArray() : new_comp_lp()))
+            return CAIRN_ENOMEM;
+        bool ok = chat ? chat_lp_items(st->lp[i], d) : comp_lp_items(st->lp[i], d, &st->offset[i]);
+        return ok ? 0 : CAIRN_ENOMEM;
+    }
+    case API_DELTA_TOOL_CALL_END: {
+        cJSON *call = cJSON_GetArrayItem(st->calls[i], cJSON_GetArraySize(st->calls[i]) - 1);
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        cJSON *a = oai_string_n(st->args.p, st->args.len);
+        api_buf_free(&st->args);
+        if (!fn || !a || !cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", a)) {
+            cJSON_Delete(a);
+            return CAIRN_ENOMEM;
+        }
+        return 0;
+    }
+    }
+    return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
 
 void oai_release(api_render_t *r)
@@ -700,8 +941,13 @@ void oai_release(api_render_t *r)
     oai_state_t *st = r->state;
     if (!st)
         return;
-    for (int i = 0; i < API_MAX_N; i++)
+    for (int i = 0; i < API_MAX_N; i++) {
         api_buf_free(&st->text[i]);
+        api_buf_free(&st->reasoning[i]);
+        cJSON_Delete(st->calls[i]);
+        cJSON_Delete(st->lp[i]);
+    }
+    api_buf_free(&st->args);
     cairn_free(st);
     r->state = NULL;
 }

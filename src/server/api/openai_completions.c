@@ -66,6 +66,21 @@ static int f_prompt(const cJSON *v, gen_request_t *r, api_error_t *err)
     return prompt_value(v, r, err);
 }
 
+/* logprobs: an integer 0..5, the alternatives per token (null: none). */
+static int f_logprobs(const cJSON *v, gen_request_t *r, api_error_t *err)
+{
+    long long x;
+    if (cJSON_IsNull(v))
+        return 0;
+    if (!oai_get_int(v, 0, 5, &x)) {
+        BAD("logprobs", "logprobs must be an integer in [0, 5]");
+        return CAIRN_EINVAL;
+    }
+    r->logprobs = true;
+    r->top_logprobs = (int)x;
+    return 0;
+}
+
 static int f_echo(const cJSON *v, gen_request_t *r, api_error_t *err)
 {
     (void)r;
@@ -88,6 +103,7 @@ static int f_suffix(const cJSON *v, gen_request_t *r, api_error_t *err)
 
 static const oai_field_t completion_fields[] = {
     {"prompt", f_prompt},
+    {"logprobs", f_logprobs},
     {"echo", f_echo},
     {"best_of", f_best_of},
     {"suffix", f_suffix},
@@ -113,6 +129,16 @@ static int completions_delta(api_render_t *r, const api_delta_t *d)
         if (!r->req->stream)
             return oai_accumulate(r, d);
         return oai_emit_chunk(r, false, d->choice, d->text, d->len, false, CAIRN_FINISH_NONE);
+    case API_DELTA_LOGPROBS:
+        if (!r->req->stream)
+            return oai_accumulate(r, d);
+        return oai_emit_logprobs(r, false, d);
+    case API_DELTA_REASONING:
+    case API_DELTA_TOOL_CALL_BEGIN:
+    case API_DELTA_TOOL_CALL_ARGS:
+    case API_DELTA_TOOL_CALL_END:
+        /* A raw prompt's output is never parsed (only chat prompts are): not produced. */
+        return CAIRN_EINVAL;
     }
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
@@ -132,8 +158,8 @@ static int completions_full(api_render_t *r, const api_end_t *e)
         }
         ok = oai_add(c, "index", cJSON_CreateNumber(i))
              && oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
-             && oai_add(c, "logprobs", cJSON_CreateNull())
-             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i]));
+             && oai_add(c, "logprobs", oai_logprobs_final(r, false, i))
+             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
     }
     if (ok) {
         ok = oai_add(o, "choices", choices);
@@ -153,7 +179,7 @@ static int completions_end(api_render_t *r, const api_end_t *e)
     return r->req->stream ? oai_emit_stream_end(r, false, e) : completions_full(r, e);
 }
 
-static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE}};
+static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE, NULL}};
 
 const api_adapter_t api_openai_completions = {
     .name = "openai.completions",

@@ -10,7 +10,9 @@
 
 #define CAIRN_APIS(X)          \
     X(api_openai_chat)         \
-    X(api_openai_completions)
+    X(api_openai_completions)  \
+    X(api_openai_responses)    \
+    X(api_anthropic_messages)
 
 #define DECLARE(name) extern const api_adapter_t name;
 CAIRN_APIS(DECLARE)

@@ -593,7 +593,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     if (!cfg || !out || (cfg->n_layers && (!cfg->layer_bytes || !cfg->block_tokens ||
                                            cfg->n_layers > TIER_OBJECT_MAX_LAYERS ||
                                            cfg->block_tokens > TIER_OBJECT_MAX_BLOCK_TOKENS ||
-                                           cfg->dtype > CAIRN_DTYPE_BF16)))
+                                           !cairn_dtype_block_elems(cfg->dtype))))
         return CAIRN_EINVAL;
     *out = NULL;
     cairn_cold_store_t *s = cairn_calloc(1, sizeof *s);

@@ -83,7 +83,6 @@ struct cairn_cold_store {
     uint32_t batch_len, batch_max;
     bool stop, has_thread;
     pthread_t thread;
-    unsigned long tmp_seq;
 
     pthread_mutex_t amu;
     fs_ahead_t ahead[FS_AHEAD_SLOTS]; /* oldest first; a full table closes its oldest */

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,6 +32,9 @@
 #endif
 
 #include "tier/fs/fs_store_impl.h"
+
+/* Temp-file sequence numbers, shared by every store of the process (see obj_write). */
+static atomic_ulong tmp_seq;
 
 static void job_free(fs_job_t *j)
 {
@@ -220,18 +224,6 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         obj_fail(s, o, "encoding", EINVAL);
         return;
     }
-    /* A new shard directory is made durable in its parent (with the batch's payloads)
-     * before anything is renamed into it. */
-    if (io_fail("mkdir", o->shard) < 0) {
-        obj_fail(s, o, "creating directory", errno);
-        return;
-    }
-    if (mkdir(o->shard, 0700) == 0)
-        o->new_dir = true;
-    else if (errno != EEXIST) {
-        obj_fail(s, o, "creating directory", errno);
-        return;
-    }
     char hex[65];
     cairn_tier_hash_hex(&j->obj.key.hash, hex);
     size_t tn = strlen(o->shard) + 64 + 64;
@@ -239,12 +231,41 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         obj_fail(s, o, "allocation for", ENOMEM);
         return;
     }
-    snprintf(o->tmp, tn, "%s/.tmp.%s.%ld.%lu", o->shard, hex, (long)getpid(), s->tmp_seq++);
-    if (io_fail("open", o->tmp) < 0 || (o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
-        int err = errno;
+    /* Unique in the process, not only in this store: two stores of one process may share
+     * a directory (two engines of one model), and O_EXCL refuses the second of two equal
+     * names. */
+    snprintf(o->tmp, tn, "%s/.tmp.%s.%ld.%lu", o->shard, hex, (long)getpid(),
+             (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+    /* A new shard directory is made durable in its parent (with the batch's payloads)
+     * before anything is renamed into it. A clear or prune (of any process sharing the
+     * directory) removes shard directories it empties, so one may vanish between the
+     * mkdir and the create: then it is made again (bounded; each round needs a rival to
+     * empty it once more). */
+    int err = 0;
+    const char *what = "creating";
+    for (int attempt = 0; attempt < 8; attempt++) {
+        what = "creating directory";
+        if (io_fail("mkdir", o->shard) < 0) {
+            err = errno;
+            break;
+        }
+        if (mkdir(o->shard, 0700) == 0)
+            o->new_dir = true;
+        else if (errno != EEXIST) {
+            err = errno;
+            break;
+        }
+        err = 0;
+        what = "creating";
+        if (io_fail("open", o->tmp) < 0 || (o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+            err = errno;
+        if (err != ENOENT)
+            break;
+    }
+    if (err) {
         cairn_free(o->tmp);
         o->tmp = NULL; /* not ours: never unlink a name we did not create */
-        obj_fail(s, o, "creating", err);
+        obj_fail(s, o, what, err);
         return;
     }
     o->total = hb + j->obj.payload_size;

@@ -169,7 +169,21 @@ T256 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
     return hsum16(acc);
 }
 
-T256 static float avx2_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
+/* The canonical RMSNorm sum: lanes 0-3 in lo, 4-7 in hi (kernels_impl.h). */
+T256 static double avx2_sumsq(const float *x, int n)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int k = 0; k < n; k += 8) {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 v = _mm256_maskload_ps(x + k, m);
+        __m256 sq = _mm256_mul_ps(v, v);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    __m256d b = _mm256_add_pd(lo, hi);
+    __m128d c = _mm_add_pd(_mm256_castpd256_pd128(b), _mm256_extractf128_pd(b, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(c, _mm_unpackhi_pd(c, c)));
+}
 
 T256 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
 {
@@ -255,7 +269,7 @@ const kern_impl_t kern__avx2 = {
     .name = "avx2",
     .available = kern__x86_has_avx2,
     .types = {[CAIRN_DTYPE_F32] = AVX2_ROW(f32), [CAIRN_DTYPE_F16] = AVX2_ROW(f16),
-              [CAIRN_DTYPE_BF16] = AVX2_ROW(bf16)},
+              [CAIRN_DTYPE_BF16] = AVX2_ROW(bf16), KERN_AVX2_QROWS},
     .sumsq = avx2_sumsq,
     .glu = {[COMPUTE_GLU_SILU] = avx2_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx2_gelu_tanh_mul,
             [COMPUTE_GLU_SIGMOID] = avx2_sigmoid_mul},

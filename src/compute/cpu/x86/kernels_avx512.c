@@ -346,7 +346,19 @@ T512 INLINE float dot_t(const float *a, const void *b, cairn_dtype_t t, int n)
     return hsum16(acc);
 }
 
-T512 static float avx512_sumsq(const float *x, int n) { return dot_t(x, x, CAIRN_DTYPE_F32, n); }
+/* The canonical RMSNorm sum: 8 double lanes in one zmm (kernels_impl.h). */
+T512 static double avx512_sumsq(const float *x, int n)
+{
+    __m512d a = _mm512_setzero_pd();
+    for (int k = 0; k < n; k += 8) {
+        __mmask8 m = n - k >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - k)) - 1u);
+        __m256 v = _mm256_maskz_loadu_ps(m, x + k);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    }
+    __m256d b = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    __m128d c = _mm_add_pd(_mm256_castpd256_pd128(b), _mm256_extractf128_pd(b, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(c, _mm_unpackhi_pd(c, c)));
+}
 
 T512 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
 {
@@ -430,19 +442,44 @@ AVX512_GLU(avx512_sigmoid_mul, sigmoid16)
 extern const struct attn_impl attn__avx512;
 
 #define AVX512_ROW(MM, SUF) {MM, avx512_dot_##SUF, avx512_axpy_##SUF, avx512_rows_##SUF}
-#define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM)                                                 \
+#define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM, QROWS)                                                 \
     {                                                                                                  \
         .name = NAME, .available = AVAILABLE, .stand_in = STAND_IN,                                    \
         .types = {[CAIRN_DTYPE_F32] = AVX512_ROW(matmul_f32w, f32),                                    \
                   [CAIRN_DTYPE_F16] = AVX512_ROW(matmul_f16w, f16),                                    \
-                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16)},                                      \
+                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16), QROWS},                               \
         .sumsq = avx512_sumsq,                                                                         \
         .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
                 [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
         .bf16_math_fast = true, .attn = &attn__avx512, .delta_step = dr__delta_avx512,                 \
     }
 
-const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_bf16, "avx512-emubf16",
-                                             matmul_bf16w_native);
+/* The quantized rows: AVX-512 VNNI (quant_avx512.c) where "avx512" runs (it needs
+ * AVX512_BF16 and AVX512_VNNI); the AVX2 rows (quant_avx2.c) in "avx512-emubf16", which
+ * runs on AVX-512 CPUs that may lack VNNI. Same bits either way. */
+#define QROWS_VNNI                                                                                     \
+    [CAIRN_DTYPE_Q8_0] = {.rows_to_f32 = kern__avx512_rows_q8_0, .from_f32 = kern__avx512_from_q8_0,   \
+                          .qmatmul_range = kern__avx512_qmm_q8_0},                                     \
+    [CAIRN_DTYPE_Q4_0] = {.qmatmul_range = kern__avx512_qmm_q4_0},                                     \
+    [CAIRN_DTYPE_Q4_K] = {.qmatmul_range = kern__avx512_qmm_q4_k},                                     \
+    [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__avx512_qmm_q5_k},                                     \
+    [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__avx512_qmm_q6_k},                                     \
+    [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
+    [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
+#define QROWS_AVX2 KERN_AVX2_QROWS
+/* "amx": the VNNI rows with AMX-INT8 tiles for prefill (quant_amx.c); same bits. */
+#define QROWS_AMX                                                                                      \
+    [CAIRN_DTYPE_Q8_0] = {.rows_to_f32 = kern__avx512_rows_q8_0, .from_f32 = kern__avx512_from_q8_0,   \
+                          .qmatmul_range = kern__amx_qmm_q8_0},                                        \
+    [CAIRN_DTYPE_Q4_0] = {.qmatmul_range = kern__amx_qmm_q4_0},                                        \
+    [CAIRN_DTYPE_Q4_K] = {.qmatmul_range = kern__amx_qmm_q4_k},                                        \
+    [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__amx_qmm_q5_k},                                        \
+    [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__amx_qmm_q6_k},                                        \
+    [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
+    [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
+
+const kern_impl_t kern__avx512 = AVX512_IMPL("avx512", kern__x86_has_avx512_native, "avx512-emubf16",
+                                             matmul_bf16w_native, QROWS_VNNI);
+const kern_impl_t kern__amx = AVX512_IMPL("amx", kern__x86_has_amx_int8, "avx512", matmul_bf16w_native, QROWS_AMX);
 const kern_impl_t kern__avx512_emubf16 = AVX512_IMPL("avx512-emubf16", kern__x86_has_avx512, NULL,
-                                                     matmul_bf16w_emu);
+                                                     matmul_bf16w_emu, QROWS_AVX2);

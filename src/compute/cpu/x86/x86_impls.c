@@ -3,17 +3,20 @@
  *
  * Model: cpuid leaves 1 and 7 say what the CPU implements, xgetbv whether the OS saves
  * the YMM/ZMM state; an implementation is available only when both hold. Read once.
- * Adding an x86 implementation (AMX for issue 12) is a file in this folder plus a line in
- * kern__x86_impls; the portable registry (../kernels.c) is not edited.
+ * AMX-INT8 also needs the kernel's permission for the tile data (arch_prctl), asked once
+ * here. Adding an x86 implementation is a file in this folder plus a line in
+ * kern__x86_impls (and its name in ../kernels.c's list of every build's names).
  * Thread-safety: pthread_once.
  */
 #include "compute/cpu/x86/x86_impls.h"
 
 #include <cpuid.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static struct {
-    bool avx2, avx512, avx512_bf16;
+    bool avx2, avx512, avx512_bf16, avx512_vnni, amx_int8;
 } cpu;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
@@ -38,11 +41,18 @@ static void detect_cpu(void)
         return;
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
-         vl = b & (1u << 31);
+         vl = b & (1u << 31), vnni = c & (1u << 11);
+    bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25), tile_os = (xcr0 & 0x60000) == 0x60000;
     cpu.avx2 = ymm_ok && avx2 && fma && f16c;
     cpu.avx512 = cpu.avx2 && zmm_ok && f && dq && bw && vl;
+    cpu.avx512_vnni = cpu.avx512 && vnni;
     __cpuid_count(7, 1, a, b, c, d);
     cpu.avx512_bf16 = cpu.avx512 && (a & (1u << 5));
+    /* The tile data is an XSAVE component Linux (>= 5.16) enables per process on request;
+     * a refusal (older kernel, a sandbox) leaves AMX off and "avx512" runs instead. */
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    cpu.amx_int8 = cpu.avx512_bf16 && cpu.avx512_vnni && amx_tile && amx_int8 && tile_os &&
+                   syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
 bool kern__x86_has_avx2(void)
@@ -63,5 +73,19 @@ bool kern__x86_has_avx512_bf16(void)
     return cpu.avx512_bf16;
 }
 
-const kern_impl_t *const kern__x86_impls[] = {&kern__avx512, &kern__avx512_emubf16, &kern__avx2};
+bool kern__x86_has_avx512_vnni(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.avx512_vnni;
+}
+
+bool kern__x86_has_avx512_native(void) { return kern__x86_has_avx512_bf16() && kern__x86_has_avx512_vnni(); }
+
+bool kern__x86_has_amx_int8(void)
+{
+    pthread_once(&detect_once, detect_cpu);
+    return cpu.amx_int8;
+}
+
+const kern_impl_t *const kern__x86_impls[] = {&kern__amx, &kern__avx512, &kern__avx512_emubf16, &kern__avx2};
 const int kern__x86_n_impls = (int)CAIRN_ARRAY_LEN(kern__x86_impls);

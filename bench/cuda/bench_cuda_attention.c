@@ -1,0 +1,266 @@
+/*
+ * bench_cuda_attention — paged decode attention on the CUDA backend: effective K+V read
+ * bandwidth (bytes of K and V the queries must read / kernel time) for GQA 32/8 heads,
+ * head_dim 128, bf16 K/V in 16-position blocks scattered over the pool in a random order,
+ * one query per sequence at its last position.
+ *
+ *   bench_cuda_attention [B:CTX ...]     default 32:4096 64:8192 8:32768
+ *
+ * Per shape: the kernels alone (decode kernel + split merge; work lists planned once,
+ * then 20 timed runs after 3 warm-ups, CUDA events, median) at split sizes 256, 512
+ * (the batch-invariant mode's), 1024 and 2048, and the whole op once planned each time
+ * (host work lists from the accessor included; wall clock, median of 5). Prints one line
+ * per measurement and a summary table; bench/cuda/sdpa_decode.py times torch SDPA on the
+ * same shapes. The device's copy bandwidth (cudaMemcpy device to device of 2 GiB, bytes
+ * read + written) is printed first as the ceiling.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compute/cuda/cuda_host.h"
+
+#define NH 32
+#define NKV 8
+#define HD 128
+#define BS 16
+
+static uint64_t rng = 0x1234567887654321ull;
+static uint64_t rnd64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void log_stderr(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)user;
+    if (level >= CAIRN_LOG_INFO)
+        fprintf(stderr, "log: %s\n", msg);
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+#define CK(x)                                                                                                   \
+    do {                                                                                                        \
+        cudaError_t e_ = (x);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                         \
+            exit(1);                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
+typedef struct {
+    unsigned char *k, *v; /* device pools [n_blocks][BS][NKV][HD] bf16 */
+    const int *table;
+} seq_t;
+
+static int rows_fn(void *ctx, int layer, int pos, void **k, void **v)
+{
+    const seq_t *s = ctx;
+    (void)layer;
+    size_t off = ((size_t)s->table[pos / BS] * BS + pos % BS) * NKV * HD * 2;
+    *k = s->k + off;
+    *v = s->v + off;
+    return BS - pos % BS;
+}
+
+/* Fills n bytes of device memory with bf16 values in about [-2, 2] (a 64 MiB random
+ * pattern repeated). */
+static void fill(void *d, size_t n)
+{
+    const size_t chunk = (size_t)64 << 20;
+    uint16_t *h = malloc(chunk);
+    for (size_t i = 0; i < chunk / 2; i++) {
+        uint64_t r = rnd64();
+        h[i] = (uint16_t)(((r >> 8) & 0x8000) | ((0x7c + (r & 3)) << 7) | ((r >> 16) & 0x7f)); /* [1/8, 2) */
+    }
+    for (size_t off = 0; off < n; off += chunk)
+        CK(cudaMemcpy((char *)d + off, h, n - off < chunk ? n - off : chunk, cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static float time_plan(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *ms = malloc((size_t)reps * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        cuda__attn_run(b, plan);
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(e0, b->stream));
+        cuda__attn_run(b, plan);
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, (size_t)reps, sizeof(float), cmp_f);
+    float med = ms[reps / 2];
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (b->error) {
+        fprintf(stderr, "attention failed (%s)\n", cairn_strerror(b->error));
+        exit(1);
+    }
+    return med;
+}
+
+static void copy_ceiling(void)
+{
+    const size_t n = (size_t)2 << 30;
+    void *a, *c;
+    CK(cudaMalloc(&a, n));
+    CK(cudaMalloc(&c, n));
+    CK(cudaMemset(a, 1, n));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms[10];
+    for (int i = 0; i < 12; i++) {
+        CK(cudaEventRecord(e0, 0));
+        CK(cudaMemcpy(c, a, n, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        if (i >= 2)
+            CK(cudaEventElapsedTime(&ms[i - 2], e0, e1));
+    }
+    qsort(ms, 10, sizeof(float), cmp_f);
+    printf("copy ceiling: device-to-device 2 GiB, %.3f ms median, %.2f TB/s (read + write)\n", ms[5],
+           2.0 * n / (ms[5] * 1e-3) / 1e12);
+    cudaFree(a);
+    cudaFree(c);
+}
+
+int main(int argc, char **argv)
+{
+    cairn_log_set_handler(log_stderr, NULL);
+    const char *defaults[] = {"32:4096", "64:8192", "8:32768"};
+    int n_shapes = argc > 1 ? argc - 1 : 3;
+    char err[256] = "";
+    compute_backend_t *be = NULL;
+    if (compute_backend_create("cuda", NULL, &be, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    cuda_backend_t *b = (cuda_backend_t *)be;
+    copy_ceiling();
+    printf("%-10s %-6s %10s %10s %10s\n", "shape", "split", "kernel_ms", "TB/s", "op_ms");
+    char summary[16][160];
+    for (int si = 0; si < n_shapes; si++) {
+        int B = 0, ctx = 0;
+        if (sscanf(argc > 1 ? argv[si + 1] : defaults[si], "%d:%d", &B, &ctx) != 2 || B < 1 || ctx < 1 ||
+            ctx % BS) {
+            fprintf(stderr, "bad shape '%s' (B:CTX, CTX a multiple of 16)\n", argc > 1 ? argv[si + 1] : defaults[si]);
+            return 2;
+        }
+        const int nb = ctx / BS, total = B * nb;
+        const size_t pool = (size_t)total * BS * NKV * HD * 2;
+        unsigned char *k, *v;
+        CK(cudaMalloc((void **)&k, pool));
+        CK(cudaMalloc((void **)&v, pool));
+        fill(k, pool);
+        fill(v, pool);
+        int *perm = malloc((size_t)total * sizeof(int));
+        for (int i = 0; i < total; i++)
+            perm[i] = i;
+        for (int i = total - 1; i > 0; i--) {
+            int j = (int)(rnd64() % (uint64_t)(i + 1)), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        seq_t *seqs = malloc((size_t)B * sizeof(seq_t));
+        attn_kv_t *kv = malloc((size_t)B * sizeof(attn_kv_t));
+        attn_query_t *q = malloc((size_t)B * sizeof(attn_query_t));
+        float *hq = malloc((size_t)B * NH * HD * sizeof(float));
+        for (size_t i = 0; i < (size_t)B * NH * HD; i++)
+            hq[i] = (float)((int)(rnd64() % 2001) - 1000) * 1e-3f;
+        float *dq, *dout;
+        CK(cudaMalloc((void **)&dq, (size_t)B * NH * HD * 4));
+        CK(cudaMalloc((void **)&dout, (size_t)B * NH * HD * 4));
+        CK(cudaMemcpy(dq, hq, (size_t)B * NH * HD * 4, cudaMemcpyHostToDevice));
+        for (int s = 0; s < B; s++) {
+            seqs[s] = (seq_t){k, v, perm + (size_t)s * nb};
+            kv[s] = (attn_kv_t){rows_fn, &seqs[s]};
+            q[s] = (attn_query_t){dq + (size_t)s * NH * HD, dout + (size_t)s * NH * HD, &kv[s], ctx - 1};
+        }
+        compute_attn_params_t ap = {NH, NKV, HD, CAIRN_DTYPE_BF16, ctx, 0, 0.0f, 0.0f};
+        compute_attn_t *a = NULL;
+        if (compute_attn_create(be, &ap, &a)) {
+            fprintf(stderr, "attn_create failed\n");
+            return 1;
+        }
+        const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
+        const int splits[] = {256, 512, 1024, 2048};
+        float best = 1e30f, inv = 0;
+        int best_split = 0;
+        for (size_t i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
+            cuda__attn_set_split(a, splits[i]);
+            cuda_attn_plan_t plan;
+            if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
+                fprintf(stderr, "plan failed\n");
+                return 1;
+            }
+            float ms = time_plan(b, &plan, 20);
+            /* The whole op: work lists from the accessor, upload, kernels. */
+            double op[5];
+            for (int r = 0; r < 5; r++) {
+                CK(cudaStreamSynchronize(b->stream));
+                double t0 = now();
+                compute_attention(be, a, 0, q, B);
+                if (compute_sync(be)) {
+                    fprintf(stderr, "attention failed\n");
+                    return 1;
+                }
+                op[r] = (now() - t0) * 1e3;
+            }
+            for (int x = 0; x < 5; x++)
+                for (int y = x + 1; y < 5; y++)
+                    if (op[y] < op[x]) {
+                        double t = op[x];
+                        op[x] = op[y];
+                        op[y] = t;
+                    }
+            char shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
+            printf("%-10s %-6d %10.4f %10.3f %10.4f%s\n", shape, splits[i], ms, bytes / (ms * 1e-3) / 1e12, op[2],
+                   splits[i] == CUDA_ATTN_SPLIT ? "   (invariant mode)" : "");
+            if (ms < best) {
+                best = ms;
+                best_split = splits[i];
+            }
+            if (splits[i] == CUDA_ATTN_SPLIT)
+                inv = ms;
+        }
+        snprintf(summary[si], sizeof(summary[si]),
+                 "B=%-3d ctx=%-6d K+V %.3f GB  invariant(split %d) %.2f TB/s  best split %d %.2f TB/s  cost %+.1f%%",
+                 B, ctx, bytes / 1e9, CUDA_ATTN_SPLIT, bytes / (inv * 1e-3) / 1e12, best_split,
+                 bytes / (best * 1e-3) / 1e12, (inv / best - 1.0) * 100.0);
+        compute_attn_destroy(be, a);
+        cudaFree(k);
+        cudaFree(v);
+        cudaFree(dq);
+        cudaFree(dout);
+        free(perm), free(seqs), free(kv), free(q), free(hq);
+    }
+    printf("summary (paged decode attention, GQA %d/%d x %d, bf16 K/V, block %d):\n", NH, NKV, HD, BS);
+    for (int si = 0; si < n_shapes; si++)
+        printf("  %s\n", summary[si]);
+    compute_backend_destroy(be);
+    return 0;
+}

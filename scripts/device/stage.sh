@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Stages what a run on the GPU device needs into DEST: the CUDA build's binaries (debug
+# info stripped), the non-system shared libraries they load, the dense fixtures, the SDPA
+# baseline and the run scripts. Usage:
+#   scripts/device/stage.sh BUILD_DIR DEST
+# The device tool carries the checkout its session was started in (plus the git-ignored
+# folders named in its `carry`), so DEST must be an ignored folder of THAT checkout; there
+# is no default, since that checkout may be someone else's (the lead's /work/main), where
+# nothing may be written without asking.
+set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: scripts/device/stage.sh BUILD_DIR DEST" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/../.."
+BUILD=$1
+DEST=$2
+rm -rf "$DEST"
+mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/fixtures/models"
+for b in src/cairn tests/compute/test_cuda_backend tests/engine/test_cuda_engine \
+         bench/bench_cuda_attention bench/bench_cuda_gemm bench/bench_cuda_engine; do
+  strip --strip-debug -o "$DEST/bin/$(basename $b)" "$BUILD/$b"
+done
+# Shared libraries: everything ldd resolves except glibc, libstdc++/libgcc and CUDA's own.
+for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so|cuda|cublas' |
+  while read -r l; do cp -L "$l" "$DEST/lib/"; done
+for m in llama llama31 qwen3 qwen3_f32 gemma3; do cp -r ../shared/fixtures/models/$m "$DEST/fixtures/models/"; done
+chmod -R u+w "$DEST/fixtures"
+cp bench/cuda/sdpa_decode.py scripts/device/run_*.sh "$DEST/"
+du -sh "$DEST"

@@ -1,0 +1,807 @@
+/*
+ * quant_avx512.c — AVX-512 VNNI rendition of the quantized rows (kernels_impl.h, canonical
+ * quantized order): activation rounding, the K/V widening of q8_0 / fp8_e4m3, and the
+ * quantized matmul in two shapes that compute the same integers:
+ *
+ *  - row kernel (decode, few rows): the weights are read in their GGUF layout. For one row
+ *    and a tile of 16 outputs, each output's block products are computed in 16 int32 lanes
+ *    (vpmaddubsw + vpdpwssd applying the sub-block scales, or vpdpbusd), then one
+ *    transposing reduction turns the 16 outputs' lane vectors into one vector whose lane o
+ *    is output o's exact block sum S (and M), and the float chain runs in 16 lanes at once.
+ *
+ *  - packed kernel (prefill, >= PACK_ROWS rows): a tile of 16 outputs x a piece of the
+ *    input is unpacked once into the VNNI layout — for each group of 4 inputs, one zmm
+ *    holding those 4 weights of each of the 16 outputs as u8 — with the scales as int32
+ *    lanes, then every row multiplies it by broadcasting 4 of its int8 activations per
+ *    vpdpbusd. Lane o is output o throughout, so no reduction is needed; the unpack cost
+ *    is shared by all rows of the call.
+ *
+ * Both produce the exact integers of quant_kernels.c and fold them in block order with
+ * the same rounded operations, so every output equals the portable row bit for bit, for
+ * any number of rows (tests/compute/test_quant_kernels.c).
+ *
+ * Only runs where kern__x86_has_avx512_vnni(). Pure functions; thread-safe.
+ */
+#include "compute/cpu/x86/x86_impls.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "compute/quant_blocks.h"
+
+#define TV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* Full unrolling of the packed micro-kernel's row loops (only when optimizing: at -O0 GCC
+ * rejects the annotation on loops it does not analyse). */
+#ifdef __OPTIMIZE__
+#define PK_UNROLL(n) _Pragma(PK_STR(GCC unroll n))
+#define PK_STR(x) #x
+#else
+#define PK_UNROLL(n)
+#endif
+
+enum {
+    PACK_ROWS = 8,   /* rows from which the packed kernel pays for its unpacking */
+    PACK_R = 6,      /* rows per packed micro-kernel step (independent vpdpbusd chains) */
+    PF_BYTES = 1024, /* prefetch distance along a weight row (row kernel) */
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+TV INLINE __mmask16 mask16(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
+TV INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* One level of the transposing reduction: c = a and b's lanes picked by lo, plus those
+ * picked by hi (indices >= 16 name b's lanes). */
+TV INLINE __m512i pair_add(__m512i a, __m512i b, __m512i lo, __m512i hi)
+{
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, lo, b), _mm512_permutex2var_epi32(a, hi, b));
+}
+
+/* c[i] (i < 8): lanes 0-7 the 8 partial sums of output 2i, lanes 8-15 those of output
+ * 2i + 1. Returns the vector whose lane o is output o's total (exact: integer sums). */
+TV INLINE __m512i reduce_level1_outputs(const __m512i c[8])
+{
+    const __m512i l2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i h2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    const __m512i l3 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i h3 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const __m512i l4 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i h4 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512i d0 = pair_add(c[0], c[1], l2, h2), d1 = pair_add(c[2], c[3], l2, h2);
+    __m512i d2 = pair_add(c[4], c[5], l2, h2), d3 = pair_add(c[6], c[7], l2, h2);
+    __m512i e0 = pair_add(d0, d1, l3, h3), e1 = pair_add(d2, d3, l3, h3);
+    return pair_add(e0, e1, l4, h4);
+}
+
+/* Lane o = the sum of the 16 lanes of v[o]. */
+TV INLINE __m512i reduce16x16(const __m512i v[16])
+{
+    const __m512i l1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i h1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    __m512i c[8];
+    for (int i = 0; i < 8; i++)
+        c[i] = pair_add(v[2 * i], v[2 * i + 1], l1, h1);
+    return reduce_level1_outputs(c);
+}
+
+/* Lane o = the sum of the 8 lanes of v[o]. */
+TV INLINE __m512i reduce16x8(const __m256i v[16])
+{
+    __m512i c[8];
+    for (int i = 0; i < 8; i++)
+        c[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * i]), v[2 * i + 1], 1);
+    return reduce_level1_outputs(c);
+}
+
+/* The two blocks of each v[o] (lanes 0-7, 8-15) reduced separately: *a lane o = output o's
+ * first block, *b its second. */
+TV INLINE void reduce16x2x8(const __m512i v[16], __m512i *a, __m512i *b)
+{
+    const __m512i l1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i h1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    __m512i ca[8], cb[8];
+    for (int i = 0; i < 8; i++) {
+        ca[i] = _mm512_permutex2var_epi32(v[2 * i], l1, v[2 * i + 1]);
+        cb[i] = _mm512_permutex2var_epi32(v[2 * i], h1, v[2 * i + 1]);
+    }
+    *a = reduce_level1_outputs(ca);
+    *b = reduce_level1_outputs(cb);
+}
+
+/* The 6-bit scales (sc) and mins (m) of a q4_k / q5_k scales[12], 8 bytes each (byte j =
+ * sub-block j; quant_k4_scale_min's unpacking, four sub-blocks at a time). */
+INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    *sc = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
+    *m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
+}
+
+/* int16 lanes k < 32 of chunk g (64 elements) take sub-block scale 2g + k / 16 (k-quants
+ * of 32) — permutation indices into 8 int16 scales. */
+TV INLINE __m512i k4_scale_idx(int g)
+{
+    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(2 * g)), _mm512_set1_epi16((short)(2 * g + 1)));
+}
+
+/* Shift counts per int16 lane: 0 in the low 256 bits, c in the high 256 bits. */
+TV INLINE __m512i shift_hi(int lo, int hi)
+{
+    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)lo), _mm512_set1_epi16((short)hi));
+}
+
+/* The 64 q (u8) of chunk g of a q4_k-layout qs: low nibbles of qs[32g..] then high. */
+TV INLINE __m512i k4_chunk(const uint8_t *qs, int g)
+{
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * g)));
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift_hi(0, 4)), _mm512_set1_epi8(0x0f));
+}
+
+/* Bit 4 of the 64 q of chunk g of a q5_k block (from qh). */
+TV INLINE __m512i k5_high(__m512i qh2, int g)
+{
+    __m512i b = _mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(2 * g, 2 * g + 1)), _mm512_set1_epi8(1));
+    return _mm512_slli_epi16(b, 4);
+}
+
+/* ---- activation rounding (bit for bit the traits' reference, quant_blocks.c) ---------------- */
+
+/* amax of v (NaN lanes ignored, as the scalar comparisons ignore them). */
+TV INLINE __m512 abs_ord(__m512 v)
+{
+    __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    return _mm512_castsi512_ps(_mm512_maskz_and_epi32(ord, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+
+/* rint(v) as int32, NaN -> 0, clamped to [lo, hi]. */
+TV INLINE __m512i round_clamp16(__m512 v, int lo, int hi)
+{
+    __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_max_ps(_mm512_min_ps(r, _mm512_set1_ps((float)hi)), _mm512_set1_ps((float)lo));
+    return _mm512_maskz_cvtps_epi32(ord, r);
+}
+
+TV void kern__avx512_from_q8_0(void *dst, const float *src, int n)
+{
+    blk_q8_0_t *b = dst;
+    for (int i = 0; i < n / QK8_0; i++, b++, src += QK8_0) {
+        __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(abs_ord(v0), abs_ord(v1)));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b->d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m512 idv = _mm512_set1_ps(id);
+        __m512i q0 = round_clamp16(_mm512_mul_ps(v0, idv), -127, 127);
+        __m512i q1 = round_clamp16(_mm512_mul_ps(v1, idv), -127, 127);
+        _mm_storeu_si128((__m128i *)b->q, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(b->q + 16), _mm512_cvtepi32_epi8(q1));
+    }
+}
+
+TV void kern__avx512_from_q8_k(void *dst, const float *src, int n)
+{
+    blk_q8_k_t *b = dst;
+    for (int i = 0; i < n / QK_K; i++, b++, src += QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < QK_K; j += 16)
+            m = _mm512_max_ps(m, abs_ord(_mm512_loadu_ps(src + j)));
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.0f) {
+            memset(b, 0, sizeof *b);
+            continue;
+        }
+        /* The first element whose |x| is amax gives the sign. */
+        float max = 0.0f;
+        const __m512 av = _mm512_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 16) {
+            __mmask16 hit = _mm512_cmp_ps_mask(abs_ord(_mm512_loadu_ps(src + j)), av, _CMP_EQ_OQ);
+            if (hit) {
+                max = src[j + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 isv = _mm512_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 16) {
+            __m512i q = round_clamp16(_mm512_mul_ps(_mm512_loadu_ps(src + j), isv), -128, 127);
+            _mm_storeu_si128((__m128i *)(b->q + j), _mm512_cvtepi32_epi8(q));
+            b->bsums[j / 16] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        b->d = 1.0f / iscale;
+    }
+}
+
+/* ---- K/V rows (attention's tiles) ------------------------------------------------------------- */
+
+TV void kern__avx512_rows_q8_0(float *dst, const void *src, size_t stride, int rows, int n)
+{
+    for (int r = 0; r < rows; r++) {
+        const blk_q8_0_t *b = (const blk_q8_0_t *)((const unsigned char *)src + (size_t)r * stride);
+        float *o = dst + (size_t)r * n;
+        for (int i = 0; i < n / QK8_0; i++, o += QK8_0) {
+            const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+            __m128i q0 = _mm_loadu_si128((const __m128i *)b[i].q), q1 = _mm_loadu_si128((const __m128i *)(b[i].q + 16));
+            _mm512_storeu_ps(o, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+            _mm512_storeu_ps(o + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+        }
+    }
+}
+
+/* E4M3 codes -> f32, exactly quant_e4m3_to_f32: (8 + m) 2^(e-10) built from its bits,
+ * m 2^-9 for e = 0, NaN for e = 15, m = 7. */
+TV INLINE __m512 e4m3_16(__m128i codes)
+{
+    __m512i c = _mm512_cvtepu8_epi32(codes);
+    __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(15));
+    __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(7));
+    __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                                   _mm512_slli_epi32(m, 20));
+    __m512 v = _mm512_castsi512_ps(bits);
+    __mmask16 sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
+    v = _mm512_mask_mul_ps(v, sub, _mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+    __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(__builtin_nanf("")));
+    __mmask16 neg = _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x80));
+    return _mm512_mask_sub_ps(v, neg, _mm512_setzero_ps(), v);
+}
+
+TV void kern__avx512_rows_fp8(float *dst, const void *src, size_t stride, int rows, int n)
+{
+    for (int r = 0; r < rows; r++) {
+        const blk_fp8_t *b = (const blk_fp8_t *)((const unsigned char *)src + (size_t)r * stride);
+        float *o = dst + (size_t)r * n;
+        for (int i = 0; i < n / QK_FP8; i++, o += QK_FP8) {
+            const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+            _mm512_storeu_ps(o, _mm512_mul_ps(d, e4m3_16(_mm_loadu_si128((const __m128i *)b[i].e))));
+            _mm512_storeu_ps(o + 16, _mm512_mul_ps(d, e4m3_16(_mm_loadu_si128((const __m128i *)(b[i].e + 16)))));
+        }
+    }
+}
+
+/* ---- row kernels: one row, a tile of up to 16 outputs ------------------------------------------ */
+
+/* The 16 weight rows of a tile (missing lanes repeat the last valid row). */
+INLINE void tile_rows(const unsigned char *wr[16], const void *w, size_t ldw, int nv)
+{
+    for (int o = 0; o < 16; o++)
+        wr[o] = (const unsigned char *)w + (size_t)(o < nv ? o : nv - 1) * ldw;
+}
+
+TV INLINE __m512 acc_start(const float *y, int nv, bool acc)
+{
+    return acc ? _mm512_maskz_loadu_ps(mask16(nv), y) : _mm512_setzero_ps();
+}
+
+TV INLINE __m512 f16x16(const uint16_t h[16]) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
+
+TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        bool q5)
+{
+    const unsigned char *wr[16];
+    tile_rows(wr, w, ldw, nv);
+    __m512 accv = acc_start(y, nv, acc);
+    const size_t bsz = q5 ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
+    for (int b = 0; b < nb; b++) {
+        const blk_q8_k_t *xb = x + b;
+        __m512i xv[4];
+        for (int g = 0; g < 4; g++)
+            xv[g] = _mm512_loadu_si512(xb->q + 64 * g);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+        __m512i S[16];
+        __m256i M[16];
+        _Alignas(32) uint16_t dw[16], dm[16];
+        for (int o = 0; o < 16; o++) {
+            const unsigned char *blk = wr[o] + (size_t)b * bsz;
+            _mm_prefetch((const char *)blk + PF_BYTES, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PF_BYTES + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PF_BYTES + 128, _MM_HINT_T0);
+            uint16_t d16[2];
+            memcpy(d16, blk, 4);
+            dw[o] = d16[0];
+            dm[o] = d16[1];
+            uint64_t sc8, m8;
+            k4_scales(blk + 4, &sc8, &m8);
+            const __m512i scz = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
+            __m512i qh2 = _mm512_setzero_si512();
+            if (q5)
+                qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
+            __m512i s = _mm512_setzero_si512();
+            for (int g = 0; g < 4; g++) {
+                __m512i q = k4_chunk(qs, g);
+                if (q5)
+                    q = _mm512_or_si512(q, k5_high(qh2, g));
+                __m512i p = _mm512_maddubs_epi16(q, xv[g]);
+                s = _mm512_dpwssd_epi32(s, p, _mm512_permutexvar_epi16(k4_scale_idx(g), scz));
+            }
+            S[o] = s;
+            __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8));
+            __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m16, m16)),
+                                                   _mm_unpackhi_epi16(m16, m16), 1);
+            M[o] = _mm256_madd_epi16(mdup, bs);
+        }
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), dx), accv);
+        accv = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(reduce16x8(M)), _mm512_mul_ps(f16x16(dm), dx), accv);
+    }
+    _mm512_mask_storeu_ps(y, mask16(nv), accv);
+}
+
+/* int16 lane k < 32 of chunk c (64 elements) of a q6_k block takes scale 4c + k / 8. */
+TV INLINE __m512i k6_scale_idx(int c)
+{
+    return _mm512_mask_blend_epi16(0xffff0000u,
+                                   _mm512_mask_blend_epi16(0xff00ff00u, _mm512_set1_epi16((short)(4 * c)),
+                                                           _mm512_set1_epi16((short)(4 * c + 1))),
+                                   _mm512_mask_blend_epi16(0xff00ff00u, _mm512_set1_epi16((short)(4 * c + 2)),
+                                                           _mm512_set1_epi16((short)(4 * c + 3))));
+}
+
+/* The two chunks (64 q each, u8 0..63) of half h of a q6_k block. */
+TV INLINE void k6_chunks(const blk_q6_k_t *blk, int h, __m512i *qa, __m512i *qb)
+{
+    const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h)));
+    const __m512i qh2 = _mm512_srlv_epi16(qh, shift_hi(0, 2));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    *qa = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                          _mm512_slli_epi16(_mm512_and_si512(qh2, _mm512_set1_epi8(0x03)), 4));
+    *qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
+}
+
+TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc)
+{
+    const unsigned char *wr[16];
+    tile_rows(wr, w, ldw, nv);
+    __m512 accv = acc_start(y, nv, acc);
+    for (int b = 0; b < nb; b++) {
+        const blk_q8_k_t *xb = x + b;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+        __m512i S[16];
+        _Alignas(32) uint16_t dw[16];
+        for (int o = 0; o < 16; o++) {
+            const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
+            for (int l = 0; l < 4; l++)
+                _mm_prefetch((const char *)blk + PF_BYTES + 64 * l, _MM_HINT_T0);
+            dw[o] = blk->d;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+            const __m512i scz = _mm512_zextsi256_si512(sc16);
+            /* The -32 of every q: -32 sum_j sc_j bsum_j, exact in int32. */
+            __m512i s = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32)), bs));
+            for (int h = 0; h < 2; h++) {
+                __m512i qa, qb;
+                k6_chunks(blk, h, &qa, &qb);
+                __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(xb->q + 128 * h));
+                __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(xb->q + 128 * h + 64));
+                s = _mm512_dpwssd_epi32(s, pa, _mm512_permutexvar_epi16(k6_scale_idx(2 * h), scz));
+                s = _mm512_dpwssd_epi32(s, pb, _mm512_permutexvar_epi16(k6_scale_idx(2 * h + 1), scz));
+            }
+            S[o] = s;
+        }
+        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), _mm512_set1_ps(xb->d)),
+                               accv);
+    }
+    _mm512_mask_storeu_ps(y, mask16(nv), accv);
+}
+
+/* The 64 unsigned q (0..15) of q4_0 blocks b0, b1: [b0 low, b0 high, b1 low, b1 high]. */
+TV INLINE __m512i q4_0_pair(const blk_q4_0_t *b0, const blk_q4_0_t *b1)
+{
+    __m128i l0 = _mm_loadu_si128((const __m128i *)b0->qs), l1 = _mm_loadu_si128((const __m128i *)b1->qs);
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(l0, l0)), _mm256_set_m128i(l1, l1), 1);
+    const __m512i cnt = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
+                                          0x0004000400040004ll, 0x0004000400040004ll);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, cnt), _mm512_set1_epi8(0x0f));
+}
+
+TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step. */
+TV static void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
+                       int nv, bool acc, bool q4)
+{
+    const unsigned char *wr[16];
+    tile_rows(wr, w, ldw, nv);
+    __m512 accv = acc_start(y, nv, acc);
+    const size_t bsz = q4 ? sizeof(blk_q4_0_t) : sizeof(blk_q8_0_t);
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b += 2) {
+        const bool two = b + 1 < nb; /* an odd last block runs alone, its pair zero */
+        const int8_t *x1 = two ? x[b + 1].q : x[b].q;
+        __m512i xv = pair256(x[b].q, x1);
+        if (!two)
+            xv = _mm512_zextsi256_si512(_mm512_castsi512_si256(xv));
+        const __m512i xu = _mm512_xor_si512(xv, k80); /* x + 128 as u8 */
+        __m512i P[16];
+        _Alignas(32) uint16_t da[16], db[16];
+        for (int o = 0; o < 16; o++) {
+            const unsigned char *p0 = wr[o] + (size_t)b * bsz, *p1 = two ? p0 + bsz : p0;
+            _mm_prefetch((const char *)p0 + PF_BYTES, _MM_HINT_T0);
+            _mm_prefetch((const char *)p0 + PF_BYTES + 64, _MM_HINT_T0);
+            memcpy(&da[o], p0, 2);
+            memcpy(&db[o], p1, 2);
+            if (q4) {
+                __m512i q = q4_0_pair((const blk_q4_0_t *)p0, (const blk_q4_0_t *)p1);
+                P[o] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv); /* sum q x; -8 sum x below */
+            } else {
+                __m512i wv = pair256(((const blk_q8_0_t *)p0)->q, ((const blk_q8_0_t *)p1)->q);
+                /* sum (x + 128) w - 128 sum w = sum x w, exactly */
+                __m512i pw = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, wv);
+                P[o] = _mm512_sub_epi32(pw, _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv));
+            }
+        }
+        __m512i sa, sb;
+        reduce16x2x8(P, &sa, &sb);
+        if (q4) {
+            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(8 * xsum[b]));
+            sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? 8 * xsum[b + 1] : 0));
+        }
+        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
+        if (two)
+            accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(f16x16(db), _mm512_set1_ps(h2f(x[b + 1].d))),
+                                   accv);
+    }
+    _mm512_mask_storeu_ps(y, mask16(nv), accv);
+}
+
+/* ---- packed kernels: a tile of 16 outputs unpacked once, every row against it ----------------- */
+
+/*
+ * Packed tile of one weight block (k-quant super-block or b32 block) for 16 outputs:
+ *   q[g]:  lane o = the 4 u8 weights 4g..4g+3 of output o (vpdpbusd's unsigned operand);
+ *   sc[j]: lane o = output o's integer scale of sub-block j (k-quants);
+ *   mp[p]: lane o = an int16 pair multiplying the activation bsums pair p (q4_k / q5_k:
+ *          (m_p, m_p), the mins; q6_k: (sc_2p, sc_2p+1), the -32 offset's scales);
+ *   d, dmin: lane o = the block's scales as f32.
+ */
+typedef struct {
+    __m512i q[64];
+    __m512i sc[16];
+    __m512i mp[8];
+    __m512 d, dmin;
+} pk_block_t;
+
+enum { PK_BLOCKS = 4 }; /* k-quant super-blocks per packed piece (~22 KiB: stays in L1) */
+
+/* Gathers lane o = 32-bit word `word` of 16 records `stride` bytes apart. */
+TV INLINE __m512i gather_words(const void *base, int stride_words, int word)
+{
+    const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                            _mm512_set1_epi32(stride_words)),
+                                         _mm512_set1_epi32(word));
+    return _mm512_i32gather_epi32(idx, base, 4);
+}
+
+/* Unpacks super-block b of the 16 rows wr into pk (q4_k, q5_k or q6_k). */
+TV static void pack_k(pk_block_t *pk, const unsigned char *const wr[16], int b, cairn_dtype_t t)
+{
+    _Alignas(64) uint8_t q[16][256];
+    _Alignas(64) int32_t sc[16][16];
+    _Alignas(64) int32_t mp[16][8];
+    _Alignas(32) uint16_t d[16], dm[16];
+    for (int o = 0; o < 16; o++) {
+        if (t == CAIRN_DTYPE_Q6_K) {
+            const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
+            for (int h = 0; h < 2; h++) {
+                __m512i qa, qb;
+                k6_chunks(blk, h, &qa, &qb);
+                _mm512_store_si512(q[o] + 128 * h, qa);
+                _mm512_store_si512(q[o] + 128 * h + 64, qb);
+            }
+            for (int j = 0; j < 16; j++)
+                sc[o][j] = blk->scales[j];
+            for (int p = 0; p < 8; p++)
+                mp[o][p] = (int32_t)((uint32_t)(uint16_t)blk->scales[2 * p] | (uint32_t)(uint16_t)blk->scales[2 * p + 1] << 16);
+            d[o] = blk->d;
+            dm[o] = 0;
+            continue;
+        }
+        const bool q5 = t == CAIRN_DTYPE_Q5_K;
+        const unsigned char *blk = wr[o] + (size_t)b * (q5 ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t));
+        const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
+        __m512i qh2 = _mm512_setzero_si512();
+        if (q5)
+            qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
+        for (int g = 0; g < 4; g++) {
+            __m512i v = k4_chunk(qs, g);
+            if (q5)
+                v = _mm512_or_si512(v, k5_high(qh2, g));
+            _mm512_store_si512(q[o] + 64 * g, v);
+        }
+        uint64_t sc8, m8;
+        k4_scales(blk + 4, &sc8, &m8);
+        for (int j = 0; j < 8; j++) {
+            sc[o][j] = (int32_t)((sc8 >> (8 * j)) & 63);
+            uint32_t m = (uint32_t)((m8 >> (8 * j)) & 63);
+            mp[o][j] = (int32_t)(m | m << 16);
+        }
+        memcpy(&d[o], blk, 2);
+        memcpy(&dm[o], blk + 2, 2);
+    }
+    for (int g = 0; g < 64; g++)
+        pk->q[g] = gather_words(q, 64, g);
+    const int nsc = t == CAIRN_DTYPE_Q6_K ? 16 : 8;
+    for (int j = 0; j < nsc; j++)
+        pk->sc[j] = gather_words(sc, 16, j);
+    for (int p = 0; p < 8; p++)
+        pk->mp[p] = gather_words(mp, 8, p);
+    pk->d = f16x16(d);
+    pk->dmin = f16x16(dm);
+}
+
+/* R rows (a constant once inlined) against one packed k-quant super-block: the integer
+ * sums, then the float chain of each row's 16 outputs (acc[r]). */
+TV INLINE void pk_rows_k_n(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, const int R, const bool q6)
+{
+    __m512i S[PACK_R];
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++)
+        S[r] = _mm512_setzero_si512();
+    const int sub = q6 ? 16 : 32, nsub = 256 / sub;
+    for (int j = 0; j < nsub; j++) {
+        __m512i t[PACK_R];
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++)
+            t[r] = _mm512_setzero_si512();
+    PK_UNROLL(8)
+        for (int g = j * sub / 4; g < (j + 1) * sub / 4; g++) {
+            const __m512i wq = _mm512_load_si512(&pk->q[g]);
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xr[r]->q + 4 * g, 4);
+                t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
+            }
+        }
+        const __m512i scj = _mm512_load_si512(&pk->sc[j]);
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++)
+            S[r] = _mm512_add_epi32(S[r], _mm512_mullo_epi32(t[r], scj));
+    }
+    PK_UNROLL(6)
+    for (int r = 0; r < R; r++) {
+        __m512i M = _mm512_setzero_si512();
+    PK_UNROLL(8)
+        for (int p = 0; p < 8; p++) {
+            int32_t bp;
+            memcpy(&bp, &xr[r]->bsums[2 * p], 4);
+            M = _mm512_dpwssd_epi32(M, _mm512_load_si512(&pk->mp[p]), _mm512_set1_epi32(bp));
+        }
+        const __m512 dx = _mm512_set1_ps(xr[r]->d);
+        if (q6) {
+            S[r] = _mm512_sub_epi32(S[r], _mm512_slli_epi32(M, 5)); /* the -32 of every q */
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r]), _mm512_mul_ps(pk->d, dx), acc[r]);
+        } else {
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r]), _mm512_mul_ps(pk->d, dx), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(pk->dmin, dx), acc[r]);
+        }
+    }
+}
+
+/* One compiled body per (row count, q6): constant trip counts keep t[] and S[] in registers. */
+#define PK_K_FN(R)                                                                                     \
+    TV static void pk_rows_k_##R(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, bool q6) \
+    {                                                                                                  \
+        if (q6)                                                                                        \
+            pk_rows_k_n(acc, pk, xr, R, true);                                                         \
+        else                                                                                           \
+            pk_rows_k_n(acc, pk, xr, R, false);                                                        \
+    }
+PK_K_FN(1)
+PK_K_FN(2)
+PK_K_FN(3)
+PK_K_FN(4)
+PK_K_FN(5)
+PK_K_FN(6)
+
+TV static void pk_rows_k(__m512 *acc, const pk_block_t *pk, const blk_q8_k_t *const *xr, int R, bool q6)
+{
+    switch (R) {
+    case 1: pk_rows_k_1(acc, pk, xr, q6); break;
+    case 2: pk_rows_k_2(acc, pk, xr, q6); break;
+    case 3: pk_rows_k_3(acc, pk, xr, q6); break;
+    case 4: pk_rows_k_4(acc, pk, xr, q6); break;
+    case 5: pk_rows_k_5(acc, pk, xr, q6); break;
+    default: pk_rows_k_6(acc, pk, xr, q6); break;
+    }
+}
+
+TV static void packed_k(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
+                        int o0, int o1, bool acc, cairn_dtype_t t)
+{
+    _Alignas(64) pk_block_t pk[PK_BLOCKS];
+    const int nb = n / QK_K;
+    const bool q6 = t == CAIRN_DTYPE_Q6_K;
+    for (int o = o0; o < o1; o += 16) {
+        const int nv = o1 - o < 16 ? o1 - o : 16;
+        const unsigned char *wr[16];
+        tile_rows(wr, (const unsigned char *)w + (size_t)o * ldw, ldw, nv);
+        for (int b0 = 0; b0 < nb; b0 += PK_BLOCKS) {
+            const int nbk = nb - b0 < PK_BLOCKS ? nb - b0 : PK_BLOCKS;
+            for (int k = 0; k < nbk; k++)
+                pack_k(&pk[k], wr, b0 + k, t);
+            const bool from_y = acc || b0 > 0;
+            for (int r0 = 0; r0 < rows; r0 += PACK_R) {
+                const int R = rows - r0 < PACK_R ? rows - r0 : PACK_R;
+                __m512 av[PACK_R];
+                const blk_q8_k_t *xr[PACK_R];
+                for (int r = 0; r < PACK_R; r++) {
+                    int rr = r < R ? r0 + r : r0;
+                    av[r] = acc_start(y + (size_t)rr * ldy + o, nv, from_y);
+                    xr[r] = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0;
+                }
+                for (int k = 0; k < nbk; k++) {
+                    const blk_q8_k_t *xk[PACK_R];
+                    for (int r = 0; r < PACK_R; r++)
+                        xk[r] = xr[r] + k;
+                    pk_rows_k(av, &pk[k], xk, R, q6);
+                }
+                for (int r = 0; r < R; r++)
+                    _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy + o, mask16(nv), av[r]);
+            }
+        }
+    }
+}
+
+/* b32 types (q8_0, q4_0): a packed block is q[0..8) and d; pieces of PKB blocks. */
+enum { PKB = 32 };
+
+TV static void pack_b32(pk_block_t *pk, const unsigned char *const wr[16], int b, bool q4)
+{
+    _Alignas(64) uint8_t q[16][32];
+    _Alignas(32) uint16_t d[16];
+    for (int o = 0; o < 16; o++) {
+        if (q4) {
+            const blk_q4_0_t *blk = (const blk_q4_0_t *)wr[o] + b;
+            __m128i l = _mm_loadu_si128((const __m128i *)blk->qs), m4 = _mm_set1_epi8(0x0f);
+            _mm_store_si128((__m128i *)q[o], _mm_and_si128(l, m4));
+            _mm_store_si128((__m128i *)(q[o] + 16), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+            d[o] = blk->d;
+        } else {
+            const blk_q8_0_t *blk = (const blk_q8_0_t *)wr[o] + b;
+            _mm256_store_si256((__m256i *)q[o], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)blk->q),
+                                                                  _mm256_set1_epi8((char)0x80))); /* w + 128 */
+            d[o] = blk->d;
+        }
+    }
+    for (int g = 0; g < 8; g++)
+        pk->q[g] = gather_words(q, 8, g);
+    pk->d = f16x16(d);
+}
+
+TV static void packed_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                          const void *w, size_t ldw, int o0, int o1, bool acc, bool q4)
+{
+    /* Packed blocks use pk_block_t's first 8 q and d only. */
+    typedef struct {
+        __m512i q[8];
+        __m512 d;
+    } pkb_t;
+    _Alignas(64) pkb_t pk[PKB];
+    const int nb = n / QK8_0, off = q4 ? 8 : 128; /* sum (q) x = sum w x + off sum x */
+    for (int o = o0; o < o1; o += 16) {
+        const int nv = o1 - o < 16 ? o1 - o : 16;
+        const unsigned char *wr[16];
+        tile_rows(wr, (const unsigned char *)w + (size_t)o * ldw, ldw, nv);
+        for (int b0 = 0; b0 < nb; b0 += PKB) {
+            const int nbk = nb - b0 < PKB ? nb - b0 : PKB;
+            for (int k = 0; k < nbk; k++) {
+                _Alignas(64) pk_block_t tmp;
+                pack_b32(&tmp, wr, b0 + k, q4);
+                memcpy(pk[k].q, tmp.q, sizeof pk[k].q);
+                pk[k].d = tmp.d;
+            }
+            const bool from_y = acc || b0 > 0;
+            for (int r0 = 0; r0 < rows; r0 += PACK_R) {
+                const int R = rows - r0 < PACK_R ? rows - r0 : PACK_R;
+                __m512 av[PACK_R];
+                const blk_q8_0_t *xr[PACK_R];
+                const int32_t *sr[PACK_R];
+                for (int r = 0; r < PACK_R; r++) {
+                    int rr = r < R ? r0 + r : r0;
+                    av[r] = acc_start(y + (size_t)rr * ldy + o, nv, from_y);
+                    xr[r] = (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0;
+                    sr[r] = xsum + (size_t)rr * (size_t)nb + b0;
+                }
+                for (int k = 0; k < nbk; k++) {
+                    __m512i t[PACK_R];
+                    for (int r = 0; r < PACK_R; r++)
+                        t[r] = _mm512_setzero_si512();
+                    for (int g = 0; g < 8; g++) {
+                        const __m512i wq = pk[k].q[g];
+                        for (int r = 0; r < PACK_R; r++)
+                            if (r < R) {
+                                int32_t x4;
+                                memcpy(&x4, xr[r][k].q + 4 * g, 4);
+                                t[r] = _mm512_dpbusd_epi32(t[r], wq, _mm512_set1_epi32(x4));
+                            }
+                    }
+                    for (int r = 0; r < PACK_R; r++)
+                        if (r < R) {
+                            __m512i s = _mm512_sub_epi32(t[r], _mm512_set1_epi32(off * sr[r][k]));
+                            __m512 dd = _mm512_mul_ps(pk[k].d, _mm512_set1_ps(h2f(xr[r][k].d)));
+                            av[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, av[r]);
+                        }
+                }
+                for (int r = 0; r < R; r++)
+                    _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy + o, mask16(nv), av[r]);
+            }
+        }
+    }
+}
+
+/* ---- the rows of the table ------------------------------------------------------------------ */
+
+TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                        const void *w, size_t ldw, int o0, int o1, bool acc)
+{
+    (void)xsum;
+    if (rows >= PACK_ROWS) {
+        packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q4_K);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int o = o0; o < o1; o += 16)
+            row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
+                     n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
+                     false);
+}
+
+TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                        const void *w, size_t ldw, int o0, int o1, bool acc)
+{
+    (void)xsum;
+    if (rows >= PACK_ROWS) {
+        packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q5_K);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int o = o0; o < o1; o += 16)
+            row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
+                     n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
+                     true);
+}
+
+TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+                        const void *w, size_t ldw, int o0, int o1, bool acc)
+{
+    (void)xsum;
+    if (rows >= PACK_ROWS) {
+        packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int o = o0; o < o1; o += 16)
+            row_q6_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
+                     n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc);
+}
+
+#define QMM_B32(NAME, Q4)                                                                              \
+    TV void NAME(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n, \
+                        const void *w, size_t ldw, int o0, int o1, bool acc)                           \
+    {                                                                                                  \
+        if (rows >= PACK_ROWS) {                                                                       \
+            packed_b32(y, ldy, xq, ldq, xsum, rows, n, w, ldw, o0, o1, acc, Q4);                       \
+            return;                                                                                    \
+        }                                                                                              \
+        const int nb = n / QK8_0;                                                                      \
+        for (int r = 0; r < rows; r++)                                                                 \
+            for (int o = o0; o < o1; o += 16)                                                          \
+                row_b32(y + (size_t)r * ldy + o,                                                       \
+                        (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)r * ldq),             \
+                        xsum + (size_t)r * (size_t)nb, nb, (const unsigned char *)w + (size_t)o * ldw, \
+                        ldw, o1 - o < 16 ? o1 - o : 16, acc, Q4);                                      \
+    }
+QMM_B32(kern__avx512_qmm_q8_0, false)
+QMM_B32(kern__avx512_qmm_q4_0, true)
+

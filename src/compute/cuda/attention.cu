@@ -1,0 +1,531 @@
+/*
+ * attention.cu — paged grouped-query attention on tensor cores (mma.sync m16n8k16 bf16,
+ * float32 accumulation): a decode kernel, a prefill kernel and the merge of key splits.
+ *
+ * Model. Query rows are grouped by sequence (cuda_internal.h: rows, groups, items, the
+ * per-block K/V pointer table the host builds from the accessor). A warp computes one
+ * 16-row mma tile: `tokens_per_warp` consecutive query tokens times the group_size query
+ * heads that share one K/V head (GQA: each K/V chunk is read once for all of them). It
+ * walks the keys of ONE split (CUDA_ATTN_SPLIT keys in the invariant mode) in chunks of 16
+ * keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
+ * mask, running max and sum, P rounded to bf16, acc += P V — and writes the split's
+ * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
+ * in split order. K/V chunks are staged through shared memory by cp.async (three stages);
+ * in the decode kernel each warp streams its own split (one work item per warp, the warps
+ * of a block are consecutive K/V heads of the same blocks), in the prefill kernel the four
+ * warps of a block share each chunk (one item of up to 4 tiles of one sequence).
+ *
+ * Bit-exactness. Both kernels run the same per-row sequence of operations: the same
+ * chunks in the same order (a chunk processed for another row of the tile but invisible to
+ * this one leaves its state bit-for-bit unchanged: max unchanged, scale exactly 1, p = 0,
+ * and keys past the tile's last position are zero-filled so 0 * V is 0), the same split
+ * boundaries and the same merge. An mma output element depends only on its own row of A,
+ * so a row's bits do not depend on which other rows share its tile: decode, prefill in any
+ * chunking, and any batch give the same logits. Arithmetic that must not be contracted
+ * uses __f*_rn; exp is ex2.approx (one instruction, the same everywhere).
+ *
+ * Layouts: a K/V block holds [block][n_kv_heads][head_dim] bf16 (kv_stride elements per
+ * position). In shared memory a chunk is K [16][head_dim] then V [16][head_dim], 16-byte
+ * units XOR-swizzled per row (swz) so the fragment reads below are free of bank conflicts.
+ * The head dims of a thread's fragments are permuted (K: dims 32j + 8c + 0..7 per lane
+ * quad position c; V and the output: dims (hd/4)c + 0..hd/4-1), the same permutation for
+ * Q, so every load is 16 bytes.
+ *
+ * Thread-safety: launchers only enqueue on the given stream.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "compute/cuda/cuda_internal.h"
+
+namespace {
+
+constexpr int kStages = 3;
+constexpr int kPtrBytes = 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *);
+constexpr float kNegInf = -INFINITY;
+
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* 16-byte unit `unit` of row `row` in a shared-memory chunk (U units per row). */
+template <int U> __device__ __forceinline__ int swz(int row, int unit)
+{
+    if constexpr (U >= 8)
+        return unit ^ (((row >> 1) & 1) | ((((row >> 2) ^ row) & 1) << 2));
+    else
+        return unit;
+}
+
+template <int HD> struct Tile {
+    float acc[HD / 8][4]; /* n-tile j: (row g: dims D(2c)+j, D(2c+1)+j), (row g+8: same), D = hd/8 */
+    float m[2], l[2];     /* rows g, g+8: running max (base 2) and this thread's part of the sum */
+};
+
+template <int HD> __device__ __forceinline__ void tile_reset(Tile<HD> &t)
+{
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+        t.acc[j][0] = t.acc[j][1] = t.acc[j][2] = t.acc[j][3] = 0.0f;
+    t.m[0] = t.m[1] = kNegInf;
+    t.l[0] = t.l[1] = 0.0f;
+}
+
+/* Queues a chunk (16 keys; kp, vp: its first key's K and V rows of this head) into stage:
+ * 2 x 16 rows x hd/8 units, threads tid, tid + nthr, ...; keys past kmax are zero-filled. */
+template <int HD>
+__device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp,
+                                            int key0, int kmax, int kv_stride, int tid, int nthr)
+{
+    constexpr int U = HD / 8;
+#pragma unroll 4
+    for (int idx = tid; idx < 2 * 16 * U; idx += nthr) {
+        const int tensor = idx / (16 * U), rem = idx % (16 * U), row = rem / U, unit = rem % U;
+        const __nv_bfloat16 *base = tensor ? vp : kp;
+        const bool valid = key0 + row <= kmax;
+        const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + unit * 16;
+        unsigned char *dst = stage + tensor * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
+        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+    }
+}
+
+/*
+ * One chunk for one warp's tile: S = Q K^T, mask (rows g and g+8 at positions pg, pg8),
+ * online softmax, acc += P V. key0 is the chunk's first key.
+ */
+template <int HD>
+__device__ __forceinline__ void tile_chunk(const unsigned char *stage, const uint32_t (&qf)[HD / 16][4], Tile<HD> &t,
+                                           int key0, int pg, int pg8, const cuda_attn_args_t &a, int lane)
+{
+    constexpr int U = HD / 8, DPT = HD / 8;
+    const int g = lane >> 2, c = lane & 3;
+    const unsigned char *ks = stage, *vs = stage + 16 * HD * 2;
+
+    float s[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        const int row = 8 * i + g;
+#pragma unroll
+        for (int jp = 0; jp < HD / 32; jp++) {
+            const uint4 kk = *reinterpret_cast<const uint4 *>(ks + row * HD * 2 + swz<U>(row, 4 * jp + c) * 16);
+            mma_bf16(s[i], qf[2 * jp], kk.x, kk.y);
+            mma_bf16(s[i], qf[2 * jp + 1], kk.z, kk.w);
+        }
+    }
+
+    /* Scale (soft-cap), mask, row max over the 16 keys (4 here, then the quad). */
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = key0 + 8 * i + 2 * c + e, p = h ? pg8 : pg;
+                float x;
+                if (a.softcap > 0.0f) /* c tanh(score / c), then to base 2 */
+                    x = __fmul_rn(__fmul_rn(a.softcap, tanhf(__fdiv_rn(__fmul_rn(s[i][2 * h + e], a.scale),
+                                                                        a.softcap))),
+                                  1.44269504f);
+                else
+                    x = __fmul_rn(s[i][2 * h + e], a.scale_log2);
+                const bool vis = key <= p && (a.window == 0 || key > p - a.window);
+                x = vis ? x : kNegInf;
+                s[i][2 * h + e] = x;
+                mx[h] = fmaxf(mx[h], x);
+            }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(t.m[h], mx[h]);
+        alpha[h] = mn == t.m[h] ? 1.0f : ex2(__fsub_rn(t.m[h], mn));
+        t.m[h] = mn;
+    }
+
+    /* P (bf16, the A fragment of the PV product) and its row sums. */
+    uint32_t pa[4];
+    float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const bool none = t.m[h] == kNegInf;
+            const float p0 = none ? 0.0f : ex2(__fsub_rn(s[i][2 * h], t.m[h]));
+            const float p1 = none ? 0.0f : ex2(__fsub_rn(s[i][2 * h + 1], t.m[h]));
+            __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
+            pa[2 * i + h] = *reinterpret_cast<uint32_t *>(&pb);
+            const float2 pf = __bfloat1622float2(pb);
+            psum[h] = __fadd_rn(psum[h], __fadd_rn(pf.x, pf.y));
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        t.l[h] = __fadd_rn(__fmul_rn(t.l[h], alpha[h]), psum[h]);
+    /* Rescaling by exactly 1 changes nothing: skipped when no row of the warp's max moved
+     * (most chunks once the max has settled), the same bits either way. */
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
+            t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
+            t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
+            t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
+        }
+    }
+
+    /* V rows 2c, 2c+1, 2c+8, 2c+9, dims DPT g .. DPT g + DPT - 1 (DPT / 2 words each). */
+    uint32_t vw[4][DPT / 2];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const int key = (kk < 2 ? 2 * c : 2 * c + 8) + (kk & 1);
+        if constexpr (HD >= 64) {
+#pragma unroll
+            for (int u = 0; u < DPT / 8; u++) {
+                const uint4 v = *reinterpret_cast<const uint4 *>(vs + key * HD * 2 +
+                                                                 swz<U>(key, g * (DPT / 8) + u) * 16);
+                vw[kk][4 * u] = v.x;
+                vw[kk][4 * u + 1] = v.y;
+                vw[kk][4 * u + 2] = v.z;
+                vw[kk][4 * u + 3] = v.w;
+            }
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(vs + key * HD * 2 + g * DPT * 2);
+            vw[kk][0] = v.x;
+            vw[kk][1] = v.y;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(vw[0][j / 2], vw[1][j / 2], sel);
+        const uint32_t b1 = __byte_perm(vw[2][j / 2], vw[3][j / 2], sel);
+        mma_bf16(t.acc[j], pa, b0, b1);
+    }
+}
+
+/* The Q fragments of rows g and g+8 (NULL: an unused row, zeros). */
+template <int HD>
+__device__ __forceinline__ void load_q(uint32_t (&qf)[HD / 16][4], const float *qg, const float *qg8, int lane)
+{
+    const int c = lane & 3;
+#pragma unroll
+    for (int j = 0; j < HD / 16; j++) {
+        const int d0 = 32 * (j / 2) + 8 * c + 4 * (j % 2);
+        float4 x = qg ? *reinterpret_cast<const float4 *>(qg + d0) : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 y = qg8 ? *reinterpret_cast<const float4 *>(qg8 + d0) : make_float4(0.f, 0.f, 0.f, 0.f);
+        qf[j][0] = pack_bf16(x.x, x.y);
+        qf[j][1] = pack_bf16(y.x, y.y);
+        qf[j][2] = pack_bf16(x.z, x.w);
+        qf[j][3] = pack_bf16(y.z, y.w);
+    }
+}
+
+/* Writes the split's partial of tile row (g or g+8) for query row `qi`, head `head`. */
+template <int HD>
+__device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cuda_attn_row_t &row, int split,
+                                              int head, const cuda_attn_args_t &a, int lane)
+{
+    constexpr int DPT = HD / 8;
+    const int c = lane & 3;
+    float l = t.l[h];
+    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+    if (split < row.s_first || split >= row.s_first + row.n_splits)
+        return;
+    float *rec = a.partials + ((size_t)(row.part + split - row.s_first) * a.n_heads + head) * CUDA_ATTN_REC(HD);
+    float *o = rec + (HD / 4) * c;
+    if constexpr (DPT >= 4) {
+#pragma unroll
+        for (int k = 0; k < DPT / 4; k++) {
+            *reinterpret_cast<float4 *>(o + 4 * k) =
+                make_float4(t.acc[4 * k][2 * h], t.acc[4 * k + 1][2 * h], t.acc[4 * k + 2][2 * h],
+                            t.acc[4 * k + 3][2 * h]);
+            *reinterpret_cast<float4 *>(o + DPT + 4 * k) =
+                make_float4(t.acc[4 * k][2 * h + 1], t.acc[4 * k + 1][2 * h + 1], t.acc[4 * k + 2][2 * h + 1],
+                            t.acc[4 * k + 3][2 * h + 1]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < DPT; j++) {
+            o[j] = t.acc[j][2 * h];
+            o[DPT + j] = t.acc[j][2 * h + 1];
+        }
+    }
+    if (c == 0) {
+        rec[HD] = t.m[h];
+        rec[HD + 1] = l;
+    }
+}
+
+/*
+ * One work item's split for the tiles of this block. PREFILL: the block's four warps take
+ * tokens [w R, (w+1) R) of the item and share each chunk; otherwise each warp runs its own
+ * item (the block's warps are consecutive K/V heads) with its own stages.
+ */
+template <int HD, bool PREFILL>
+__global__ void __launch_bounds__(CUDA_ATTN_WARPS * 32, 2) attn_kernel(const cuda_attn_args_t a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int item_idx, head, tok0, ntok, tid, nthr;
+    unsigned char *ring;
+    if constexpr (PREFILL) {
+        item_idx = blockIdx.x / a.n_kv_heads;
+        head = blockIdx.x % a.n_kv_heads;
+        ring = smem;
+        tid = threadIdx.x;
+        nthr = blockDim.x;
+    } else {
+        const int wpc = blockDim.x / 32, hg = a.n_kv_heads / wpc;
+        item_idx = blockIdx.x / hg;
+        head = (blockIdx.x % hg) * wpc + warp;
+        ring = smem + warp * PART;
+        tid = lane;
+        nthr = 32;
+    }
+    /* After the stages: each chunk's K and V row pointers for this head (NULL: no storage). */
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * STAGE);
+    const cuda_attn_item_t it = a.items[item_idx];
+    const int R = a.tokens_per_warp, G = a.group_size;
+    tok0 = PREFILL ? warp * R : 0;
+    ntok = it.n_rows - tok0;
+    ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
+
+    const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
+    int key_lo = it.split * a.split;
+    const int key_hi = min(key_lo + a.split, it.pos_hi + 1);
+    if (a.window > 0)
+        key_lo = max(key_lo, it.pos_lo - a.window + 1);
+    const int c_lo = key_lo / CUDA_ATTN_CHUNK, c_hi = (key_hi + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+
+    /* This warp's rows g and g+8 of the tile: token r / G, query head within the group r % G. */
+    const int g = lane >> 2;
+    int pg = -1, pg8 = -1, qi_g = -1, qi_g8 = -1;
+    const float *qp_g = nullptr, *qp_g8 = nullptr;
+    {
+        const int r0 = g, r1 = g + 8;
+        if (r0 < R * G && r0 / G < ntok) {
+            qi_g = it.row0 + tok0 + r0 / G;
+            pg = a.rows[qi_g].pos;
+            qp_g = a.rows[qi_g].q + (size_t)(head * G + r0 % G) * HD;
+        }
+        if (r1 < R * G && r1 / G < ntok) {
+            qi_g8 = it.row0 + tok0 + r1 / G;
+            pg8 = a.rows[qi_g8].pos;
+            qp_g8 = a.rows[qi_g8].q + (size_t)(head * G + r1 % G) * HD;
+        }
+    }
+    uint32_t qf[HD / 16][4];
+    load_q<HD>(qf, qp_g, qp_g8, lane);
+    Tile<HD> t;
+    tile_reset<HD>(t);
+
+    /* The chunk pointers, read from the block table once per item (the copies then never
+     * wait on a dependent load). */
+    const void *const *table = a.table + 2 * (size_t)grp.table;
+    for (int i = tid; i < c_hi - c_lo; i += nthr) {
+        const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
+        const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
+        const size_t off = (size_t)(key0 % a.block) * a.kv_stride + (size_t)head * HD;
+        cptr[2 * i] = kb ? kb + off : nullptr;
+        cptr[2 * i + 1] = kb ? vb + off : nullptr;
+    }
+    auto issue = [&](int ci, int st) {
+        const __nv_bfloat16 *kp = cptr[2 * (ci - c_lo)], *vp = cptr[2 * (ci - c_lo) + 1];
+        if (kp)
+            issue_chunk<HD>(ring + st * STAGE, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+    };
+    auto sync = [] {
+        if constexpr (PREFILL)
+            __syncthreads();
+        else
+            __syncwarp();
+    };
+
+    sync();
+#pragma unroll
+    for (int st = 0; st < kStages - 1; st++) {
+        if (c_lo + st < c_hi)
+            issue(c_lo + st, st);
+        cp_commit();
+    }
+    for (int ci = c_lo; ci < c_hi; ci++) {
+        cp_wait<kStages - 2>();
+        sync();
+        const int nxt = ci + kStages - 1;
+        if (nxt < c_hi)
+            issue(nxt, (nxt - c_lo) % kStages);
+        cp_commit();
+        if (ntok > 0 && cptr[2 * (ci - c_lo)])
+            tile_chunk<HD>(ring + ((ci - c_lo) % kStages) * STAGE, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+    }
+    cp_wait<0>();
+
+    if (ntok > 0) {
+        if (qi_g >= 0)
+            store_partial<HD>(t, 0, a.rows[qi_g], it.split, head * G + g % G, a, lane);
+        else
+            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+        if (qi_g8 >= 0)
+            store_partial<HD>(t, 1, a.rows[qi_g8], it.split, head * G + (g + 8) % G, a, lane);
+        else
+            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
+    }
+}
+
+/* One warp per (row, head): the row's splits merged in split order. Loads run ahead of the
+ * (sequential) arithmetic: each lane holds one split's m and l, and the accumulators of 8
+ * splits are loaded before they are combined. */
+template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
+{
+    constexpr int DPL = HD / 32, AHEAD = 8;
+    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= a.n_rows * a.n_heads)
+        return;
+    const int r = w / a.n_heads, h = w % a.n_heads;
+    const cuda_attn_row_t row = a.rows[r];
+    float acc[DPL], M = kNegInf, L = 0.0f;
+    bool first = true;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        acc[d] = 0.0f;
+    const float *base = a.partials + (size_t)row.part * a.n_heads * CUDA_ATTN_REC(HD) + (size_t)h * CUDA_ATTN_REC(HD);
+    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD); /* between consecutive splits */
+    for (int k0 = 0; k0 < row.n_splits; k0 += 32) {
+        const int cnt = min(32, row.n_splits - k0);
+        float mk = kNegInf, lk = 0.0f;
+        if (lane < cnt) {
+            mk = base[(size_t)(k0 + lane) * stride + HD];
+            lk = base[(size_t)(k0 + lane) * stride + HD + 1];
+        }
+        for (int kb = 0; kb < cnt; kb += AHEAD) {
+            float v[AHEAD][DPL];
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++)
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    v[j][d] = kb + j < cnt ? base[(size_t)(k0 + kb + j) * stride + lane * DPL + d] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
+                const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
+                if (kb + j >= cnt || ms == kNegInf)
+                    continue;
+                if (first) {
+                    M = ms;
+                    L = ls;
+#pragma unroll
+                    for (int d = 0; d < DPL; d++)
+                        acc[d] = v[j][d];
+                    first = false;
+                    continue;
+                }
+                const float mn = fmaxf(M, ms);
+                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
+                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+#pragma unroll
+                for (int d = 0; d < DPL; d++)
+                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
+                M = mn;
+            }
+        }
+    }
+    float *out = row.out + (size_t)h * HD + lane * DPL;
+#pragma unroll
+    for (int d = 0; d < DPL; d++)
+        out[d] = first ? 0.0f : __fdiv_rn(acc[d], L);
+}
+
+int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
+
+template <int HD, bool PREFILL> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+{
+    if (n_items <= 0)
+        return 0;
+    constexpr int STAGE = 2 * 16 * HD * 2, PART = kStages * STAGE + kPtrBytes;
+    const int wpc = PREFILL ? CUDA_ATTN_WARPS : decode_wpc(a->n_kv_heads);
+    const size_t smem = (size_t)(PREFILL ? 1 : wpc) * PART;
+    static bool attr_set = false; /* per instantiation; set once per process (one device) */
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, PREFILL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(CUDA_ATTN_WARPS * PART));
+        if (e != cudaSuccess)
+            return (int)e;
+        attr_set = true;
+    }
+    const size_t blocks = PREFILL ? (size_t)n_items * a->n_kv_heads : (size_t)n_items * (a->n_kv_heads / wpc);
+    attn_kernel<HD, PREFILL><<<(unsigned)blocks, wpc * 32, smem, s>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+template <bool PREFILL> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+{
+    switch (hd) {
+    case 32: return launch<32, PREFILL>(a, n_items, s);
+    case 64: return launch<64, PREFILL>(a, n_items, s);
+    case 128: return launch<128, PREFILL>(a, n_items, s);
+    }
+    return (int)cudaErrorInvalidValue;
+}
+
+} // namespace
+
+extern "C" {
+
+int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
+{
+    return dispatch<false>(a, head_dim, n_items, s);
+}
+
+int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
+{
+    return dispatch<true>(a, head_dim, n_items, s);
+}
+
+int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s)
+{
+    const size_t warps = (size_t)a->n_rows * a->n_heads;
+    if (!warps)
+        return 0;
+    const unsigned blocks = (unsigned)((warps + 3) / 4);
+    switch (head_dim) {
+    case 32: merge_kernel<32><<<blocks, 128, 0, s>>>(*a); break;
+    case 64: merge_kernel<64><<<blocks, 128, 0, s>>>(*a); break;
+    case 128: merge_kernel<128><<<blocks, 128, 0, s>>>(*a); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+} // extern "C"

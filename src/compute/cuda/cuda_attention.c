@@ -1,0 +1,260 @@
+/*
+ * cuda_attention.c — the host half of the CUDA backend's attention (attention.cu): turns
+ * one call's query rows and their K/V accessors into the work lists the kernels read.
+ *
+ * Per call: adjacent query rows with the same accessor form a group (one sequence); the
+ * group's block table is read through the accessor, one call per block of `block`
+ * positions (the K and V base pointers of each block, NULL for a block without storage;
+ * blocks below every row's window are not asked for), so block ids and tables never
+ * leave the host. Every row's visible keys [max(0, pos - W + 1), pos] are cut at
+ * multiples of the split size; a group of one row (decode) gets one work item per split
+ * (one warp each), a group of several rows (prefill) one item per split and per run of
+ * 4 * tokens_per_warp rows (one block each). Everything is written into one pinned slot
+ * and copied to the device in one transfer, then the decode kernel, the prefill kernel
+ * and the merge run.
+ *
+ * Invariant: the split size is CUDA_ATTN_SPLIT in both modes (see cuda_backend.h), so a
+ * row's splits, and therefore its bits, depend on its own position only.
+ * Thread-safety: one thread at a time per backend object.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "compute/cuda/cuda_host.h"
+#include "util/util.h"
+
+struct compute_attn {
+    compute_attn_params_t p;
+    int group_size, tokens_per_warp;
+    float scale;
+    int split;
+    int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
+    int g_cap;
+};
+
+int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out)
+{
+    (void)b;
+    *out = NULL;
+    if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->head_dim < 1 ||
+        p->max_positions < 1 || p->window < 0 || !(p->scale >= 0.0f) || !(p->softcap >= 0.0f))
+        return CAIRN_EINVAL;
+    const int g = p->n_heads / p->n_kv_heads;
+    if (p->kv_type != CAIRN_DTYPE_BF16 || !cuda_attn_head_dim_ok(p->head_dim) || g > 16) {
+        cairn_log(CAIRN_LOG_ERROR,
+                  "cuda backend: no attention kernel for %s K/V, head_dim %d, %d query heads per K/V head "
+                  "(it has bf16 K/V, head_dim 32, 64 or 128, at most 16 query heads per K/V head)",
+                  cairn_dtype_name(p->kv_type), p->head_dim, g);
+        return CAIRN_EUNSUPPORTED;
+    }
+    compute_attn_t *a = cairn_calloc(1, sizeof(*a));
+    if (!a)
+        return CAIRN_ENOMEM;
+    a->p = *p;
+    a->group_size = g;
+    a->tokens_per_warp = 16 / g;
+    a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    a->split = CUDA_ATTN_SPLIT;
+    *out = a;
+    return CAIRN_OK;
+}
+
+void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a)
+{
+    (void)b;
+    cairn_free(a->g_first);
+    cairn_free(a->g_count);
+    cairn_free(a->g_min);
+    cairn_free(a->g_max);
+    cairn_free(a);
+}
+
+/* The four per-group arrays grown together to n entries (a->g_cap counts all four). */
+static bool grow_groups(compute_attn_t *a, int n)
+{
+    int **arr[4] = {&a->g_first, &a->g_count, &a->g_min, &a->g_max};
+    int cap = a->g_cap;
+    for (int i = 0; i < 4; i++) {
+        cap = a->g_cap; /* each array grows from the same capacity to the same new one */
+        if (cairn_grow_array_int((void **)arr[i], &cap, n, sizeof(int), 64))
+            return false;
+    }
+    a->g_cap = cap;
+    return true;
+}
+
+static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+void cuda__attn_set_split(compute_attn_t *a, int split)
+{
+    CAIRN_ASSERT(split >= CUDA_ATTN_CHUNK && split <= CUDA_ATTN_MAX_SPLIT && split % CUDA_ATTN_CHUNK == 0);
+    a->split = split;
+}
+
+bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
+                     cuda_attn_plan_t *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    if (n <= 0)
+        return false;
+    if (!grow_groups(a, n)) {
+        cuda__fail(b, CAIRN_ENOMEM, "attention work lists", 0);
+        return false;
+    }
+    const int W = a->p.window, S = a->split, T = CUDA_ATTN_WARPS * a->tokens_per_warp;
+    /* Groups: adjacent rows of one accessor. */
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || q[i].kv != q[i - 1].kv) {
+            a->g_first[ng] = i;
+            a->g_count[ng] = 0;
+            a->g_min[ng] = q[i].pos;
+            a->g_max[ng] = q[i].pos;
+            ng++;
+        }
+        int g = ng - 1;
+        a->g_count[g]++;
+        if (q[i].pos < a->g_min[g])
+            a->g_min[g] = q[i].pos;
+        if (q[i].pos > a->g_max[g])
+            a->g_max[g] = q[i].pos;
+    }
+    /* The block size: the run the accessor reports at position 0. */
+    void *k0, *v0;
+    const attn_kv_t *kv0 = q[0].kv;
+    const int P = kv0->rows(kv0->ctx, layer, 0, &k0, &v0);
+    if (P < CUDA_ATTN_CHUNK || P % CUDA_ATTN_CHUNK) {
+        cuda__fail(b, CAIRN_EUNSUPPORTED, "attention (K/V blocks must hold a multiple of 16 positions)", 0);
+        return false;
+    }
+    size_t n_blocks = 0, n_records = 0, n_dec = 0, n_pre = 0;
+    for (int g = 0; g < ng; g++) {
+        n_blocks += (size_t)(a->g_max[g] / P + 1);
+        const int f = a->g_first[g], cnt = a->g_count[g];
+        for (int i = f; i < f + cnt; i++) {
+            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0;
+            n_records += (size_t)(q[i].pos / S - lo / S + 1);
+        }
+        if (cnt == 1) {
+            const int lo = W > 0 && q[f].pos - W + 1 > 0 ? q[f].pos - W + 1 : 0;
+            n_dec += (size_t)(q[f].pos / S - lo / S + 1);
+        } else {
+            for (int j = f; j < f + cnt; j += T) {
+                int lo_pos = q[j].pos, hi_pos = q[j].pos;
+                for (int i = j; i < f + cnt && i < j + T; i++) {
+                    lo_pos = q[i].pos < lo_pos ? q[i].pos : lo_pos;
+                    hi_pos = q[i].pos > hi_pos ? q[i].pos : hi_pos;
+                }
+                const int lo = W > 0 && lo_pos - W + 1 > 0 ? lo_pos - W + 1 : 0;
+                n_pre += (size_t)(hi_pos / S - lo / S + 1);
+            }
+        }
+    }
+    const size_t off_groups = align16((size_t)n * sizeof(cuda_attn_row_t));
+    const size_t off_dec = off_groups + align16((size_t)ng * sizeof(cuda_attn_group_t));
+    const size_t off_pre = off_dec + n_dec * sizeof(cuda_attn_item_t);
+    const size_t off_table = align16(off_pre + n_pre * sizeof(cuda_attn_item_t));
+    const size_t bytes = off_table + 2 * n_blocks * sizeof(void *);
+    int slot;
+    unsigned char *h = cuda__stage(b, bytes, &slot);
+    if (!h)
+        return false;
+    cuda_attn_row_t *rows = (cuda_attn_row_t *)h;
+    cuda_attn_group_t *groups = (cuda_attn_group_t *)(h + off_groups);
+    cuda_attn_item_t *dec = (cuda_attn_item_t *)(h + off_dec), *pre = (cuda_attn_item_t *)(h + off_pre);
+    const void **table = (const void **)(h + off_table);
+    int part = 0, tab = 0;
+    size_t di = 0, pi = 0;
+    for (int g = 0; g < ng; g++) {
+        const int f = a->g_first[g], cnt = a->g_count[g], nb = a->g_max[g] / P + 1;
+        const attn_kv_t *kv = q[f].kv;
+        groups[g] = (cuda_attn_group_t){tab, nb};
+        for (int blk = 0; blk < nb; blk++) {
+            void *kp = NULL, *vp = NULL;
+            const int pos = blk * P;
+            if (!(W > 0 && pos + P - 1 <= a->g_min[g] - W)) { /* some row's window reaches the block */
+                const int run = kv->rows(kv->ctx, layer, pos, &kp, &vp);
+                if (run < P && pos + run <= a->g_max[g]) {
+                    cuda__fail(b, CAIRN_EUNSUPPORTED, "attention (a K/V run shorter than its block)", 0);
+                    return false;
+                }
+            }
+            table[2 * (size_t)(tab + blk)] = kp;
+            table[2 * (size_t)(tab + blk) + 1] = vp;
+        }
+        tab += nb;
+        for (int i = f; i < f + cnt; i++) {
+            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0;
+            const int s_first = lo / S, ns = q[i].pos / S - s_first + 1;
+            rows[i] = (cuda_attn_row_t){q[i].q, q[i].out, q[i].pos, g, s_first, ns, part, 0};
+            part += ns;
+        }
+        if (cnt == 1) {
+            for (int s = rows[f].s_first; s < rows[f].s_first + rows[f].n_splits; s++)
+                dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, {0, 0, 0}};
+        } else {
+            for (int j = f; j < f + cnt; j += T) {
+                const int m = f + cnt - j < T ? f + cnt - j : T;
+                int lo_pos = q[j].pos, hi_pos = q[j].pos;
+                for (int i = j; i < j + m; i++) {
+                    lo_pos = q[i].pos < lo_pos ? q[i].pos : lo_pos;
+                    hi_pos = q[i].pos > hi_pos ? q[i].pos : hi_pos;
+                }
+                const int lo = W > 0 && lo_pos - W + 1 > 0 ? lo_pos - W + 1 : 0;
+                for (int s = lo / S; s <= hi_pos / S; s++)
+                    pre[pi++] = (cuda_attn_item_t){j, m, s, lo_pos, hi_pos, {0, 0, 0}};
+            }
+        }
+    }
+    CAIRN_ASSERT(di == n_dec && pi == n_pre && (size_t)part == n_records);
+    unsigned char *d = cuda__stage_to_blob(b, slot, bytes);
+    const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
+    if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
+        return false;
+    plan->args = (cuda_attn_args_t){
+        .rows = (const cuda_attn_row_t *)d,
+        .groups = (const cuda_attn_group_t *)(d + off_groups),
+        .items = (const cuda_attn_item_t *)(d + off_dec),
+        .table = (const void *const *)(d + off_table),
+        .partials = b->partials,
+        .n_items = (int)n_dec,
+        .n_heads = a->p.n_heads,
+        .n_kv_heads = a->p.n_kv_heads,
+        .group_size = a->group_size,
+        .tokens_per_warp = a->tokens_per_warp,
+        .kv_stride = a->p.n_kv_heads * a->p.head_dim,
+        .block = P,
+        .split = S,
+        .window = W,
+        .scale = a->scale,
+        .scale_log2 = a->scale * 1.44269504f,
+        .softcap = a->p.softcap,
+        .n_rows = n,
+    };
+    plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
+    plan->n_dec = (int)n_dec;
+    plan->n_pre = (int)n_pre;
+    plan->head_dim = a->p.head_dim;
+    return true;
+}
+
+void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
+{
+    cuda_attn_args_t args = plan->args;
+    if (plan->n_dec &&
+        !cuda__check(b, cuda_attn_decode(&args, plan->head_dim, plan->n_dec, b->stream), "the decode attention kernel"))
+        return;
+    args.items = plan->items_pre;
+    args.n_items = plan->n_pre;
+    if (plan->n_pre &&
+        !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream), "the prefill attention kernel"))
+        return;
+    cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
+}
+
+void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n)
+{
+    cuda_attn_plan_t plan;
+    if (cuda__attn_plan(b, a, layer, q, n, &plan))
+        cuda__attn_run(b, &plan);
+}

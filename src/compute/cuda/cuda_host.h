@@ -1,0 +1,129 @@
+/*
+ * cuda_host.h — the CUDA backend object and the helpers its host files share
+ * (cuda_backend.c: ops and buffers; cuda_gemm.c: cuBLASLt products; cuda_attention.c:
+ * attention work lists; cuda_kv_storage.c: the device K/V pool and its staging).
+ *
+ * Model. One backend object owns one stream; every op enqueues on it, in call order, so
+ * ops see each other's results without events. Parameters an op needs on the device
+ * (token ids, K/V store lists, attention tables) are written into a pinned host slot
+ * (a ring of CUDA_SLOTS, each reused only after the event of its last copy) and copied to
+ * one device "blob" buffer that the next kernel reads: the stream runs that copy only
+ * after every earlier kernel finished, so one blob serves every op. K/V stores are
+ * queued on the host and written by one kernel before the next op (cuda__flush_kv).
+ * Failures are recorded (the first one wins) and returned by compute_sync.
+ *
+ * Thread-safety: one thread at a time per object (backend.h).
+ */
+#ifndef CAIRN_COMPUTE_CUDA_HOST_H
+#define CAIRN_COMPUTE_CUDA_HOST_H
+
+#include <cublasLt.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "compute/cuda/cuda_backend.h"
+#include "compute/cuda/cuda_internal.h"
+
+#define CUDA_SLOTS 16
+
+typedef struct {
+    void *host;        /* pinned */
+    size_t cap;
+    cudaEvent_t ev;    /* recorded after the copy that reads this slot */
+    bool pending;
+} cuda_slot_t;
+
+typedef struct cuda_backend cuda_backend_t;
+
+/* The device K/V pool (cuda_kv_storage.c): one reserved virtual range, physical chunks
+ * mapped as it grows; two pinned staging buffers for the cold tier. */
+typedef struct {
+    cuda_backend_t *be;
+    size_t gran;                 /* cuMemGetAllocationGranularity (minimum) */
+    struct cuda_map {
+        size_t off, size;
+        CUmemGenericAllocationHandle h;
+    } *maps;                     /* [n_maps] mapped chunks in commit order */
+    int n_maps, cap_maps;
+    void *stage[2];
+    size_t stage_cap[2];
+    cudaEvent_t ev[2];
+    bool pending[2];
+    int error;                   /* first staging failure since stage_sync */
+} cuda_kv_storage_t;
+
+typedef struct cuda_gemm_cache cuda_gemm_cache_t;
+
+struct cuda_backend {
+    compute_backend_t base;      /* first: the object is a compute_backend_t */
+    int device, sm_count, cc_major, cc_minor;
+    bool invariant;
+    cudaStream_t stream;
+    int error;                   /* first failure since the last sync (CAIRN_E*), 0: none */
+    cuda_slot_t slots[CUDA_SLOTS];
+    int next_slot;
+    void *blob;                  /* device parameters of the op being issued */
+    size_t blob_cap;
+    cuda_kv_store_t *kv_pending; /* [kv_n] queued K/V row stores (host) */
+    int kv_n, kv_cap;
+    cublasLtHandle_t lt;
+    void *ws;                    /* cuBLASLt workspace (fast mode only) */
+    size_t ws_bytes;
+    void *xbf;                   /* device bf16 copy of a matmul's x */
+    size_t xbf_cap;
+    cuda_gemm_cache_t *gemm;
+    float *partials;             /* device attention split partials */
+    size_t partials_cap;
+    cuda_kv_storage_t kvs;
+    char numerics[64];
+};
+
+/* Records a failure (the first one since the last sync is kept) and logs it once. */
+void cuda__fail(cuda_backend_t *b, int rc, const char *what, int cuda_err);
+/* cuda__fail with CAIRN_EIO when e is not cudaSuccess; returns e == cudaSuccess. */
+bool cuda__check(cuda_backend_t *b, int e, const char *what);
+
+/* A pinned host area of n bytes to fill (the slot's previous copy has finished); NULL on
+ * failure (recorded). */
+void *cuda__stage(cuda_backend_t *b, size_t n, int *slot);
+/* Copies the slot's first n bytes to the blob and returns the blob (device), or NULL on
+ * failure (recorded). The slot is reusable once the copy ran. */
+void *cuda__stage_to_blob(cuda_backend_t *b, int slot, size_t n);
+/* Copies the slot's first n bytes to dst (device memory). */
+void cuda__stage_to(cuda_backend_t *b, int slot, void *dst, size_t n);
+/* Issues the queued K/V stores (one kernel). Every op calls it first. */
+void cuda__flush_kv(cuda_backend_t *b);
+/* Grows a stream-ordered device buffer to at least n bytes (contents not kept); false on
+ * failure (recorded). */
+bool cuda__grow(cuda_backend_t *b, void **p, size_t *cap, size_t n);
+
+/* cuda_gemm.c */
+int cuda__gemm_init(cuda_backend_t *b);
+void cuda__gemm_fini(cuda_backend_t *b);
+/* Appended to the numerics id when knobs change the algorithms ("" otherwise). */
+void cuda__gemm_id_suffix(const cuda_backend_t *b, char *buf, size_t len);
+void cuda__matmul(cuda_backend_t *b, const float *x, int rows, int in, const compute_mm_t *outs, int n);
+
+/* cuda_attention.c. A plan is one call's work lists on the device (valid until the next
+ * op that uploads parameters) plus the kernels' arguments; cuda__attention plans and runs.
+ * Benchmarks plan once and run many times, and may set the split size (the invariant
+ * mode's is CUDA_ATTN_SPLIT). */
+typedef struct {
+    cuda_attn_args_t args;         /* items: the decode items */
+    const cuda_attn_item_t *items_pre;
+    int n_dec, n_pre, head_dim;
+} cuda_attn_plan_t;
+bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
+                     cuda_attn_plan_t *plan);
+void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
+void cuda__attn_set_split(compute_attn_t *a, int split);
+int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
+void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a);
+void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n);
+
+/* cuda_kv_storage.c */
+extern const cairn_kv_storage_ops_t cuda__kv_storage_ops;
+int cuda__kv_storage_init(cuda_backend_t *b);
+void cuda__kv_storage_fini(cuda_backend_t *b);
+
+#endif

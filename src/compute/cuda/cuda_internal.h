@@ -1,0 +1,126 @@
+/*
+ * cuda_internal.h — what the CUDA backend's host code (cuda_*.c, plain C) and its kernels
+ * (kernels.cu, attention.cu) share: the launchers of the kernels, the layout of the work
+ * lists attention reads, and the backend object.
+ *
+ * Every launcher enqueues on the given stream and returns the launch's cudaError_t as an
+ * int (0: queued); failures are recorded by the caller and reported at compute_sync.
+ * Every pointer a kernel reads or writes is device memory.
+ */
+#ifndef CAIRN_COMPUTE_CUDA_INTERNAL_H
+#define CAIRN_COMPUTE_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- attention work lists (built on the host per call, attention.c; read by attention.cu) */
+
+/* Keys per split: every row's keys are cut at multiples of this in the invariant mode, so
+ * its bits never depend on the batch. 16-key chunks; 32 chunks per split. */
+#define CUDA_ATTN_SPLIT 512
+#define CUDA_ATTN_CHUNK 16
+/* The largest split the kernels take (their chunk pointer table holds this many keys). */
+#define CUDA_ATTN_MAX_SPLIT 2048
+/* Warps per block of the attention kernels. */
+#define CUDA_ATTN_WARPS 4
+
+/* One query row: a token of a sequence group at pos. */
+typedef struct {
+    const float *q;   /* [n_heads * head_dim] rotated query */
+    float *out;       /* [n_heads * head_dim] */
+    int pos;
+    int group;        /* index into the groups */
+    int s_first;      /* first split holding a visible key */
+    int n_splits;     /* splits [s_first, s_first + n_splits) */
+    int part;         /* partial record of (row, split s, head h): (part + s - s_first) * n_heads + h */
+    int pad;
+} cuda_attn_row_t;
+
+/* The K/V of one sequence (adjacent query rows with one accessor): blocks of `block`
+ * positions; table entries [2 * table, 2 * (table + n_blocks)) of the pointer table hold
+ * K then V of each block (NULL: no storage, skipped). */
+typedef struct {
+    int table;
+    int n_blocks;
+} cuda_attn_group_t;
+
+/* One work item: rows [row0, row0 + n_rows) of one group (consecutive positions) over the
+ * keys of one split. */
+typedef struct {
+    int row0, n_rows;
+    int split;
+    int pos_lo, pos_hi; /* the first and last row's positions */
+    int pad[3];
+} cuda_attn_item_t;
+
+typedef struct {
+    const cuda_attn_row_t *rows;
+    const cuda_attn_group_t *groups;
+    const cuda_attn_item_t *items;
+    const void *const *table; /* [2 * entries] K, V block base pointers */
+    float *partials;          /* records [CUDA_ATTN_REC(head_dim)] floats: acc[head_dim], m, l */
+    int n_items;
+    int n_heads, n_kv_heads;
+    int group_size;           /* n_heads / n_kv_heads (<= 16) */
+    int tokens_per_warp;      /* 16 / group_size: query tokens in one 16-row mma tile */
+    int kv_stride;            /* elements between consecutive positions: n_kv_heads * head_dim */
+    int block;                /* positions per K/V block (a multiple of CUDA_ATTN_CHUNK) */
+    int split;                /* keys per split */
+    int window;               /* 0: causal; W: keys j with pos - W < j <= pos */
+    float scale;              /* score = q.k * scale */
+    float scale_log2;         /* scale times log2(e) (no soft-cap: scores go straight to base 2) */
+    float softcap;            /* 0: none */
+    int n_rows;               /* for the merge */
+} cuda_attn_args_t;
+
+/* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
+#define CUDA_ATTN_REC(hd) ((hd) + 4)
+
+/* Head dims the attention kernels are built for. */
+static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+
+/* The decode kernel (one work item per warp; warps of a block are consecutive K/V heads),
+ * the prefill kernel (one item of up to 4 * tokens_per_warp rows per block, the warps
+ * sharing each K/V chunk), and the merge of every row's splits into its output. */
+int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
+int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
+int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s);
+
+/* ---- elementwise and row kernels (kernels.cu) ------------------------------------------ */
+
+/* Element types as the kernels see them (cairn_dtype_t values are mapped by the host). */
+enum { CUDA_T_F32 = 0, CUDA_T_F16 = 1, CUDA_T_BF16 = 2 };
+
+/* One K/V row store: dst [n] bf16 = src [n] f32 (round to nearest even). */
+typedef struct {
+    void *dst;
+    const float *src;
+    int n;
+    int pad;
+} cuda_kv_store_t;
+
+int cuda_k_kv_store(const cuda_kv_store_t *stores, int n_stores, cudaStream_t s);
+/* y [n] bf16 = x [n] f32, round to nearest even. */
+int cuda_k_to_bf16(void *y, const float *x, size_t n, cudaStream_t s);
+/* dst [n][cols] f32 = rows ids[] of table (type t). */
+int cuda_k_get_rows(float *dst, const void *table, int t, int cols, const int32_t *ids, int n,
+                    cudaStream_t s);
+int cuda_k_rmsnorm(float *out, const float *x, int rows, int n, const void *w, int wt, float eps,
+                   int unit_offset, cudaStream_t s);
+int cuda_k_rope(float *x, int rows, int n_heads, int head_dim, int rot, const float *cos_sin,
+                cudaStream_t s);
+int cuda_k_glu(float *out, const float *gate, const float *up, size_t n, int act, cudaStream_t s);
+int cuda_k_mul(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
+int cuda_k_add(float *x, const float *y, size_t n, cudaStream_t s);
+int cuda_k_scale(float *x, float v, size_t n, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

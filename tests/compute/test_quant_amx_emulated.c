@@ -1,0 +1,220 @@
+/*
+ * The AMX-INT8 kernels (src/compute/cpu/x86/quant_amx.c) on any x86 CPU: the file is
+ * compiled here with its tile instructions (ldtilecfg, tilezero, tileloadd, tilestored,
+ * tdpbssd, tilerelease) replaced by a software model of their architectural semantics
+ * (Intel SDM: a tile is rows x colsb bytes from the configuration; tdpbssd adds, for each
+ * C element, the dot products of 4 signed bytes of A's row with 4 signed bytes of B's
+ * column group, over A's colsb / 4 groups), so the packing, the digit split of the
+ * k-quant weights, the tile shapes, the remainder rows and the float folds are checked
+ * against the portable rows bit for bit on machines without AMX. What this cannot check
+ * is the hardware itself: on an AMX machine test_quant_kernels and
+ * test_quant_determinism run the real instructions (skipped with a reason elsewhere).
+ * The model also checks each tdpbssd's shapes against the configuration (C rows = A
+ * rows, C colsb = B colsb, A colsb / 4 = B rows) and that no tile is used unconfigured.
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+#include <immintrin.h>
+
+/* ---- the tile model ---------------------------------------------------------------------- */
+
+static struct {
+    int rows, colsb;
+    unsigned char d[16][64];
+} tmm[8];
+static bool configured;
+
+static void emu_loadconfig(const void *cfg)
+{
+    const unsigned char *b = cfg;
+    assert_int_equal(b[0], 1); /* palette 1 */
+    for (int t = 0; t < 8; t++) {
+        uint16_t colsb;
+        memcpy(&colsb, b + 16 + 2 * t, 2);
+        tmm[t].colsb = colsb;
+        tmm[t].rows = b[48 + t];
+        assert_true(tmm[t].rows <= 16 && tmm[t].colsb <= 64);
+    }
+    configured = true;
+}
+
+static void emu_load(int t, const void *base, long stride)
+{
+    assert_true(configured);
+    for (int r = 0; r < tmm[t].rows; r++)
+        memcpy(tmm[t].d[r], (const unsigned char *)base + r * stride, (size_t)tmm[t].colsb);
+}
+
+static void emu_store(int t, void *base, long stride)
+{
+    assert_true(configured);
+    for (int r = 0; r < tmm[t].rows; r++)
+        memcpy((unsigned char *)base + r * stride, tmm[t].d[r], (size_t)tmm[t].colsb);
+}
+
+static void emu_zero(int t)
+{
+    assert_true(configured);
+    memset(tmm[t].d, 0, sizeof tmm[t].d);
+}
+
+static void emu_dpbssd(int c, int a, int b)
+{
+    assert_true(configured);
+    assert_int_equal(tmm[c].rows, tmm[a].rows);
+    assert_int_equal(tmm[c].colsb, tmm[b].colsb);
+    assert_int_equal(tmm[a].colsb / 4, tmm[b].rows);
+    for (int m = 0; m < tmm[c].rows; m++)
+        for (int n = 0; n < tmm[c].colsb / 4; n++) {
+            int32_t acc;
+            memcpy(&acc, tmm[c].d[m] + 4 * n, 4);
+            for (int k = 0; k < tmm[a].colsb / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += (int8_t)tmm[a].d[m][4 * k + i] * (int8_t)tmm[b].d[k][4 * n + i];
+            memcpy(tmm[c].d[m] + 4 * n, &acc, 4);
+        }
+}
+
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbssd
+#define _tile_loadconfig(c) emu_loadconfig(c)
+#define _tile_release() (configured = false)
+#define _tile_zero(t) emu_zero(t)
+#define _tile_loadd(t, base, stride) emu_load(t, base, stride)
+#define _tile_stored(t, base, stride) emu_store(t, base, stride)
+#define _tile_dpbssd(c, a, b) emu_dpbssd(c, a, b)
+/* The library has the real kernels under these names; the emulated ones get others. */
+#define kern__amx_qmm_q8_0 emu_amx_qmm_q8_0
+#define kern__amx_qmm_q4_0 emu_amx_qmm_q4_0
+#define kern__amx_qmm_q4_k emu_amx_qmm_q4_k
+#define kern__amx_qmm_q5_k emu_amx_qmm_q5_k
+#define kern__amx_qmm_q6_k emu_amx_qmm_q6_k
+#include "compute/cpu/x86/x86_impls.h"
+void emu_amx_qmm_q8_0(KERN_QMM_ARGS);
+void emu_amx_qmm_q4_0(KERN_QMM_ARGS);
+void emu_amx_qmm_q4_k(KERN_QMM_ARGS);
+void emu_amx_qmm_q5_k(KERN_QMM_ARGS);
+void emu_amx_qmm_q6_k(KERN_QMM_ARGS);
+#include "compute/cpu/x86/quant_amx.c"
+
+/* ---- the test ---------------------------------------------------------------------------- */
+
+#include "compute/type_traits.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { return (float)((int)(rnd32() % 2000001) - 1000000) * 1e-6f; }
+
+/* Random quant bits with plausible f16 scales (q6_k's d last, the others' first). */
+static void random_weights(unsigned char *w, cairn_dtype_t t, int rows, int in)
+{
+    const size_t rb = cairn_dtype_row_bytes(t, in), nb = (size_t)rows * (size_t)(in / cairn_dtype_block_elems(t));
+    const size_t bb = rb * (size_t)rows / nb;
+    for (size_t i = 0; i < rb * (size_t)rows; i++)
+        w[i] = (unsigned char)rnd32();
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d = compute_f32_to_f16(rndf() * 0.02f), dm = compute_f32_to_f16(fabsf(rndf()) * 0.01f);
+        unsigned char *blk = w + b * bb;
+        if (t == CAIRN_DTYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            if (t == CAIRN_DTYPE_Q4_K || t == CAIRN_DTYPE_Q5_K)
+                memcpy(blk + 2, &dm, 2);
+        }
+    }
+}
+
+typedef void qmm_fn(KERN_QMM_ARGS);
+
+/* Rows on both sides of the tile threshold and of whole tiles (pairs, a single last tile,
+ * VNNI remainder rows), partial output tiles, short and long inputs, with and without
+ * continuing from y: the emulated AMX rows equal the portable rows bit for bit. */
+static void test_emulated_amx_equals_portable(void **state)
+{
+    (void)state;
+    static const cairn_dtype_t types[] = {CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_Q4_0, CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q5_K,
+                                          CAIRN_DTYPE_Q6_K};
+    static qmm_fn *const amx[] = {emu_amx_qmm_q8_0, emu_amx_qmm_q4_0, emu_amx_qmm_q4_k, emu_amx_qmm_q5_k,
+                                  emu_amx_qmm_q6_k};
+#ifdef __SANITIZE_ADDRESS__
+    /* The model runs ~10x slower instrumented: a tile pair, a single tile, remainder rows
+     * and a partial output tile still meet in these. */
+    static const int rows_set[] = {33, 49};
+    static const int outs_set[] = {17};
+#else
+    static const int rows_set[] = {1, 31, 32, 33, 48, 49, 64};
+    static const int outs_set[] = {1, 16, 17, 50};
+#endif
+    enum { R = 64, O = 50 };
+    const kern_impl_t *portable = kern__impl_by_name("scalar");
+    assert_non_null(portable);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const kern_type_ops_t *sc = &portable->types[types[t]];
+        const cairn_dtype_t act = sc->act;
+        const int be = cairn_dtype_block_elems(types[t]);
+        const int ins[] = {be == 32 ? 32 : 256, be == 32 ? 1056 : 1280};
+        for (size_t ii = 0; ii < 2; ii++) {
+            const int in = ins[ii];
+            const size_t ldw = cairn_dtype_row_bytes(types[t], in), ldq = cairn_dtype_row_bytes(act, in);
+            unsigned char *w = malloc(ldw * O), *xq = malloc(ldq * R);
+            int32_t *sums = malloc(sizeof(int32_t) * R * (size_t)(in / 32));
+            float *x = malloc(sizeof(float) * R * (size_t)in), *y0 = malloc(sizeof(float) * R * O),
+                  *y1 = malloc(sizeof(float) * R * O);
+            assert_true(w && xq && sums && x && y0 && y1);
+            random_weights(w, types[t], O, in);
+            for (size_t i = 0; i < (size_t)R * in; i++)
+                x[i] = rndf() * (i % 53 == 0 ? 20.0f : 1.0f);
+            for (int r = 0; r < R; r++) {
+                portable->types[act].from_f32(xq + (size_t)r * ldq, x + (size_t)r * in, in);
+                kern__q8_0_sums(sums + r * (in / 32), xq + (size_t)r * ldq, in / 32);
+            }
+            const int32_t *xs = act == CAIRN_DTYPE_Q8_0 ? sums : NULL;
+            for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
+                for (size_t oi = 0; oi < sizeof outs_set / sizeof outs_set[0]; oi++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        const int rows = rows_set[ri], out = outs_set[oi];
+                        for (int i = 0; i < R * O; i++)
+                            y0[i] = y1[i] = acc ? 0.25f * (float)(i % 7) : 0.0f;
+                        sc->qmatmul_range(y0, out, xq, ldq, xs, rows, in, w, ldw, 0, out, acc);
+                        amx[t](y1, out, xq, ldq, xs, rows, in, w, ldw, 0, out, acc);
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)rows * out))
+                            fail_msg("emulated amx %s: rows %d in %d out %d acc %d differ from the portable rows",
+                                     cairn_dtype_name(types[t]), rows, in, out, acc);
+                    }
+            free(w);
+            free(xq);
+            free(sums);
+            free(x);
+            free(y0);
+            free(y1);
+        }
+    }
+    assert_false(configured); /* every call released its tiles */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emulated_amx_equals_portable),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
