@@ -39,13 +39,18 @@ for f in build-fuzz/fuzz/fuzz_*; do
   args=(-runs="$fuzz_runs" -max_total_time=30 -rss_limit_mb=4096)
   [ -f "fuzz/${name#fuzz_}.dict" ] && args+=(-dict="fuzz/${name#fuzz_}.dict")
   echo "-- $name"
-  if [ -d "$corpus" ]; then
-    tmp=$(mktemp -d); cp -r "$corpus"/. "$tmp"/
-    "$f" "${args[@]}" "$tmp" 2>&1 | tail -n 2
-    rm -rf "$tmp"
-  else
-    "$f" "${args[@]}" 2>&1 | tail -n 2
+  tmp=$(mktemp -d); log=$(mktemp)
+  [ -d "$corpus" ] && cp -r "$corpus"/. "$tmp"/
+  # A crash prints its report and the input that caused it (base64), then fails the stage.
+  if ! "$f" "${args[@]}" -artifact_prefix="$tmp/" "$tmp" >"$log" 2>&1; then
+    grep -v '^#[0-9]' "$log" | tail -n 40
+    for a in "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* "$tmp"/oom-*; do
+      [ -f "$a" ] && { echo "input $(basename "$a") (base64):"; base64 -w0 "$a"; echo; }
+    done
+    echo "fuzz: $name failed"; exit 1
   fi
+  tail -n 2 "$log"
+  rm -rf "$tmp" "$log"
   n_fuzz=$((n_fuzz + 1))
 done
 echo "fuzz: $n_fuzz targets smoke-run without a crash"

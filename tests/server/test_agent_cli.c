@@ -135,8 +135,12 @@ static void test_claude_code_print_mode(void **state)
 {
     signal(SIGPIPE, SIG_IGN);
     char cmd[4096];
+    /* Pinned: the version these assertions were measured with. 2.1.332 (the newest on
+     * 2026-12-01) sends an 11.7K-token first request whose second session reuses only 82%
+     * (9600 of 11719 tokens): something in it past token 9600 varies per session, not yet
+     * found; unpin when it is. */
     snprintf(cmd, sizeof cmd, "bash '%s/tests/server/setup_client.sh' '" NPM
-             "' @anthropic-ai/claude-code@2", CAIRN_SOURCE_DIR);
+             "' @anthropic-ai/claude-code@2.1.197", CAIRN_SOURCE_DIR);
     int rc = system(cmd);
     if (rc != 0)
         fprintf(stderr, "setup_client.sh failed (%d): node/npm/registry unavailable?\n", rc);

@@ -59,8 +59,12 @@ san="$user_cflags"
 # A sanitized build installs a sanitized library: the program must carry the same runtime
 # (ASan's is a shared library libcairn.so names; ThreadSanitizer's is linked into
 # executables only, so the TSan build passes its flags as CFLAGS).
-if ldd "$lib" | grep -q libasan; then san="$san -fsanitize=address,undefined"; fi
+# (ldd's output is read whole: `ldd | grep -q` under pipefail fails when grep exits first and
+# ldd dies of SIGPIPE, which made this check flaky.)
+lib_deps=$(ldd "$lib")
+if grep -q libasan <<<"$lib_deps"; then san="$san -fsanitize=address,undefined"; fi
 "$user_cc" -std=c11 $san -o "$tmp/user" "$tmp/user.c" $(pkg-config --cflags --libs cairn) || fail "cannot build against the installed library"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user") || fail "the user program failed: $out"
-LD_LIBRARY_PATH="$libdir" ldd "$tmp/user" | grep -q "$libdir/libcairn.so.0" || fail "the user program is not linked to the installed libcairn.so"
+user_deps=$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/user")
+grep -qF "$libdir/libcairn.so.0" <<<"$user_deps" || fail "the user program is not linked to the installed libcairn.so"
 echo "$out"

@@ -30,7 +30,9 @@
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-/* A positive finite number (absent/null: dflt), as a double. */
+/* A positive finite number (absent/null: dflt), as a double; positive also once rounded
+ * to float32, which is what the forward pass computes with (an rms_norm_eps of 1e-60 would
+ * be 0 there). */
 static int get_pos(const cJSON *o, const char *key, double dflt, double *out, char *err,
                    size_t err_len)
 {
@@ -39,7 +41,7 @@ static int get_pos(const cJSON *o, const char *key, double dflt, double *out, ch
         *out = dflt;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0) ||
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !((float)v->valuedouble > 0) ||
         v->valuedouble > 3.0e38) {
         st_errf(err, err_len, "config.json: %s must be a positive number", key);
         return CAIRN_EFORMAT;
@@ -155,6 +157,13 @@ static int parse_layer_types(const cJSON *tc, q35_config_t *c, char *err, size_t
     c->n_linear = c->n_full = 0;
     for (int l = 0; l < n; l++)
         c->slot[l] = (int16_t)(c->kind[l] == Q35_LAYER_LINEAR ? c->n_linear++ : c->n_full++);
+    if (c->n_full == 0) {
+        /* The paged cache (and so prefix reuse) hangs off the full-attention layers: a
+         * stack of linear layers only has nothing to page. */
+        st_errf(err, err_len, "config.json: no full_attention layer among the %d layers "
+                "(layer_types or full_attention_interval): not supported", n);
+        return CAIRN_EUNSUPPORTED;
+    }
     return 0;
 }
 

@@ -150,6 +150,13 @@ static int mem_put(cairn_tier_store_t *t, const cairn_tier_object_t *obj, uint32
     if (find_locked(m, &obj->key) < m->n) { /* a concurrent put won: nothing is rewritten */
         rec_free(r);
         r = NULL;
+    } else if (m->cfg.max_objects && m->n >= m->cfg.max_objects) {
+        /* Concurrent puts filled the store while this one copied outside the lock: the
+         * quota is checked again where the record would be inserted. */
+        m->c.queue_drops++;
+        rec_free(r);
+        r = NULL;
+        rc = CAIRN_EEXHAUSTED;
     } else if (m->n == m->cap) {
         size_t nc = m->cap ? 2 * m->cap : 64;
         rec_t **nr = cairn_realloc(m->recs, nc * sizeof *nr);

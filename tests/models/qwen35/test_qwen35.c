@@ -496,12 +496,18 @@ static void test_config_parse(void **state)
         {"\"layer_types\":[\"linear_attention\"]", "layer_types", CAIRN_EFORMAT},
         {"\"linear_num_key_heads\":3", "linear_num_value_heads", CAIRN_EFORMAT},
         {"\"partial_rotary_factor\":0.01", "rotary", CAIRN_EFORMAT},
+        /* positive, but 0 in float32: RMSNorm would divide by zero (fuzz_qwen35_config) */
+        {"\"rms_norm_eps\":1e-60", "rms_norm_eps", CAIRN_EFORMAT},
+        {"\"rope_parameters\":{\"rope_theta\":1e-50}", "rope_theta", CAIRN_EFORMAT},
+        /* nothing to page: the cache layout would be refused later (fuzz_qwen35_config) */
+        {"\"layer_types\":[\"linear_attention\",\"linear_attention\"]", "no full_attention", CAIRN_EUNSUPPORTED},
     };
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(bad); i++) {
         char json[1024];
         snprintf(json, sizeof(json), "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,"
                  "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
-                 "\"head_dim\":16,\"intermediate_size\":96,\"vocab_size\":300,%s}", bad[i].extra);
+                 "\"head_dim\":16,\"intermediate_size\":96,\"vocab_size\":300,"
+                 "\"full_attention_interval\":2,%s}", bad[i].extra);
         err[0] = 0;
         assert_int_equal(parse(json, &c, err), bad[i].rc);
         if (!strstr(err, bad[i].needle))

@@ -126,11 +126,13 @@ static void check_mode(cairn_engine_math_t math, cairn_dtype_t kv)
     free(x);
     cairn_engine_destroy(flat2);
 
-    /* Paged: one step, then chunks of 7 and 16, each in its own salt. */
+    /* Paged: one step, then chunks of 7 and 16 (and, in the first mode, of 1 and 100),
+     * each in its own salt. */
     cairn_engine_t *paged = engine(&m, CAIRN_KV_PAGED, 2, 512);
-    static const char *const salts[] = {NULL, "chunks-7", "chunks-16"};
-    static const int paged_chunks[] = {0, 7, 16};
-    for (int i = 0; i < 3; i++) {
+    static const char *const salts[] = {NULL, "chunks-7", "chunks-16", "chunks-1", "chunks-100"};
+    static const int paged_chunks[] = {0, 7, 16, 1, 100};
+    const int n_paged = math == CAIRN_ENGINE_MATH_F32 && kv == CAIRN_DTYPE_F32 ? 5 : 3;
+    for (int i = 0; i < n_paged; i++) {
         int cached = -1;
         x = run(paged, salts[i], lng, n_lng, paged_chunks[i], &cached);
         assert_int_equal(cached, 0);

@@ -226,7 +226,8 @@ T256 INLINE void rows_to_f32_t(float *dst, const void *src, size_t stride, int r
 AVX2_TYPE_OPS(f32, CAIRN_DTYPE_F32, tile_wf32)
 AVX2_TYPE_OPS(f16, CAIRN_DTYPE_F16, tile_wf16)
 AVX2_TYPE_OPS(bf16, CAIRN_DTYPE_BF16, tile_wbf16)
-#define AVX2_ROW(SUF) {avx2_matmul_##SUF, avx2_dot_##SUF, avx2_axpy_##SUF, avx2_rows_##SUF}
+#define AVX2_ROW(SUF) \
+    {.matmul_range = avx2_matmul_##SUF, .dot = avx2_dot_##SUF, .axpy = avx2_axpy_##SUF, .rows_to_f32 = avx2_rows_##SUF}
 
 /* s = g / (1 + exp(-g)) (silu), 8 lanes. */
 T256 INLINE __m256 silu8(__m256 g)

@@ -441,7 +441,8 @@ AVX512_GLU(avx512_sigmoid_mul, sigmoid16)
 
 extern const struct attn_impl attn__avx512;
 
-#define AVX512_ROW(MM, SUF) {MM, avx512_dot_##SUF, avx512_axpy_##SUF, avx512_rows_##SUF}
+#define AVX512_ROW(MM, SUF) \
+    {.matmul_range = MM, .dot = avx512_dot_##SUF, .axpy = avx512_axpy_##SUF, .rows_to_f32 = avx512_rows_##SUF}
 #define AVX512_IMPL(NAME, AVAILABLE, STAND_IN, BF16MM, QROWS)                                                 \
     {                                                                                                  \
         .name = NAME, .available = AVAILABLE, .stand_in = STAND_IN,                                    \

@@ -1,14 +1,21 @@
 /*
- * The scheduler (src/server/scheduler.c) over the LFM2 fixture, whose conv layers carry
- * recurrent state: the scheduler's fork (n > 1), preemption (release, then a begin over
- * prompt + generated that resumes at the deepest recurrent checkpoint) and prefix reuse
- * must leave every output exactly what the request gives alone.
+ * The scheduler (src/server/scheduler.c) over a fixture whose layers carry recurrent
+ * state (LFM2's conv layers, Qwen3.5's Gated DeltaNet layers): the scheduler's fork
+ * (n > 1), preemption (release, then a begin over prompt + generated that resumes at the
+ * deepest recurrent checkpoint) and prefix reuse must leave every output exactly what the
+ * request gives alone.
  *   - 12 concurrent requests over a shared 64-token prefix equal their solo runs, and
  *     every one after the first reuses exactly the 64 tokens (a grid checkpoint);
- *   - a pool too small for the decodes preempts, and the outputs do not change;
+ *   - a pool too small for the decodes (1 MiB: 63 LFM2 or 127 Qwen3.5 fixture blocks of
+ *     f32 K/V; each request ends at 360-390 tokens, 23-25 blocks) preempts, and the outputs
+ *     do not change;
  *   - n = 3 forks choices equal to solo runs with seed + index.
- * Outputs are compared as token ids, a coarse check (a conv state wrong for two tokens
- * perturbs later logits only slightly); test_lfm2_engine holds the logits to memcmp.
+ * Outputs are compared as token ids, a coarse check (a state wrong for two tokens
+ * perturbs later logits only slightly); each family's engine test holds the logits to
+ * memcmp.
+ *
+ * Usage: FAMILY_TEST FIXTURE (models/<FIXTURE>); each family's tests/models/<family>/
+ * CMakeLists.txt registers it with its fixture.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +30,7 @@
 
 #include "cairn/scheduler.h"
 
-#define MODEL "lfm2"
+static const char *g_model;
 #define MAX_OUT 1024
 
 static cairn_checkpoint_t *g_ck;
@@ -94,7 +101,7 @@ static cairn_engine_t *make_engine(int pool_mib)
     cairn_engine_options_t eo;
     cairn_engine_options_default(&eo);
     eo.pool_mib = pool_mib;
-    eo.kv_dtype = CAIRN_DTYPE_F32; /* 16 KiB blocks: 63 per MiB */
+    eo.kv_dtype = CAIRN_DTYPE_F32; /* LFM2 fixture: 16 KiB blocks, Qwen3.5: 8 KiB */
     eo.cold = -1;
     cairn_engine_t *e = NULL;
     char err[256] = "";
@@ -213,8 +220,7 @@ static void test_preemption_small_pool(void **state)
         specs[i].salt = salts[i];
     }
     run_solo(specs, N, solo);
-    /* 63 blocks; each request ends at 360-390 tokens (23-25 blocks): three decoding at
-     * once overflow the pool. */
+    /* 1 MiB: the decodes of a few requests at once overflow the pool. */
     cairn_engine_t *e = make_engine(1);
     cairn_sched_t *s = NULL;
     assert_int_equal(cairn_sched_create(e, g_tok, NULL, &s), 0);
@@ -272,7 +278,7 @@ static int group_setup(void **state)
 {
     (void)state;
     char dir[1024], err[512] = "";
-    snprintf(dir, sizeof(dir), "%s/models/%s", CAIRN_FIXTURES_DIR, MODEL);
+    snprintf(dir, sizeof(dir), "%s/models/%s", CAIRN_FIXTURES_DIR, g_model);
     if (cairn_checkpoint_open(dir, &g_ck, err, sizeof(err)) ||
         cairn_tokenizer_load(dir, &g_tok, err, sizeof(err))) {
         fprintf(stderr, "fixture %s: %s\n", dir, err);
@@ -289,8 +295,13 @@ static int group_teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURE\n", argv[0]);
+        return 2;
+    }
+    g_model = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_equals_solo),
         cmocka_unit_test(test_preemption_small_pool),
