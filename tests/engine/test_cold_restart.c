@@ -63,9 +63,11 @@ typedef struct {
     int n;
     const char *probe;        /* a path whose existence is sampled after begin, or NULL */
     int io_fail;              /* 0, or a negative errno injected into cold-tier writes */
+    bool no_capture;          /* restore only (CAIRN_COLD_CAPTURE_OFF): the run writes nothing */
 } job_t;
 
-static result_t *g_res;       /* MAP_SHARED array of results */
+#define N_RESULTS 16
+static result_t *g_res;       /* MAP_SHARED array of N_RESULTS results */
 static int g_fail_errno;
 
 static int io_hook(const char *op, const char *path, void *user)
@@ -98,6 +100,8 @@ static int child_body(const job_t *j, result_t *r)
     o.cold_capture_blocks = 1 << 16;
     o.cold_capture_ms = 20000;
     o.cold_drain_ms = 20000;
+    if (j->no_capture)
+        o.cold_policy = CAIRN_COLD_CAPTURE_OFF;
     cairn_engine_t *e = NULL;
     char err[256];
     int rc = cairn_engine_create(ck, &o, &e, err, sizeof(err));
@@ -291,8 +295,8 @@ static void parity_case(const char *model, const char *prompt_name)
     int32_t *prompt = fixture_prompt(model, prompt_name, &n);
     char root[512];
     make_root(root, sizeof(root), "parity");
-    job_t persist = {model, root, NULL, prompt, n, NULL, 0};
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    job_t persist = {model, root, NULL, prompt, n, NULL, 0, false};
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
     result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
     run_job(&persist, r1);              /* (1) persist */
     assert_int_equal(r1->restored, 0);
@@ -331,9 +335,9 @@ static void divergent_case(const char *model)
     int32_t *p2 = fixture_prompt(model, "shared_prefix_672", &n2);
     char root[512];
     make_root(root, sizeof(root), "diverge");
-    job_t persist = {model, root, NULL, p1, n1, NULL, 0};
-    job_t restore = {model, root, NULL, p2, n2, NULL, 0};
-    job_t off = {model, NULL, NULL, p2, n2, NULL, 0};
+    job_t persist = {model, root, NULL, p1, n1, NULL, 0, false};
+    job_t restore = {model, root, NULL, p2, n2, NULL, 0, false};
+    job_t off = {model, NULL, NULL, p2, n2, NULL, 0, false};
     result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
     run_job(&persist, r1);
     run_job(&restore, r2);
@@ -414,8 +418,8 @@ static void corrupt_case(int mode)
     int32_t *prompt = fixture_prompt(model, "long_720", &n);
     char root[512], path[1400], other[1400];
     make_root(root, sizeof(root), "corrupt");
-    job_t persist = {model, root, NULL, prompt, n, NULL, 0};
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    job_t persist = {model, root, NULL, prompt, n, NULL, 0, false};
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
     result_t *ref = &g_res[0], *r = &g_res[1];
     run_job(&off, ref);
     run_job(&persist, r);
@@ -440,7 +444,7 @@ static void corrupt_case(int mode)
         snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", other, path);
         assert_int_equal(system(cmd), 0);
     }
-    job_t restore = {model, root, NULL, prompt, n, path, 0};
+    job_t restore = {model, root, NULL, prompt, n, path, 0, false};
     run_job(&restore, r);
     assert_int_equal(r->restored, k * BS);   /* stopped at the bad block */
     assert_int_equal(r->corruptions, 1);
@@ -488,8 +492,8 @@ static void sidecar_fixture(const char *model, sidecar_fixture_t *f)
     f->model = model;
     f->prompt = fixture_prompt(model, "long_720", &f->n);
     make_root(f->pristine, sizeof(f->pristine), "sidecar");
-    job_t persist = {model, f->pristine, NULL, f->prompt, f->n, NULL, 0};
-    job_t off = {model, NULL, NULL, f->prompt, f->n, NULL, 0};
+    job_t persist = {model, f->pristine, NULL, f->prompt, f->n, NULL, 0, false};
+    job_t off = {model, NULL, NULL, f->prompt, f->n, NULL, 0, false};
     run_job(&off, &g_res[0]);
     f->ref = g_res[0];
     run_job(&persist, &g_res[1]);
@@ -543,7 +547,7 @@ static void sidecar_case(const sidecar_fixture_t *f, int mode, const char *forei
         assert_int_equal(unlink(path), 0);
         probe = NULL;
     }
-    job_t restore = {model, root, NULL, prompt, n, probe, 0};
+    job_t restore = {model, root, NULL, prompt, n, probe, 0, false};
     run_job(&restore, r);
     assert_same_output(r, ref);
     assert_int_equal(r->restored, 256);          /* reconciled down to the rung below */
@@ -570,7 +574,7 @@ static void test_sidecar_corruption(void **state)
     int32_t *prompt = fixture_prompt("qwen3_5", "long_720", &n);
     char root[512], foreign[1400];
     make_root(root, sizeof(root), "foreign");
-    job_t persist = {"qwen3_5", root, NULL, prompt, n, NULL, 0};
+    job_t persist = {"qwen3_5", root, NULL, prompt, n, NULL, 0, false};
     run_job(&persist, &g_res[2]);
     char kept[600];
     snprintf(kept, sizeof(kept), "%s.st", root);
@@ -601,20 +605,20 @@ static void test_io_errors(void **state)
     int n = 0;
     int32_t *prompt = fixture_prompt(model, "long_720", &n);
     result_t *ref = &g_res[0], *r = &g_res[1];
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0};
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
     run_job(&off, ref);
     const int errs[] = {-ENOSPC, -EIO};
     for (int i = 0; i < 2; i++) {
         char root[512];
         make_root(root, sizeof(root), "ioerr");
-        job_t bad = {model, root, NULL, prompt, n, NULL, errs[i]};
+        job_t bad = {model, root, NULL, prompt, n, NULL, errs[i], false};
         run_job(&bad, r);
         assert_true(r->write_errors > 0);
         assert_same_output(r, ref);
         assert_int_equal(count_files(root, NULL), 0);     /* nothing half-written survives */
         assert_int_equal(count_files(root, ".tmp."), 0);
         /* The next process finds nothing to restore and still computes the same. */
-        job_t good = {model, root, NULL, prompt, n, NULL, 0};
+        job_t good = {model, root, NULL, prompt, n, NULL, 0, false};
         run_job(&good, r);
         assert_int_equal(r->restored, 0);
         assert_int_equal(r->write_errors, 0);
@@ -634,12 +638,12 @@ static void test_shared_directory(void **state)
     int32_t *p1 = fixture_prompt(model, "long_720", &n1);
     int32_t *p2 = fixture_prompt(model, "shared_prefix_672", &n2);
     result_t *ref1 = &g_res[0], *ref2 = &g_res[1];
-    job_t o1 = {model, NULL, NULL, p1, n1, NULL, 0}, o2 = {model, NULL, NULL, p2, n2, NULL, 0};
+    job_t o1 = {model, NULL, NULL, p1, n1, NULL, 0, false}, o2 = {model, NULL, NULL, p2, n2, NULL, 0, false};
     run_job(&o1, ref1);
     run_job(&o2, ref2);
     char root[512];
     make_root(root, sizeof(root), "shared");
-    job_t j1 = {model, root, NULL, p1, n1, NULL, 0}, j2 = {model, root, NULL, p2, n2, NULL, 0};
+    job_t j1 = {model, root, NULL, p1, n1, NULL, 0, false}, j2 = {model, root, NULL, p2, n2, NULL, 0, false};
     for (int round = 0; round < 3; round++) {
         /* Same prompt in both, then different prompts sharing a prefix. */
         const job_t *a = &j1, *b = round == 0 ? &j1 : &j2;
@@ -695,62 +699,132 @@ static pid_t spawn_generate(const char *model_dir, const char *root, const char 
 /* The kill loop alternates a dense model (BLOCK objects only) and a hybrid one (blocks,
  * then the conv-state sidecars of its anchors 16, 64, 256 and 320 tokens). */
 static const char *const kill_models[2] = {"llama", "lfm2"};
+/* The hybrid's anchors in blocks, deepest first. */
+static const int kill_anchors[] = {20, 16, 4, 1};
+#define KILL_N 321      /* prompt tokens: 20 full blocks to write, the last token computed */
+#define KILL_LANES 4    /* kill runs in flight at once, each in its own cache root: a run
+                         * mostly waits on its fsyncs, not on a core */
 
-/* The model directory (64 hex digits) under a cache root other than `not` (NULL: any). */
-static void find_store_dir(const char *root, const char *not, char *out, size_t len)
+/* The model directory (64 hex digits) under a cache root. */
+static void find_store_dir(const char *root, char *out, size_t len)
 {
     DIR *d = opendir(root);
     assert_non_null(d);
     struct dirent *de;
     out[0] = '\0';
-    while ((de = readdir(d))) {
-        char p[1200];
-        snprintf(p, sizeof(p), "%s/%s", root, de->d_name);
-        if (strlen(de->d_name) == 64 && (!not || strcmp(p, not)))
-            snprintf(out, len, "%s", p);
-    }
+    while ((de = readdir(d)))
+        if (strlen(de->d_name) == 64)
+            snprintf(out, len, "%s", de->d_name);
     closedir(d);
     assert_true(out[0] != '\0');
 }
 
+/* One run of the kill loop: a persisting `cairn generate`, killed (or reaped) by the rule
+ * of its iteration, then the restart that checks what it left. */
+typedef struct {
+    int iter;                 /* -1: idle */
+    int m;                    /* kill_models index */
+    int rule;                 /* 0: at a random moment; 1: after its first sidecar; 2: first block */
+    pid_t gen, restart;       /* the persisting run, then the restart (0: none) */
+    double start_ms, kill_ms; /* rule 0: when to kill */
+    int expect;               /* prompt tokens the restart must restore */
+    char root[512];           /* this lane's cache root */
+    char salt[32];
+    result_t *r;
+} kill_lane_t;
+
+/* Whether any object of the lane's chain is committed: a block (rule 2) or a sidecar (1). */
+static bool kill_lane_committed(const kill_lane_t *l, const char *store, const int32_t *prompt)
+{
+    char path[2048];
+    if (l->rule == 1) {
+        for (size_t a = 0; a < sizeof(kill_anchors) / sizeof(kill_anchors[0]); a++) {
+            sidecar_path(store, l->salt, prompt, kill_anchors[a] - 1, path, sizeof(path));
+            if (access(path, F_OK) == 0)
+                return true;
+        }
+        return false;
+    }
+    for (int k = 0; k < KILL_N / BS; k++) {
+        object_path(store, l->salt, prompt, k, path, sizeof(path));
+        if (access(path, F_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* What the killed process acknowledged, as prompt tokens the restart must restore: the
+ * final names of its chain from block 0 (a name appears only once its payload is synced);
+ * a hybrid: the deepest anchor those blocks reach whose sidecar is on disk. */
+static int kill_lane_expect(const kill_lane_t *l, const char *store, const int32_t *prompt)
+{
+    int acked = 0;
+    char path[2048];
+    for (; acked < KILL_N / BS; acked++) {
+        object_path(store, l->salt, prompt, acked, path, sizeof(path));
+        if (access(path, F_OK) != 0)
+            break;
+    }
+    if (l->m == 0)
+        return acked * BS;
+    for (size_t a = 0; a < sizeof(kill_anchors) / sizeof(kill_anchors[0]); a++) {
+        sidecar_path(store, l->salt, prompt, kill_anchors[a] - 1, path, sizeof(path));
+        if (kill_anchors[a] <= acked && access(path, F_OK) == 0)
+            return kill_anchors[a] * BS;
+    }
+    return 0;
+}
+
+/* kill -9 of persisting `cairn generate` processes (their background capture and the
+ * exit's persistence), 100 times, KILL_LANES at once: a quarter at a random moment of a
+ * run's life, a quarter just after their first sidecar is committed, a quarter just after
+ * their first block is, the rest at random again; each restart (a fresh process that only
+ * reads) serves the reference's output, restores every acknowledged block (a hybrid: to
+ * the deepest anchor with its sidecar), finds no corruption and no temporary file. */
 static void test_crash_kill9(void **state)
 {
     (void)state;
-    const char *model = kill_models[0];
-    const int n = 321; /* 20 full blocks to write, the last token computed */
     int32_t *alls[2];
     char *ids_args[2];
-    result_t *refs[2] = {&g_res[0], &g_res[2]}, *r = &g_res[1];
+    result_t *refs[2] = {&g_res[0], &g_res[2]};
     for (int m = 0; m < 2; m++) {
         int n_all = 0;
         alls[m] = fixture_prompt(kill_models[m], "long_720", &n_all);
-        assert_true(n_all >= n);
-        ids_args[m] = malloc((size_t)n * 8 + 1);
+        assert_true(n_all >= KILL_N);
+        ids_args[m] = malloc((size_t)KILL_N * 8 + 1);
         assert_non_null(ids_args[m]);
         size_t len = 0;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < KILL_N; i++)
             len += (size_t)sprintf(ids_args[m] + len, "%s%d", i ? "," : "", (int)alls[m][i]);
-        job_t off = {kill_models[m], NULL, NULL, alls[m], n, NULL, 0};
+        job_t off = {kill_models[m], NULL, NULL, alls[m], KILL_N, NULL, 0, false};
         run_job(&off, refs[m]);
     }
-    const char *ids_arg = ids_args[0];
-    char root[512];
-    make_root(root, sizeof(root), "crash");
+    kill_lane_t lanes[KILL_LANES];
+    for (int l = 0; l < KILL_LANES; l++) {
+        memset(&lanes[l], 0, sizeof(lanes[l]));
+        lanes[l].iter = -1;
+        lanes[l].r = &g_res[3 + l];
+        make_root(lanes[l].root, sizeof(lanes[l].root), "crash");
+    }
 
     /* How long one persisting run takes, to spread the kills over its whole life; and
-     * each model's store directory. */
-    double t0 = now_ms();
-    pid_t pid = spawn_generate(fixture_model_dir(model), root, "calibrate", ids_arg);
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    double span_ms = now_ms() - t0;
-    char store_dirs[2][1200];
-    find_store_dir(root, NULL, store_dirs[0], sizeof(store_dirs[0]));
-    pid = spawn_generate(fixture_model_dir(kill_models[1]), root, "calibrate", ids_args[1]);
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    find_store_dir(root, store_dirs[0], store_dirs[1], sizeof(store_dirs[1]));
+     * each model's store directory name (the same under every root). */
+    char store_names[2][80];
+    double span_ms = 0;
+    for (int m = 0; m < 2; m++) {
+        char sub[600];
+        snprintf(sub, sizeof(sub), "%s/m%d", lanes[0].root, m);
+        assert_int_equal(mkdir(sub, 0700), 0);
+        double t0 = now_ms();
+        pid_t pid = spawn_generate(fixture_model_dir(kill_models[m]), sub, "calibrate", ids_args[m]);
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (m == 0)
+            span_ms = now_ms() - t0;
+        find_store_dir(sub, store_names[m], sizeof(store_names[m]));
+        rm_rf(sub);
+    }
     /* Bounded so the loop stays bounded in time, but wide enough that a sanitized build
      * (whose start-up alone can take most of a second) still sees kills after a capture. */
     if (span_ms > 3000)
@@ -758,92 +832,79 @@ static void test_crash_kill9(void **state)
 
     srand(12345);
     const int iters = 100;
-    int restored_runs = 0, restored_total = 0;
+    int restored_runs = 0, restored_total = 0, after_commit = 0, after_sidecar = 0;
+    int next = 0, done = 0;
     double start = now_ms();
-    int after_commit = 0;
-    int after_sidecar = 0;
-    for (int i = 0; i < iters; i++) {
-        char salt[32];
-        snprintf(salt, sizeof(salt), "crash-%d", i);
-        const int m = i % 4 == 1 || i % 4 == 2; /* 0, 3: llama; 1, 2: lfm2 */
-        model = kill_models[m];
-        ids_arg = ids_args[m];
-        int objects_before = count_files(root, NULL), sidecars_before = count_files_as(root, NULL, ".st");
-        bool reaped = false;
-        pid = spawn_generate(fixture_model_dir(model), root, salt, ids_arg);
-        if (i % 4 == 1) {
-            /* A hybrid run killed just after its first sidecar is committed, while the
-             * other sidecars of its anchors are being written. */
-            double wait_start = now_ms();
-            while (count_files_as(root, NULL, ".st") == sidecars_before && now_ms() - wait_start < 60000) {
-                if (waitpid(pid, &st, WNOHANG) == pid) {
-                    reaped = true;
-                    break;
+    while (done < iters) {
+        for (int li = 0; li < KILL_LANES; li++) {
+            kill_lane_t *l = &lanes[li];
+            char store[700];
+            if (l->iter < 0) {
+                if (next == iters)
+                    continue;
+                l->iter = next++;
+                l->m = l->iter % 4 == 1 || l->iter % 4 == 2; /* 0, 3: llama; 1, 2: lfm2 */
+                l->rule = l->iter % 4 == 1 ? 1 : l->iter % 4 == 3 ? 2 : 0;
+                after_sidecar += l->rule == 1;
+                after_commit += l->rule == 2;
+                snprintf(l->salt, sizeof(l->salt), "crash-%d", l->iter);
+                l->start_ms = now_ms();
+                l->kill_ms = l->start_ms + (double)rand() / RAND_MAX * span_ms;
+                l->gen = spawn_generate(fixture_model_dir(kill_models[l->m]), l->root, l->salt, ids_args[l->m]);
+                continue;
+            }
+            snprintf(store, sizeof(store), "%s/%s", l->root, store_names[l->m]);
+            int st = 0;
+            if (l->gen) {
+                /* A run can commit its whole chain and exit before its rule fires. */
+                bool reaped = waitpid(l->gen, &st, WNOHANG) == l->gen;
+                if (!reaped) {
+                    double t = now_ms();
+                    bool fire = l->rule == 0 ? t >= l->kill_ms
+                                             : kill_lane_committed(l, store, alls[l->m]) ||
+                                                   t - l->start_ms > 60000;
+                    if (!fire)
+                        continue;
+                    kill(l->gen, SIGKILL);
+                    assert_int_equal(waitpid(l->gen, &st, 0), l->gen);
                 }
-                usleep(100);
+                l->gen = 0;
+                l->expect = kill_lane_expect(l, store, alls[l->m]);
+                /* Restart: whatever the killed writer left is either a valid object or
+                 * garbage the store removes. */
+                job_t again = {kill_models[l->m], l->root, l->salt, alls[l->m], KILL_N, NULL, 0, true};
+                l->restart = spawn(&again, l->r);
+                continue;
             }
-            after_sidecar++;
-        } else if (i % 4 == 3) {
-            /* Every fourth run is killed just after its first object is committed (while
-             * the rest of its chain is being written), however slow a loaded machine makes
-             * the run: the random delays alone, timed by one calibration run, can all land
-             * before the first commit when the load changes (seen at load 8-18 on 2 cores). */
-            double wait_start = now_ms();
-            while (count_files(root, NULL) == objects_before && now_ms() - wait_start < 60000) {
-                /* A run can commit its whole chain and exit between two polls. */
-                if (waitpid(pid, &st, WNOHANG) == pid) {
-                    reaped = true;
-                    break;
-                }
-                usleep(200);
-            }
-            after_commit++;
-        } else {
-            int delay_us = (int)((double)rand() / RAND_MAX * span_ms * 1000.0);
-            usleep((useconds_t)delay_us);
+            pid_t w = waitpid(l->restart, &st, WNOHANG);
+            assert_true(w >= 0);
+            if (w == 0)
+                continue;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || l->r->status != 0)
+                fprintf(stderr, "restart of run %d failed: wait status %d, step status %d\n", l->iter, st,
+                        l->r->status);
+            assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            assert_int_equal(l->r->status, 0);
+            assert_same_output(l->r, refs[l->m]);
+            assert_int_equal(l->r->sidecar_corruptions, 0);
+            assert_int_equal(l->r->corruptions, 0);
+            assert_int_equal(l->r->restored, l->expect);
+            assert_int_equal(count_files(l->root, ".tmp."), 0);
+            restored_runs += l->r->restored > 0;
+            restored_total += l->r->restored;
+            l->restart = 0;
+            l->iter = -1;
+            done++;
         }
-        if (!reaped) {
-            kill(pid, SIGKILL);
-            assert_int_equal(waitpid(pid, &st, 0), pid);
-        }
-        /* What the killed process acknowledged: the final names of its chain, from block
-         * 0 (a name appears only once its payload is synced). */
-        int acked = 0;
-        for (; acked < n / BS; acked++) {
-            char path[2048];
-            object_path(store_dirs[m], salt, alls[m], acked, path, sizeof(path));
-            if (access(path, F_OK) != 0)
-                break;
-        }
-        int expect = acked * BS;
-        if (m == 1) { /* the deepest anchor the acknowledged blocks reach with its sidecar */
-            static const int anchors[] = {20, 16, 4, 1};
-            expect = 0;
-            for (size_t a = 0; a < sizeof(anchors) / sizeof(anchors[0]) && !expect; a++) {
-                char path[2048];
-                sidecar_path(store_dirs[m], salt, alls[m], anchors[a] - 1, path, sizeof(path));
-                if (anchors[a] <= acked && access(path, F_OK) == 0)
-                    expect = anchors[a] * BS;
-            }
-        }
-        /* Restart: whatever the killed writer left is either a valid object or garbage
-         * the store removes; the output is always the reference's, and every acknowledged
-         * block restores (a hybrid: up to the deepest anchor whose sidecar is on disk). */
-        job_t again = {model, root, salt, alls[m], n, NULL, 0};
-        run_job(&again, r);
-        assert_same_output(r, refs[m]);
-        assert_int_equal(r->sidecar_corruptions, 0);
-        assert_int_equal(r->corruptions, 0);
-        assert_int_equal(r->restored, expect);
-        assert_int_equal(count_files(root, ".tmp."), 0);
-        restored_runs += r->restored > 0;
-        restored_total += r->restored;
+        usleep(100);
     }
-    fprintf(stderr, "  kill -9: %d runs (llama, lfm2) in %.1f s (%d killed after their first block, %d after "
-            "their first sidecar); %d restarts restored (%d tokens in all), none invalid\n",
-            iters, (now_ms() - start) / 1e3, after_commit, after_sidecar, restored_runs, restored_total);
+    fprintf(stderr, "  kill -9: %d runs (llama, lfm2), %d at once, in %.1f s (%d killed after their first "
+            "block, %d after their first sidecar); %d restarts restored (%d tokens in all), none invalid\n",
+            iters, KILL_LANES, (now_ms() - start) / 1e3, after_commit, after_sidecar, restored_runs,
+            restored_total);
     assert_true(restored_runs > 0); /* some kills landed after blocks were committed */
-    rm_rf(root);
+    for (int l = 0; l < KILL_LANES; l++)
+        rm_rf(lanes[l].root);
     for (int m = 0; m < 2; m++) {
         free(ids_args[m]);
         free(alls[m]);
@@ -856,7 +917,7 @@ static void test_crash_kill9(void **state)
  * them side by side. */
 int main(int argc, char **argv)
 {
-    g_res = mmap(NULL, 8 * sizeof(result_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    g_res = mmap(NULL, N_RESULTS * sizeof(result_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (g_res == MAP_FAILED)
         return 1;
     const struct CMUnitTest tests[] = {
