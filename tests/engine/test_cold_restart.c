@@ -183,6 +183,31 @@ static void assert_same_output(const result_t *a, const result_t *b)
     assert_memory_equal(a->ids, b->ids, sizeof(a->ids));
 }
 
+/* The tier-off run of a fixture prompt, computed once per process (each scenario compares
+ * against it; it does not depend on what ran before): a copy owned by the cache. */
+static const result_t *reference(const char *model, const char *prompt_name)
+{
+    static struct {
+        const char *model, *prompt;
+        result_t r;
+    } cache[8];
+    static int n_cache;
+    for (int i = 0; i < n_cache; i++)
+        if (!strcmp(cache[i].model, model) && !strcmp(cache[i].prompt, prompt_name))
+            return &cache[i].r;
+    assert_true(n_cache < (int)(sizeof(cache) / sizeof(cache[0])));
+    int n = 0;
+    int32_t *prompt = fixture_prompt(model, prompt_name, &n);
+    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
+    run_job(&off, &g_res[N_RESULTS - 1]);
+    free(prompt);
+    assert_int_equal(g_res[N_RESULTS - 1].restored, 0);
+    cache[n_cache].model = model;
+    cache[n_cache].prompt = prompt_name;
+    cache[n_cache].r = g_res[N_RESULTS - 1];
+    return &cache[n_cache++].r;
+}
+
 /* A fresh, empty cache root under /tmp. */
 static void make_root(char *buf, size_t len, const char *tag)
 {
@@ -296,13 +321,12 @@ static void parity_case(const char *model, const char *prompt_name)
     char root[512];
     make_root(root, sizeof(root), "parity");
     job_t persist = {model, root, NULL, prompt, n, NULL, 0, false};
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
-    result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
+    result_t *r1 = &g_res[0], *r2 = &g_res[1];
     run_job(&persist, r1);              /* (1) persist */
     assert_int_equal(r1->restored, 0);
     assert_true(r1->objects >= (uint64_t)((n - 1) / BS));
     run_job(&persist, r2);              /* (2) a fresh process restores */
-    run_job(&off, r3);                  /* (3) persistence off */
+    const result_t *r3 = reference(model, prompt_name); /* (3) persistence off */
     assert_int_equal(r2->restored, (n - 1) / BS * BS);
     assert_true(r2->restored_blocks > 0);
     assert_int_equal(r2->corruptions, 0);
@@ -337,11 +361,10 @@ static void divergent_case(const char *model)
     make_root(root, sizeof(root), "diverge");
     job_t persist = {model, root, NULL, p1, n1, NULL, 0, false};
     job_t restore = {model, root, NULL, p2, n2, NULL, 0, false};
-    job_t off = {model, NULL, NULL, p2, n2, NULL, 0, false};
-    result_t *r1 = &g_res[0], *r2 = &g_res[1], *r3 = &g_res[2];
+    result_t *r1 = &g_res[0], *r2 = &g_res[1];
     run_job(&persist, r1);
     run_job(&restore, r2);
-    run_job(&off, r3);
+    const result_t *r3 = reference(model, "shared_prefix_672");
     assert_same_output(r2, r3);
     assert_int_equal(r2->corruptions, 0);
     if (is_hybrid(model)) {
@@ -419,9 +442,8 @@ static void corrupt_case(int mode)
     char root[512], path[1400], other[1400];
     make_root(root, sizeof(root), "corrupt");
     job_t persist = {model, root, NULL, prompt, n, NULL, 0, false};
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
-    result_t *ref = &g_res[0], *r = &g_res[1];
-    run_job(&off, ref);
+    const result_t *ref = reference(model, "long_720");
+    result_t *r = &g_res[1];
     run_job(&persist, r);
     const int k = 10;
     object_path(r->root, NULL, prompt, k, path, sizeof(path));
@@ -493,9 +515,7 @@ static void sidecar_fixture(const char *model, sidecar_fixture_t *f)
     f->prompt = fixture_prompt(model, "long_720", &f->n);
     make_root(f->pristine, sizeof(f->pristine), "sidecar");
     job_t persist = {model, f->pristine, NULL, f->prompt, f->n, NULL, 0, false};
-    job_t off = {model, NULL, NULL, f->prompt, f->n, NULL, 0, false};
-    run_job(&off, &g_res[0]);
-    f->ref = g_res[0];
+    f->ref = *reference(model, "long_720");
     run_job(&persist, &g_res[1]);
     assert_true(strncmp(g_res[1].root, f->pristine, strlen(f->pristine)) == 0);
     snprintf(f->store_sub, sizeof(f->store_sub), "%s", g_res[1].root + strlen(f->pristine));
@@ -604,9 +624,8 @@ static void test_io_errors(void **state)
     const char *model = "llama";
     int n = 0;
     int32_t *prompt = fixture_prompt(model, "long_720", &n);
-    result_t *ref = &g_res[0], *r = &g_res[1];
-    job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
-    run_job(&off, ref);
+    const result_t *ref = reference(model, "long_720");
+    result_t *r = &g_res[1];
     const int errs[] = {-ENOSPC, -EIO};
     for (int i = 0; i < 2; i++) {
         char root[512];
@@ -637,10 +656,7 @@ static void test_shared_directory(void **state)
     int n1 = 0, n2 = 0;
     int32_t *p1 = fixture_prompt(model, "long_720", &n1);
     int32_t *p2 = fixture_prompt(model, "shared_prefix_672", &n2);
-    result_t *ref1 = &g_res[0], *ref2 = &g_res[1];
-    job_t o1 = {model, NULL, NULL, p1, n1, NULL, 0, false}, o2 = {model, NULL, NULL, p2, n2, NULL, 0, false};
-    run_job(&o1, ref1);
-    run_job(&o2, ref2);
+    const result_t *ref1 = reference(model, "long_720"), *ref2 = reference(model, "shared_prefix_672");
     char root[512];
     make_root(root, sizeof(root), "shared");
     job_t j1 = {model, root, NULL, p1, n1, NULL, 0, false}, j2 = {model, root, NULL, p2, n2, NULL, 0, false};
