@@ -791,8 +791,28 @@ static int kill_lane_expect(const kill_lane_t *l, const char *store, const int32
     return 0;
 }
 
+/* How many runs the kill loop kills: CAIRN_COLD_KILL_RUNS when set (a bigger sweep),
+ * else 100, the issues' count, in a release build; 24 under the sanitizers (CAIRN_SANITIZED,
+ * scripts/test.sh's ASan stage, or a ThreadSanitizer build), where one run costs ~1 s of
+ * CPU for start-up alone: the same four rules, six times each. */
+static int kill_runs(void)
+{
+    const char *env = getenv("CAIRN_COLD_KILL_RUNS");
+    if (env && atoi(env) > 0)
+        return atoi(env);
+    bool sanitized = getenv("CAIRN_SANITIZED") != NULL;
+#if defined(__SANITIZE_THREAD__)
+    sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    sanitized = true;
+#endif
+#endif
+    return sanitized ? 24 : 100;
+}
+
 /* kill -9 of persisting `cairn generate` processes (their background capture and the
- * exit's persistence), 100 times, KILL_LANES at once: a quarter at a random moment of a
+ * exit's persistence), kill_runs() times (100 in a release build), KILL_LANES at once: a quarter at a random moment of a
  * run's life, a quarter just after their first sidecar is committed, a quarter just after
  * their first block is, the rest at random again; each restart (a fresh process that only
  * reads) serves the reference's output, restores every acknowledged block (a hybrid: to
@@ -847,7 +867,7 @@ static void test_crash_kill9(void **state)
         span_ms = 3000;
 
     srand(12345);
-    const int iters = 100;
+    const int iters = kill_runs();
     int restored_runs = 0, restored_total = 0, after_commit = 0, after_sidecar = 0;
     int next = 0, done = 0;
     double start = now_ms();
