@@ -29,8 +29,12 @@
  * and every phase runs the engine over that store, lent (cold_store) and reopened at each
  * restart. Restore, raw read and TTFT after a restart measure the same bytes and work;
  * the replies are those of junk K/V, which changes no timing and no token count.
+ * --kv-dtype q8_0 runs every phase with 8-bit K/V (34 bytes per 32 elements: 53% of bf16's
+ * bytes per block, in the pool and on disk; the synthetic payload is then a constant q8_0
+ * block) in a directory of its own (cache-q8_0, cache-synthetic-q8_0).
  * Usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] [--synthetic]
- * Defaults: 2 threads, 3 turns, 256-token tool results, 8-token replies.
+ *        [--kv-dtype bf16|q8_0]
+ * Defaults: 2 threads, 3 turns, 256-token tool results, 8-token replies, bf16 K/V.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -114,16 +118,23 @@ static void fill(int32_t *t, int n, uint64_t seed)
     }
 }
 
-/* The synthetic store (--synthetic): the Qwen3-0.6B block layout, a fixed fingerprint. */
+/* The K/V element type of every phase (--kv-dtype). */
+static cairn_dtype_t g_kv_dtype = CAIRN_DTYPE_BF16;
+
+/* The synthetic store (--synthetic): the Qwen3-0.6B block layout, a fixed fingerprint. A
+ * layer's block holds K and V rows of 8 heads x 128 for each of BS tokens. */
 #define SYN_LAYERS 28
-#define SYN_LAYER_BYTES (16 * 8 * 128 * 2 * 2)
+#define SYN_ROWS (BS * 8 * 2)
+#define SYN_ROW 128
+
+static size_t syn_layer_bytes(void) { return SYN_ROWS * cairn_dtype_row_bytes(g_kv_dtype, SYN_ROW); }
 
 static cairn_cold_store_t *open_synthetic(const char *root)
 {
     static uint64_t lb[SYN_LAYERS];
     for (int l = 0; l < SYN_LAYERS; l++)
-        lb[l] = SYN_LAYER_BYTES;
-    cairn_cold_config_t cfg = {.root = root, .dtype = CAIRN_DTYPE_BF16, .block_tokens = BS,
+        lb[l] = syn_layer_bytes();
+    cairn_cold_config_t cfg = {.root = root, .dtype = g_kv_dtype, .block_tokens = BS,
                                .n_layers = SYN_LAYERS, .layer_bytes = lb};
     memset(cfg.fingerprint.bytes, 0x5c, sizeof cfg.fingerprint.bytes);
     cairn_cold_store_t *s = NULL;
@@ -152,10 +163,18 @@ static double fill_synthetic(cairn_cold_store_t *s, const int32_t *tokens, size_
         exit(1);
     }
     cairn_kv_cache_destroy(c);
-    const size_t payload = (size_t)SYN_LAYERS * SYN_LAYER_BYTES;
-    uint16_t *pay = malloc(payload);
-    for (size_t i = 0; i < payload / 2; i++)
-        pay[i] = 0x3c24; /* bf16 0.01 */
+    const size_t payload = (size_t)SYN_LAYERS * syn_layer_bytes();
+    uint8_t *pay = malloc(payload);
+    if (g_kv_dtype == CAIRN_DTYPE_Q8_0) {
+        /* q8_0 blocks of 32: an f16 scale 2^-10, then 32 int8 quants of 10: 0.0098 each. */
+        for (size_t i = 0; i < payload; i += 34) {
+            pay[i] = 0x00, pay[i + 1] = 0x14;
+            memset(pay + i + 2, 10, 32);
+        }
+    } else {
+        for (size_t i = 0; i < payload; i += 2)
+            pay[i] = 0x24, pay[i + 1] = 0x3c; /* bf16 0.01 */
+    }
     double t0 = now();
     for (size_t i = 0; i < n_blocks; i++) {
         cairn_cold_block_t b;
@@ -185,7 +204,8 @@ static cairn_engine_t *make_engine(const cairn_checkpoint_t *ck, const char *roo
     cairn_engine_options_t o;
     cairn_engine_options_default(&o);
     o.n_threads = threads;
-    o.pool_mib = 2560; /* the conversation (~2.1 GB) and its growth */
+    o.pool_mib = 2560; /* the conversation (~2.1 GB in bf16) and its growth */
+    o.kv_dtype = g_kv_dtype;
     o.max_context = 32768;
     o.cold_root = root;
     if (lent) {
@@ -249,7 +269,8 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G]\n");
+        fprintf(stderr, "usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] "
+                        "[--synthetic] [--kv-dtype bf16|q8_0]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -263,6 +284,14 @@ int main(int argc, char **argv)
         }
         if (i + 1 >= argc)
             break;
+        if (!strcmp(argv[i], "--kv-dtype")) {
+            if (cairn_dtype_parse(argv[i + 1], &g_kv_dtype) ||
+                (g_kv_dtype != CAIRN_DTYPE_BF16 && g_kv_dtype != CAIRN_DTYPE_Q8_0)) {
+                fprintf(stderr, "bench_conv_persist: --kv-dtype wants bf16 or q8_0, got '%s'\n", argv[i + 1]);
+                return 2;
+            }
+            continue;
+        }
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--threads"))
             threads = v;
@@ -275,8 +304,9 @@ int main(int argc, char **argv)
     }
     char model[1024], root[1024], first_path[1024];
     snprintf(model, sizeof model, "%s/model", dir);
-    snprintf(root, sizeof root, "%s/%s", dir, synthetic ? "cache-synthetic" : "cache");
-    snprintf(first_path, sizeof first_path, "%s/first.txt", dir);
+    const char *suffix = g_kv_dtype == CAIRN_DTYPE_BF16 ? "" : "-q8_0";
+    snprintf(root, sizeof root, "%s/%s%s", dir, synthetic ? "cache-synthetic" : "cache", suffix);
+    snprintf(first_path, sizeof first_path, "%s/first%s.txt", dir, suffix);
     mkdir(dir, 0700);
     char err[512] = "", cfg[1100];
     snprintf(cfg, sizeof cfg, "%s/config.json", model);
@@ -295,9 +325,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_conv_persist: %s\n", err);
         return 1;
     }
-    printf("bench_conv_persist: qwen3-0.6b shape, bf16 K/V (1.75 MiB per 16-token block), %d threads, "
+    printf("bench_conv_persist: qwen3-0.6b shape, %s K/V (%.2f MiB per 16-token block), %d threads, "
            "dir %s\n",
-           threads, dir);
+           cairn_dtype_name(g_kv_dtype), SYN_LAYERS * syn_layer_bytes() / 1048576.0, threads, dir);
 
     /* The session's prompt: system prompt, 24 tools, a user message. */
     int cap = PROMPT_TOKENS + turns * (tool + 64) + 64;
