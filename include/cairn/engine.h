@@ -292,7 +292,8 @@ typedef struct {
     uint64_t restore_lookups;  /* begins that consulted the store (a block past the hot prefix) */
     uint64_t restored_blocks;  /* blocks loaded from disk and published in the pool */
     uint64_t restored_tokens;  /* prompt tokens attached from restored blocks */
-    uint64_t capture_walks;    /* capture walks (end of turn, release) */
+    uint64_t capture_walks;    /* capture walks (end of turn, release) over a chain with a full block */
+    uint64_t capture_chain_empty; /* capture walks that found no full block (nothing to persist) */
     uint64_t captured_blocks;  /* blocks the capture thread handed to the store (queued for writing) */
     double restore_seconds;    /* wall time in restores (hashing, reads, publication) */
     double restore_engine_seconds; /* of it, on the engine thread (all of it when the reads
@@ -311,13 +312,17 @@ typedef struct {
                                                      [0]: none, the whole proposal) */
     int last_miss;                /* the reason of the latest restore (cairn_tier_miss_t) */
     uint64_t sidecars_captured;   /* sidecars newly queued for writing */
-    uint64_t sidecars_already;    /* anchors whose sidecar the store held or had accepted */
+    uint64_t sidecars_already;    /* anchors whose sidecar the store held or had accepted
+                                     (reached = sidecars_already + sidecars_captured) */
     uint64_t sidecar_skips;       /* anchors skipped: the state was no longer in memory */
     uint64_t sidecar_drops;       /* sidecars the store refused (no room before the deadline) */
+    uint64_t sidecar_chain_empty; /* capture walks of a model with sidecars whose persisted
+                                     chain reached no block (so no anchor) */
     /* Background capture (docs/DESIGN.md, "Background capture"). */
     cairn_cold_policy_t policy;
     uint64_t capture_queued;   /* blocks found not on disk at the end of a turn and queued */
-    uint64_t capture_already;  /* blocks the walks found on disk or queued already */
+    uint64_t capture_already;  /* blocks the walks found on disk or queued already
+                                  (reached = capture_already + capture_queued) */
     uint64_t capture_deferrals;/* times the copy walk stopped with work left: pin budget full */
     uint64_t capture_failed;   /* blocks the store refused (layout, memory) */
     uint64_t capture_lost;     /* queued blocks gone from the pool before their copy */

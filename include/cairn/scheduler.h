@@ -195,6 +195,13 @@ typedef struct {
     uint64_t cold_sidecar_drops, cold_sidecar_objects, cold_sidecar_bytes;
     uint64_t cold_restores_reduced, cold_restores_suppressed;
     uint64_t cold_restore_miss[CAIRN_ENGINE_COLD_MISS_REASONS];
+    /* The rest of the per-tier event counters of issue 11 (cairn_engine_cold_counters):
+     * capture walks (chain empty, blocks already persisted, refused), sidecar anchors
+     * (already persisted, boundary skips, chain empty), restores (lookups, sidecars read,
+     * candidates refused, install failures). */
+    uint64_t cold_capture_walks, cold_capture_chain_empty, cold_capture_already, cold_capture_failed;
+    uint64_t cold_sidecars_already, cold_sidecar_skips, cold_sidecar_chain_empty;
+    uint64_t cold_restore_lookups, cold_sidecar_reads, cold_candidates_refused, cold_install_failures;
     /* Background capture: blocks found not on disk and queued, copy walks stopped by the
      * pin budget, evictions held back for write-back; gauges: blocks and bytes awaiting
      * write (not yet accepted by the store, plus what its queue holds) and pinned bytes. */

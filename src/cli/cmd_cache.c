@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cairn/cold_tier.h"
@@ -29,7 +30,8 @@ static void usage(FILE *out)
             "Inspect and maintain the SSD cold tier (one directory per model fingerprint).\n"
             "\n"
             "actions:\n"
-            "  stats    objects, bytes and counters of each model directory (JSON with --json)\n"
+            "  stats    objects, bytes and counters of each model directory, and the event\n"
+            "           counters of the processes that used it (JSON with --json)\n"
             "  ls       list the objects: block hash, parent hash, tokens, bytes (LRU order)\n"
             "  verify   read every object fully, validate it, delete invalid ones\n"
             "  prune    evict least-recently-used objects down to --quota\n"
@@ -135,6 +137,42 @@ static void in_flight(const char *dir, uint64_t *n, uint64_t *bytes)
     closedir(d);
 }
 
+/* The event counters of the processes that used the directory (events.json): one line
+ * per counter, or one JSON member "events" (with a leading comma). Missing: a line saying
+ * so (JSON: null); invalid: the reason. */
+static void show_events(const char *dir, bool json)
+{
+    cairn_cold_events_t *ev = cairn_malloc(sizeof *ev);
+    char err[160] = "";
+    int rc = ev ? cairn_cold_events_read(dir, ev, err, sizeof err) : CAIRN_ENOMEM;
+    if (json) {
+        if (rc) {
+            printf(",\"events\":null");
+        } else {
+            printf(",\"events\":{\"processes\":%llu,\"updated\":%llu,\"counters\":{",
+                   (unsigned long long)ev->processes, (unsigned long long)ev->updated_s);
+            for (uint32_t i = 0; i < ev->n; i++)
+                printf("%s\"%s\":%llu", i ? "," : "", ev->names[i], (unsigned long long)ev->values[i]);
+            printf("}}");
+        }
+    } else if (rc == CAIRN_ENOENT) {
+        printf("  events       none recorded (no process has closed an engine over this directory)\n");
+    } else if (rc) {
+        printf("  events       unreadable: %s\n", err[0] ? err : cairn_strerror(rc));
+    } else {
+        time_t t = (time_t)ev->updated_s;
+        struct tm tm;
+        char when[32] = "?";
+        if (gmtime_r(&t, &tm))
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+        printf("  events       of %llu processes (the last closed %s):\n", (unsigned long long)ev->processes,
+               when);
+        for (uint32_t i = 0; i < ev->n; i++)
+            printf("    %-26s %llu\n", ev->names[i], (unsigned long long)ev->values[i]);
+    }
+    cairn_free(ev);
+}
+
 static int run_model(void *user, const cairn_tier_hash_t *fp)
 {
     ctx_t *c = user;
@@ -157,8 +195,10 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
         cairn_tier_store_stats(s, &st);
         if (c->json) {
             char *js = cairn_tier_stats_json(&st, NULL);
-            printf("{\"model\":\"%s\",\"stats\":%s}\n", hex, js ? js : "null");
+            printf("{\"model\":\"%s\",\"stats\":%s", hex, js ? js : "null");
             cairn_free(js);
+            show_events(st.root, true);
+            printf("}\n");
         } else {
             uint64_t nw = 0, bw = 0;
             in_flight(st.root, &nw, &bw);
@@ -171,6 +211,7 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
                    (unsigned long long)(st.used_bytes - st.state_bytes), (unsigned long long)st.state_objects,
                    (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions,
                    (unsigned long long)bw, (unsigned long long)nw);
+            show_events(st.root, false);
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);
@@ -195,8 +236,16 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
     }
     char *dir = cairn_strdup(cairn_cold_store_dir(fs));
     cairn_tier_store_destroy(s);
-    if (!strcmp(a, "clear") && dir)
+    if (!strcmp(a, "clear") && dir) {
+        /* The event counters go with the objects (events.json, its lock). */
+        static const char *const extra[] = {"events.json", ".events.lock"};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, extra[i]);
+            unlink(p);
+        }
         rmdir(dir); /* only succeeds once empty */
+    }
     cairn_free(dir);
     return 0;
 }

@@ -425,6 +425,60 @@ off:
     return CAIRN_OK;
 }
 
+/* This process's event counters under their events.json names (the /metrics names less
+ * "cairn_cold_" and "_total"): what `cairn cache stats` sums per model directory. */
+static void events_of(const cairn_engine_cold_counters_t *n, cairn_cold_events_t *e)
+{
+    const struct {
+        const char *name;
+        uint64_t value;
+    } v[] = {
+        {"restore_lookups", n->restore_lookups},
+        {"restored_blocks", n->restored_blocks},
+        {"restored_tokens", n->restored_tokens},
+        {"shared_restored_blocks", n->shared_restored_blocks},
+        {"capture_walks", n->capture_walks},
+        {"capture_chain_empty", n->capture_chain_empty},
+        {"capture_reached", n->capture_already + n->capture_queued},
+        {"capture_already", n->capture_already},
+        {"capture_queued", n->capture_queued},
+        {"captured_blocks", n->captured_blocks},
+        {"capture_deferrals", n->capture_deferrals},
+        {"capture_failed", n->capture_failed},
+        {"capture_lost", n->capture_lost},
+        {"writeback_holds", n->writeback_holds},
+        {"sidecars_reached", n->sidecars_already + n->sidecars_captured},
+        {"sidecars_captured", n->sidecars_captured},
+        {"sidecars_already", n->sidecars_already},
+        {"sidecar_skips", n->sidecar_skips},
+        {"sidecar_drops", n->sidecar_drops},
+        {"sidecar_chain_empty", n->sidecar_chain_empty},
+        {"sidecar_reads", n->sidecar_reads},
+        {"sidecars_installed", n->sidecars_installed},
+        {"sidecar_corruptions", n->sidecar_corruptions},
+        {"candidates_refused", n->candidates_refused},
+        {"restores_reduced", n->restores_reduced},
+        {"restores_suppressed", n->restores_suppressed},
+        {"install_failures", n->install_failures},
+        {"store_hits", n->store.hits},
+        {"store_misses", n->store.misses},
+        {"corruptions", n->store.corruptions},
+        {"write_errors", n->store.write_errors},
+        {"queue_drops", n->store.queue_drops},
+        {"written_bytes", n->store.bytes_written},
+        {"restored_bytes", n->store.bytes_restored},
+    };
+    memset(e, 0, sizeof *e);
+    e->processes = 1;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        (void)cairn_cold_events_set(e, v[i].name, v[i].value);
+    for (int r = 0; r < CAIRN_ENGINE_COLD_MISS_REASONS; r++) {
+        char name[CAIRN_COLD_EVENT_NAME];
+        snprintf(name, sizeof name, "restore_miss_%s", cairn_tier_miss_name((cairn_tier_miss_t)r));
+        (void)cairn_cold_events_set(e, name, n->miss[r]);
+    }
+}
+
 void engine_cold_close(engine_cold_t *c)
 {
     if (!c)
@@ -441,6 +495,17 @@ void engine_cold_close(engine_cold_t *c)
                   (unsigned long long)r.skipped, (unsigned long long)r.queued, drain_ms);
     capture_close(c);
     wait_store(c, deadline);
+    /* The process's event counters join the model directory's (`cairn cache stats`). */
+    cairn_cold_events_t *ev = c->fs ? cairn_malloc(sizeof *ev) : NULL;
+    if (ev) {
+        cairn_engine_cold_counters_t n;
+        engine_cold_counters(c, &n);
+        events_of(&n, ev);
+        int erc = cairn_cold_events_add(cairn_cold_store_dir(c->fs), ev);
+        if (erc)
+            cairn_log(CAIRN_LOG_WARN, "cold tier: event counters not saved: %s", cairn_strerror(erc));
+        cairn_free(ev);
+    }
     cairn_tier_store_destroy(c->layered);
     cairn_tier_store_destroy(c->shared);
     cairn_cold_store_destroy(c->fs);
@@ -1693,8 +1758,12 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_l
     const uint32_t *table = cairn_kv_seq_block_table(seq, c->full_layer, &n_table);
     if (n_full > n_table)
         n_full = n_table;
-    if (n_full == 0)
+    if (n_full == 0) {
+        c->n.capture_chain_empty++;
+        if (c->n_side)
+            c->n.sidecar_chain_empty++;
         return;
+    }
     double t0 = cairn_now_seconds();
     t.blocks = (uint32_t)n_full;
     if (k->thread) {
@@ -1733,6 +1802,8 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_l
         /* Sidecars of the anchors this chain reaches (on disk or queued, from block 0). */
         if (c->n_side && reached)
             capture_sidecars(c, seq, domain, reached, prompt_len > 0 ? (size_t)prompt_len : 0, SIDECAR_WAIT_MS);
+        else if (c->n_side)
+            c->n.sidecar_chain_empty++;
     } else if (c->staged) {
         /* A device pool: no capture thread (it would read the pool's memory); the walk
          * copies each block through the staging buffers here, within the tier's budget. */
@@ -1742,6 +1813,7 @@ void engine_cold_capture(engine_cold_t *c, const kv_paged_seq_t *s, int prompt_l
         if (cairn_tier_capture_chain(c->store, n_full, capture_block, &kc, &c->budget, &res) == CAIRN_OK) {
             c->n.capture_walks++;
             c->n.captured_blocks += res.enqueued;
+            c->n.capture_already += res.already;
             t.queued += (uint32_t)res.enqueued;
         }
         if (c->stor->stage_sync(c->stor_ctx))

@@ -296,6 +296,37 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
     put_counter(&b, "cairn_cold_capture_queued_total",
                 "Full KV blocks found not on disk at the end of a turn and queued for persistence.",
                 st->cold_capture_queued);
+    /* Capture and restore events (issue 11's list), blocks and sidecars apart: a run that
+     * reused nothing is explained by these lines. */
+    put_counter(&b, "cairn_cold_capture_walks_total", "Capture walks over a chain with a full block.",
+                st->cold_capture_walks);
+    put_counter(&b, "cairn_cold_capture_chain_empty_total", "Capture walks that found no full block.",
+                st->cold_capture_chain_empty);
+    put_counter(&b, "cairn_cold_capture_reached_total",
+                "Leading KV blocks the capture walks found persisted or queued (already + queued).",
+                st->cold_capture_already + st->cold_capture_queued);
+    put_counter(&b, "cairn_cold_capture_already_total", "KV blocks the capture walks found persisted or queued already.",
+                st->cold_capture_already);
+    put_counter(&b, "cairn_cold_capture_failed_total", "KV blocks the store refused (layout, memory).",
+                st->cold_capture_failed);
+    put_counter(&b, "cairn_cold_sidecars_reached_total",
+                "Anchors whose STATE sidecar the capture found persisted or queued (already + queued).",
+                st->cold_sidecars_already + st->cold_sidecars_captured);
+    put_counter(&b, "cairn_cold_sidecars_already_total", "Anchors whose STATE sidecar was persisted or queued already.",
+                st->cold_sidecars_already);
+    put_counter(&b, "cairn_cold_sidecar_skips_total", "Anchors skipped: their state was no longer in memory.",
+                st->cold_sidecar_skips);
+    put_counter(&b, "cairn_cold_sidecar_chain_empty_total",
+                "Capture walks of a model with sidecars whose persisted chain reached no anchor.",
+                st->cold_sidecar_chain_empty);
+    put_counter(&b, "cairn_cold_restore_lookups_total", "Sequence begins that consulted the cold tier.",
+                st->cold_restore_lookups);
+    put_counter(&b, "cairn_cold_sidecar_reads_total", "STATE sidecars read and validated at a chosen boundary.",
+                st->cold_sidecar_reads);
+    put_counter(&b, "cairn_cold_candidates_refused_total", "Restore boundaries tried and refused.",
+                st->cold_candidates_refused);
+    put_counter(&b, "cairn_cold_install_failures_total", "Restore boundaries the pool or state bank could not take.",
+                st->cold_install_failures);
     put_counter(&b, "cairn_cold_capture_deferrals_total",
                 "Times the background capture waited: its budget of pinned bytes was full.",
                 st->cold_capture_deferrals);

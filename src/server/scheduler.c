@@ -118,6 +118,7 @@ struct cairn_sched {
     cairn_sched_stats_t stats;
 
     /* Engine thread only. */
+    bool capturing;                 /* the last idle poll left cold-tier copies pending */
     sched_req_t **reqs;             /* live requests (for cancel by id) */
     int n_reqs, cap_reqs;
     sched_run_t **waiting;
@@ -867,6 +868,17 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_restores_reduced = cc.restores_reduced;
     s->stats.cold_restores_suppressed = cc.restores_suppressed;
     memcpy(s->stats.cold_restore_miss, cc.miss, sizeof(cc.miss));
+    s->stats.cold_capture_walks = cc.capture_walks;
+    s->stats.cold_capture_chain_empty = cc.capture_chain_empty;
+    s->stats.cold_capture_already = cc.capture_already;
+    s->stats.cold_capture_failed = cc.capture_failed;
+    s->stats.cold_sidecars_already = cc.sidecars_already;
+    s->stats.cold_sidecar_skips = cc.sidecar_skips;
+    s->stats.cold_sidecar_chain_empty = cc.sidecar_chain_empty;
+    s->stats.cold_restore_lookups = cc.restore_lookups;
+    s->stats.cold_sidecar_reads = cc.sidecar_reads;
+    s->stats.cold_candidates_refused = cc.candidates_refused;
+    s->stats.cold_install_failures = cc.install_failures;
     s->stats.cold_capture_queued = cc.capture_queued;
     s->stats.cold_capture_deferrals = cc.capture_deferrals;
     s->stats.cold_writeback_holds = cc.writeback_holds;
@@ -901,6 +913,12 @@ static bool collect(cairn_sched_t *s, bool idle)
     /* An idle engine thread still drives the cold tier's background capture (it alone
      * may pin and unpin pool blocks): while copies are pending it wakes every 2 ms. */
     bool capturing = idle && cairn_engine_cold_poll(s->engine);
+    /* That poll may have taken back the last copies (their blocks unpinned) after the
+     * last snapshot: publish it before sleeping, or the stats would show them pinned until
+     * the next request (seen under ASan: test_stress_sched's idle pool "in use"). */
+    if (idle && !capturing && s->capturing)
+        publish_stats(s);
+    s->capturing = capturing;
     pthread_mutex_lock(&s->mu);
     if (capturing && !s->inbox_head && !s->n_cancels && !s->stopping) {
         struct timespec dl;

@@ -98,8 +98,11 @@ const char *cairn_tier_miss_name(cairn_tier_miss_t m)
     return "unknown";
 }
 
-/* Whether every group's state at boundary k is in memory or its sidecar is held
- * (metadata only). */
+/* Whether every group's state at boundary k is in memory or its sidecar can be read now
+ * (metadata only). The store's chain_length of the one key, not contains(): contains may
+ * answer from what this process wrote or saw (the shared tier's key cache, a queued
+ * write), so a fresh process over a shared tier that holds the sidecar would not see it,
+ * and a queued sidecar cannot be read yet. */
 static bool backed(cairn_tier_store_t *s, const cairn_tier_sidecar_policy_t *p, size_t k)
 {
     for (uint32_t i = 0; i < p->n_groups; i++) {
@@ -107,7 +110,7 @@ static bool backed(cairn_tier_store_t *s, const cairn_tier_sidecar_policy_t *p, 
             continue;
         cairn_tier_object_t w;
         memset(&w, 0, sizeof w);
-        if (p->want(p->user, i, k, &w) || !cairn_tier_store_contains(s, &w.key))
+        if (p->want(p->user, i, k, &w) || cairn_tier_store_chain_length(s, &w.key, 1) != 1)
             return false;
     }
     return true;

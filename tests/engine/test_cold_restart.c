@@ -16,7 +16,11 @@
  *    names, from block 0) and leaves no temporary file behind (argument "kill": run
  *    alone, as ctest's test_cold_kill);
  *  - ENOSPC / EIO injected through cairn_io_set_hook during capture: counted, output equal;
- *  - two processes sharing one cache directory at the same time.
+ *  - two processes sharing one cache directory at the same time;
+ *  - a hybrid through the shared tier (argument "shared", ctest test_cold_shared): lfm2
+ *    and qwen3_5 persist into a local directory and a private Redis; a fresh process with
+ *    no local directory, only Redis behind its pool, restores the prompt with its STATE
+ *    sidecar, bit-identical to the tier-off run.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,9 +38,11 @@
 
 #include <cmocka.h>
 
+#include "cairn/cold_tier.h"
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
 #include "engine/engine_fixtures.h"
+#include "tier/redis/redis_server.h"
 
 #define MAX_VOCAB 4096
 #define N_GEN 4
@@ -48,6 +54,7 @@ typedef struct {
     int hot, restored, n_past;
     uint64_t restored_blocks, corruptions, write_errors, objects;
     uint64_t sidecars_installed, sidecar_corruptions, sidecars_captured, state_objects;
+    uint64_t shared_hits, shared_restored_blocks, shared_corruptions; /* the shared tier's */
     int miss;                 /* the restore's cairn_tier_miss_t */
     int probe_exists;         /* 1 if `probe` existed right after begin */
     int32_t ids[N_GEN];
@@ -68,6 +75,7 @@ typedef struct {
 
 #define N_RESULTS 16
 static result_t *g_res;       /* MAP_SHARED array of N_RESULTS results */
+static const char *g_shared_url; /* a shared tier behind every child's local one, or NULL */
 static int g_fail_errno;
 
 static int io_hook(const char *op, const char *path, void *user)
@@ -93,9 +101,12 @@ static int child_body(const job_t *j, result_t *r)
     cairn_engine_options_default(&o);
     o.n_threads = 2;
     o.pool_mib = 64;
+    cairn_shared_tier_config_t shared = {.url = g_shared_url};
+    if (g_shared_url)
+        o.shared_tier = &shared;
     if (j->root)
         o.cold_root = j->root;
-    else
+    else if (!g_shared_url)
         o.cold = -1;
     o.cold_capture_blocks = 1 << 16;
     o.cold_capture_ms = 20000;
@@ -145,6 +156,9 @@ static int child_body(const job_t *j, result_t *r)
     r->sidecar_corruptions = c.sidecar_corruptions;
     r->sidecars_captured = c.sidecars_captured;
     r->state_objects = c.store.state_objects;
+    r->shared_hits = c.shared.tier.hits;
+    r->shared_restored_blocks = c.shared_restored_blocks;
+    r->shared_corruptions = c.shared.tier.corruptions;
     r->miss = c.last_miss;
     snprintf(r->root, sizeof(r->root), "%s", c.store.root ? c.store.root : "");
     cairn_engine_destroy(e);
@@ -199,7 +213,10 @@ static const result_t *reference(const char *model, const char *prompt_name)
     int n = 0;
     int32_t *prompt = fixture_prompt(model, prompt_name, &n);
     job_t off = {model, NULL, NULL, prompt, n, NULL, 0, false};
+    const char *shared = g_shared_url; /* the tier-off run has no shared tier either */
+    g_shared_url = NULL;
     run_job(&off, &g_res[N_RESULTS - 1]);
+    g_shared_url = shared;
     free(prompt);
     assert_int_equal(g_res[N_RESULTS - 1].restored, 0);
     cache[n_cache].model = model;
@@ -314,6 +331,48 @@ static bool is_hybrid(const char *model)
     return !strcmp(model, "lfm2") || !strcmp(model, "gemma3") || !strcmp(model, "qwen3_5");
 }
 
+/* The model directory's event counters after a persisting run and a restoring one
+ * (events.json, each engine's at its close), and `cairn cache stats` printing them: two
+ * processes, the first one's restore found an empty chain, the second one restored every
+ * full block (a hybrid: with a sidecar read and installed). */
+static void assert_events(const char *store_dir, bool hybrid, int blocks)
+{
+    static cairn_cold_events_t ev;
+    char err[160] = "";
+    if (cairn_cold_events_read(store_dir, &ev, err, sizeof err) != CAIRN_OK)
+        fail_msg("events.json under %s: %s", store_dir, err);
+    assert_int_equal(ev.processes, 2);
+    assert_int_equal(cairn_cold_events_get(&ev, "restored_blocks"), (uint64_t)blocks);
+    assert_true(cairn_cold_events_get(&ev, "restore_lookups") >= 2);
+    assert_true(cairn_cold_events_get(&ev, "restore_miss_chain_empty") >= 1);
+    assert_true(cairn_cold_events_get(&ev, "capture_walks") >= 2);
+    assert_true(cairn_cold_events_get(&ev, "capture_reached") >= (uint64_t)(2 * blocks));
+    assert_int_equal(cairn_cold_events_get(&ev, "corruptions"), 0);
+    if (hybrid) {
+        assert_true(cairn_cold_events_get(&ev, "sidecars_installed") >= 1);
+        assert_true(cairn_cold_events_get(&ev, "sidecar_reads") >= 1);
+        assert_true(cairn_cold_events_get(&ev, "sidecars_reached") >= 1);
+    } else {
+        assert_int_equal(cairn_cold_events_get(&ev, "sidecars_reached"), 0);
+    }
+    /* The store directory is <root>/<fingerprint>: `cairn cache stats --dir <root>`. */
+    char root[1100], cmd[1400], out[8192];
+    snprintf(root, sizeof root, "%s", store_dir);
+    char *slash = strrchr(root, '/');
+    assert_non_null(slash);
+    *slash = '\0';
+    snprintf(cmd, sizeof cmd, "%s/src/cairn cache stats --dir '%s'", CAIRN_BINARY_DIR, root);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t len = fread(out, 1, sizeof out - 1, p);
+    out[len] = '\0';
+    assert_int_equal(pclose(p), 0);
+    assert_non_null(strstr(out, "events       of 2 processes"));
+    char line[80];
+    snprintf(line, sizeof line, "    %-26s %d\n", "restored_blocks", blocks);
+    assert_non_null(strstr(out, line));
+}
+
 static void parity_case(const char *model, const char *prompt_name)
 {
     int n = 0;
@@ -341,6 +400,7 @@ static void parity_case(const char *model, const char *prompt_name)
     assert_int_equal(r3->restored, 0);
     assert_same_output(r1, r3);
     assert_same_output(r2, r3);
+    assert_events(r1->root, is_hybrid(model), (n - 1) / BS);
     fprintf(stderr, "  %s/%s: %d of %d prompt tokens restored (%llu sidecars), logits and %d tokens equal\n",
             model, prompt_name, r2->restored, n, (unsigned long long)r2->sidecars_installed, N_GEN);
     rm_rf(root);
@@ -682,6 +742,94 @@ static void test_shared_directory(void **state)
     free(p2);
 }
 
+/* ---- A hybrid through the shared tier --------------------------------------------- */
+
+static test_redis_t g_redis;
+
+/* Keys of STATE sidecars on the test's Redis. */
+static size_t redis_state_keys(void)
+{
+    redisContext *rc = test_redis_client(&g_redis);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "KEYS cairn:*:state");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    size_t n = r->elements;
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/*
+ * lfm2 (a conv state) and qwen3_5 (GDN conv and recurrent states, a full-attention layer)
+ * persist long_720 into a local directory and Redis (the layered store writes both). A
+ * fresh process with no local directory, only Redis behind its pool, restores the whole
+ * prompt: the full blocks and the STATE sidecar at 704 come from Redis (its hits), logits
+ * and tokens bit-identical to the tier-off run, sidecars installed >= 1, no corruption.
+ * With Redis restarted empty, the next fresh process restores nothing and answers the same.
+ */
+static void test_shared_tier_hybrid(void **state)
+{
+    (void)state;
+    assert_int_equal(test_redis_start(&g_redis, NULL), 0);
+    g_shared_url = g_redis.url;
+    static const char *const models[] = {"lfm2", "qwen3_5"};
+    result_t *r = &g_res[1];
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        const char *model = models[m];
+        int n = 0;
+        int32_t *prompt = fixture_prompt(model, "long_720", &n);
+        const size_t states_before = redis_state_keys();
+        char root[512];
+        make_root(root, sizeof(root), "shared-hybrid");
+        job_t persist = {model, root, NULL, prompt, n, NULL, 0, false};
+        run_job(&persist, &g_res[0]);
+        assert_int_equal(g_res[0].restored, 0);
+        assert_true(g_res[0].sidecars_captured >= 1);
+        rm_rf(root); /* the local copy is gone: only Redis holds the chain and its states */
+        assert_true(redis_state_keys() > states_before);
+        job_t restore = {model, NULL, NULL, prompt, n, NULL, 0, false};
+        run_job(&restore, r);
+        const result_t *ref = reference(model, "long_720");
+        assert_same_output(r, ref);
+        if (r->restored != (n - 1) / BS * BS)
+            fprintf(stderr, "  %s through Redis: %d restored, miss %s, %llu shared reads, %llu sidecars installed\n",
+                    model, r->restored, cairn_tier_miss_name((cairn_tier_miss_t)r->miss),
+                    (unsigned long long)r->shared_hits, (unsigned long long)r->sidecars_installed);
+        assert_int_equal(r->restored, (n - 1) / BS * BS);
+        assert_int_equal(r->shared_restored_blocks, (uint64_t)((n - 1) / BS));
+        assert_true(r->shared_hits > (uint64_t)((n - 1) / BS)); /* the blocks and a sidecar */
+        assert_true(r->sidecars_installed >= 1);
+        assert_int_equal(r->sidecar_corruptions, 0);
+        assert_int_equal(r->shared_corruptions, 0);
+        fprintf(stderr, "  %s through Redis alone: %d of %d prompt tokens restored (%llu sidecars, %llu shared "
+                "reads), logits and %d tokens equal\n", model, r->restored, n,
+                (unsigned long long)r->sidecars_installed, (unsigned long long)r->shared_hits, N_GEN);
+        free(prompt);
+    }
+    /* Redis restarted empty: nothing to restore, the same output. */
+    test_redis_kill(&g_redis);
+    assert_int_equal(test_redis_restart(&g_redis), 0);
+    int n = 0;
+    int32_t *prompt = fixture_prompt("lfm2", "long_720", &n);
+    job_t restore = {"lfm2", NULL, NULL, prompt, n, NULL, 0, false};
+    run_job(&restore, r);
+    assert_same_output(r, reference("lfm2", "long_720"));
+    assert_int_equal(r->restored, 0);
+    assert_int_equal(r->sidecars_installed, 0);
+    free(prompt);
+    g_shared_url = NULL;
+}
+
+static int shared_teardown(void **state)
+{
+    (void)state;
+    if (g_redis.pid > 0)
+        test_redis_stop(&g_redis);
+    memset(&g_redis, 0, sizeof(g_redis));
+    return 0;
+}
+
 /* ---- kill -9 of persisting `cairn generate` processes -------------------------------- */
 
 static double now_ms(void)
@@ -949,7 +1097,8 @@ static void test_crash_kill9(void **state)
 
 /* `test_cold_restart` runs the dense families' scenarios, `test_cold_restart hybrid` the
  * hybrids' parity and sidecar cases (ctest: test_cold_restart_hybrid), `test_cold_restart
- * kill` the kill loop alone (ctest: test_cold_kill), so each stays short and ctest -j runs
+ * shared` a hybrid through Redis (ctest: test_cold_shared), `test_cold_restart kill` the
+ * kill loop alone (ctest: test_cold_kill), so each stays short and ctest -j runs
  * them side by side. */
 int main(int argc, char **argv)
 {
@@ -970,6 +1119,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_restart_parity_hybrid),
         cmocka_unit_test(test_sidecar_corruption),
     };
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(test_shared_tier_hybrid),
+    };
+    if (argc > 1 && !strcmp(argv[1], "shared"))
+        return cmocka_run_group_tests(shared_tests, NULL, shared_teardown);
     if (argc > 1 && !strcmp(argv[1], "kill"))
         return cmocka_run_group_tests(kill_tests, NULL, NULL);
     if (argc > 1 && !strcmp(argv[1], "hybrid"))

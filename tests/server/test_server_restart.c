@@ -219,6 +219,20 @@ static double metric(int port, const char *name)
 
 /* ---- Test ----------------------------------------------------------------------------- */
 
+/* Polls a counter until it reaches at least `want` (the capture walk that moves it runs
+ * at the end of the turn, around the reply), for up to 10 s; returns its last value. */
+static double metric_at_least(int port, const char *name, double want)
+{
+    double v = 0;
+    for (int i = 0; i < 200 && (v = metric(port, name)) < want; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return v;
+}
+
+static bool is_hybrid(const char *model) { return strcmp(model, "qwen3") != 0; }
+
 static void turn2_case(const char *model)
 {
     g_model = model;
@@ -238,6 +252,17 @@ static void turn2_case(const char *model)
     assert_int_equal(t1.completion_tokens, MAX_TOKENS);
     assert_int_equal(t1.restored_tokens, 0);
     assert_true(metric(g_children[0].port, "cairn_cold_enabled") == 1);
+    /* The capture events (issue 11's counters): the turn's full blocks reached, and a
+     * hybrid's anchors with their sidecars. */
+    assert_true(metric_at_least(g_children[0].port, "cairn_cold_capture_reached_total", t1.prompt_tokens / 16) >=
+                t1.prompt_tokens / 16);
+    assert_true(metric(g_children[0].port, "cairn_cold_capture_walks_total") >= 1);
+    if (is_hybrid(model)) {
+        assert_true(metric_at_least(g_children[0].port, "cairn_cold_sidecars_reached_total", 1) >= 1);
+    } else {
+        assert_true(metric(g_children[0].port, "cairn_cold_sidecars_reached_total") == 0);
+        assert_true(metric(g_children[0].port, "cairn_cold_sidecar_chain_empty_total") == 0);
+    }
     assert_int_equal(server_stop(&g_children[0]), 0);
 
     cJSON_AddItemToArray(msgs, message("assistant", t1.content));
@@ -263,6 +288,17 @@ static void turn2_case(const char *model)
     assert_true(metric(g_children[1].port, "cairn_cold_restored_blocks_total") ==
                 t2.restored_tokens / 16);
     assert_true(metric(g_children[1].port, "cairn_cold_corruptions_total") == 0);
+    assert_true(metric(g_children[1].port, "cairn_cold_restore_lookups_total") >= 1);
+    assert_true(metric(g_children[1].port, "cairn_cold_install_failures_total") == 0);
+    /* Turn 2's walk finds turn 1's restored blocks on disk already. */
+    assert_true(metric_at_least(g_children[1].port, "cairn_cold_capture_already_total", t2.restored_tokens / 16) >=
+                t2.restored_tokens / 16);
+    if (is_hybrid(model)) {
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecar_reads_total") >= 1);
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecars_installed_total") >= 1);
+    } else {
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecar_reads_total") == 0);
+    }
     assert_int_equal(server_stop(&g_children[1]), 0);
 
     /* Server C: no cold tier, empty cache dir: everything computed, same reply. */

@@ -568,6 +568,9 @@ static int scan_dir(cairn_cold_store_t *s)
                 rc = scan_shard(s, nm, &items, &n, &cap);
             continue;
         }
+        /* The event counters (fs_events.c) live at the model level too. */
+        if (!strcmp(nm, "events.json") || !strcmp(nm, ".events.lock") || !strcmp(nm, ".events.tmp"))
+            continue;
         /* Anything else at the model level is not ours to keep: objects live in shards. */
         cairn_log(CAIRN_LOG_WARN, "cold tier: removing stray file %s/%s", s->dir, nm);
         unlinkat(dirfd(d), nm, 0);
