@@ -118,7 +118,6 @@ struct cairn_sched {
     cairn_sched_stats_t stats;
 
     /* Engine thread only. */
-    bool capturing;                 /* the last idle poll left cold-tier copies pending */
     sched_req_t **reqs;             /* live requests (for cancel by id) */
     int n_reqs, cap_reqs;
     sched_run_t **waiting;
@@ -914,11 +913,11 @@ static bool collect(cairn_sched_t *s, bool idle)
      * may pin and unpin pool blocks): while copies are pending it wakes every 2 ms. */
     bool capturing = idle && cairn_engine_cold_poll(s->engine);
     /* That poll may have taken back the last copies (their blocks unpinned) after the
-     * last snapshot: publish it before sleeping, or the stats would show them pinned until
-     * the next request (seen under ASan: test_stress_sched's idle pool "in use"). */
-    if (idle && !capturing && s->capturing)
+     * last snapshot: publish before sleeping (once per wake-up), or the stats would show
+     * them pinned until the next request (seen under ASan: test_stress_sched's idle pool
+     * "in use"). */
+    if (idle && !capturing)
         publish_stats(s);
-    s->capturing = capturing;
     pthread_mutex_lock(&s->mu);
     if (capturing && !s->inbox_head && !s->n_cancels && !s->stopping) {
         struct timespec dl;

@@ -565,7 +565,7 @@ static void reap_all(cairn_tier_capturer_t *c, reaped_t *r, int n)
 static void test_capturer_copies_off_thread(void **state)
 {
     (void)state;
-    tier_mem_config_t cfg = {0, 2000}; /* 2 ms per put */
+    tier_mem_config_t cfg = {0, 20000}; /* 20 ms per put: 40 of them take >= 800 ms */
     cairn_tier_store_t *s = mem(&cfg);
     cairn_tier_capturer_t *c = NULL;
     assert_int_equal(cairn_tier_capturer_create(s, &c), CAIRN_OK);
@@ -580,10 +580,15 @@ static void test_capturer_copies_off_thread(void **state)
         memset(tk[i], 0, sizeof tk[i]); /* tokens were copied at submit */
     }
     double submit_ms = cairn_now_ms() - t0;
-    assert_true(submit_ms < 40.0); /* 40 puts take >= 80 ms: submit did not do them */
     cairn_tier_capturer_stats_t st;
     cairn_tier_capturer_stats(c, &st);
     assert_int_equal(st.submitted, N);
+    /* Submit did not do the puts: when it returned, at most half of them were done (a
+     * count, not a wall-time bound: under TSan on a loaded machine 40 submits took more
+     * than the 40 ms the test once allowed; a submit that put would leave none pending). */
+    if (st.put > N / 2)
+        fail_msg("%llu of %d puts done when the submits returned after %.1f ms", (unsigned long long)st.put, N,
+                 submit_ms);
     reaped_t r = {0};
     reap_all(c, &r, N);
     for (int i = 0; i < N; i++) {
