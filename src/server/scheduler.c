@@ -549,7 +549,12 @@ static void admit(cairn_sched_t *s)
             rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
         else if (rc == CAIRN_OK)
             rc = cairn_seq_begin_async(s->engine, u->req->salt, u->toks, u->n_toks, &seq);
-        if (rc == CAIRN_OK && !cairn_seq_restoring(seq) && (rc = cairn_seq_begin_finish(seq, &cached)))
+        /* Whether it restores is read once: the I/O thread may finish its reads at any
+         * moment, and a run taken as restoring here must be finished by poll_restoring
+         * (reading it again below left a run whose reads ended in between admitted with
+         * nothing to compute, stepping forever: test_stress_sigterm, release build). */
+        const bool restoring = rc == CAIRN_OK && cairn_seq_restoring(seq);
+        if (rc == CAIRN_OK && !restoring && (rc = cairn_seq_begin_finish(seq, &cached)))
             seq = NULL; /* released by the failed admission */
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
             return; /* the pool frees up as others finish; keep the order */
@@ -574,7 +579,7 @@ static void admit(cairn_sched_t *s)
         u->seq = seq;
         u->admit_seq = ++s->admit_counter;
         s->running[s->n_running++] = u;
-        u->restoring = cairn_seq_restoring(seq);
+        u->restoring = restoring;
         if (u->restoring)
             continue;
         budget += cairn_seq_n_pending(seq);
