@@ -20,11 +20,13 @@
  * scheduler's stats at the end of each run.
  *
  * Model: synthesized llama-8l (8 layers, hidden 512, 8/2 heads, head_dim 64, ffn 1536,
- * vocab 32000), f16 weights, paged bf16 K/V (64 KiB per 16-token block), f32 math.
+ * vocab 32000), f16 weights, paged bf16 K/V (64 KiB per 16-token block), f32 math. With
+ * --arch lfm2 the same sizes as an LFM2 hybrid (layers 2 and 5 attend, the other six are
+ * 3-tap short convolutions): its prefixes restore from blocks plus conv-state sidecars.
  *
  * usage: bench_agent_replay [--sessions S] [--turns T] [--system N] [--tool R] [--gen G]
- *                           [--restart-after K] [--threads N] [--pool-mib M] [--dir DIR]
- *                           [--no-compare]
+ *                           [--restart-after K] [--restart-every] [--threads N] [--pool-mib M] [--dir DIR]
+ *                           [--no-compare] [--arch llama|lfm2]
  * Defaults: 4 sessions, 8 turns, a 2048-token system prompt, 200-token tool results,
  * 16-token replies, restart after turn 4, 2 threads, 256 MiB pool, a new directory under
  * /tmp (removed at the end).
@@ -42,6 +44,8 @@
 typedef struct {
     int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;
     bool compare;
+    bool restart_every; /* --restart-every: a restart before every turn but the first */
+    bool lfm2;      /* --arch lfm2: the hybrid of the same sizes */
 } opts_t;
 
 static double now(void)
@@ -239,7 +243,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
            "cold", "computed", "cached", "TTFT avg", "TTFT max", "wall s");
     tally_t total = {0};
     for (int t = 0; t < o->turns; t++) {
-        if (t > 0 && t == o->restart_after) {
+        if (t > 0 && (t == o->restart_after || o->restart_every)) {
             double r0 = now();
             cairn_sched_destroy(s, 1000);
             cairn_engine_destroy(e); /* drains the cold tier's writer queue */
@@ -318,7 +322,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
 
 static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
 {
-    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true};
+    *o = (opts_t){4, 8, 2048, 200, 16, 4, 2, 256, true, false, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = NULL;
@@ -326,10 +330,21 @@ static int parse_opts(int argc, char **argv, opts_t *o, const char **dir)
             o->compare = false;
             continue;
         }
+        if (!strcmp(a, "--restart-every")) {
+            o->restart_every = true;
+            continue;
+        }
         if (i + 1 >= argc)
             return -1;
         if (!strcmp(a, "--dir")) {
             *dir = argv[++i];
+            continue;
+        }
+        if (!strcmp(a, "--arch")) {
+            const char *v = argv[++i];
+            if (strcmp(v, "llama") && strcmp(v, "lfm2"))
+                return -1;
+            o->lfm2 = !strcmp(v, "lfm2");
             continue;
         }
         dst = !strcmp(a, "--sessions")        ? &o->sessions
@@ -357,8 +372,8 @@ int main(int argc, char **argv)
     const char *dir_arg = NULL;
     if (parse_opts(argc, argv, &o, &dir_arg)) {
         fprintf(stderr, "usage: bench_agent_replay [--sessions S] [--turns T] [--system N] "
-                        "[--tool R] [--gen G] [--restart-after K] [--threads N] [--pool-mib M] "
-                        "[--dir DIR] [--no-compare]\n");
+                        "[--tool R] [--gen G] [--restart-after K] [--restart-every] [--threads N] "
+                        "[--pool-mib M] [--dir DIR] [--no-compare] [--arch llama|lfm2]\n");
         return 2;
     }
     char root[] = "/tmp/cairn-bench-replay-XXXXXX";
@@ -378,6 +393,11 @@ int main(int argc, char **argv)
     if (cairn_synth_options_preset("llama-8l", &so))
         die("preset", CAIRN_EINVAL);
     so.dtype = CAIRN_DTYPE_F16;
+    if (o.lfm2) {
+        so.arch = CAIRN_SYNTH_LFM2;
+        so.attn_layers = 0; /* every third layer from layer 2: 2 and 5 */
+        so.conv_taps = 3;
+    }
     char err[512] = "";
     int rc = cairn_synth_write(model, &so, err, sizeof err);
     if (rc) {
@@ -392,11 +412,11 @@ int main(int argc, char **argv)
         die(err, rc);
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
     bench_t b = {&o, ck, tok, cache, c->vocab};
-    printf("bench_agent_replay: llama-8l (%d layers, hidden %d, %d/%d heads, head_dim %d, "
+    printf("bench_agent_replay: %s (%d layers, hidden %d, %d/%d heads, head_dim %d, "
            "ffn %d, vocab %d), f16 weights, bf16 K/V, f32 math, %d threads, pool %d MiB\n"
            "  %d sessions x %d turns; system prompt %d tokens (shared), tool result %d tokens "
            "per turn, reply %d tokens (greedy); restart after turn %d; cache dir %s\n",
-           c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
+           o.lfm2 ? "lfm2 of llama-8l's sizes" : "llama-8l", c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab,
            o.threads, o.pool_mib, o.sessions, o.turns, o.system, o.tool, o.gen, o.restart_after,
            cache);
 

@@ -195,6 +195,42 @@ CAIRN_API int cairn_cold_list_models(const char *root, int (*fn)(void *user, con
 /* Copies the counters. s may be NULL (enabled false, all zero). */
 CAIRN_API void cairn_cold_store_stats(cairn_cold_store_t *s, cairn_tier_stats_t *out);
 
+/*
+ * Event counters of the processes that used a model directory (src/tier/fs/fs_events.c,
+ * docs/FORMAT.md 1.11): <model dir>/events.json, one JSON object of named counters that
+ * every engine with a local store adds its cold-tier counters to when it closes (captures,
+ * restores, sidecars, misses by reason), and that `cairn cache stats` prints. Names are
+ * [a-z0-9_]{1,47}; a file holds at most CAIRN_COLD_EVENTS_MAX of them.
+ */
+#define CAIRN_COLD_EVENTS_MAX 64
+#define CAIRN_COLD_EVENT_NAME 48
+typedef struct {
+    uint64_t processes;        /* engines whose counters were added */
+    uint64_t updated_s;        /* when the last one was (Unix seconds) */
+    uint32_t n;                /* counters, in the file's order */
+    char names[CAIRN_COLD_EVENTS_MAX][CAIRN_COLD_EVENT_NAME];
+    uint64_t values[CAIRN_COLD_EVENTS_MAX];
+} cairn_cold_events_t;
+
+/* Sets counter `name` (adding it). Errors: CAIRN_EINVAL (a name outside [a-z0-9_]{1,47}),
+ * CAIRN_ERANGE (already CAIRN_COLD_EVENTS_MAX names). O(n). */
+CAIRN_API int cairn_cold_events_set(cairn_cold_events_t *e, const char *name, uint64_t value);
+/* Counter `name`, 0 when absent. O(n). */
+CAIRN_API uint64_t cairn_cold_events_get(const cairn_cold_events_t *e, const char *name);
+/* Parses an events file's text[0..len) (need not be NUL-terminated; at most 64 KiB) into
+ * *out. Errors: CAIRN_EFORMAT (err, may be NULL, names the problem), CAIRN_ENOMEM. */
+CAIRN_API int cairn_cold_events_parse(const char *text, size_t len, cairn_cold_events_t *out, char *err,
+                                      size_t err_len);
+/* Reads <model_dir>/events.json. Errors: CAIRN_ENOENT (no file: no process closed there
+ * yet), CAIRN_EIO, CAIRN_EFORMAT (as _parse), CAIRN_ENOMEM. */
+CAIRN_API int cairn_cold_events_read(const char *model_dir, cairn_cold_events_t *out, char *err, size_t err_len);
+/* Adds delta to <model_dir>/events.json (processes and every counter summed by name;
+ * updated = delta's, or now when 0) under an exclusive flock, crash-safely (temp file,
+ * fdatasync, rename, directory fsync); an invalid file is replaced. Errors: CAIRN_EIO,
+ * CAIRN_ENOSPC, CAIRN_ENOMEM (the file is then unchanged). Cost: one small file
+ * rewritten and two syncs. Thread- and process-safe. */
+CAIRN_API int cairn_cold_events_add(const char *model_dir, const cairn_cold_events_t *delta);
+
 #ifdef __cplusplus
 }
 #endif

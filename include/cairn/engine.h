@@ -52,6 +52,17 @@ typedef enum {
     CAIRN_ENGINE_MATH_BF16 = 1, /* activations rounded to bf16 inside matmul (fast prefill) */
 } cairn_engine_math_t;
 
+/* When the cold tier persists full blocks. */
+typedef enum {
+    CAIRN_COLD_WRITE_THROUGH = 0, /* after each turn, in the background (default) */
+    CAIRN_COLD_WRITE_BACK = 1,    /* only before the pool evicts a block, and at exit */
+    CAIRN_COLD_CAPTURE_OFF = 2,   /* never (restore still reads what is on disk) */
+} cairn_cold_policy_t;
+
+/* Parses "write-through", "write-back" or "off". Errors: CAIRN_EINVAL. */
+CAIRN_API int cairn_cold_policy_parse(const char *s, cairn_cold_policy_t *out);
+CAIRN_API const char *cairn_cold_policy_name(cairn_cold_policy_t p);
+
 typedef struct {
     int n_threads;             /* threads of the pool, caller included (>= 1) */
     cairn_kv_path_t kv_path;   /* default CAIRN_KV_PAGED */
@@ -73,9 +84,20 @@ typedef struct {
     int cold;                  /* knob CAIRN_COLD > this (1 on, -1 off) > default on (0) */
     const char *cold_root;     /* cache root; NULL: CAIRN_CACHE_DIR; neither: tier off */
     const char *cold_trace;    /* per-turn JSONL trace; knob CAIRN_COLD_TRACE > this > none */
-    int cold_drain_ms;         /* destroy waits at most this for queued writes (default 5000) */
-    int cold_capture_blocks;   /* new blocks queued per turn; 0: knob CAIRN_COLD_CAPTURE_BLOCKS_PER_TURN > 128 */
-    int cold_capture_ms;       /* capture deadline per turn; 0: knob CAIRN_COLD_CAPTURE_BUDGET_MS > 250 */
+    /* Destroy persists what is not on disk yet (every queued block, and with write-back
+     * every cached one) for at most this long, then waits for the writes. 0: 5 s plus
+     * 1.5 x what awaits write at the rate the store took copies at so far (20 MiB/s before
+     * anything was written): cairn_engine_cold_exit_ms. */
+    int cold_drain_ms;
+    /* When full blocks are persisted (docs/DESIGN.md, "Background capture"): knob
+     * CAIRN_COLD_POLICY (write-through, write-back, off) > this > write-through. Either
+     * way a cached block not on disk yet is persisted before the pool evicts it. */
+    cairn_cold_policy_t cold_policy;
+    /* Bytes of pool blocks held (pinned) while the capture thread copies them: knob
+     * CAIRN_COLD_PIN_MIB > this (MiB; 0: not set) > 64. */
+    int cold_pin_mib;
+    int cold_capture_blocks;   /* no effect since capture runs in the background (kept for callers) */
+    int cold_capture_ms;       /* no effect since capture runs in the background (kept for callers) */
     /* A store of include/cairn/tier_store.h to use instead of the filesystem store under
      * cold_root (tests, other stores). Lent: the engine never destroys it, and it must
      * outlive the engine. NULL: the filesystem store. */
@@ -249,16 +271,78 @@ CAIRN_API const char *const *cairn_cold_eligible_families(void);
 /* Tokens of the sequence's prompt restored from the cold tier by cairn_seq_begin (they
  * count in cairn_seq_n_past, not in *n_cached, which is the hot prefix only). */
 CAIRN_API int cairn_seq_restored_tokens(const cairn_seq_t *s);
+/*
+ * cairn_seq_begin with the cold-tier restore's reads off the engine thread: when the
+ * store holds blocks past the hot prefix, *out is a sequence in the "restoring" state
+ * (its reads run on the tier's I/O thread; the engine keeps stepping other sequences)
+ * and cairn_seq_begin_finish admits it once cairn_seq_restoring() is false (or waits
+ * for the reads). Otherwise, and when the knob CAIRN_COLD_RESTORE_ASYNC=0 or the tier is
+ * off, this is cairn_seq_begin: *out is admitted already and _begin_finish does nothing.
+ * A restoring sequence must not be stepped, fed or forked; cairn_seq_release waits for
+ * its reads. Errors as cairn_seq_begin's. Engine thread.
+ */
+CAIRN_API int cairn_seq_begin_async(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
+                                    int n_tokens, cairn_seq_t **out);
+/* Whether s is still waiting for its restore's reads. O(1). */
+CAIRN_API bool cairn_seq_restoring(const cairn_seq_t *s);
+/* Installs what the restore read and admits the prompt, as cairn_seq_begin does after its
+ * restore (*n_cached: the hot prefix). On error s has been released (and must not be
+ * used). A sequence admitted already: CAIRN_OK, nothing done. */
+CAIRN_API int cairn_seq_begin_finish(cairn_seq_t *s, int *n_cached);
+
+/* Why the cold-tier restore of the sequence's prompt installed no more than it did: a
+ * cairn_tier_miss_name ("none", "chain_empty", "sidecar_missing", "sidecar_below_floor",
+ * "corrupt", "blocks", "install"); NULL when the store was not consulted (tier off, or
+ * every usable block hot). Static string. */
+CAIRN_API const char *cairn_seq_cold_reason(const cairn_seq_t *s);
+
+#define CAIRN_ENGINE_COLD_MISS_REASONS 7 /* values of cairn_tier_miss_t (cairn/tier.h) */
 
 typedef struct {
     bool enabled;              /* a store is open */
     uint64_t restore_lookups;  /* begins that consulted the store (a block past the hot prefix) */
     uint64_t restored_blocks;  /* blocks loaded from disk and published in the pool */
     uint64_t restored_tokens;  /* prompt tokens attached from restored blocks */
-    uint64_t capture_walks;    /* capture walks (end of turn, release) */
-    uint64_t captured_blocks;  /* blocks newly queued for writing */
+    uint64_t capture_walks;    /* capture walks (end of turn, release) over a chain with a full block */
+    uint64_t capture_chain_empty; /* capture walks that found no full block (nothing to persist) */
+    uint64_t captured_blocks;  /* blocks the capture thread handed to the store (queued for writing) */
     double restore_seconds;    /* wall time in restores (hashing, reads, publication) */
-    double capture_seconds;    /* wall time in capture walks (the turn tail) */
+    double restore_engine_seconds; /* of it, on the engine thread (all of it when the reads
+                                      run inline; start + install when they run on the
+                                      I/O thread): what a restore stalls the batch by */
+    double capture_seconds;    /* engine-thread wall time of capture walks and pin/unpin */
+    /* Hybrid families: STATE sidecars (docs/DESIGN.md, "Cold tier in the engine"). */
+    uint64_t sidecar_reads;       /* sidecars read and validated at a boundary chosen */
+    uint64_t sidecars_installed;  /* sidecars installed (a recurrent state, a sliding window) */
+    uint64_t sidecar_corruptions; /* sidecar reads the store found invalid (removed) */
+    uint64_t candidates_refused;  /* boundaries a restore tried and refused */
+    uint64_t restores_reduced;    /* restores installed below the length the chain proposed */
+    uint64_t restores_suppressed; /* restores the sidecar policy reduced to nothing */
+    uint64_t install_failures;    /* boundaries chosen that the pool or bank could not take */
+    uint64_t miss[CAIRN_ENGINE_COLD_MISS_REASONS]; /* restores by reason (cairn_tier_miss_t;
+                                                     [0]: none, the whole proposal) */
+    int last_miss;                /* the reason of the latest restore (cairn_tier_miss_t) */
+    uint64_t sidecars_captured;   /* sidecars newly queued for writing */
+    uint64_t sidecars_already;    /* anchors whose sidecar the store held or had accepted
+                                     (reached = sidecars_already + sidecars_captured) */
+    uint64_t sidecar_skips;       /* anchors skipped: the state was no longer in memory */
+    uint64_t sidecar_drops;       /* sidecars the store refused (no room before the deadline) */
+    uint64_t sidecar_chain_empty; /* capture walks of a model with sidecars whose persisted
+                                     chain reached no block (so no anchor) */
+    /* Background capture (docs/DESIGN.md, "Background capture"). */
+    cairn_cold_policy_t policy;
+    uint64_t capture_queued;   /* blocks found not on disk at the end of a turn and queued */
+    uint64_t capture_already;  /* blocks the walks found on disk or queued already
+                                  (reached = capture_already + capture_queued) */
+    uint64_t capture_deferrals;/* times the copy walk stopped with work left: pin budget full */
+    uint64_t capture_failed;   /* blocks the store refused (layout, memory) */
+    uint64_t capture_lost;     /* queued blocks gone from the pool before their copy */
+    uint64_t writeback_holds;  /* evictions held back until the block is persisted */
+    uint64_t awaiting_blocks;  /* gauge: queued blocks the store has not accepted yet */
+    uint64_t awaiting_bytes;   /* gauge: their payload bytes */
+    uint64_t pinned_bytes;     /* gauge: of those, pinned for a copy in flight */
+    uint64_t pin_budget_bytes; /* the budget of pinned_bytes */
+    double capture_rate;       /* bytes/s the store took copies at (its disk's rate when busy); 0 unknown */
     cairn_cold_stats_t store;  /* the local store's counters (hits, corruptions, write errors, ...) */
     /* The shared tier, when one is configured (cairn_engine_options_t.shared_tier). */
     bool shared_enabled;
@@ -269,8 +353,53 @@ typedef struct {
 
 /* Snapshot of the cold-tier counters (all zero, enabled false, when the tier is off). */
 CAIRN_API void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_counters_t *out);
-/* Blocks until every queued block is written (tests, tools). No-op when the tier is off. */
+/* Waits until every queued block is handed to the store and written (tests, tools): the
+ * calling thread drives the capture (it must be the engine's thread). With write-back,
+ * held blocks are not queued by this: see cairn_engine_cold_persist. No-op when off. */
 CAIRN_API void cairn_engine_cold_flush(cairn_engine_t *e);
+
+/*
+ * Drives the background capture from the engine thread: takes back the blocks the
+ * capture thread has copied (unpins them) and pins and hands over the next ones within
+ * the pin budget. cairn_engine_step and cairn_seq_begin call it; an idle owner calls it
+ * while it returns true (work is pending: blocks queued or being copied), e.g. every few
+ * milliseconds. O(blocks handed over) plus one lock. Engine thread.
+ */
+CAIRN_API bool cairn_engine_cold_poll(cairn_engine_t *e);
+
+/* What the last capture walk of a turn (end of turn or release) did, for the request log. */
+typedef struct {
+    uint32_t blocks;           /* full blocks of the sequence walked */
+    uint32_t queued;           /* of those, not on disk: queued now */
+    uint32_t already;          /* on disk, or queued by an earlier turn */
+    uint32_t deferred;         /* queued blocks left waiting for the pin budget after the walk */
+    uint64_t written;          /* blocks the capture thread handed to the store since the previous walk */
+    const char *reason;        /* "write-through", "write-back" (held until eviction or exit), "off" */
+} cairn_engine_cold_turn_t;
+
+CAIRN_API void cairn_engine_cold_last_turn(const cairn_engine_t *e, cairn_engine_cold_turn_t *out);
+
+typedef struct {
+    uint64_t queued;           /* blocks not on disk when the call began (all of them with write-back) */
+    uint64_t written;          /* of those, handed to the store (committed by the writer) */
+    uint64_t skipped;          /* not written: the deadline passed, the block was gone or refused */
+    uint64_t bytes;            /* payload bytes written */
+    double ms;                 /* how long it took */
+} cairn_cold_persist_report_t;
+
+/*
+ * Persists every full cached block that is not on disk yet (write-through's queue and
+ * write-back's held blocks alike) within deadline_ms, then waits (within the same
+ * deadline) for the store to commit them; fills *out (may be NULL). Sequences still alive
+ * keep running. For shutdown (`cairn serve` on SIGTERM, engine destroy). Engine thread.
+ * Returns CAIRN_OK (everything written), CAIRN_ECANCELED (some skipped).
+ */
+CAIRN_API int cairn_engine_cold_persist(cairn_engine_t *e, int deadline_ms, cairn_cold_persist_report_t *out);
+
+/* A deadline long enough to persist what awaits write now at the measured disk speed: 5 s
+ * plus 1.5 x awaiting_bytes / capture_rate (20 MiB/s while nothing was written yet), in
+ * ms. With write-back, the cached blocks not on disk count too. 0 when the tier is off. */
+CAIRN_API int cairn_engine_cold_exit_ms(const cairn_engine_t *e);
 
 #ifdef __cplusplus
 }

@@ -161,8 +161,23 @@ CAIRN_API int cairn_kv_cache_lookup_hashes(cairn_kv_cache_t *cache, const cairn_
                                  size_t *prefix_len);
 
 /* Evicts up to `n` least recently used cached blocks (unregistering them) into the free
- * queue; *evicted (may be NULL) receives how many. Cost: O(n). */
+ * queue; *evicted (may be NULL) receives how many. The evict filter is not asked (a
+ * tool's explicit eviction). Cost: O(n). */
 CAIRN_API void cairn_kv_cache_evict(cairn_kv_cache_t *cache, uint32_t n, uint32_t *evicted);
+
+/*
+ * Write-back (the cold tier): asked before the allocator evicts a cached block of paged
+ * group `group` published under (hash, domain). true lets it go; false keeps it cached
+ * for now (its owner persists it first and pins it for the copy later), and the
+ * allocator tries the next least recently used block. The filter may be asked several
+ * times about one block in one allocation and must give the same answer each time; it
+ * runs on the engine thread inside the cairn_kv_* call that needs room and must not call
+ * back into the cache. When the blocks it lets go cannot cover a request, the request
+ * fails with CAIRN_EEXHAUSTED and nothing is evicted. NULL fn: no filter. O(1).
+ */
+typedef bool (*cairn_kv_evict_filter_fn)(void *user, uint32_t block, uint32_t group, const cairn_kv_hash_t *hash,
+                                         const cairn_kv_hash_t *domain);
+CAIRN_API void cairn_kv_cache_set_evict_filter(cairn_kv_cache_t *cache, cairn_kv_evict_filter_fn fn, void *user);
 
 /*
  * Grows the pool so that at least `free_needed` blocks are free, following the growth rule
@@ -211,26 +226,75 @@ static inline void *cairn_kv_view_v(const cairn_kv_layer_view_t *v, uint32_t blo
     return v->base + (size_t)block * v->block_stride + v->v_offset + (size_t)slot * v->slot_stride;
 }
 
+/* ---- Groups ------------------------------------------------------------------------- */
+
+/* What the core made of the layer specs: one group per class of layers (FULL, SLIDING of
+ * one window, RECURRENT), paged classes larger than the smallest split into groups. */
+typedef struct {
+    cairn_kv_layer_kind_t kind;    /* FULL, SLIDING or RECURRENT */
+    uint32_t window;               /* SLIDING: the window W */
+    uint32_t n_layers;             /* storage layers of the group (no SHARED aliases) */
+    size_t bytes;                  /* paged: bytes of its layers' K/V in one block */
+} cairn_kv_group_info_t;
+
+/* Groups of the cache, their info, and the group of a layer (a SHARED layer: its
+ * source's). Errors: CAIRN_EINVAL (out of range). O(1). */
+CAIRN_API uint32_t cairn_kv_cache_n_groups(const cairn_kv_cache_t *cache);
+CAIRN_API int cairn_kv_cache_group_info(const cairn_kv_cache_t *cache, uint32_t group, cairn_kv_group_info_t *out);
+CAIRN_API int cairn_kv_cache_layer_group(const cairn_kv_cache_t *cache, uint32_t layer, uint32_t *group);
+
+/* The first block a sliding group of window W still needs once n_computed tokens are
+ * computed (the next position attends to (n_computed - W, n_computed]); the usable-prefix
+ * rule for a boundary P asks for blocks [first_live(P), P / block_size). Pure. */
+CAIRN_API size_t cairn_kv_sliding_first_live(uint32_t window, uint32_t block_size, size_t n_computed);
+
+/* The block published in paged group `group` under (hash, domain), or 0. Takes no
+ * reference and changes no LRU order or counter. O(1). */
+CAIRN_API uint32_t cairn_kv_cache_find_block(const cairn_kv_cache_t *cache, uint32_t group,
+                                             const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
+
+/*
+ * Pins a used or cached block: a reference held outside any table, so the block is never
+ * evicted or recycled while pinned and its bytes never change (an append into a pinned
+ * partial block copies it first, as for any shared block). A cached block leaves the LRU
+ * until its last pin goes; then it is cached again (most recently used). This is what lets
+ * another thread copy a block's bytes (capture) or a restore rely on a hot prefix while
+ * the engine thread goes on. Errors: CAIRN_EINVAL (the null block, a free block, an id
+ * outside the pool; for unpin also a block without pins). Engine thread; O(1).
+ */
+CAIRN_API int cairn_kv_cache_block_pin(cairn_kv_cache_t *cache, uint32_t block);
+/* Whether the pool lives in host memory (cairn_kv_storage_host): then a block's bytes,
+ * while it is pinned or imported, may be touched (filled, prefaulted with madvise) by any
+ * thread. Pure; O(1). */
+CAIRN_API bool cairn_kv_cache_host_storage(const cairn_kv_cache_t *cache);
+CAIRN_API int cairn_kv_cache_block_unpin(cairn_kv_cache_t *cache, uint32_t block);
+
 /* ---- Importing full blocks (cold-tier restore) ------------------------------------ */
 
 /*
- * Restoring a prefix from outside the pool (the SSD cold tier) in three steps, for caches
- * with exactly one paged group of FULL layers (dense models):
+ * Restoring a prefix from outside the pool (the SSD cold tier) in three steps:
  *   1. cairn_kv_cache_import_begin() takes a free block (growing the pool or evicting the
  *      least recently used cached block) and returns its bytes: block_bytes, laid out as
- *      the block-major K/V of every layer (the layer views' offsets);
- *   2. the caller fills those bytes;
- *   3. cairn_kv_cache_import_publish() registers it in the prefix index under its chained
- *      hash and domain as a cached block (refcount 0, LRU tail), so the next
- *      cairn_kv_seq_begin() attaches it like any cached block; or
+ *      the block-major K/V of every layer of the group it will be published in (the layer
+ *      views' offsets); the block is pinned (neither evicted nor handed out) meanwhile;
+ *   2. the caller fills those bytes (any thread, while the block stays taken);
+ *   3. cairn_kv_cache_import_publish_group() registers it in the prefix index of a paged
+ *      group under its chained hash and domain as a cached block (refcount 0, LRU tail),
+ *      so the next cairn_kv_seq_begin() attaches it like any cached block; or
  *      cairn_kv_cache_import_discard() returns it to the free queue untouched.
- * Errors of _begin: CAIRN_EUNSUPPORTED (not a single FULL group), CAIRN_EEXHAUSTED (no
- * block can be freed), growth errors. _publish returns CAIRN_EBUSY when an equal block is
- * already published (the imported one is then freed). _publish and _discard return
- * CAIRN_EINVAL, changing nothing, for a block that _begin did not hand out or that was
- * already published or discarded. Engine thread.
+ *      cairn_kv_cache_import_publish() is the group-less form for a cache of exactly one
+ *      FULL group (dense models; CAIRN_EUNSUPPORTED otherwise). Whatever else must agree
+ *      with an imported block (a sliding group's window, a recurrent checkpoint at the
+ *      same boundary) is the caller's to install with it.
+ * Errors of _begin: CAIRN_EEXHAUSTED (no block can be freed), growth errors. _publish
+ * returns CAIRN_EBUSY when an equal block is already published in that group (the
+ * imported one is then freed). _publish and _discard return CAIRN_EINVAL, changing
+ * nothing, for a block that _begin did not hand out or that was already published or
+ * discarded, or for a group that is not paged. Engine thread.
  */
 CAIRN_API int cairn_kv_cache_import_begin(cairn_kv_cache_t *cache, uint32_t *block, void **bytes);
+CAIRN_API int cairn_kv_cache_import_publish_group(cairn_kv_cache_t *cache, uint32_t block, uint32_t group,
+                                                  const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
 CAIRN_API int cairn_kv_cache_import_publish(cairn_kv_cache_t *cache, uint32_t block,
                                   const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash);
 CAIRN_API int cairn_kv_cache_import_discard(cairn_kv_cache_t *cache, uint32_t block);
@@ -382,6 +446,14 @@ CAIRN_API int cairn_kv_seq_checkpoint(cairn_kv_seq_t *seq, size_t n_tokens, cair
 /* Forgets a checkpoint (the engine dropped the state). Returns CAIRN_ENOENT when absent. */
 CAIRN_API int cairn_kv_cache_checkpoint_drop(cairn_kv_cache_t *cache, const cairn_kv_hash_t *key);
 
+/* Registers a checkpoint by its key without a sequence: a state restored from outside
+ * (the cold tier's sidecar at that boundary), which the engine stored under `key` first.
+ * As for cairn_kv_seq_checkpoint, a full registry drops its least recently used entry
+ * through on_checkpoint_evict. Errors: CAIRN_EINVAL, CAIRN_EUNSUPPORTED (no recurrent
+ * layer). _has: whether key is registered (no LRU change). */
+CAIRN_API int cairn_kv_cache_checkpoint_add(cairn_kv_cache_t *cache, const cairn_kv_hash_t *key);
+CAIRN_API bool cairn_kv_cache_checkpoint_has(const cairn_kv_cache_t *cache, const cairn_kv_hash_t *key);
+
 /* ---- Counters --------------------------------------------------------------------- */
 
 typedef struct {
@@ -393,6 +465,7 @@ typedef struct {
     uint64_t grows;           /* pool grows */
     uint64_t cow_copies;      /* copy-on-write block copies */
     uint64_t checkpoints;     /* recurrent checkpoints registered now */
+    uint32_t blocks_pinned;   /* of blocks_in_use, held by pins (imports, copies) */
     uint32_t blocks_in_use;   /* refcount > 0 (excluding the null block) */
     uint32_t blocks_cached;   /* refcount 0, still published */
     uint32_t blocks_free;

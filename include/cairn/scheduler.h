@@ -88,6 +88,15 @@ typedef struct {
      * "none" all from the hot cache, "cold" all, some restored from the cold tier,
      * "partial" only a prefix (hot and/or cold), "miss" nothing. */
     const char *miss_reason;
+    /* Which rule reduced the cold-tier restore (cairn_seq_cold_reason: "sidecar_missing",
+     * "corrupt", ...), NULL when the cold tier was not consulted. */
+    const char *cold_reason;
+    /* Persistence of this turn's full blocks (cold tier; cairn_engine_cold_last_turn at
+     * the request's end): queued now (not on disk), already on disk or queued, still
+     * waiting for the pin budget, blocks the capture thread wrote since the previous turn,
+     * and the policy ("write-through", "write-back": held until eviction or exit, "off"). */
+    int persist_queued, persist_already, persist_deferred, persist_written;
+    const char *persist_policy;
 } cairn_req_usage_t;
 
 #define CAIRN_SCHED_MAX_TOP_LOGPROBS 20 /* most alternatives reported per token */
@@ -183,6 +192,24 @@ typedef struct {
     uint64_t cold_write_errors;            /* writes that failed (ENOSPC, EIO...) */
     uint64_t cold_queue_drops;             /* blocks not queued (writer queue full) */
     uint64_t cold_bytes_written, cold_used_bytes, cold_objects;
+    /* Hybrid families' STATE sidecars (cairn_engine_cold_counters), and restores by the
+     * rule that reduced them (index: cairn_tier_miss_t). */
+    uint64_t cold_sidecars_captured, cold_sidecars_installed, cold_sidecar_corruptions;
+    uint64_t cold_sidecar_drops, cold_sidecar_objects, cold_sidecar_bytes;
+    uint64_t cold_restores_reduced, cold_restores_suppressed;
+    uint64_t cold_restore_miss[CAIRN_ENGINE_COLD_MISS_REASONS];
+    /* The rest of the per-tier event counters of issue 11 (cairn_engine_cold_counters):
+     * capture walks (chain empty, blocks already persisted, refused), sidecar anchors
+     * (already persisted, boundary skips, chain empty), restores (lookups, sidecars read,
+     * candidates refused, install failures). */
+    uint64_t cold_capture_walks, cold_capture_chain_empty, cold_capture_already, cold_capture_failed;
+    uint64_t cold_sidecars_already, cold_sidecar_skips, cold_sidecar_chain_empty;
+    uint64_t cold_restore_lookups, cold_sidecar_reads, cold_candidates_refused, cold_install_failures;
+    /* Background capture: blocks found not on disk and queued, copy walks stopped by the
+     * pin budget, evictions held back for write-back; gauges: blocks and bytes awaiting
+     * write (not yet accepted by the store, plus what its queue holds) and pinned bytes. */
+    uint64_t cold_capture_queued, cold_capture_deferrals, cold_writeback_holds, cold_capture_lost;
+    uint64_t cold_awaiting_blocks, cold_awaiting_bytes, cold_pinned_bytes;
     /* The shared tier (cairn_engine_cold_counters .shared...), same snapshot; all 0 when
      * none is configured. */
     bool shared_enabled, shared_connected;

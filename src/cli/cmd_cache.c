@@ -9,10 +9,13 @@
  * store's own. Opening a store already removes leftover temporary files and objects whose
  * header is invalid (counted in the corruptions it reports).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cairn/cold_tier.h"
@@ -27,7 +30,8 @@ static void usage(FILE *out)
             "Inspect and maintain the SSD cold tier (one directory per model fingerprint).\n"
             "\n"
             "actions:\n"
-            "  stats    objects, bytes and counters of each model directory (JSON with --json)\n"
+            "  stats    objects, bytes and counters of each model directory, and the event\n"
+            "           counters of the processes that used it (JSON with --json)\n"
             "  ls       list the objects: block hash, parent hash, tokens, bytes (LRU order)\n"
             "  verify   read every object fully, validate it, delete invalid ones\n"
             "  prune    evict least-recently-used objects down to --quota\n"
@@ -97,6 +101,78 @@ static int print_entry(void *user, const cairn_tier_entry_t *e)
     return 0;
 }
 
+/* Objects being written right now: the temporary files (".tmp.*") of live writers in the
+ * model directory's shards, their count and bytes (what a running server has accepted and
+ * not yet committed; its own queue and the blocks it has not copied yet are in its
+ * /metrics: cairn_cold_awaiting_bytes). */
+static void in_flight(const char *dir, uint64_t *n, uint64_t *bytes)
+{
+    *n = *bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 2)
+            continue;
+        char shard[4096];
+        snprintf(shard, sizeof shard, "%s/%s", dir, de->d_name);
+        DIR *sd = opendir(shard);
+        if (!sd)
+            continue;
+        struct dirent *fe;
+        while ((fe = readdir(sd))) {
+            if (strncmp(fe->d_name, ".tmp.", 5))
+                continue;
+            char path[8192];
+            struct stat st;
+            snprintf(path, sizeof path, "%s/%s", shard, fe->d_name);
+            if (stat(path, &st) == 0) {
+                (*n)++;
+                *bytes += (uint64_t)st.st_size;
+            }
+        }
+        closedir(sd);
+    }
+    closedir(d);
+}
+
+/* The event counters of the processes that used the directory (events.json): one line
+ * per counter, or one JSON member "events" (with a leading comma). Missing: a line saying
+ * so (JSON: null); invalid: the reason. */
+static void show_events(const char *dir, bool json)
+{
+    cairn_cold_events_t *ev = cairn_malloc(sizeof *ev);
+    char err[160] = "";
+    int rc = ev ? cairn_cold_events_read(dir, ev, err, sizeof err) : CAIRN_ENOMEM;
+    if (json) {
+        if (rc) {
+            printf(",\"events\":null");
+        } else {
+            printf(",\"events\":{\"processes\":%llu,\"updated\":%llu,\"counters\":{",
+                   (unsigned long long)ev->processes, (unsigned long long)ev->updated_s);
+            for (uint32_t i = 0; i < ev->n; i++)
+                printf("%s\"%s\":%llu", i ? "," : "", ev->names[i], (unsigned long long)ev->values[i]);
+            printf("}}");
+        }
+    } else if (rc == CAIRN_ENOENT) {
+        printf("  events       none recorded (no process has closed an engine over this directory)\n");
+    } else if (rc) {
+        printf("  events       unreadable: %s\n", err[0] ? err : cairn_strerror(rc));
+    } else {
+        time_t t = (time_t)ev->updated_s;
+        struct tm tm;
+        char when[32] = "?";
+        if (gmtime_r(&t, &tm))
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+        printf("  events       of %llu processes (the last closed %s):\n", (unsigned long long)ev->processes,
+               when);
+        for (uint32_t i = 0; i < ev->n; i++)
+            printf("    %-26s %llu\n", ev->names[i], (unsigned long long)ev->values[i]);
+    }
+    cairn_free(ev);
+}
+
 static int run_model(void *user, const cairn_tier_hash_t *fp)
 {
     ctx_t *c = user;
@@ -119,13 +195,23 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
         cairn_tier_store_stats(s, &st);
         if (c->json) {
             char *js = cairn_tier_stats_json(&st, NULL);
-            printf("{\"model\":\"%s\",\"stats\":%s}\n", hex, js ? js : "null");
+            printf("{\"model\":\"%s\",\"stats\":%s", hex, js ? js : "null");
             cairn_free(js);
+            show_events(st.root, true);
+            printf("}\n");
         } else {
+            uint64_t nw = 0, bw = 0;
+            in_flight(st.root, &nw, &bw);
             printf("model %s\n  dir          %s\n  objects      %llu\n  bytes        %llu\n"
-                   "  removed      %llu invalid or stray files at open\n",
+                   "  blocks       %llu (%llu bytes)\n  sidecars     %llu (%llu bytes)\n"
+                   "  removed      %llu invalid or stray files at open\n"
+                   "  awaiting     %llu bytes being written by running processes (%llu objects)\n",
                    hex, st.root, (unsigned long long)st.objects, (unsigned long long)st.used_bytes,
-                   (unsigned long long)st.corruptions);
+                   (unsigned long long)(st.objects - st.state_objects),
+                   (unsigned long long)(st.used_bytes - st.state_bytes), (unsigned long long)st.state_objects,
+                   (unsigned long long)st.state_bytes, (unsigned long long)st.corruptions,
+                   (unsigned long long)bw, (unsigned long long)nw);
+            show_events(st.root, false);
         }
     } else if (!strcmp(a, "ls")) {
         printf("model %s\n", hex);
@@ -150,8 +236,16 @@ static int run_model(void *user, const cairn_tier_hash_t *fp)
     }
     char *dir = cairn_strdup(cairn_cold_store_dir(fs));
     cairn_tier_store_destroy(s);
-    if (!strcmp(a, "clear") && dir)
+    if (!strcmp(a, "clear") && dir) {
+        /* The event counters go with the objects (events.json, its lock). */
+        static const char *const extra[] = {"events.json", ".events.lock"};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, extra[i]);
+            unlink(p);
+        }
         rmdir(dir); /* only succeeds once empty */
+    }
     cairn_free(dir);
     return 0;
 }

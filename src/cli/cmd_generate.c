@@ -546,6 +546,9 @@ static int run(int argc, char **argv)
             u->prompt_tokens, u->cached_tokens, u->restored_tokens, computed,
             prefill_ms > 0 ? computed / (prefill_ms / 1e3) : 0.0, u->decode_tps,
             u->completion_tokens, cairn_finish_reason_name(sm.finish));
+    if (a.verbose && u->cold_reason) /* -v: what limited the cold tier's restore */
+        fprintf(stderr, "cairn: cold tier: %d prompt tokens restored, reduced by: %s\n", u->restored_tokens,
+                u->cold_reason);
     status = 0;
 out:
     cairn_sched_destroy(sched, 0);

@@ -4,7 +4,8 @@
  * Loads a checkpoint folder (tokenizer and chat template from the same folder), creates
  * the engine and the server, prints how to call it, and waits for SIGINT or SIGTERM. On a
  * signal it stops accepting connections, lets in-flight requests finish for up to
- * --drain-ms, cancels the rest, and exits 0.
+ * --drain-ms, cancels the rest, persists the cached K/V blocks not on disk yet for up to
+ * --persist-on-exit-ms (reporting written and skipped on stderr), and exits 0.
  *
  * Without MODEL (a folder or a .gguf file) it serves a default model that needs no download: the synth "tiny"
  * checkpoint (tools/synth.h), written once into <cache dir>/models/synth-tiny on the
@@ -79,6 +80,13 @@ static void usage(FILE *out)
             "                       default model and the SSD cold tier (K/V blocks of past\n"
             "                       prompts, restored after a restart)\n"
             "  --no-cold            neither restore nor persist K/V on disk (nor on a shared tier)\n"
+            "  --cold-policy P      when full K/V blocks go to disk: write-through (after\n"
+            "                       each turn, in the background; default), write-back (only\n"
+            "                       before the pool evicts them, and at exit) or off\n"
+            "  --persist-on-exit-ms N  on SIGINT/SIGTERM, after the drain, persist every cached\n"
+            "                       block not on disk yet for at most N ms, then report how\n"
+            "                       many were written and skipped (default: 5 s plus 1.5 x\n"
+            "                       what awaits write at the disk speed measured so far)\n"
             "  --shared-tier URL    share K/V blocks with other servers of the same model through\n"
             "                       Redis: redis://HOST[:PORT][/DB] (default CAIRN_SHARED_TIER);\n"
             "                       tiers: hot pool, then the local SSD tier, then Redis\n"
@@ -308,7 +316,7 @@ static int cmd_serve(int argc, char **argv)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
     const char *model = NULL, *cache_opt = NULL, *model_id = NULL;
-    long drain_ms = 5000, memory_mib = 0, v;
+    long drain_ms = 5000, persist_ms = -1, memory_mib = 0, v;
     bool pool_given = false;
     int verbose = 0;
     bool no_cold = false;
@@ -373,6 +381,15 @@ static int cmd_serve(int argc, char **argv)
             so.max_connections = (int)v;
         else if (!strcmp(a, "--drain-ms") && !(rc = parse_int(a, val, 0, 3600000, &v)))
             drain_ms = v;
+        else if (!strcmp(a, "--persist-on-exit-ms") && !(rc = parse_int(a, val, 0, 24L * 3600000, &v)))
+            persist_ms = v;
+        else if (!strcmp(a, "--cold-policy")) {
+            if (cairn_cold_policy_parse(val, &eo.cold_policy) != 0) {
+                fprintf(stderr, "cairn serve: --cold-policy must be write-through, write-back or off, got '%s'\n",
+                        val);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--kv-dtype")) {
             if (cairn_dtype_parse(val, &eo.kv_dtype) != 0) {
                 fprintf(stderr, "cairn serve: --kv-dtype must be bf16, f16, f32, q8_0 or fp8_e4m3, got '%s'\n", val);
@@ -488,6 +505,8 @@ static int cmd_serve(int argc, char **argv)
         eo.cold = -1;
     else if ((cold_root = cairn_cold_default_root(cache_opt)))
         eo.cold_root = cold_root;
+    if (persist_ms >= 0)
+        eo.cold_drain_ms = persist_ms > 0 ? (int)persist_ms : 1;
     rc = cairn_engine_create(ck, &eo, &eng, err, sizeof err);
     if (shared_pass) { /* the store keeps its own copy */
         memset(shared_pass, 0, strlen(shared_pass));
@@ -525,6 +544,20 @@ static int cmd_serve(int argc, char **argv)
     cairn_server_destroy(srv, (int)drain_ms);
     srv = NULL;
     status = 0;
+    /* Requests are done: the conversations still cached go to disk before the exit. */
+    cairn_engine_cold_counters_t cc;
+    cairn_engine_cold_counters(eng, &cc);
+    if (cc.enabled) {
+        cairn_cold_persist_report_t pr;
+        if (persist_ms < 0) /* the default: what awaits write at the measured disk speed */
+            persist_ms = cairn_engine_cold_exit_ms(eng);
+        (void)cairn_engine_cold_persist(eng, (int)persist_ms, &pr);
+        fprintf(stderr,
+                "cairn serve: persisted at exit: %llu blocks written (%.1f MiB), %llu skipped, of %llu not on "
+                "disk, in %.0f ms\n",
+                (unsigned long long)pr.written, (double)pr.bytes / (1 << 20), (unsigned long long)pr.skipped,
+                (unsigned long long)pr.queued, pr.ms);
+    }
 out:
     cairn_server_destroy(srv, 0);
     cairn_engine_destroy(eng);

@@ -49,6 +49,11 @@ struct cairn_seq {
     int len, cap;
     int n_past;               /* tokens with K/V stored */
     int restored;             /* prompt tokens restored from the cold tier at begin */
+    int cold_miss;            /* the restore's cairn_tier_miss_t, -1: no restore looked */
+    restore_job_t *restore;   /* a restore whose reads run off the engine thread (begun
+                                 by cairn_seq_begin_async, not finished yet) */
+    int32_t *prompt;          /* its prompt, [n_prompt], until cairn_seq_begin_finish */
+    int n_prompt, hot_begin;
     bool in_step;             /* duplicate detection inside one step */
     bool cold_skip;           /* released by a failed begin: no capture */
     kv_flat_t flat;           /* CAIRN_KV_FLAT */
@@ -192,7 +197,8 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
         }
         /* The backend's numerics id (with its revision) enters the model fingerprint. */
         const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math);
-        if ((rc = engine_cold_open(ck, &o, numerics, e->paged, &e->cold))) {
+        if ((rc = engine_cold_open(ck, &o, numerics, e->paged, e->layers, e->state_bytes,
+                                   e->ckpts, &e->cold))) {
             cairn_errf(err, err_len, "%s", "engine: out of memory");
             goto fail;
         }
@@ -265,6 +271,20 @@ void cairn_engine_cold_counters(const cairn_engine_t *e, cairn_engine_cold_count
 }
 
 void cairn_engine_cold_flush(cairn_engine_t *e) { engine_cold_flush(e->cold); }
+
+bool cairn_engine_cold_poll(cairn_engine_t *e) { return e && engine_cold_poll(e->cold); }
+
+void cairn_engine_cold_last_turn(const cairn_engine_t *e, cairn_engine_cold_turn_t *out)
+{
+    engine_cold_last_turn(e ? e->cold : NULL, out);
+}
+
+int cairn_engine_cold_exit_ms(const cairn_engine_t *e) { return e ? engine_cold_exit_ms(e->cold) : 0; }
+
+int cairn_engine_cold_persist(cairn_engine_t *e, int deadline_ms, cairn_cold_persist_report_t *out)
+{
+    return engine_cold_persist(e ? e->cold : NULL, deadline_ms, true, out);
+}
 
 /* ---- Sequences ---------------------------------------------------------------------- */
 
@@ -345,6 +365,35 @@ static int seq_append(cairn_seq_t *s, const int32_t *tokens, int n)
     return CAIRN_OK;
 }
 
+/* Whether a begin of these tokens consults the cold tier. */
+static bool cold_applies(const cairn_engine_t *e, const cairn_seq_t *s, const int32_t *tokens, int n)
+{
+    return e->cold && s->paged && n > 0 && check_tokens(e, tokens, n) == CAIRN_OK && n <= e->opt.max_context;
+}
+
+/* The rest of a begin once the cold tier restored what it could: the KV core's admission
+ * (hot and restored blocks alike), the restored-token accounting. On error s is released. */
+static int begin_admit(cairn_seq_t *s, const int32_t *tokens, int n_tokens, int hot, int restored_objects,
+                       int *n_cached)
+{
+    cairn_engine_t *e = s->e;
+    int rc = seq_append(s, tokens, n_tokens);
+    if (rc) {
+        s->cold_skip = true; /* nothing was computed: nothing to capture */
+        cairn_seq_release(s);
+        return rc;
+    }
+    if (restored_objects > 0 && s->n_past > hot) {
+        s->restored = s->n_past - hot;
+        e->counters.tokens_reused -= (uint64_t)s->restored; /* tokens_reused is the hot tier */
+        engine_cold_note_restored(e->cold, s->restored);
+    }
+    e->counters.seqs_begun++;
+    if (n_cached)
+        *n_cached = s->n_past - s->restored;
+    return CAIRN_OK;
+}
+
 int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens,
                     int n_tokens, cairn_seq_t **out, int *n_cached)
 {
@@ -355,34 +404,88 @@ int cairn_seq_begin(cairn_engine_t *e, const char *cache_salt, const int32_t *to
     int rc = seq_new(e, cache_salt, &s);
     if (rc)
         return rc;
+    (void)engine_cold_poll(e->cold); /* unpinned copies may be evicted for this prompt */
     /* Cold tier: blocks past the hot prefix are loaded into the pool as cached blocks, so
      * the core's admission below attaches them like hot ones. */
     int hot = 0, restored_blocks = 0;
-    if (e->cold && s->paged && n_tokens > 0 && check_tokens(e, tokens, n_tokens) == CAIRN_OK &&
-        n_tokens <= e->opt.max_context)
-        engine_cold_restore(e->cold, s->paged, tokens, n_tokens, &hot, &restored_blocks);
-    rc = seq_append(s, tokens, n_tokens);
-    if (rc) {
-        s->cold_skip = true; /* nothing was computed: nothing to capture */
-        cairn_seq_release(s);
+    s->cold_miss = -1;
+    if (cold_applies(e, s, tokens, n_tokens))
+        engine_cold_restore(e->cold, s->paged, tokens, n_tokens, &hot, &restored_blocks, &s->cold_miss);
+    rc = begin_admit(s, tokens, n_tokens, hot, restored_blocks, n_cached);
+    if (rc == CAIRN_OK)
+        *out = s;
+    return rc;
+}
+
+int cairn_seq_begin_async(cairn_engine_t *e, const char *cache_salt, const int32_t *tokens, int n_tokens,
+                          cairn_seq_t **out)
+{
+    *out = NULL;
+    if (!e->cold || !engine_cold_async(e->cold))
+        return cairn_seq_begin(e, cache_salt, tokens, n_tokens, out, NULL);
+    cairn_seq_t *s = NULL;
+    int rc = seq_new(e, cache_salt, &s);
+    if (rc)
         return rc;
+    (void)engine_cold_poll(e->cold); /* unpinned copies may be evicted for this prompt */
+    int hot = 0;
+    s->cold_miss = -1;
+    if (cold_applies(e, s, tokens, n_tokens)) {
+        s->prompt = cairn_malloc((size_t)n_tokens * sizeof(*s->prompt));
+        if (!s->prompt) {
+            s->cold_skip = true;
+            cairn_seq_release(s);
+            return CAIRN_ENOMEM;
+        }
+        memcpy(s->prompt, tokens, (size_t)n_tokens * sizeof(*tokens));
+        s->n_prompt = n_tokens;
+        engine_cold_restore_async(e->cold, s->paged, tokens, n_tokens, &hot, &s->restore);
+        s->hot_begin = hot;
+        if (s->restore) {
+            *out = s; /* restoring: cairn_seq_begin_finish admits it */
+            return CAIRN_OK;
+        }
+        cairn_free(s->prompt);
+        s->prompt = NULL;
     }
-    if (restored_blocks > 0 && s->n_past > hot) {
-        s->restored = s->n_past - hot;
-        e->counters.tokens_reused -= (uint64_t)s->restored; /* tokens_reused is the hot tier */
-        engine_cold_note_restored(e->cold, s->restored);
+    rc = begin_admit(s, tokens, n_tokens, hot, 0, NULL);
+    if (rc == CAIRN_OK)
+        *out = s;
+    return rc;
+}
+
+bool cairn_seq_restoring(const cairn_seq_t *s)
+{
+    return s->restore && !engine_cold_restore_ready(s->e->cold, s->restore);
+}
+
+int cairn_seq_begin_finish(cairn_seq_t *s, int *n_cached)
+{
+    if (!s->restore) { /* admitted already */
+        if (n_cached)
+            *n_cached = s->n_past - s->restored;
+        return CAIRN_OK;
     }
-    e->counters.seqs_begun++;
     if (n_cached)
-        *n_cached = s->n_past - s->restored;
-    *out = s;
-    return CAIRN_OK;
+        *n_cached = 0;
+    int restored_objects = 0;
+    engine_cold_restore_finish(s->e->cold, s->restore, &restored_objects, &s->cold_miss);
+    s->restore = NULL;
+    int32_t *prompt = s->prompt;
+    s->prompt = NULL;
+    int rc = begin_admit(s, prompt, s->n_prompt, s->hot_begin, restored_objects, n_cached);
+    cairn_free(prompt);
+    return rc;
 }
 
 int cairn_seq_feed(cairn_seq_t *s, const int32_t *tokens, int n) { return seq_append(s, tokens, n); }
 
 int cairn_seq_n_past(const cairn_seq_t *s) { return s->n_past; }
 int cairn_seq_restored_tokens(const cairn_seq_t *s) { return s->restored; }
+const char *cairn_seq_cold_reason(const cairn_seq_t *s)
+{
+    return s->cold_miss < 0 ? NULL : cairn_tier_miss_name((cairn_tier_miss_t)s->cold_miss);
+}
 int cairn_seq_n_pending(const cairn_seq_t *s) { return s->len - s->n_past; }
 const int32_t *cairn_seq_tokens(const cairn_seq_t *s) { return s->tokens; }
 
@@ -463,7 +566,7 @@ int cairn_seq_end_turn(cairn_seq_t *s)
         int rc = kv_paged_seq_end_turn(s->paged);
         if (rc)
             return rc;
-        engine_cold_capture(s->e->cold, s->paged, "end_turn");
+        engine_cold_capture(s->e->cold, s->paged, s->prompt_len, "end_turn");
     }
     s->len = s->n_past;
     return CAIRN_OK;
@@ -513,6 +616,13 @@ void cairn_seq_release(cairn_seq_t *s)
     if (!s)
         return;
     cairn_engine_t *e = s->e;
+    if (s->restore) { /* a restore in flight: wait for its reads, install, then release */
+        int objects = 0, miss = -1;
+        engine_cold_restore_finish(e->cold, s->restore, &objects, &miss);
+        s->restore = NULL;
+        s->cold_skip = true; /* nothing was computed */
+    }
+    cairn_free(s->prompt);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -521,7 +631,7 @@ void cairn_seq_release(cairn_seq_t *s)
         s->next->prev = s->prev;
     if (s->paged) {
         if (!s->cold_skip)
-            engine_cold_capture(e->cold, s->paged, "release");
+            engine_cold_capture(e->cold, s->paged, s->prompt_len, "release");
         kv_paged_seq_destroy(s->paged);
     } else
         kv_flat_fini(&s->flat);
@@ -556,6 +666,7 @@ int cairn_engine_step(cairn_engine_t *e, const cairn_batch_item_t *items, int n_
     *n_rows = 0;
     if (n_items < 1 || !items)
         return CAIRN_EINVAL;
+    (void)engine_cold_poll(e->cold); /* copied blocks back, the next ones out: never waits */
 
     /* Validate: each sequence of this engine at most once, with enough pending tokens. */
     for (i = 0; i < n_items; i++) {

@@ -6,9 +6,16 @@
  * (head = least recently used); free ids form a singly linked list through `next`. Keys
  * are SHA-256 digests, so their first 8 bytes are a uniform hash: an open-addressing table
  * of entry ids (linear probing, backward-shift deletion, load <= 1/2) finds them.
+ * Each entry's bytes are a reference-counted buffer (buf_t): the entry holds one
+ * reference, each pin another, so a state a capture is copying on an I/O thread stays
+ * valid and unchanged after its entry is evicted or dropped (a refresh of a pinned entry
+ * copies nothing: the same key is the same state). A buffer is freed with its last
+ * reference.
  *
- * Thread-safety: none (one engine thread).
+ * Thread-safety: one engine thread for the store; the bytes of a pinned buffer may be read
+ * by any thread until it is unpinned; rstore_buf_new/_free on any thread.
  */
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -36,6 +43,38 @@ struct rstore {
     uint32_t n_slots;      /* power of two */
     rstore_stats_t st;
 };
+
+/* A state buffer: its reference count, then the bytes (64-byte aligned). */
+typedef struct {
+    uint32_t refs;
+    uint8_t pad[60];
+    uint8_t bytes[];
+} buf_t;
+
+static buf_t *buf_of(const void *bytes) { return (buf_t *)((uint8_t *)(uintptr_t)bytes - offsetof(buf_t, bytes)); }
+
+void *rstore_buf_new(size_t state_bytes)
+{
+    buf_t *b = cairn_malloc(sizeof(buf_t) + state_bytes);
+    if (!b)
+        return NULL;
+    b->refs = 1;
+    return b->bytes;
+}
+
+void rstore_buf_free(void *bytes)
+{
+    if (bytes)
+        cairn_free(buf_of(bytes));
+}
+
+/* Drops one reference; the last frees the buffer. */
+static void buf_release(void *bytes)
+{
+    buf_t *b = buf_of(bytes);
+    if (--b->refs == 0)
+        cairn_free(b);
+}
 
 static uint64_t key_word(const cairn_kv_hash_t *k)
 {
@@ -124,7 +163,7 @@ static void remove_entry(rstore_t *st, uint32_t slot, uint32_t id)
 {
     index_remove(st, slot);
     lru_unlink(st, id);
-    cairn_free(st->e[id].data);
+    buf_release(st->e[id].data);
     st->e[id].data = NULL;
     st->e[id].next = st->free_head;
     st->free_head = id;
@@ -166,7 +205,8 @@ void rstore_destroy(rstore_t *st)
     if (!st)
         return;
     for (uint32_t id = 1; st->e && id < st->used_e; id++)
-        cairn_free(st->e[id].data);
+        if (st->e[id].data)
+            buf_release(st->e[id].data);
     cairn_free(st->e);
     cairn_free(st->slots);
     cairn_free(st);
@@ -193,18 +233,23 @@ static uint32_t take_id(rstore_t *st)
     return st->used_e++;
 }
 
-int rstore_put(rstore_t *st, const cairn_kv_hash_t *key, const void *state)
+/* Stores `data` (a buffer of rstore_buf_new, one reference handed over; NULL: copy
+ * `state` into a new one) under key; the rules of rstore_put. */
+static int store(rstore_t *st, const cairn_kv_hash_t *key, const void *state, void *data)
 {
-    if (!st || !key || !state)
-        return CAIRN_EINVAL;
     if (st->max_entries == 0) {
         st->st.refused++;
+        if (data)
+            buf_release(data);
         return CAIRN_ERANGE;
     }
     const uint64_t t0 = now_ns();
     uint32_t slot = probe(st, key), id = st->slots[slot];
     if (id != NONE) { /* refresh: the same chain hash, the same state */
-        memcpy(st->e[id].data, state, st->state_bytes);
+        if (data)
+            buf_release(data);
+        else if (buf_of(st->e[id].data)->refs == 1)
+            memcpy(st->e[id].data, state, st->state_bytes); /* pinned bytes are never written */
         lru_unlink(st, id);
         lru_push(st, id);
         st->st.saves++;
@@ -220,16 +265,20 @@ int rstore_put(rstore_t *st, const cairn_kv_hash_t *key, const void *state)
             st->on_evict(st->user, &k);
     }
     if ((st->st.count + 1) * 2 > st->n_slots) {
-        if (st->n_slots > UINT32_MAX / 2 || resize_index(st, st->n_slots * 2))
+        if (st->n_slots > UINT32_MAX / 2 || resize_index(st, st->n_slots * 2)) {
+            if (data)
+                buf_release(data);
             return CAIRN_ENOMEM;
+        }
     }
-    void *data = cairn_malloc(st->state_bytes);
+    if (!data && (data = rstore_buf_new(st->state_bytes)))
+        memcpy(data, state, st->state_bytes);
     id = data ? take_id(st) : NONE;
     if (id == NONE) {
-        cairn_free(data);
+        if (data)
+            buf_release(data);
         return CAIRN_ENOMEM;
     }
-    memcpy(data, state, st->state_bytes);
     st->e[id].key = *key;
     st->e[id].data = data;
     lru_push(st, id);
@@ -239,6 +288,40 @@ int rstore_put(rstore_t *st, const cairn_kv_hash_t *key, const void *state)
     st->st.saves++;
     st->st.save_ns += now_ns() - t0;
     return CAIRN_OK;
+}
+
+int rstore_put(rstore_t *st, const cairn_kv_hash_t *key, const void *state)
+{
+    if (!st || !key || !state)
+        return CAIRN_EINVAL;
+    return store(st, key, state, NULL);
+}
+
+int rstore_adopt(rstore_t *st, const cairn_kv_hash_t *key, void *bytes)
+{
+    if (!st || !key || !bytes) {
+        rstore_buf_free(bytes);
+        return CAIRN_EINVAL;
+    }
+    return store(st, key, NULL, bytes);
+}
+
+const void *rstore_pin(rstore_t *st, const cairn_kv_hash_t *key)
+{
+    if (!st || !key)
+        return NULL;
+    uint32_t id = st->slots[probe(st, key)];
+    if (id == NONE)
+        return NULL;
+    buf_of(st->e[id].data)->refs++;
+    return st->e[id].data;
+}
+
+void rstore_unpin(rstore_t *st, const void *bytes)
+{
+    (void)st;
+    if (bytes)
+        buf_release((void *)(uintptr_t)bytes);
 }
 
 int rstore_get(rstore_t *st, const cairn_kv_hash_t *key, void *dst)

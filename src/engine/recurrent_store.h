@@ -15,7 +15,14 @@
  * A key's bytes are never changed in place except by a put of the same key (the state at
  * one chain hash is the same bits by determinism, so it is a refresh, not a change).
  *
- * Thread-safety: one store, one thread (the engine thread), like the KV cache it mirrors.
+ * Pins. A capture copies a checkpoint on an I/O thread while the engine goes on: a pinned
+ * entry's bytes stay valid and unchanged until unpinned, even if the entry is evicted or
+ * dropped meanwhile (its buffer then lives on outside the budget until the last unpin).
+ * A restore decodes a state on an I/O thread into a buffer of rstore_buf_new and hands it
+ * over with rstore_adopt, which copies nothing.
+ *
+ * Thread-safety: one store, one thread (the engine thread), like the KV cache it mirrors;
+ * pinned bytes may be read by any thread; rstore_buf_new/_free on any thread.
  */
 #ifndef CAIRN_ENGINE_RECURRENT_STORE_H
 #define CAIRN_ENGINE_RECURRENT_STORE_H
@@ -61,6 +68,20 @@ void rstore_destroy(rstore_t *st);
  * one memcpy of state_bytes plus O(1) expected.
  */
 int rstore_put(rstore_t *st, const cairn_kv_hash_t *key, const void *state);
+
+/* A buffer for one state (state_bytes, 64-byte aligned), to fill and hand to rstore_adopt,
+ * or free with rstore_buf_free. NULL on ENOMEM. Any thread. */
+void *rstore_buf_new(size_t state_bytes);
+void rstore_buf_free(void *bytes);
+
+/* rstore_put without the copy: the store takes `bytes` (from rstore_buf_new; freed on
+ * every error, and when key is already stored). Errors as rstore_put's. */
+int rstore_adopt(rstore_t *st, const cairn_kv_hash_t *key, void *bytes);
+
+/* The bytes stored under key, pinned (valid and unchanged until rstore_unpin, whatever
+ * happens to the entry), or NULL when absent. No LRU or counter change. O(1). */
+const void *rstore_pin(rstore_t *st, const cairn_kv_hash_t *key);
+void rstore_unpin(rstore_t *st, const void *bytes);
 
 /* Copies the state saved under key into dst and makes it most recent. CAIRN_ENOENT when
  * absent (counted as a miss). Cost: one memcpy. */

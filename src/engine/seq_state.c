@@ -159,6 +159,38 @@ size_t seq_ckpt_deepest(const seq_ckpts_t *ck, const cairn_kv_seq_t *seq, size_t
     return 0;
 }
 
+bool seq_ckpt_has(const seq_ckpts_t *ck, const cairn_kv_hash_t *key)
+{
+    return ck && rstore_has(ck->store, key);
+}
+
+const void *seq_ckpt_pin(seq_ckpts_t *ck, const cairn_kv_hash_t *key)
+{
+    return ck ? rstore_pin(ck->store, key) : NULL;
+}
+
+void seq_ckpt_unpin(seq_ckpts_t *ck, const void *bytes)
+{
+    if (ck)
+        rstore_unpin(ck->store, bytes);
+}
+
+int seq_ckpt_import(seq_ckpts_t *ck, const cairn_kv_hash_t *key, void *bytes)
+{
+    if (!ck) {
+        rstore_buf_free(bytes);
+        return CAIRN_EINVAL;
+    }
+    /* Bytes first: the registry may name only stored states. */
+    int rc = rstore_adopt(ck->store, key, bytes);
+    if (rc)
+        return rc;
+    rc = cairn_kv_cache_checkpoint_add(ck->cache, key);
+    if (rc)
+        rstore_drop(ck->store, key);
+    return rc;
+}
+
 void seq_ckpts_stats(const seq_ckpts_t *ck, rstore_stats_t *out)
 {
     if (!ck) {

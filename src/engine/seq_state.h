@@ -99,6 +99,25 @@ int seq_ckpt_restore(seq_ckpts_t *ck, const cairn_kv_seq_t *seq, size_t n, seq_s
  * stored checkpoint; 0 when none. Looks at hashed blocks only. O(n / block_size). */
 size_t seq_ckpt_deepest(const seq_ckpts_t *ck, const cairn_kv_seq_t *seq, size_t n);
 
+/* ---- the cold tier's use of the bank (engine_cold.c) ---- */
+
+/* Whether a checkpoint is stored under key (the key of a boundary of some chain). */
+bool seq_ckpt_has(const seq_ckpts_t *ck, const cairn_kv_hash_t *key);
+
+/* The checkpoint under key, pinned for a copy on another thread (valid and unchanged until
+ * seq_ckpt_unpin, on the engine thread), or NULL. */
+const void *seq_ckpt_pin(seq_ckpts_t *ck, const cairn_kv_hash_t *key);
+void seq_ckpt_unpin(seq_ckpts_t *ck, const void *bytes);
+
+/*
+ * Installs a state restored from outside (a cold-tier sidecar) as the checkpoint under
+ * key: `bytes` is a buffer of rstore_buf_new holding a whole state handle, taken over
+ * (freed on error). Stored first, then registered with the KV core, so the core serves
+ * the boundary only once its state is there. Errors: CAIRN_ERANGE (the budget holds no
+ * state), CAIRN_ENOMEM, the core's.
+ */
+int seq_ckpt_import(seq_ckpts_t *ck, const cairn_kv_hash_t *key, void *bytes);
+
 /* Counters of the bank (the recurrent_store's: saves, restores, evictions, bytes, ...). */
 void seq_ckpts_stats(const seq_ckpts_t *ck, rstore_stats_t *out);
 

@@ -136,6 +136,8 @@ uint32_t kv_block_pool_alloc(kv_block_pool_t *bp)
     kv_block_t *b = &bp->blocks[id];
     b->state = KV_BLOCK_USED;
     b->ref = 1;
+    b->pins = 0;
+    b->importing = 0;
     b->registered = 0;
     b->retained = 0;
     bp->n_used++;

@@ -4,7 +4,8 @@
  *
  * Invariants (checked by kv_cache__check, which the model-based test calls every step):
  *  - every block id in [1, n_blocks) is exactly one of FREE / CACHED / USED (block_pool.c);
- *  - a block's refcount equals the number of sequence-table entries naming it;
+ *  - a block's refcount equals the number of sequence-table entries naming it plus its
+ *    pins (imports in flight and cairn_kv_cache_block_pin);
  *  - the prefix index holds exactly the registered blocks, keyed by (hash, domain, group);
  *    a block registered in one domain is never returned for another (the domain is part
  *    of both the hash and the match);
@@ -12,9 +13,10 @@
  *    <= max_blocks; storage never moves.
  * Allocation policy for a request of `needed` blocks: if the free queue is short, grow once
  * to min(max, max(2 x current, current + deficit)); if still short and free + cached
- * covers it, evict least recently used cached blocks (unretained ones first: block_pool.c);
- * otherwise CAIRN_EEXHAUSTED with
- * nothing evicted. Because callers ask for their whole need up front, an allocation loop
+ * covers it, evict least recently used cached blocks (unretained ones first: block_pool.c;
+ * only those a write-back filter lets go: the cold tier keeps a block cached until it is
+ * persisted); otherwise CAIRN_EEXHAUSTED with nothing evicted. Because callers ask for
+ * their whole need up front, an allocation loop
  * can never run dry midway, so no mid-loop retry is needed.
  * Thread-safety: one engine thread per cache; nothing here locks.
  */
@@ -163,45 +165,70 @@ int cairn_kv_domain_from_salt(cairn_kv_cache_t *c, const void *salt, size_t len,
 
 /* ---- Importing full blocks (cold-tier restore) ---- */
 
-/* Only a cache whose sole group is FULL can take a block from outside: its bytes are the
- * whole block, and nothing else (a window, a recurrent state) has to agree with them. */
+/* A dense cache (one FULL group) may publish an import with the group-less call: its
+ * bytes are the whole block, and nothing else (a window, a recurrent state) has to agree
+ * with them. Other caches name the group (cairn_kv_cache_import_publish_group), and the
+ * caller answers for the agreement. */
 static bool import_ok(const cairn_kv_cache_t *c)
 {
     return c->n_groups == 1 && c->groups[0].kind == CAIRN_KV_LAYER_FULL;
+}
+
+/* A block import_begin handed out and nobody published or discarded since. */
+static bool is_import(const cairn_kv_cache_t *c, uint32_t block)
+{
+    if (block == 0 || block >= c->pool.n_blocks)
+        return false;
+    const kv_block_t *b = &c->pool.blocks[block];
+    return b->state == KV_BLOCK_USED && b->importing && b->ref == 1 && b->pins == 1 && !b->registered;
 }
 
 int cairn_kv_cache_import_begin(cairn_kv_cache_t *c, uint32_t *block, void **bytes)
 {
     if (!c || !block || !bytes)
         return CAIRN_EINVAL;
-    if (!import_ok(c))
-        return CAIRN_EUNSUPPORTED;
     int rc = kv_cache__ensure_free(c, 1);
     if (rc)
         return rc;
     *block = kv_cache__alloc(c);
+    c->pool.blocks[*block].pins = 1; /* held by the importer until publish or discard */
+    c->pool.blocks[*block].importing = 1;
+    c->pool.n_pinned++;
     *bytes = c->phys.base + (size_t)*block * c->phys.block_bytes;
     return CAIRN_OK;
+}
+
+int cairn_kv_cache_import_publish_group(cairn_kv_cache_t *c, uint32_t block, uint32_t group,
+                                        const cairn_kv_hash_t *domain, const cairn_kv_hash_t *hash)
+{
+    /* Misuse (a block not taken by import_begin, or already handed back) is an error, not
+     * an abort: the caller is the engine's cold-tier bridge and must be able to recover. */
+    if (!c || !domain || !hash || !is_import(c, block) || group >= c->n_groups ||
+        !kv_group_paged(&c->groups[group]))
+        return CAIRN_EINVAL;
+    bool ok = kv_cache__publish(c, block, group, hash, domain);
+    c->pool.blocks[block].pins = 0;
+    c->pool.blocks[block].importing = 0;
+    c->pool.n_pinned--;
+    kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
+    return ok ? CAIRN_OK : CAIRN_EBUSY;
 }
 
 int cairn_kv_cache_import_publish(cairn_kv_cache_t *c, uint32_t block, const cairn_kv_hash_t *domain,
                                   const cairn_kv_hash_t *hash)
 {
-    /* Misuse (a block not taken by import_begin, or already handed back) is an error, not
-     * an abort: the caller is the engine's cold-tier bridge and must be able to recover. */
-    if (!c || !domain || !hash || block == 0 || block >= c->pool.n_blocks ||
-        c->pool.blocks[block].ref != 1 || c->pool.blocks[block].registered)
-        return CAIRN_EINVAL;
-    bool ok = kv_cache__publish(c, block, 0, hash, domain);
-    kv_block_pool_unref(&c->pool, block); /* registered: joins the LRU; else the free queue */
-    return ok ? CAIRN_OK : CAIRN_EBUSY;
+    if (c && !import_ok(c))
+        return CAIRN_EUNSUPPORTED;
+    return cairn_kv_cache_import_publish_group(c, block, 0, domain, hash);
 }
 
 int cairn_kv_cache_import_discard(cairn_kv_cache_t *c, uint32_t block)
 {
-    if (!c || block == 0 || block >= c->pool.n_blocks || c->pool.blocks[block].ref != 1 ||
-        c->pool.blocks[block].registered)
+    if (!c || !is_import(c, block))
         return CAIRN_EINVAL;
+    c->pool.blocks[block].pins = 0;
+    c->pool.blocks[block].importing = 0;
+    c->pool.n_pinned--;
     kv_block_pool_unref(&c->pool, block);
     return CAIRN_OK;
 }
@@ -211,8 +238,7 @@ int cairn_kv_cache_import_prefault(cairn_kv_cache_t *c, const uint32_t *blocks, 
     if (!c || (!blocks && n))
         return CAIRN_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (blocks[i] == 0 || blocks[i] >= c->pool.n_blocks || c->pool.blocks[blocks[i]].ref != 1 ||
-            c->pool.blocks[blocks[i]].registered)
+        if (!is_import(c, blocks[i]))
             return CAIRN_EINVAL;
 #ifdef MADV_POPULATE_WRITE
     if (c->phys.ops != cairn_kv_storage_host())
@@ -234,6 +260,87 @@ int cairn_kv_cache_import_prefault(cairn_kv_cache_t *c, const uint32_t *blocks, 
     }
 #endif
     return CAIRN_OK;
+}
+
+/* ---- Pins and per-group lookups (cold-tier capture and restore) ---- */
+
+int cairn_kv_cache_block_pin(cairn_kv_cache_t *c, uint32_t block)
+{
+    if (!c || block == 0 || block >= c->pool.n_blocks)
+        return CAIRN_EINVAL;
+    kv_block_t *b = &c->pool.blocks[block];
+    if ((b->state != KV_BLOCK_USED && b->state != KV_BLOCK_CACHED) || b->pins == UINT32_MAX || b->importing)
+        return CAIRN_EINVAL;
+    kv_block_pool_ref(&c->pool, block); /* a cached block leaves the LRU: never evicted */
+    if (b->pins++ == 0)
+        c->pool.n_pinned++;
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_block_unpin(cairn_kv_cache_t *c, uint32_t block)
+{
+    if (!c || block == 0 || block >= c->pool.n_blocks)
+        return CAIRN_EINVAL;
+    kv_block_t *b = &c->pool.blocks[block];
+    /* An import's own pin goes with publish or discard. */
+    if (b->state != KV_BLOCK_USED || b->pins == 0 || b->importing)
+        return CAIRN_EINVAL;
+    if (--b->pins == 0)
+        c->pool.n_pinned--;
+    kv_block_pool_unref(&c->pool, block); /* the last reference: cached (published) or free */
+    return CAIRN_OK;
+}
+
+uint32_t cairn_kv_cache_find_block(const cairn_kv_cache_t *c, uint32_t group, const cairn_kv_hash_t *domain,
+                                   const cairn_kv_hash_t *hash)
+{
+    if (!c || !hash || group >= c->n_groups || !kv_group_paged(&c->groups[group]))
+        return 0;
+    block_key_t key = {hash, domain ? domain : &default_domain, group};
+    return kv_index_find(&c->index, block_index_hash(hash, group), &key);
+}
+
+uint32_t cairn_kv_cache_n_groups(const cairn_kv_cache_t *c) { return c->n_groups; }
+
+bool cairn_kv_cache_host_storage(const cairn_kv_cache_t *c) { return c && c->phys.ops == cairn_kv_storage_host(); }
+
+int cairn_kv_cache_group_info(const cairn_kv_cache_t *c, uint32_t group, cairn_kv_group_info_t *out)
+{
+    if (!c || !out || group >= c->n_groups)
+        return CAIRN_EINVAL;
+    out->kind = c->groups[group].kind;
+    out->window = c->groups[group].window;
+    out->n_layers = c->groups[group].n_layers;
+    out->bytes = c->groups[group].bytes;
+    return CAIRN_OK;
+}
+
+int cairn_kv_cache_layer_group(const cairn_kv_cache_t *c, uint32_t layer, uint32_t *group)
+{
+    if (!c || !group || layer >= c->n_layers)
+        return CAIRN_EINVAL;
+    *group = c->layers[layer].group;
+    return CAIRN_OK;
+}
+
+size_t cairn_kv_sliding_first_live(uint32_t window, uint32_t block_size, size_t n_computed)
+{
+    return block_size ? kv_sliding_first_live(window, block_size, n_computed) : 0;
+}
+
+int cairn_kv_cache_checkpoint_add(cairn_kv_cache_t *c, const cairn_kv_hash_t *key)
+{
+    if (!c || !key)
+        return CAIRN_EINVAL;
+    if (c->recurrent_group < 0)
+        return CAIRN_EUNSUPPORTED;
+    kv_ckpt_add(&c->ckpt, key);
+    return CAIRN_OK;
+}
+
+bool cairn_kv_cache_checkpoint_has(const cairn_kv_cache_t *c, const cairn_kv_hash_t *key)
+{
+    return c && key && c->recurrent_group >= 0 && kv_ckpt_has(&c->ckpt, key);
 }
 
 void *cairn_kv_cache_block_data(const cairn_kv_cache_t *c, uint32_t block)
@@ -281,15 +388,21 @@ static int grow_to(cairn_kv_cache_t *c, uint32_t new_n)
     return CAIRN_OK;
 }
 
-static void evict_one(cairn_kv_cache_t *c)
+static void evict_block(cairn_kv_cache_t *c, uint32_t id)
 {
-    uint32_t id = c->pool.lru.head;
     kv_block_t *b = &c->pool.blocks[id];
     kv_index_remove(&c->index, block_index_hash(&b->hash, b->group), id);
     kv_block_pool_uncache(&c->pool, id);
     c->evictions++;
     if (c->evict_observer)
         c->evict_observer(c->evict_observer_user, id);
+}
+
+/* Whether the write-back filter lets cached block id go (no filter: always). */
+static bool may_evict(cairn_kv_cache_t *c, uint32_t id)
+{
+    const kv_block_t *b = &c->pool.blocks[id];
+    return !c->evict_filter || c->evict_filter(c->evict_filter_user, id, b->group, &b->hash, &b->domain);
 }
 
 int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed)
@@ -315,9 +428,33 @@ int kv_cache__ensure_free(cairn_kv_cache_t *c, size_t needed)
         return CAIRN_OK;
     if ((size_t)c->pool.free.count + c->pool.lru.count < needed)
         return grow_rc ? grow_rc : CAIRN_EEXHAUSTED;
-    while (c->pool.free.count < needed)
-        evict_one(c);
+    if (!c->evict_filter) {
+        while (c->pool.free.count < needed)
+            evict_block(c, c->pool.lru.head);
+        return CAIRN_OK;
+    }
+    /* With a write-back filter: count the blocks it lets go first, so a request they
+     * cannot cover evicts nothing; then evict those, least recently used first. */
+    size_t want = needed - c->pool.free.count, n = 0;
+    for (uint32_t id = c->pool.lru.head; id != KV_NONE && n < want; id = c->pool.blocks[id].next)
+        n += may_evict(c, id);
+    if (n < want)
+        return grow_rc ? grow_rc : CAIRN_EEXHAUSTED;
+    for (uint32_t id = c->pool.lru.head; id != KV_NONE && c->pool.free.count < needed;) {
+        uint32_t next = c->pool.blocks[id].next;
+        if (may_evict(c, id))
+            evict_block(c, id);
+        id = next;
+    }
     return CAIRN_OK;
+}
+
+void cairn_kv_cache_set_evict_filter(cairn_kv_cache_t *c, cairn_kv_evict_filter_fn fn, void *user)
+{
+    if (!c)
+        return;
+    c->evict_filter = fn;
+    c->evict_filter_user = user;
 }
 
 uint32_t kv_cache__alloc(cairn_kv_cache_t *c)
@@ -351,7 +488,7 @@ void cairn_kv_cache_evict(cairn_kv_cache_t *c, uint32_t n, uint32_t *evicted)
 {
     uint32_t done = 0;
     while (done < n && c->pool.lru.count > 0) {
-        evict_one(c);
+        evict_block(c, c->pool.lru.head);
         done++;
     }
     if (evicted)
@@ -561,7 +698,8 @@ int kv_cache__check(const cairn_kv_cache_t *c)
                 }
     for (uint32_t id = 1; id < bp->n_blocks; id++) {
         const kv_block_t *b = &bp->blocks[id];
-        CHECK(b->ref == refs[id]);
+        CHECK(b->ref == refs[id] + b->pins);
+        CHECK(b->pins == 0 || b->state == KV_BLOCK_USED);
         switch (b->state) {
         case KV_BLOCK_FREE: CHECK(b->ref == 0 && !b->registered); break;
         case KV_BLOCK_CACHED: CHECK(b->ref == 0 && b->registered); break;
@@ -574,6 +712,10 @@ int kv_cache__check(const cairn_kv_cache_t *c)
             CHECK(kv_index_find(&c->index, block_index_hash(&b->hash, b->group), &key) == id);
         }
     }
+    uint32_t n_pinned = 0;
+    for (uint32_t id = 1; id < bp->n_blocks; id++)
+        n_pinned += bp->blocks[id].pins > 0;
+    CHECK(n_pinned == bp->n_pinned);
     CHECK(n_used == bp->n_used && n_free + n_cached + n_used + 1 == bp->n_blocks);
     CHECK(n_reg == c->index.count);
     cairn_free(refs);

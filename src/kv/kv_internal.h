@@ -80,12 +80,15 @@ enum { KV_BLOCK_FREE = 0, KV_BLOCK_CACHED = 1, KV_BLOCK_USED = 2, KV_BLOCK_NULL 
 typedef struct {
     cairn_kv_hash_t hash;     /* valid while registered */
     cairn_kv_hash_t domain;   /* valid while registered */
-    uint32_t ref;             /* table references */
+    uint32_t ref;             /* table references + pins */
+    uint32_t pins;            /* references held outside any table: an import in flight,
+                                 or cairn_kv_cache_block_pin (a copy being taken) */
     uint32_t prev, next;      /* links in the free queue or the LRU, KV_NONE at the ends */
     uint8_t state;            /* KV_BLOCK_* */
     uint8_t registered;       /* published in the prefix index */
     uint8_t retained;         /* retention hint (cairn_kv_seq_retain): cached, it stays in
                                  the LRU's retained part; cleared when it leaves the cache */
+    uint8_t importing;        /* taken by cairn_kv_cache_import_begin, not yet handed back */
     uint16_t group;           /* cache group that wrote it (valid while registered) */
 } kv_block_t;
 
@@ -100,6 +103,7 @@ typedef struct {
                             head takes every unretained block before any retained one */
     uint32_t lru_kept;   /* first retained block of the LRU, KV_NONE when none */
     uint32_t n_used;
+    uint32_t n_pinned;   /* blocks with pins > 0 */
 } kv_block_pool_t;
 
 int kv_block_pool_init(kv_block_pool_t *bp, uint32_t n_blocks);
@@ -238,6 +242,8 @@ struct cairn_kv_cache {
     uint64_t hits, misses, hit_tokens, query_tokens, evictions, grows, cow_copies;
     kv_evict_observer_fn evict_observer;
     void *evict_observer_user;
+    cairn_kv_evict_filter_fn evict_filter; /* write-back: may keep a cached block (NULL: none) */
+    void *evict_filter_user;
 };
 
 /* Makes `needed` blocks free: one grow if short, then eviction of LRU cached blocks.

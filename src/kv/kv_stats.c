@@ -24,6 +24,7 @@ void cairn_kv_cache_stats(const cairn_kv_cache_t *c, cairn_kv_stats_t *o)
     o->cow_copies = c->cow_copies;
     o->checkpoints = c->ckpt.count;
     o->blocks_in_use = c->pool.n_used;
+    o->blocks_pinned = c->pool.n_pinned;
     o->blocks_cached = c->pool.lru.count;
     o->blocks_free = c->pool.free.count;
     o->blocks_total = c->pool.n_blocks;
@@ -44,13 +45,13 @@ int cairn_kv_stats_to_json(const cairn_kv_stats_t *s, char **json)
         "{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_tokens\":%" PRIu64
         ",\"query_tokens\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"grows\":%" PRIu64
         ",\"cow_copies\":%" PRIu64 ",\"checkpoints\":%" PRIu64 ",\"blocks_in_use\":%" PRIu32
-        ",\"blocks_cached\":%" PRIu32 ",\"blocks_free\":%" PRIu32 ",\"blocks_total\":%" PRIu32
+        ",\"blocks_pinned\":%" PRIu32 ",\"blocks_cached\":%" PRIu32 ",\"blocks_free\":%" PRIu32 ",\"blocks_total\":%" PRIu32
         ",\"blocks_max\":%" PRIu32 ",\"block_size\":%" PRIu32 ",\"block_bytes\":%" PRIu64
         ",\"bytes_committed\":%" PRIu64 ",\"bytes_reserved\":%" PRIu64 ",\"sequences\":%" PRIu32
         "}";
 #define KV_STATS_ARGS                                                                       \
     s->hits, s->misses, s->hit_tokens, s->query_tokens, s->evictions, s->grows, s->cow_copies, \
-        s->checkpoints, s->blocks_in_use, s->blocks_cached, s->blocks_free, s->blocks_total,   \
+        s->checkpoints, s->blocks_in_use, s->blocks_pinned, s->blocks_cached, s->blocks_free, s->blocks_total,   \
         s->blocks_max, s->block_size, s->block_bytes, s->bytes_committed, s->bytes_reserved,   \
         s->sequences
     int n = snprintf(NULL, 0, fmt, KV_STATS_ARGS);

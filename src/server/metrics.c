@@ -270,6 +270,77 @@ char *metrics_render(metrics_t *m, const cairn_sched_stats_t *st)
     put_gauge(&b, "cairn_cold_used_bytes", "Bytes held by the cold tier.",
               (double)st->cold_used_bytes);
     put_gauge(&b, "cairn_cold_objects", "Objects held by the cold tier.", (double)st->cold_objects);
+    /* Sidecars (hybrid families' state at a boundary) beside the blocks above. */
+    put_counter(&b, "cairn_cold_sidecars_captured_total", "STATE sidecars queued for the cold tier.",
+                st->cold_sidecars_captured);
+    put_counter(&b, "cairn_cold_sidecars_installed_total",
+                "STATE sidecars restored and installed (recurrent states, sliding windows).",
+                st->cold_sidecars_installed);
+    put_counter(&b, "cairn_cold_sidecar_corruptions_total", "Invalid STATE sidecars found and deleted.",
+                st->cold_sidecar_corruptions);
+    put_counter(&b, "cairn_cold_sidecar_drops_total", "STATE sidecars not queued: writer queue full.",
+                st->cold_sidecar_drops);
+    put_gauge(&b, "cairn_cold_sidecar_objects", "STATE sidecars held by the cold tier.",
+              (double)st->cold_sidecar_objects);
+    put_gauge(&b, "cairn_cold_sidecar_bytes", "Bytes of STATE sidecars held by the cold tier.",
+              (double)st->cold_sidecar_bytes);
+    put_counter(&b, "cairn_cold_restores_reduced_total",
+                "Restores installed below the length the stored chain proposed.", st->cold_restores_reduced);
+    put_counter(&b, "cairn_cold_restores_suppressed_total",
+                "Restores the sidecar policy reduced to nothing.", st->cold_restores_suppressed);
+    put(&b, "# HELP cairn_cold_restore_miss_total Cold-tier restores by the rule that reduced them.\n"
+            "# TYPE cairn_cold_restore_miss_total counter\n");
+    for (int i = 0; i < CAIRN_ENGINE_COLD_MISS_REASONS; i++)
+        put(&b, "cairn_cold_restore_miss_total{reason=\"%s\"} %llu\n", cairn_tier_miss_name((cairn_tier_miss_t)i),
+            (unsigned long long)st->cold_restore_miss[i]);
+    put_counter(&b, "cairn_cold_capture_queued_total",
+                "Full KV blocks found not on disk at the end of a turn and queued for persistence.",
+                st->cold_capture_queued);
+    /* Capture and restore events (issue 11's list), blocks and sidecars apart: a run that
+     * reused nothing is explained by these lines. */
+    put_counter(&b, "cairn_cold_capture_walks_total", "Capture walks over a chain with a full block.",
+                st->cold_capture_walks);
+    put_counter(&b, "cairn_cold_capture_chain_empty_total", "Capture walks that found no full block.",
+                st->cold_capture_chain_empty);
+    put_counter(&b, "cairn_cold_capture_reached_total",
+                "Leading KV blocks the capture walks found persisted or queued (already + queued).",
+                st->cold_capture_already + st->cold_capture_queued);
+    put_counter(&b, "cairn_cold_capture_already_total", "KV blocks the capture walks found persisted or queued already.",
+                st->cold_capture_already);
+    put_counter(&b, "cairn_cold_capture_failed_total", "KV blocks the store refused (layout, memory).",
+                st->cold_capture_failed);
+    put_counter(&b, "cairn_cold_sidecars_reached_total",
+                "Anchors whose STATE sidecar the capture found persisted or queued (already + queued).",
+                st->cold_sidecars_already + st->cold_sidecars_captured);
+    put_counter(&b, "cairn_cold_sidecars_already_total", "Anchors whose STATE sidecar was persisted or queued already.",
+                st->cold_sidecars_already);
+    put_counter(&b, "cairn_cold_sidecar_skips_total", "Anchors skipped: their state was no longer in memory.",
+                st->cold_sidecar_skips);
+    put_counter(&b, "cairn_cold_sidecar_chain_empty_total",
+                "Capture walks of a model with sidecars whose persisted chain reached no anchor.",
+                st->cold_sidecar_chain_empty);
+    put_counter(&b, "cairn_cold_restore_lookups_total", "Sequence begins that consulted the cold tier.",
+                st->cold_restore_lookups);
+    put_counter(&b, "cairn_cold_sidecar_reads_total", "STATE sidecars read and validated at a chosen boundary.",
+                st->cold_sidecar_reads);
+    put_counter(&b, "cairn_cold_candidates_refused_total", "Restore boundaries tried and refused.",
+                st->cold_candidates_refused);
+    put_counter(&b, "cairn_cold_install_failures_total", "Restore boundaries the pool or state bank could not take.",
+                st->cold_install_failures);
+    put_counter(&b, "cairn_cold_capture_deferrals_total",
+                "Times the background capture waited: its budget of pinned bytes was full.",
+                st->cold_capture_deferrals);
+    put_counter(&b, "cairn_cold_writeback_holds_total",
+                "Evictions held back until the cached block was persisted (write-back).",
+                st->cold_writeback_holds);
+    put_counter(&b, "cairn_cold_capture_lost_total", "Queued KV blocks gone from the pool before their copy.",
+                st->cold_capture_lost);
+    put_gauge(&b, "cairn_cold_awaiting_blocks", "KV blocks queued for persistence, not yet handed to the store.",
+              (double)st->cold_awaiting_blocks);
+    put_gauge(&b, "cairn_cold_awaiting_bytes", "Bytes of KV blocks awaiting write.",
+              (double)st->cold_awaiting_bytes);
+    put_gauge(&b, "cairn_cold_pinned_bytes", "Bytes of pool blocks pinned for a copy in flight.",
+              (double)st->cold_pinned_bytes);
     put_gauge(&b, "cairn_shared_tier_enabled", "1 when a shared tier (Redis) is configured.",
               st->shared_enabled ? 1.0 : 0.0);
     put_gauge(&b, "cairn_shared_tier_connected", "1 while the shared tier's server is reachable.",

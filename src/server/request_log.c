@@ -5,7 +5,8 @@
  * so `tail -f` and log shippers see whole lines. A line carries the request id, endpoint,
  * the hashed cache domain (never the key or the salt), the HTTP status, prompt tokens,
  * hot cached and cold restored tokens, the reason for any cache miss, TTFT, decode
- * tokens/s, completion tokens and the finish reason. Write failures are logged, never
+ * tokens/s, completion tokens, the finish reason and what the turn's end queued for the
+ * disk ("persist": policy, queued, already, deferred, written). Write failures are logged, never
  * fatal: the log must not take the server down.
  *
  * Thread-safety: reqlog_write may be called from any thread (one mutex per log).
@@ -70,11 +71,26 @@ void reqlog_write(reqlog_t *l, const reqlog_entry_t *e)
         cJSON_AddStringToObject(o, "miss_reason", u->miss_reason);
     else
         cJSON_AddNullToObject(o, "miss_reason");
+    if (u && u->cold_reason)
+        cJSON_AddStringToObject(o, "cold_reason", u->cold_reason);
+    else
+        cJSON_AddNullToObject(o, "cold_reason");
     cJSON_AddNumberToObject(o, "completion_tokens", u ? u->completion_tokens : 0);
     cJSON_AddNumberToObject(o, "queue_ms", u ? u->queue_ms : 0);
     cJSON_AddNumberToObject(o, "ttft_ms", u ? u->ttft_ms : 0);
     cJSON_AddNumberToObject(o, "decode_tps", u ? u->decode_tps : 0);
     cJSON_AddNumberToObject(o, "preemptions", u ? u->preemptions : 0);
+    if (u && u->persist_policy) {
+        /* What this turn's end queued for the disk (cold tier's background capture). */
+        cJSON *p = cJSON_AddObjectToObject(o, "persist");
+        if (p) {
+            cJSON_AddStringToObject(p, "policy", u->persist_policy);
+            cJSON_AddNumberToObject(p, "queued", u->persist_queued);
+            cJSON_AddNumberToObject(p, "already", u->persist_already);
+            cJSON_AddNumberToObject(p, "deferred", u->persist_deferred);
+            cJSON_AddNumberToObject(p, "written", u->persist_written);
+        }
+    }
     cJSON_AddStringToObject(o, "finish_reason", e->finish ? e->finish : "none");
     if (e->error)
         cJSON_AddStringToObject(o, "error", e->error);

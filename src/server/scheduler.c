@@ -30,6 +30,12 @@
  * choices 1..n-1 are forked from its sequence (shared blocks) and every choice samples
  * from a copy of that row with its own sampler (seed + index).
  *
+ * Restoring. Admission is cairn_seq_begin_async: when the cold tier has blocks past the
+ * hot prefix, their reads run on the tier's I/O thread and the run waits in `running`
+ * flagged `restoring` (no pending token: no step includes it) while the batch keeps
+ * decoding; each step first admits the runs whose reads finished (poll_restoring:
+ * cairn_seq_begin_finish), so a restore never stalls the other sequences' steps.
+ *
  * Invariants: a run is in at most one list; run->seq != NULL iff the run is in
  * `running`; a request is freed right after its final event; `n_queued` counts requests
  * submitted but not yet admitted once (the max_queued bound), under the lock.
@@ -65,6 +71,10 @@ typedef struct {
     cairn_token_logprob_t *lp;      /* [n_gen - delta_from] when the request wants logprobs */
     int cap_lp;
     bool has_tok;                   /* the last generated token is not fed yet */
+    bool restoring;                 /* running, but its cold-tier restore is still reading
+                                       (cairn_seq_begin_async): no pending token yet */
+    bool sync_begin;                /* its restored admission found no room: the next
+                                       admission is a plain cairn_seq_begin */
     bool done;
     uint64_t admit_seq;             /* admission order: the largest is the newest */
 } sched_run_t;
@@ -381,6 +391,14 @@ static void run_finish(cairn_sched_t *s, sched_run_t *u, cairn_finish_reason_t w
         cairn_log(CAIRN_LOG_WARN, "scheduler: the retention hint was not applied");
     cairn_seq_release(u->seq);
     u->seq = NULL;
+    /* What the release's capture walk queued for the disk (the request log's fields). */
+    cairn_engine_cold_turn_t ct;
+    cairn_engine_cold_last_turn(s->engine, &ct);
+    r->usage.persist_queued = (int)ct.queued;
+    r->usage.persist_already = (int)ct.already;
+    r->usage.persist_deferred = (int)ct.deferred;
+    r->usage.persist_written = (int)ct.written;
+    r->usage.persist_policy = ct.reason;
     remove_ptr(s->running, &s->n_running, u);
     r->n_done++;
     bool final = r->n_done == r->n;
@@ -435,8 +453,9 @@ static int preempt(cairn_sched_t *s, sched_run_t *u)
     int rc = cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting), 16);
     if (rc)
         return rc;
-    cairn_seq_release(u->seq);
+    cairn_seq_release(u->seq); /* a restoring run's reads are waited for */
     u->seq = NULL;
+    u->restoring = false;
     u->has_tok = false; /* it is in toks: the recompute begins over all of them */
     remove_ptr(s->running, &s->n_running, u);
     memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
@@ -476,6 +495,10 @@ static void feed_decodes(cairn_sched_t *s)
             u->has_tok = false;
             continue;
         }
+        /* Cached blocks the cold tier is persisting before they may be evicted: the
+         * feeds wait a step (or a few) for the copies instead of preempting or failing. */
+        if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+            return;
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 1 &&
             (rc = preempt(s, newest_running(s))) == CAIRN_OK)
             continue;
@@ -484,6 +507,27 @@ static void feed_decodes(cairn_sched_t *s)
                                     ? "the KV pool cannot hold this request's context"
                                     : "the sequence could not grow");
     }
+}
+
+/* The usage of a run's first admission: how its prompt was served. */
+static void note_admitted(cairn_sched_t *s, sched_run_t *u, int cached)
+{
+    sched_req_t *r = u->req;
+    if (r->admitted_once)
+        return;
+    r->admitted_once = true;
+    r->usage.cached_tokens = cached;
+    r->usage.queue_ms = cairn_now_ms() - r->t_submit;
+    /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
+    int restored = cairn_seq_restored_tokens(u->seq);
+    r->usage.restored_tokens = restored;
+    r->usage.cold_reason = cairn_seq_cold_reason(u->seq);
+    int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
+    r->usage.miss_reason = cached + restored < full ? (cached + restored ? "partial" : "miss")
+                           : restored ? "cold" : "none";
+    pthread_mutex_lock(&s->mu);
+    s->n_queued--;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Admits waiting runs while there are running slots, prefill budget and blocks. */
@@ -503,10 +547,31 @@ static void admit(cairn_sched_t *s)
                             sizeof(*s->running), 16);
         cairn_seq_t *seq = NULL;
         int cached = 0;
-        if (rc == CAIRN_OK)
+        /* The cold tier's reads run off the engine thread: a run whose restore is still
+         * reading waits in `running` as restoring while the batch keeps stepping. */
+        if (rc == CAIRN_OK && u->sync_begin)
             rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+        else if (rc == CAIRN_OK)
+            rc = cairn_seq_begin_async(s->engine, u->req->salt, u->toks, u->n_toks, &seq);
+        /* Whether it restores is read once: the I/O thread may finish its reads at any
+         * moment, and a run taken as restoring here must be finished by poll_restoring
+         * (reading it again below left a run whose reads ended in between admitted with
+         * nothing to compute, stepping forever: test_stress_sigterm, release build). */
+        const bool restoring = rc == CAIRN_OK && cairn_seq_restoring(seq);
+        if (rc == CAIRN_OK && !restoring && (rc = cairn_seq_begin_finish(seq, &cached)))
+            seq = NULL; /* released by the failed admission */
         if (rc == CAIRN_EEXHAUSTED && s->n_running > 0)
             return; /* the pool frees up as others finish; keep the order */
+        if (rc == CAIRN_EEXHAUSTED) {
+            /* Alone: cached blocks the cold tier holds back from eviction until they are
+             * persisted free up as the copies finish; wait while any is pending, and try
+             * once more when the last one just finished. */
+            if (cairn_engine_cold_poll(s->engine))
+                return;
+            rc = cairn_seq_begin(s->engine, u->req->salt, u->toks, u->n_toks, &seq, &cached);
+            if (rc == CAIRN_EEXHAUSTED && cairn_engine_cold_poll(s->engine))
+                return;
+        }
         if (rc) {
             req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED
                                         ? "the KV pool cannot hold this prompt"
@@ -518,22 +583,48 @@ static void admit(cairn_sched_t *s)
         u->seq = seq;
         u->admit_seq = ++s->admit_counter;
         s->running[s->n_running++] = u;
+        u->restoring = restoring;
+        if (u->restoring)
+            continue;
         budget += cairn_seq_n_pending(seq);
-        sched_req_t *r = u->req;
-        if (!r->admitted_once) {
-            r->admitted_once = true;
-            r->usage.cached_tokens = cached;
-            r->usage.queue_ms = cairn_now_ms() - r->t_submit;
-            /* Blocks past the hot prefix may come from the cold tier (restored in begin). */
-            int restored = cairn_seq_restored_tokens(seq);
-            r->usage.restored_tokens = restored;
-            int full = (u->n_toks - 1) / s->block_tokens * s->block_tokens;
-            r->usage.miss_reason = cached + restored < full ? (cached + restored ? "partial" : "miss")
-                                   : restored ? "cold" : "none";
-            pthread_mutex_lock(&s->mu);
-            s->n_queued--;
-            pthread_mutex_unlock(&s->mu);
+        note_admitted(s, u, cached);
+    }
+}
+
+/* Admits the runs whose restore finished reading (installs what it read); a run the pool
+ * cannot take now goes back to the front of `waiting`, as a preempted one does. */
+static void poll_restoring(cairn_sched_t *s)
+{
+    for (int i = 0; i < s->n_running;) {
+        sched_run_t *u = s->running[i];
+        if (!u->restoring || cairn_seq_restoring(u->seq)) {
+            i++;
+            continue;
         }
+        int cached = 0;
+        int rc = cairn_seq_begin_finish(u->seq, &cached);
+        u->restoring = false;
+        if (rc == CAIRN_OK) {
+            note_admitted(s, u, cached);
+            i++;
+            continue;
+        }
+        u->seq = NULL; /* released by the failed admission */
+        remove_ptr(s->running, &s->n_running, u);
+        /* No room: back to the front of `waiting`, where admission's rules (wait while
+         * others run or the cold tier's write-back copies are pending) apply to a plain
+         * begin, so a run that cannot fit ends the way any other does. */
+        if (rc == CAIRN_EEXHAUSTED &&
+            cairn_grow_array_int((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof(*s->waiting),
+                                 16) == CAIRN_OK) {
+            u->sync_begin = true;
+            memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
+            s->waiting[0] = u;
+            s->n_waiting++;
+            continue;
+        }
+        req_fail(s, u->req, rc, rc == CAIRN_EEXHAUSTED ? "the KV pool cannot hold this prompt"
+                                                       : "the sequence could not begin");
     }
 }
 
@@ -642,6 +733,7 @@ static void sample_one(cairn_sched_t *s, sched_run_t *u, const float *row)
 static bool step(cairn_sched_t *s)
 {
     feed_decodes(s);
+    poll_restoring(s);
     admit(s);
     if (s->n_running == 0)
         return false;
@@ -676,6 +768,12 @@ static bool step(cairn_sched_t *s)
                                            chunk == pending ? CAIRN_LOGITS_LAST : CAIRN_LOGITS_NONE};
         s->item_runs[n++] = u;
         rows += chunk;
+    }
+    if (n == 0) { /* every run waits: for its restore's reads, or for a feed (the cold
+                   * tier's write-back): briefly */
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+        return false;
     }
     const float *logits = NULL;
     int n_rows = 0;
@@ -769,6 +867,33 @@ static void publish_stats(cairn_sched_t *s)
     s->stats.cold_bytes_written = cc.store.bytes_written;
     s->stats.cold_used_bytes = cc.store.used_bytes;
     s->stats.cold_objects = cc.store.objects;
+    s->stats.cold_sidecars_captured = cc.sidecars_captured;
+    s->stats.cold_sidecars_installed = cc.sidecars_installed;
+    s->stats.cold_sidecar_corruptions = cc.sidecar_corruptions;
+    s->stats.cold_sidecar_drops = cc.sidecar_drops;
+    s->stats.cold_sidecar_objects = cc.store.state_objects;
+    s->stats.cold_sidecar_bytes = cc.store.state_bytes;
+    s->stats.cold_restores_reduced = cc.restores_reduced;
+    s->stats.cold_restores_suppressed = cc.restores_suppressed;
+    memcpy(s->stats.cold_restore_miss, cc.miss, sizeof(cc.miss));
+    s->stats.cold_capture_walks = cc.capture_walks;
+    s->stats.cold_capture_chain_empty = cc.capture_chain_empty;
+    s->stats.cold_capture_already = cc.capture_already;
+    s->stats.cold_capture_failed = cc.capture_failed;
+    s->stats.cold_sidecars_already = cc.sidecars_already;
+    s->stats.cold_sidecar_skips = cc.sidecar_skips;
+    s->stats.cold_sidecar_chain_empty = cc.sidecar_chain_empty;
+    s->stats.cold_restore_lookups = cc.restore_lookups;
+    s->stats.cold_sidecar_reads = cc.sidecar_reads;
+    s->stats.cold_candidates_refused = cc.candidates_refused;
+    s->stats.cold_install_failures = cc.install_failures;
+    s->stats.cold_capture_queued = cc.capture_queued;
+    s->stats.cold_capture_deferrals = cc.capture_deferrals;
+    s->stats.cold_writeback_holds = cc.writeback_holds;
+    s->stats.cold_capture_lost = cc.capture_lost;
+    s->stats.cold_awaiting_blocks = cc.awaiting_blocks;
+    s->stats.cold_awaiting_bytes = cc.awaiting_bytes;
+    s->stats.cold_pinned_bytes = cc.pinned_bytes;
     s->stats.shared_enabled = cc.shared_enabled;
     s->stats.shared_connected = cc.shared.connected;
     s->stats.shared_restored_blocks = cc.shared_restored_blocks;
@@ -793,8 +918,27 @@ static void publish_stats(cairn_sched_t *s)
 /* Takes the inbox and the cancel list; returns false when the thread should exit. */
 static bool collect(cairn_sched_t *s, bool idle)
 {
+    /* An idle engine thread still drives the cold tier's background capture (it alone
+     * may pin and unpin pool blocks): while copies are pending it wakes every 2 ms. */
+    bool capturing = idle && cairn_engine_cold_poll(s->engine);
+    /* That poll may have taken back the last copies (their blocks unpinned) after the
+     * last snapshot: publish before sleeping (once per wake-up), or the stats would show
+     * them pinned until the next request (seen under ASan: test_stress_sched's idle pool
+     * "in use"). */
+    if (idle && !capturing)
+        publish_stats(s);
     pthread_mutex_lock(&s->mu);
-    while (idle && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
+    if (capturing && !s->inbox_head && !s->n_cancels && !s->stopping) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 2 * 1000 * 1000;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+    }
+    while (idle && !capturing && !s->inbox_head && !s->n_cancels && !s->stopping && s->n_reqs == 0)
         pthread_cond_wait(&s->cv, &s->mu);
     sched_req_t *in = s->inbox_head;
     s->inbox_head = s->inbox_tail = NULL;

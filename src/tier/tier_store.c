@@ -163,6 +163,8 @@ char *cairn_tier_stats_json(const cairn_tier_stats_t *cur, const cairn_tier_stat
         cJSON_AddNumberToObject(o, "used_bytes", (double)cur->used_bytes);
         cJSON_AddNumberToObject(o, "objects", (double)cur->objects);
         cJSON_AddNumberToObject(o, "queue_len", cur->queue_len);
+        cJSON_AddNumberToObject(o, "state_objects", (double)cur->state_objects);
+        cJSON_AddNumberToObject(o, "state_bytes", (double)cur->state_bytes);
     }
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -86,3 +86,20 @@ void cairn_tier_trace_turn(cairn_tier_trace_t *t, cairn_tier_store_t *s, const c
     cJSON_free(labtxt);
     pthread_mutex_unlock(&t->mu);
 }
+
+void cairn_tier_trace_restore(cairn_tier_trace_t *t, size_t hot_blocks, const cairn_tier_hybrid_result_t *r)
+{
+    if (!t || !r)
+        return;
+    char line[512];
+    int len = snprintf(line, sizeof line,
+                       "{\"turn\":\"restore\",\"restore\":{\"hot\":%zu,\"proposed\":%zu,\"boundary\":%zu,"
+                       "\"loaded\":%zu,\"sidecars\":%u,\"refused\":%u,\"corrupt\":%u,\"miss\":\"%s\"}}\n",
+                       hot_blocks, r->proposed, r->boundary, r->loaded, r->sidecars_read, r->candidates_refused,
+                       r->sidecar_corruptions, cairn_tier_miss_name(r->miss));
+    if (len <= 0 || (size_t)len >= sizeof line)
+        return;
+    pthread_mutex_lock(&t->mu);
+    append(t->path, line, len);
+    pthread_mutex_unlock(&t->mu);
+}

@@ -373,6 +373,125 @@ static void test_retention_hint_eviction_order(void **state)
     cairn_kv_cache_destroy(c);
 }
 
+/* Pins: a pinned cached block survives eviction and keeps its bytes; a pinned partial
+ * block in a table is copied before an append writes into it; unpinning returns a block
+ * to the LRU; misuse is refused. The invariant check counts pins as references. */
+static void test_block_pins(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t l = kvt_full(DIM);
+    cairn_kv_cache_t *c = make(&l, 1, 1, 0); /* 16 blocks, 15 usable */
+    int32_t t[9];
+    seqn(t, 9, 700);
+    cairn_kv_seq_t *s = run(c, NULL, t, 9, NULL); /* blocks 0, 1 full, block 2 partial */
+    size_t nb;
+    const uint32_t *tab = cairn_kv_seq_block_table(s, 0, &nb);
+    uint32_t b0 = tab[0], b2 = tab[2];
+    memset(cairn_kv_cache_block_data(c, b2), 0x33, cairn_kv_cache_block_bytes(c));
+    assert_int_equal(cairn_kv_cache_block_pin(c, b2), 0);
+    check(c);
+    int32_t more = 5;
+    cairn_kv_stats_t st;
+    cairn_kv_cache_stats(c, &st);
+    uint64_t cow = st.cow_copies;
+    assert_int_equal(cairn_kv_seq_append(s, &more, 1), 0); /* into the pinned partial block: a copy */
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.cow_copies, cow + 1);
+    assert_int_equal(st.blocks_pinned, 1);
+    tab = cairn_kv_seq_block_table(s, 0, &nb);
+    assert_int_not_equal(tab[2], b2);
+    check(c);
+    cairn_kv_seq_release(s, NULL);
+    /* Block 0 is cached now; pinned, it survives evicting everything. */
+    assert_int_equal(cairn_kv_cache_block_pin(c, b0), 0);
+    assert_int_equal(cairn_kv_cache_block_pin(c, b0), 0);
+    check(c);
+    uint32_t ev = 0;
+    cairn_kv_cache_evict(c, 100, &ev);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.blocks_cached, 0);
+    assert_int_equal(st.blocks_pinned, 2);
+    cairn_kv_hash_t h[2];
+    assert_int_equal(cairn_kv_cache_hash_blocks(c, NULL, NULL, 0, t, 8, h), 0);
+    assert_int_equal(cairn_kv_cache_find_block(c, 0, NULL, &h[0]), b0);
+    assert_int_equal(cairn_kv_cache_find_block(c, 0, NULL, &h[1]), 0); /* evicted */
+    assert_int_equal(cairn_kv_cache_find_block(c, 1, NULL, &h[0]), 0);  /* no such group */
+    assert_int_equal(cairn_kv_cache_block_unpin(c, b0), 0);
+    assert_int_equal(cairn_kv_cache_block_unpin(c, b0), 0);
+    assert_int_equal(cairn_kv_cache_block_unpin(c, b0), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_cache_block_unpin(c, b2), 0); /* unpublished: back to the free queue */
+    assert_int_equal(cairn_kv_cache_block_pin(c, b2), CAIRN_EINVAL); /* free */
+    assert_int_equal(cairn_kv_cache_block_pin(c, 0), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_cache_block_pin(c, 1u << 20), CAIRN_EINVAL);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.blocks_cached, 1);
+    assert_int_equal(st.blocks_pinned, 0);
+    assert_int_equal(st.blocks_in_use, 0);
+    check(c);
+    /* An import is pinned until published; unpin cannot take an import's pin. */
+    uint32_t id;
+    void *bytes;
+    assert_int_equal(cairn_kv_cache_import_begin(c, &id, &bytes), 0);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.blocks_pinned, 1);
+    check(c);
+    assert_int_equal(cairn_kv_cache_block_unpin(c, id), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_cache_import_discard(c, id), 0);
+    check(c);
+    cairn_kv_cache_destroy(c);
+}
+
+/* A cache of several groups imports per group: the group-less publish is refused, the
+ * group's publish makes the block attachable in that group only; group introspection. */
+static void test_group_import(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t ls[3] = {kvt_sliding(DIM, 2 * BS), kvt_full(DIM), kvt_recurrent()};
+    cairn_kv_config_t cfg = kvt_config(ls, 3, BS, 2, 0);
+    cairn_kv_cache_t *c = NULL;
+    assert_int_equal(cairn_kv_cache_create(&cfg, &c), 0);
+    assert_int_equal(cairn_kv_cache_n_groups(c), 3);
+    uint32_t gs, gf, gr;
+    assert_int_equal(cairn_kv_cache_layer_group(c, 0, &gs), 0);
+    assert_int_equal(cairn_kv_cache_layer_group(c, 1, &gf), 0);
+    assert_int_equal(cairn_kv_cache_layer_group(c, 2, &gr), 0);
+    assert_int_equal(cairn_kv_cache_layer_group(c, 3, &gr), CAIRN_EINVAL);
+    cairn_kv_group_info_t gi;
+    assert_int_equal(cairn_kv_cache_group_info(c, gs, &gi), 0);
+    assert_int_equal(gi.kind, CAIRN_KV_LAYER_SLIDING);
+    assert_int_equal(gi.window, 2 * BS);
+    assert_int_equal(gi.n_layers, 1);
+    assert_int_equal(cairn_kv_cache_group_info(c, gr, &gi), 0);
+    assert_int_equal(gi.kind, CAIRN_KV_LAYER_RECURRENT);
+    assert_int_equal(cairn_kv_cache_group_info(c, 3, &gi), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_sliding_first_live(2 * BS, BS, 4 * BS), 2);
+    assert_int_equal(cairn_kv_sliding_first_live(2 * BS, BS, BS), 0);
+    int32_t t[9];
+    seqn(t, 9, 900);
+    cairn_kv_hash_t h[2];
+    assert_int_equal(cairn_kv_cache_hash_blocks(c, NULL, NULL, 0, t, 8, h), 0);
+    uint32_t id;
+    void *bytes;
+    assert_int_equal(cairn_kv_cache_import_begin(c, &id, &bytes), 0);
+    assert_int_equal(cairn_kv_cache_import_publish(c, id, &(cairn_kv_hash_t){{0}}, &h[0]), CAIRN_EUNSUPPORTED);
+    assert_int_equal(cairn_kv_cache_import_publish_group(c, id, gr, &(cairn_kv_hash_t){{0}}, &h[0]), CAIRN_EINVAL);
+    assert_int_equal(cairn_kv_cache_import_publish_group(c, id, gf, &(cairn_kv_hash_t){{0}}, &h[0]), 0);
+    check(c);
+    assert_int_equal(cairn_kv_cache_find_block(c, gf, NULL, &h[0]), id);
+    assert_int_equal(cairn_kv_cache_find_block(c, gs, NULL, &h[0]), 0);
+    /* A checkpoint registered by key alone. */
+    assert_false(cairn_kv_cache_checkpoint_has(c, &h[1]));
+    assert_int_equal(cairn_kv_cache_checkpoint_add(c, &h[1]), 0);
+    assert_true(cairn_kv_cache_checkpoint_has(c, &h[1]));
+    cairn_kv_cache_destroy(c);
+    cairn_kv_layer_spec_t dense = kvt_full(DIM);
+    assert_int_equal(cairn_kv_cache_create(&(cairn_kv_config_t){0}, &c), CAIRN_EINVAL);
+    cfg = kvt_config(&dense, 1, BS, 1, 0);
+    assert_int_equal(cairn_kv_cache_create(&cfg, &c), 0);
+    assert_int_equal(cairn_kv_cache_checkpoint_add(c, &h[1]), CAIRN_EUNSUPPORTED);
+    cairn_kv_cache_destroy(c);
+}
+
 static void test_lru_eviction_and_exhaustion(void **state)
 {
     (void)state;
@@ -425,6 +544,81 @@ static void test_lru_eviction_and_exhaustion(void **state)
     uint32_t ev;
     cairn_kv_cache_evict(c, 100, &ev);
     assert_int_equal(ev, 4);
+    cairn_kv_seq_release(s, NULL);
+    check(c);
+    cairn_kv_cache_destroy(c);
+}
+
+/* The write-back filter: blocks it keeps are never evicted, the allocator takes the next
+ * least recently used ones instead, and a request the blocks it lets go cannot cover
+ * fails with nothing evicted. Fails if ensure_free ignores the filter (prompt 0's blocks,
+ * the LRU head, would go) or evicts part of a request it cannot finish. */
+typedef struct {
+    cairn_kv_hash_t keep[4];
+    int n_keep;
+    bool keep_all;
+    int asked;
+} filter_t;
+
+static bool keep_filter(void *user, uint32_t block, uint32_t group, const cairn_kv_hash_t *hash,
+                        const cairn_kv_hash_t *domain)
+{
+    (void)block;
+    (void)domain;
+    filter_t *f = user;
+    f->asked++;
+    assert_int_equal(group, 0);
+    if (f->keep_all)
+        return false;
+    for (int i = 0; i < f->n_keep; i++)
+        if (!memcmp(f->keep[i].bytes, hash->bytes, sizeof hash->bytes))
+            return false;
+    return true;
+}
+
+static void test_evict_filter(void **state)
+{
+    (void)state;
+    cairn_kv_layer_spec_t l = kvt_full(DIM);
+    cairn_kv_cache_t *c = make(&l, 1, 1, 0); /* 16 blocks, 15 usable */
+    int32_t t[3][9];
+    for (int i = 0; i < 3; i++) {
+        seqn(t[i], 9, 1000 * (i + 1));
+        cairn_kv_seq_release(run(c, NULL, t[i], 9, NULL), NULL);
+    }
+    filter_t f = {.n_keep = 2};
+    assert_int_equal(cairn_kv_cache_hash_blocks(c, NULL, NULL, 0, t[0], 8, f.keep), 0);
+    cairn_kv_cache_set_evict_filter(c, keep_filter, &f);
+    /* 11 blocks: 9 free + 2 cached; prompt 0's (the LRU head) are kept, prompt 1's go. */
+    int32_t big[44];
+    seqn(big, 44, 5000);
+    cairn_kv_seq_t *s = NULL;
+    assert_int_equal(cairn_kv_seq_begin(c, NULL, NULL, 0, big, 44, &s, NULL), 0);
+    check(c);
+    size_t P;
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 8);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[1], 9, &P), 0);
+    assert_int_equal(P, 0);
+    assert_true(f.asked >= 2);
+    cairn_kv_stats_t st;
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 2);
+    /* Keeping everything: a request that needs an eviction fails and evicts nothing. */
+    f.keep_all = true;
+    int32_t more[8];
+    seqn(more, 8, 9000);
+    assert_int_equal(cairn_kv_seq_append(s, more, 8), CAIRN_EEXHAUSTED);
+    cairn_kv_cache_stats(c, &st);
+    assert_int_equal(st.evictions, 2);
+    assert_int_equal(st.blocks_cached, 4);
+    /* Letting prompt 2's blocks go (only prompt 0's kept): the append fits. */
+    f.keep_all = false;
+    assert_int_equal(cairn_kv_seq_append(s, more, 8), 0);
+    check(c);
+    assert_int_equal(cairn_kv_cache_lookup(c, NULL, NULL, 0, t[0], 9, &P), 0);
+    assert_int_equal(P, 8);
+    cairn_kv_cache_set_evict_filter(c, NULL, NULL);
     cairn_kv_seq_release(s, NULL);
     check(c);
     cairn_kv_cache_destroy(c);
@@ -940,7 +1134,8 @@ static void test_stats_json(void **state)
     assert_int_equal(cJSON_GetObjectItem(o, "blocks_max")->valuedouble, 32);
     assert_int_equal(cJSON_GetObjectItem(o, "block_bytes")->valuedouble, 65536);
     assert_int_equal(cJSON_GetObjectItem(o, "sequences")->valuedouble, 1);
-    assert_int_equal(cJSON_GetArraySize(o), 18);
+    assert_int_equal(cJSON_GetObjectItem(o, "blocks_pinned")->valuedouble, 0);
+    assert_int_equal(cJSON_GetArraySize(o), 19);
     cJSON_Delete(o);
     cairn_free(js);
     assert_int_equal(cairn_kv_stats_to_json(NULL, &js), CAIRN_EINVAL);
@@ -988,8 +1183,11 @@ int main(void)
         cmocka_unit_test(test_prefix_reuse_and_isolation),
         cmocka_unit_test(test_duplicate_publish_keeps_own),
         cmocka_unit_test(test_import_blocks),
+        cmocka_unit_test(test_block_pins),
+        cmocka_unit_test(test_group_import),
         cmocka_unit_test(test_lru_eviction_and_exhaustion),
         cmocka_unit_test(test_retention_hint_eviction_order),
+        cmocka_unit_test(test_evict_filter),
         cmocka_unit_test(test_pressure_trims_conversation_from_its_end),
         cmocka_unit_test(test_grow_on_demand),
         cmocka_unit_test(test_fork_copy_on_write),

@@ -1,8 +1,10 @@
 /*
  * test_server_restart.c — a conversation survives a server restart through the cold tier.
  *
- * Runs the built binary (CAIRN_BINARY_DIR/src/cairn serve) as a child process over the
- * qwen3 fixture on 127.0.0.1 with an ephemeral port and a temporary --cache-dir:
+ * Runs the built binary (CAIRN_BINARY_DIR/src/cairn serve) as a child process over each
+ * family's fixture (qwen3, and the hybrids lfm2, gemma3 and qwen3_5, whose prefixes
+ * restore from blocks plus state sidecars) on 127.0.0.1 with an ephemeral port and a
+ * temporary --cache-dir:
  *   1. server A: turn 1 of a chat (a system prompt of several hundred tokens, a user
  *      message, temperature 0); SIGTERM, which drains the cold tier's writer queue;
  *   2. server B, fresh process, same cache dir: turn 2 (turn 1's messages, the assistant
@@ -29,7 +31,8 @@
 
 #include "http_test_util.h"
 
-#define MODEL_DIR CAIRN_FIXTURES_DIR "/models/qwen3"
+static const char *g_model = "qwen3"; /* the fixture under CAIRN_FIXTURES_DIR/models */
+static char g_model_dir[512];
 #define CAIRN_BIN CAIRN_BINARY_DIR "/src/cairn"
 #define MAX_TOKENS 24
 
@@ -67,7 +70,7 @@ static int server_start(const char *cache_dir, bool no_cold, child_t *c)
         /* The capture of a turn has a time budget (250 ms by default) that a busy test
          * machine can exceed; this test checks restore and parity, not that budget. */
         setenv("CAIRN_COLD_CAPTURE_BUDGET_MS", "10000", 1);
-        char *argv[] = {CAIRN_BIN, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
+        char *argv[] = {CAIRN_BIN, "serve", g_model_dir, "--host", "127.0.0.1", "--port", "0",
                         "--threads", "1", "--http-threads", "2", "--pool-mib", "16",
                         "--cache-dir", (char *)cache_dir, no_cold ? "--no-cold" : NULL, NULL};
         execv(CAIRN_BIN, argv);
@@ -172,7 +175,7 @@ static void reply_free(reply_t *r)
 static void chat(int port, const cJSON *messages, reply_t *out)
 {
     cJSON *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(req, "model", "qwen3");
+    cJSON_AddStringToObject(req, "model", g_model);
     cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(messages, 1));
     cJSON_AddNumberToObject(req, "max_tokens", MAX_TOKENS);
     cJSON_AddNumberToObject(req, "temperature", 0);
@@ -216,8 +219,24 @@ static double metric(int port, const char *name)
 
 /* ---- Test ----------------------------------------------------------------------------- */
 
-static void test_turn2_after_restart_restores_and_matches(void **state)
+/* Polls a counter until it reaches at least `want` (the capture walk that moves it runs
+ * at the end of the turn, around the reply), for up to 10 s; returns its last value. */
+static double metric_at_least(int port, const char *name, double want)
 {
+    double v = 0;
+    for (int i = 0; i < 200 && (v = metric(port, name)) < want; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return v;
+}
+
+static bool is_hybrid(const char *model) { return strcmp(model, "qwen3") != 0; }
+
+static void turn2_case(const char *model)
+{
+    g_model = model;
+    snprintf(g_model_dir, sizeof g_model_dir, "%s/models/%s", CAIRN_FIXTURES_DIR, model);
     char *sys = system_prompt();
     cJSON *msgs = cJSON_CreateArray();
     cJSON_AddItemToArray(msgs, message("system", sys));
@@ -233,6 +252,17 @@ static void test_turn2_after_restart_restores_and_matches(void **state)
     assert_int_equal(t1.completion_tokens, MAX_TOKENS);
     assert_int_equal(t1.restored_tokens, 0);
     assert_true(metric(g_children[0].port, "cairn_cold_enabled") == 1);
+    /* The capture events (issue 11's counters): the turn's full blocks reached, and a
+     * hybrid's anchors with their sidecars. */
+    assert_true(metric_at_least(g_children[0].port, "cairn_cold_capture_reached_total", t1.prompt_tokens / 16) >=
+                t1.prompt_tokens / 16);
+    assert_true(metric(g_children[0].port, "cairn_cold_capture_walks_total") >= 1);
+    if (is_hybrid(model)) {
+        assert_true(metric_at_least(g_children[0].port, "cairn_cold_sidecars_reached_total", 1) >= 1);
+    } else {
+        assert_true(metric(g_children[0].port, "cairn_cold_sidecars_reached_total") == 0);
+        assert_true(metric(g_children[0].port, "cairn_cold_sidecar_chain_empty_total") == 0);
+    }
     assert_int_equal(server_stop(&g_children[0]), 0);
 
     cJSON_AddItemToArray(msgs, message("assistant", t1.content));
@@ -242,9 +272,9 @@ static void test_turn2_after_restart_restores_and_matches(void **state)
     assert_int_equal(server_start(g_dir_cold, false, &g_children[1]), 0);
     reply_t t2;
     chat(g_children[1].port, msgs, &t2);
-    fprintf(stderr, "turn 1: %d prompt tokens; turn 2 after restart: %d prompt tokens, %d hot, "
+    fprintf(stderr, "%s turn 1: %d prompt tokens; turn 2 after restart: %d prompt tokens, %d hot, "
                     "%d restored from the cold tier\n",
-            t1.prompt_tokens, t2.prompt_tokens, t2.hot_tokens, t2.restored_tokens);
+            model, t1.prompt_tokens, t2.prompt_tokens, t2.hot_tokens, t2.restored_tokens);
     assert_true(t2.prompt_tokens > t1.prompt_tokens);
     assert_int_equal(t2.hot_tokens, 0); /* a fresh pool: nothing hot */
     assert_true(t2.restored_tokens > 0);
@@ -258,6 +288,17 @@ static void test_turn2_after_restart_restores_and_matches(void **state)
     assert_true(metric(g_children[1].port, "cairn_cold_restored_blocks_total") ==
                 t2.restored_tokens / 16);
     assert_true(metric(g_children[1].port, "cairn_cold_corruptions_total") == 0);
+    assert_true(metric(g_children[1].port, "cairn_cold_restore_lookups_total") >= 1);
+    assert_true(metric(g_children[1].port, "cairn_cold_install_failures_total") == 0);
+    /* Turn 2's walk finds turn 1's restored blocks on disk already. */
+    assert_true(metric_at_least(g_children[1].port, "cairn_cold_capture_already_total", t2.restored_tokens / 16) >=
+                t2.restored_tokens / 16);
+    if (is_hybrid(model)) {
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecar_reads_total") >= 1);
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecars_installed_total") >= 1);
+    } else {
+        assert_true(metric(g_children[1].port, "cairn_cold_sidecar_reads_total") == 0);
+    }
     assert_int_equal(server_stop(&g_children[1]), 0);
 
     /* Server C: no cold tier, empty cache dir: everything computed, same reply. */
@@ -277,6 +318,17 @@ static void test_turn2_after_restart_restores_and_matches(void **state)
     reply_free(&t2);
     reply_free(&ref);
     cJSON_Delete(msgs);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/* '%s'/*", g_dir_cold, g_dir_plain);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_turn2_after_restart_restores_and_matches(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"qwen3", "lfm2", "gemma3", "qwen3_5"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        turn2_case(models[i]);
 }
 
 /* ---- Fixture -------------------------------------------------------------------------- */

@@ -396,6 +396,13 @@ static void check_idle_and_full_admission(cairn_sched_t *s, cairn_sched_stats_t 
             break;
         stress_sleep_ms(10);
     }
+    if (ss.running || ss.queued || ss.pool_blocks_used)
+        fprintf(stderr, "not idle after 20 s: %d running, %d queued, %llu blocks in use (%llu cached, %llu free); "
+                "cold tier: %llu awaiting, %llu bytes pinned, %llu capture lost\n",
+                (int)ss.running, (int)ss.queued, (unsigned long long)ss.pool_blocks_used,
+                (unsigned long long)ss.pool_blocks_cached, (unsigned long long)ss.pool_blocks_free,
+                (unsigned long long)ss.cold_awaiting_blocks, (unsigned long long)ss.cold_pinned_bytes,
+                (unsigned long long)ss.cold_capture_lost);
     assert_int_equal(ss.running, 0);
     assert_int_equal(ss.queued, 0);
     assert_int_equal(ss.pool_blocks_used, 0);

@@ -3,9 +3,9 @@
  * model_types, config and weights lifecycle, its cache layout (sliding layers SLIDING(W),
  * full layers FULL) and its part of the cold tier's model fingerprint.
  *
- * The cold tier stays off for this family (no cold_model_types): the KV core pages its
- * sliding and full layers as separate groups, and a restored block would have to carry
- * every group's K/V for the prefix it names.
+ * Cold tier: the full layers' blocks are BLOCK objects and each sliding group's live
+ * window at a boundary a STATE sidecar (engine/state_sidecar.h); restart parity is proven
+ * by tests/engine/test_cold_restart.c on the gemma3 fixture.
  *
  * Thread-safety: the vtable is constant; the functions are pure with respect to their
  * arguments.
@@ -19,6 +19,7 @@
 static const char *const model_types[] = {"gemma3_text", "gemma3", NULL};
 /* GGUF general.architecture values (gemma3_gguf.c). */
 static const char *const gguf_architectures[] = {"gemma3", NULL};
+static const char *const cold_model_types[] = {"gemma3_text", "gemma3", NULL};
 
 static int parse_config(const hf_config_t *hf, cairn_model_config_t *cfg, void **priv, char *err,
                         size_t err_len)
@@ -107,7 +108,7 @@ static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *e
 const cairn_family_t cairn_family_gemma3 = {
     .name = "gemma3",
     .model_types = model_types,
-    .cold_model_types = NULL,
+    .cold_model_types = cold_model_types,
     .parse_config = parse_config,
     .bind = bind,
     .ignore_tensor = gemma3_ignore_tensor,

@@ -3,9 +3,9 @@
  * layout (attention layers FULL, conv layers RECURRENT with their conv state) and its
  * part of the cold tier's model fingerprint.
  *
- * The cold tier stays off for this family (no cold_model_types): it persists K/V blocks
- * only, and a prefix of a model with recurrent layers is usable only together with a
- * recurrent checkpoint at exactly its length, which lives in memory (engine/seq_state.c).
+ * Cold tier: the attention layers' blocks are BLOCK objects and the conv state at a
+ * boundary a STATE sidecar (engine/state_sidecar.h); restart parity is proven by
+ * tests/engine/test_cold_restart.c on the lfm2 fixture.
  *
  * Thread-safety: the vtable is constant; the functions are pure.
  */
@@ -17,6 +17,7 @@
 static const char *const model_types[] = {"lfm2", NULL};
 /* GGUF general.architecture values (lfm2_gguf.c). */
 static const char *const gguf_architectures[] = {"lfm2", NULL};
+static const char *const cold_model_types[] = {"lfm2", NULL};
 
 const lfm2_t *lfm2_of(const cairn_model_t *m)
 {
@@ -69,7 +70,7 @@ static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *e
 const cairn_family_t cairn_family_lfm2 = {
     .name = "lfm2",
     .model_types = model_types,
-    .cold_model_types = NULL,
+    .cold_model_types = cold_model_types,
     .parse_config = lfm2_parse_config,
     .bind = lfm2_bind,
     .ignore_tensor = lfm2_ignore_tensor,

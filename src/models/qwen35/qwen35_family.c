@@ -3,8 +3,9 @@
  * layout (linear-attention layers RECURRENT with their conv + delta-rule state, the gated
  * attention layers FULL) and its part of the cold tier's model fingerprint.
  *
- * The cold tier stays off for this family (no cold_model_types): restart parity needs the
- * recurrent state persisted beside the blocks, which is not built.
+ * Cold tier: the gated attention layers' blocks are BLOCK objects and the conv +
+ * delta-rule state at a boundary a STATE sidecar (engine/state_sidecar.h); restart parity
+ * is proven by tests/engine/test_cold_restart.c on the qwen3_5 fixture.
  *
  * Thread-safety: the vtable is constant; the functions are pure.
  */
@@ -16,6 +17,7 @@
 static const char *const model_types[] = {"qwen3_5_text", "qwen3_5", NULL};
 /* GGUF general.architecture values (qwen35_gguf.c): llama.cpp's LLM_ARCH_QWEN35. */
 static const char *const gguf_architectures[] = {"qwen35", NULL};
+static const char *const cold_model_types[] = {"qwen3_5_text", "qwen3_5", NULL};
 
 static int cache_layout(const cairn_model_t *m, cairn_dtype_t kv_dtype,
                         cairn_layer_cache_t *layers)
@@ -63,7 +65,7 @@ static void describe(const cairn_model_t *m, cairn_tier_model_desc_t *d, char *e
 const cairn_family_t cairn_family_qwen35 = {
     .name = "qwen35",
     .model_types = model_types,
-    .cold_model_types = NULL,
+    .cold_model_types = cold_model_types,
     .parse_config = q35_parse_config,
     .bind = q35_bind,
     .ignore_tensor = q35_ignore_tensor,

@@ -178,6 +178,33 @@ static int grow_buckets(cairn_cold_store_t *s)
     return CAIRN_OK;
 }
 
+/* The BLOCK entry e is anchored on: a block's parent, a sidecar's boundary block; NULL
+ * for block 0 or when the anchor is not indexed. */
+static fs_entry_t *anchor_locked(cairn_cold_store_t *s, const fs_entry_t *e)
+{
+    static const cairn_tier_hash_t zero;
+    if (e->kind == CAIRN_TIER_STATE) {
+        cairn_tier_key_t k = fs__block_key(&e->hash);
+        return fs__find_locked(s, &k);
+    }
+    if (!memcmp(e->parent.bytes, zero.bytes, sizeof zero.bytes))
+        return NULL;
+    cairn_tier_key_t k = fs__block_key(&e->parent);
+    return fs__find_locked(s, &k);
+}
+
+/* Recounts every entry's children (after the open's scan, which inserts in file order). */
+static void recount_children_locked(cairn_cold_store_t *s)
+{
+    for (fs_entry_t *e = s->lru_head; e; e = e->next_lru)
+        e->children = 0;
+    for (fs_entry_t *e = s->lru_head; e; e = e->next_lru) {
+        fs_entry_t *a = anchor_locked(s, e);
+        if (a)
+            a->children++;
+    }
+}
+
 int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k, const cairn_tier_hash_t *parent,
                       uint64_t file_bytes, uint32_t n_tokens, uint64_t boundary)
 {
@@ -210,6 +237,9 @@ int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k, const ca
         s->n_state++;
         s->state_used += file_bytes;
     }
+    fs_entry_t *a = anchor_locked(s, e);
+    if (a)
+        a->children++;
     return CAIRN_OK;
 }
 
@@ -223,6 +253,9 @@ static void remove_locked(cairn_cold_store_t *s, fs_entry_t *e)
         pp = &(*pp)->next;
     *pp = e->next;
     lru_unlink(s, e);
+    fs_entry_t *a = anchor_locked(s, e);
+    if (a && a->children)
+        a->children--;
     s->count--;
     s->used -= e->file_bytes;
     if (e->kind == CAIRN_TIER_STATE) {
@@ -268,17 +301,27 @@ static void unlink_object(cairn_cold_store_t *s, const fs_entry_t *e)
     }
 }
 
+static bool evictable(const fs_entry_t *e, const fs_entry_t *keep)
+{
+    return !e->pins && e != keep && e->children == 0;
+}
+
 size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep)
 {
     size_t n = 0;
     fs_entry_t *e = s->lru_head;
     while (s->used > quota && e) {
         fs_entry_t *nx = e->next_lru;
-        if (!e->pins && e != keep) {
-            unlink_object(s, e);
-            remove_locked(s, e);
+        /* A leaf, then each anchor its eviction leaves without children. */
+        for (fs_entry_t *x = e; x && s->used > quota && evictable(x, keep);) {
+            fs_entry_t *a = anchor_locked(s, x);
+            if (x == nx)
+                nx = x->next_lru;
+            unlink_object(s, x);
+            remove_locked(s, x);
             s->c.evictions++;
             n++;
+            x = a && a->children == 0 ? a : NULL;
         }
         e = nx;
     }
@@ -533,6 +576,9 @@ static int scan_dir(cairn_cold_store_t *s)
                 rc = scan_shard(s, nm, &items, &n, &cap);
             continue;
         }
+        /* The event counters (fs_events.c) live at the model level too. */
+        if (!strcmp(nm, "events.json") || !strcmp(nm, ".events.lock") || !strcmp(nm, ".events.tmp"))
+            continue;
         /* Anything else at the model level is not ours to keep: objects live in shards. */
         cairn_log(CAIRN_LOG_WARN, "cold tier: removing stray file %s/%s", s->dir, nm);
         unlinkat(dirfd(d), nm, 0);
@@ -628,6 +674,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
     chmod(s->dir, 0700);
     if ((rc = scan_dir(s)))
         goto fail;
+    recount_children_locked(s);
     fs__evict_locked(s, s->quota, NULL);
     if (!cfg->no_writer && (rc = fs__writer_start(s)))
         goto fail;

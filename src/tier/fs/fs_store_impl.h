@@ -23,6 +23,9 @@ typedef struct fs_entry {
     uint32_t group;            /* the key's group (BLOCK: 0) */
     uint8_t kind;              /* CAIRN_TIER_BLOCK or CAIRN_TIER_STATE: with hash and group, the name */
     uint32_t pins;             /* readers in flight; eviction skips pinned entries */
+    uint32_t children;         /* BLOCK: indexed objects anchored on it (blocks whose parent it
+                                  is, sidecars at its boundary); the quota evicts only
+                                  entries without children */
     bool removed;              /* unlinked from the index while pinned: freed on unpin */
     struct fs_entry *next;     /* hash bucket chain */
     struct fs_entry *prev_lru, *next_lru; /* lru_head is the least recently used */
@@ -104,7 +107,12 @@ fs_entry_t *fs__find_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k);
  * boundary of a STATE. CAIRN_ENOMEM on failure. */
 int fs__insert_locked(cairn_cold_store_t *s, const cairn_tier_key_t *k, const cairn_tier_hash_t *parent,
                       uint64_t file_bytes, uint32_t n_tokens, uint64_t boundary);
-/* Evicts LRU unpinned entries (except `keep`) until used <= quota; counts evictions. */
+/* Evicts until used <= quota, least recently used first among the unpinned entries
+ * (except `keep`) that no other indexed object is anchored on: a chain is useless without
+ * its head, so a block goes only after every descendant (and sidecar) it anchors, and a
+ * shared prefix stays while any conversation through it is kept. Evicting an entry's last
+ * child evicts the anchor next when the quota still needs room (an anchor is older than
+ * its children by construction: written and read before them). Counts evictions. */
 size_t fs__evict_locked(cairn_cold_store_t *s, uint64_t quota, const fs_entry_t *keep);
 
 /*

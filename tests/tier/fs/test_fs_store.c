@@ -253,7 +253,8 @@ static void test_restore_chain(void **state)
     assert_int_equal(st.restore_declines, 1);
     assert_int_equal(st.hits, 40 + 10 + 5);
     /* Pinned during the read: prune(0) inside block 7's destination callback evicts every
-     * other object, block 7 still restores, and the walk stops at the evicted block 8. */
+     * object it may (block 7's descendants; not its ancestors 0..6, which anchor it), block
+     * 7 still restores, and the walk stops at the evicted block 8. */
     d.decline_at = SIZE_MAX;
     d.prune_store = s;
     d.prune_at = 7;
@@ -261,8 +262,9 @@ static void test_restore_chain(void **state)
     assert_int_equal(got, 1);
     assert_true(d.saw_pinned);
     cairn_cold_store_stats(s, &st);
-    assert_int_equal(st.objects, 1);
-    assert_true(cairn_cold_store_contains(s, &hs[7]));
+    assert_int_equal(st.objects, 8);
+    for (size_t i = 0; i < 8; i++)
+        assert_true(cairn_cold_store_contains(s, &hs[i]));
     cairn_cold_store_destroy(s);
 }
 
@@ -926,6 +928,79 @@ static void test_quota_lru(void **state)
     cairn_cold_store_destroy(s);
 }
 
+/* Puts one block object named `id` (a byte) whose parent is `parent` (0: block 0). */
+static void put_linked(cairn_cold_store_t *s, uint8_t id, uint8_t parent)
+{
+    cairn_tier_object_t o;
+    memset(&o, 0, sizeof o);
+    static int32_t tk[T_TOKENS];
+    static uint8_t pay[T_PAYLOAD];
+    o.key.kind = CAIRN_TIER_BLOCK;
+    o.key.hash.bytes[0] = id;
+    o.key.hash.bytes[31] = 0xA5;
+    if (parent) {
+        o.parent.bytes[0] = parent;
+        o.parent.bytes[31] = 0xA5;
+    }
+    o.tokens = tk;
+    o.n_tokens = T_TOKENS;
+    o.payload = pay;
+    o.payload_size = T_PAYLOAD;
+    assert_int_equal(cairn_tier_store_put(cairn_cold_store_tier(s), &o, 10000, NULL), CAIRN_OK);
+    cairn_cold_store_flush(s);
+}
+
+static bool holds(cairn_cold_store_t *s, uint8_t id)
+{
+    cairn_tier_hash_t h;
+    memset(&h, 0, sizeof h);
+    h.bytes[0] = id;
+    h.bytes[31] = 0xA5;
+    return cairn_cold_store_contains(s, &h);
+}
+
+/* The quota is chain-aware: a shared prefix (P0 <- P1, then A2 <- A3 and B2 <- B3) is
+ * never evicted while a descendant is kept, although it is the least recently used; the
+ * oldest leaf goes first, and a block goes right after its last child when the quota still
+ * needs room. Plain LRU would evict P0 first and leave every other block unreachable. */
+static void test_quota_chain_aware(void **state)
+{
+    fixture_t *f = *state;
+    size_t obj = 152 + 4 * T_TOKENS + 8 * T_LAYERS + 16 + T_PAYLOAD;
+    cairn_cold_store_t *s = open_store(f->root, 0, 6 * obj);
+    enum { P0 = 1, P1, A2, A3, B2, B3, X, Y, Z };
+    put_linked(s, P0, 0);
+    put_linked(s, P1, P0);
+    put_linked(s, A2, P1);
+    put_linked(s, A3, A2);
+    put_linked(s, B2, P1);
+    put_linked(s, B3, B2);
+    put_linked(s, X, 0); /* over quota by one: A3, the oldest leaf */
+    assert_true(holds(s, P0) && holds(s, P1) && holds(s, A2) && !holds(s, A3));
+    put_linked(s, Y, 0); /* A2 is a leaf now, and the oldest */
+    put_linked(s, Z, 0); /* P0, P1 and B2 anchor B3: B3 goes */
+    assert_false(holds(s, A2));
+    assert_false(holds(s, B3));
+    assert_true(holds(s, P0) && holds(s, P1) && holds(s, B2) && holds(s, X) && holds(s, Y) && holds(s, Z));
+    /* Down to 3: B2, then the prefix it anchored, P1 then P0 (each a leaf in turn). */
+    size_t ev = 0;
+    cairn_cold_store_prune(s, 3 * obj, &ev);
+    assert_int_equal(ev, 3);
+    assert_false(holds(s, B2) || holds(s, P1) || holds(s, P0));
+    assert_true(holds(s, X) && holds(s, Y) && holds(s, Z));
+    cairn_cold_store_destroy(s);
+    /* At open the counts are rebuilt from the files: a chain's head outlives its tail. */
+    s = open_store(f->root, 0, 6 * obj);
+    put_linked(s, P0, 0);
+    put_linked(s, P1, P0);
+    put_linked(s, A2, P1);
+    cairn_cold_store_destroy(s);
+    s = open_store(f->root, 0, 2 * obj); /* X, Y, Z (older files) and A2 go; plain LRU: P0 too */
+    assert_true(holds(s, P0) && holds(s, P1));
+    assert_false(holds(s, A2) || holds(s, X));
+    cairn_cold_store_destroy(s);
+}
+
 typedef struct {
     uint32_t seed;
     size_t calls;
@@ -1214,6 +1289,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_commit_portable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quota_lru, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_chain_aware, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
