@@ -1436,9 +1436,14 @@ void cairn_server_destroy(cairn_server_t *s, int deadline_ms)
 {
     if (!s)
         return;
+    /* New connections are refused from here on: the quiesced listening socket is shut
+     * down (Linux stops listening: a connect gets RST), but closed only after
+     * MHD_stop_daemon, since MHD's threads may still hold it in their poll sets
+     * (libmicrohttpd's documented rule for MHD_quiesce_daemon; TSan saw the early close
+     * race with a worker thread once). */
     MHD_socket fd = MHD_quiesce_daemon(s->d);
     if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+        shutdown(fd, SHUT_RDWR);
     pthread_rwlock_wrlock(&s->mu);
     s->stopping = true;
     pthread_rwlock_unlock(&s->mu);
@@ -1452,5 +1457,7 @@ void cairn_server_destroy(cairn_server_t *s, int deadline_ms)
     }
     watchdog_stop(s);
     MHD_stop_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
     server_free(s);
 }
