@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cairn/checkpoint.h"
@@ -286,4 +289,96 @@ double metrics_value(const char *text, const char *name)
             return strtod(p + l + 1, NULL);
     }
     return -1;
+}
+
+/* ---- a `cairn serve` child process ---- */
+
+static double child_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+int test_child_serve(test_child_t *c, const char *const *argv, const char *const *env)
+{
+    static const char needle[] = "listening on http://127.0.0.1:";
+    c->pid = 0;
+    c->port = 0;
+    int fds[2];
+    if (pipe(fds))
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        for (int i = 0; env && env[i] && env[i + 1]; i += 2)
+            setenv(env[i], env[i + 1], 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[4096];
+    size_t len = 0;
+    int port = 0;
+    const double deadline = child_now_ms() + 30000;
+    while (port == 0 && child_now_ms() < deadline && len < sizeof buf - 1) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        const char *at = strstr(buf, needle);
+        if (at && strchr(at, '\n'))
+            port = atoi(at + strlen(needle));
+    }
+    /* The rest of stdout is not read: the server prints nothing more there. */
+    close(fds[0]);
+    if (port <= 0) {
+        fprintf(stderr, "%s did not start; stdout: %.*s\n", argv[0], (int)len, buf);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    c->pid = (int)pid;
+    c->port = port;
+    return 0;
+}
+
+int test_child_stop(test_child_t *c, int timeout_ms)
+{
+    if (c->pid <= 0)
+        return -1;
+    kill(c->pid, SIGTERM);
+    int st = 0;
+    const double deadline = child_now_ms() + timeout_ms;
+    pid_t w = 0;
+    while ((w = waitpid(c->pid, &st, WNOHANG)) == 0 && child_now_ms() < deadline)
+        usleep(20000);
+    if (w == 0) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &st, 0);
+        c->pid = 0;
+        return -1;
+    }
+    c->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void test_child_kill(test_child_t *c)
+{
+    if (c->pid > 0) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+    }
+    c->pid = 0;
 }

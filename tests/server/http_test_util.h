@@ -28,6 +28,23 @@ int test_server_start_dir(test_server_t *ts, const char *dir, const char *model,
                           const cairn_server_options_t *opt, int pool_mib, int max_context);
 void test_server_stop(test_server_t *ts);
 
+/* A `cairn serve` child process (the built binary) on an ephemeral loopback port. */
+typedef struct {
+    int pid; /* 0 when not running */
+    int port;
+} test_child_t;
+
+/* Forks and execs argv (argv[0] the binary; it must print "listening on
+ * http://127.0.0.1:PORT" on stdout) with the environment variables of env set in the child
+ * (NAME, VALUE pairs, NULL-terminated; env may be NULL), and waits up to 30 s for that
+ * line. Returns 0 with *c filled, or -1 (the child killed, what it printed on stderr). */
+int test_child_serve(test_child_t *c, const char *const *argv, const char *const *env);
+/* SIGTERM, then up to timeout_ms for the exit. Returns the exit status, or -1 when it had
+ * to be killed (SIGKILL) or was not running. */
+int test_child_stop(test_child_t *c, int timeout_ms);
+/* SIGKILL and reap (no-op when not running). */
+void test_child_kill(test_child_t *c);
+
 typedef struct {
     int status;
     char *headers;   /* raw header block */

@@ -44,10 +44,7 @@ static const char *g_wb_pool = "9";
 #define MAX_TOKENS 8
 #define BS 16
 
-typedef struct {
-    pid_t pid;
-    int port;
-} child_t;
+typedef test_child_t child_t;
 
 static child_t g_children[5];
 static char g_dir_wt[256], g_dir_wb[256];
@@ -59,79 +56,24 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* Starts `cairn serve` with extra options (NULL-terminated) and waits up to 30 s for the
- * line that names its port. Returns 0 and fills *c, or -1. */
+/* Starts `cairn serve` with extra options (NULL-terminated) on an ephemeral port
+ * (test_child_serve). Returns 0 and fills *c, or -1. */
 static int server_start(child_t *c, const char *cache_dir, const char *pool_mib, const char *const *extra)
 {
-    int fds[2];
-    if (pipe(fds))
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        const char *argv[32] = {CAIRN_BIN, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
-                                "--threads", "2", "--http-threads", "2", "--pool-mib", pool_mib,
-                                "--cache-dir", cache_dir};
-        int n = 15;
-        for (int i = 0; extra && extra[i] && n < 31; i++)
-            argv[n++] = extra[i];
-        argv[n] = NULL;
-        execv(CAIRN_BIN, (char **)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    c->pid = pid;
-    c->port = 0;
-    char buf[4096];
-    size_t len = 0;
-    double deadline = now_ms() + 30000;
-    while (c->port == 0 && now_ms() < deadline && len < sizeof buf - 1) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        buf[len] = '\0';
-        const char *at = strstr(buf, "listening on http://127.0.0.1:");
-        if (at && strchr(at, '\n'))
-            c->port = atoi(at + strlen("listening on http://127.0.0.1:"));
-    }
-    close(fds[0]);
-    if (c->port <= 0) {
-        fprintf(stderr, "cairn serve did not start; stdout: %.*s\n", (int)len, buf);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        c->pid = 0;
-        return -1;
-    }
-    return 0;
+    const char *argv[32] = {CAIRN_BIN, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "0",
+                            "--threads", "2", "--http-threads", "2", "--pool-mib", pool_mib,
+                            "--cache-dir", cache_dir};
+    int n = 15;
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    return test_child_serve(c, argv, NULL);
 }
 
 /* SIGTERM, then waits up to 60 s for a clean exit. Returns the exit status or -1. */
 static int server_stop(child_t *c)
 {
-    if (c->pid <= 0)
-        return -1;
-    kill(c->pid, SIGTERM);
-    int st = 0;
-    double deadline = now_ms() + 60000;
-    pid_t w = 0;
-    while ((w = waitpid(c->pid, &st, WNOHANG)) == 0 && now_ms() < deadline)
-        usleep(20000);
-    if (w == 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, &st, 0);
-        c->pid = 0;
-        return -1;
-    }
-    c->pid = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_child_stop(c, 60000);
 }
 
 /* A prompt of N_PROMPT token ids (a seeded LCG over the fixture's 4093 ordinary ids). */
@@ -307,10 +249,7 @@ static int teardown(void **state)
 {
     (void)state;
     for (int i = 0; i < 5; i++)
-        if (g_children[i].pid > 0) {
-            kill(g_children[i].pid, SIGKILL);
-            waitpid(g_children[i].pid, NULL, 0);
-        }
+        test_child_kill(&g_children[i]);
     char cmd[900];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", g_dir_wt, g_dir_wb);
     return system(cmd) == 0 ? 0 : -1;

@@ -36,96 +36,27 @@ static char g_model_dir[512];
 #define CAIRN_BIN CAIRN_BINARY_DIR "/src/cairn"
 #define MAX_TOKENS 24
 
-typedef struct {
-    pid_t pid;
-    int port;
-} child_t;
+typedef test_child_t child_t;
 
 static child_t g_children[3];
 static char g_dir_cold[256], g_dir_plain[256];
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-/*
- * Starts `cairn serve` on an ephemeral port and waits (up to 30 s) for the line that
- * names the port on its stdout. Returns 0 and fills *c, or -1.
- */
+/* Starts `cairn serve` on an ephemeral port (test_child_serve). Returns 0 and fills *c, or -1. */
 static int server_start(const char *cache_dir, bool no_cold, child_t *c)
 {
-    int fds[2];
-    if (pipe(fds))
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        /* The capture of a turn has a time budget (250 ms by default) that a busy test
-         * machine can exceed; this test checks restore and parity, not that budget. */
-        setenv("CAIRN_COLD_CAPTURE_BUDGET_MS", "10000", 1);
-        char *argv[] = {CAIRN_BIN, "serve", g_model_dir, "--host", "127.0.0.1", "--port", "0",
-                        "--threads", "1", "--http-threads", "2", "--pool-mib", "16",
-                        "--cache-dir", (char *)cache_dir, no_cold ? "--no-cold" : NULL, NULL};
-        execv(CAIRN_BIN, argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    c->pid = pid;
-    c->port = 0;
-    char buf[4096];
-    size_t len = 0;
-    double deadline = now_ms() + 30000;
-    while (c->port == 0 && now_ms() < deadline && len < sizeof buf - 1) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        buf[len] = '\0';
-        const char *at = strstr(buf, "listening on http://127.0.0.1:");
-        if (at && strchr(at, '\n'))
-            c->port = atoi(at + strlen("listening on http://127.0.0.1:"));
-    }
-    /* The rest of stdout is not read: the server prints nothing more. */
-    close(fds[0]);
-    if (c->port <= 0) {
-        fprintf(stderr, "cairn serve did not start; stdout: %.*s\n", (int)len, buf);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        c->pid = 0;
-        return -1;
-    }
-    return 0;
+    /* The capture of a turn has a time budget (250 ms by default) that a busy test
+     * machine can exceed; this test checks restore and parity, not that budget. */
+    static const char *const env[] = {"CAIRN_COLD_CAPTURE_BUDGET_MS", "10000", NULL};
+    const char *argv[] = {CAIRN_BIN, "serve", g_model_dir, "--host", "127.0.0.1", "--port", "0",
+                          "--threads", "1", "--http-threads", "2", "--pool-mib", "16",
+                          "--cache-dir", cache_dir, no_cold ? "--no-cold" : NULL, NULL};
+    return test_child_serve(c, argv, env);
 }
 
 /* SIGTERM, then waits up to 30 s for a clean exit. Returns the exit status or -1. */
 static int server_stop(child_t *c)
 {
-    if (c->pid <= 0)
-        return -1;
-    kill(c->pid, SIGTERM);
-    int st = 0;
-    double deadline = now_ms() + 30000;
-    pid_t w = 0;
-    while ((w = waitpid(c->pid, &st, WNOHANG)) == 0 && now_ms() < deadline)
-        usleep(20000);
-    if (w == 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, &st, 0);
-        c->pid = 0;
-        return -1;
-    }
-    c->pid = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_child_stop(c, 30000);
 }
 
 /* ---- The conversation ---------------------------------------------------------------- */
@@ -350,10 +281,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     for (int i = 0; i < 3; i++)
-        if (g_children[i].pid > 0) {
-            kill(g_children[i].pid, SIGKILL);
-            waitpid(g_children[i].pid, NULL, 0);
-        }
+        test_child_kill(&g_children[i]);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", g_dir_cold, g_dir_plain);
     return system(cmd) == 0 ? 0 : -1;

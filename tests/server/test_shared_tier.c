@@ -43,10 +43,7 @@
 static const char *const ALPHA = "Authorization: Bearer key-alpha\r\n";
 static const char *const BETA = "Authorization: Bearer key-beta\r\n";
 
-typedef struct {
-    pid_t pid;
-    int port;
-} child_t;
+typedef test_child_t child_t;
 
 static child_t g_a, g_b;
 static test_redis_t g_redis;
@@ -59,62 +56,20 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+/* Starts `cairn serve` on an ephemeral port with the tenants' keys and the Redis tier
+ * (test_child_serve). Returns 0 and fills *c, or -1. */
 static int server_start(const char *cache_dir, child_t *c)
 {
-    int fds[2];
-    if (pipe(fds))
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        setenv("CAIRN_COLD_CAPTURE_BUDGET_MS", "10000", 1);
-        char *argv[] = {CAIRN_BIN, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-                        "--http-threads", "2", "--pool-mib", "16", "--cache-dir", (char *)cache_dir,
-                        "--api-keys", g_keys, "--shared-tier", g_redis.url, "-v", NULL};
-        execv(CAIRN_BIN, argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    c->pid = pid;
-    c->port = 0;
-    char buf[4096];
-    size_t len = 0;
-    double deadline = now_ms() + 30000;
-    while (c->port == 0 && now_ms() < deadline && len < sizeof buf - 1) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        buf[len] = '\0';
-        const char *at = strstr(buf, "listening on http://127.0.0.1:");
-        if (at && strchr(at, '\n'))
-            c->port = atoi(at + strlen("listening on http://127.0.0.1:"));
-    }
-    close(fds[0]);
-    if (c->port <= 0) {
-        fprintf(stderr, "cairn serve did not start; stdout: %.*s\n", (int)len, buf);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        c->pid = 0;
-        return -1;
-    }
-    return 0;
+    static const char *const env[] = {"CAIRN_COLD_CAPTURE_BUDGET_MS", "10000", NULL};
+    const char *argv[] = {CAIRN_BIN, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                          "--http-threads", "2", "--pool-mib", "16", "--cache-dir", cache_dir,
+                          "--api-keys", g_keys, "--shared-tier", g_redis.url, "-v", NULL};
+    return test_child_serve(c, argv, env);
 }
 
 static void server_kill(child_t *c)
 {
-    if (c->pid > 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, NULL, 0);
-    }
-    c->pid = 0;
+    test_child_kill(c);
 }
 
 /* ---- conversations ---- */
