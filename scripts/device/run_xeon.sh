@@ -18,13 +18,16 @@
 #  6. pp512 + tg128 at 16 threads: branch amx, base amx, branch avx512 (pp), llama.cpp;
 #  7. pp512 at 2 threads: branch amx, llama.cpp;
 #  8. the 8K prompt at 16 threads (Q4_K_M, then Q8_0): branch amx, llama.cpp;
-#  9. when built, the AMX-BF16 characterization (bench_amx_bf16_probe).
+#  and, after the tests, the AMX-BF16 characterization (bench_amx_bf16_probe).
+# PLAN=repeat (run 2) skips the tests and 5-8 and repeats the decode figures instead, in
+# interleaved order (see below), with 2 threads on cores 0,1 and on cores 2,3.
 D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
-BUDGET=${BUDGET:-300}
+BUDGET=${BUDGET:-280}
 T0=$(date +%s)
 el() { echo "--- [$(( $(date +%s) - T0 )) s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+SB=; command -v stdbuf >/dev/null && SB="stdbuf -oL" # a step stopped by its timeout keeps its output
 steal() { awk '/^cpu /{print $9}' /proc/stat; }
 # step NAME MAX_S CMD...: runs CMD under a timeout of min(MAX_S, what is left), or skips it.
 step() {
@@ -34,7 +37,7 @@ step() {
   [ "$max" -gt "$l" ] && max=$l
   el "$name"
   local s0; s0=$(steal)
-  timeout "$max" "$@"; local rc=$?
+  timeout "$max" $SB "$@"; local rc=$?
   echo "rc $rc, steal $(( $(steal) - s0 )) jiffies"
 }
 export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
@@ -48,11 +51,15 @@ uname -r; free -g | head -2; head -1 /proc/stat
 env -u LD_LIBRARY_PATH python3 -c "import ctypes, os; l = ctypes.CDLL(None, use_errno=True); r = l.syscall(158, 0x1023, 18); print('arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) =', r, os.strerror(ctypes.get_errno()) if r else 'granted')"
 B=$D/bin
 
+PLAN=${PLAN:-full}
+if [ "$PLAN" = full ]; then
 step test_thread_pool 30 "$B/test_thread_pool"
 step test_quant_kernels 60 "$B/test_quant_kernels"
 step test_quant_determinism 90 "$B/test_quant_determinism"
+[ -x "$B/bench_amx_bf16_probe" ] && step "amx bf16 probe" 20 "$B/bench_amx_bf16_probe"
 step "pool overhead, branch" 40 env BENCH_POOL_ONLY=1 BENCH_POOL_THREADS=2,16 "$B/bench_kernels"
 step "pool overhead, base (1, 2 threads; then stopped)" 8 env BENCH_QUANT_ONLY=1 "$B/bench_kernels.base" 1
+fi
 
 el models
 M=/tmp/amxm; mkdir -p $M
@@ -78,6 +85,32 @@ llama() {
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
   step "llama.cpp $t $th threads $*" 90 $ts $P/llama-bench -m $M/q06-$t.gguf -t $th "$@"
 }
+
+if [ "$PLAN" = repeat ]; then
+  # Repeats of run 1's decode figures in interleaved order (branch, base, llama.cpp,
+  # llama.cpp, base, branch) at 2 threads on cores 0,1; then cores 2,3 (TS2); then 16
+  # threads, branch / base / base / branch.
+  for t in Q8_0 Q4_K_M; do
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    llama $t 2 -p 0 -n 128 -r 1
+    llama $t 2 -p 0 -n 128 -r 1
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+  done
+  for t in Q4_K_M Q8_0; do
+    step "bench_engine $t 2 threads on cores 2,3" 60 taskset -c 2,3 "$B/bench_engine" --gguf $M/q06-$t.gguf --threads 2 --runs 1 --long 0 --only tg
+    step "llama.cpp $t 2 threads on cores 2,3" 60 taskset -c 2,3 $P/llama-bench -m $M/q06-$t.gguf -t 2 -p 0 -n 128 -r 1
+  done
+  for t in Q8_0 Q4_K_M; do
+    cairn bench_engine $t 16 --runs 1 --long 0 --only tg
+    cairn bench_engine.base $t 16 --runs 1 --long 0 --only tg
+    cairn bench_engine.base $t 16 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 16 --runs 1 --long 0 --only tg
+  done
+  el done
+  exit 0
+fi
 
 # 5. decode at 2 threads
 for t in Q8_0 Q4_K_M; do
@@ -106,6 +139,4 @@ for t in Q4_K_M Q8_0; do
   cairn bench_engine $t 16 --runs 1 --long 8192 --only pp
   llama $t 16 -p 8192 -n 0 -r 1 $NW
 done
-# 9. AMX-BF16
-[ -x "$B/bench_amx_bf16_probe" ] && step "amx bf16 probe" 20 "$B/bench_amx_bf16_probe"
 el done
