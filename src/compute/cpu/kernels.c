@@ -466,7 +466,8 @@ bool kern_bf16_math_fast(void) { return cur()->bf16_math_fast; }
 enum {
     MATMUL_UNIT = 16,          /* outputs per scheduling unit: keeps the SIMD tiles full */
     MATMUL_MAX_N = 8,
-    MATMUL_TASKS_PER_THREAD = 4 /* tasks of a large product per participant */
+    MATMUL_TASKS_PER_THREAD = 4, /* tasks of a large product per participant */
+    MATMUL_SPLIT_ROWS = 16       /* float/bf16 weights: more rows, one task per participant */
 };
 
 /* The most tasks a product is cut into. The pool's participants claim tasks as they come
@@ -521,8 +522,11 @@ static void matmul_run(cairn_thread_pool_t *tp, struct matmul_job *j)
     /* Small products are not worth waking the workers for (~64k multiply-adds each). */
     long work = (long)j->rows * j->in * out_total;
     long n_tasks = work / 65536 + 1;
-    if (n_tasks > max_tasks(tp))
-        n_tasks = max_tasks(tp);
+    /* A BF16-math call rounds all of x once per call (kernels_avx512.c): with many rows,
+     * one task per thread, so that cost is not paid four times. */
+    const long cap = j->rows > MATMUL_SPLIT_ROWS ? cairn_thread_pool_size(tp) : max_tasks(tp);
+    if (n_tasks > cap)
+        n_tasks = cap;
     if (n_tasks > j->units)
         n_tasks = j->units;
     if (n_tasks >= 1)
