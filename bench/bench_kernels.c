@@ -22,6 +22,10 @@
  * caches) alternated with a raw read of the same bytes (GB/s of weights and the ratio to
  * the read), and prefill of 512 rows x 1024 -> 3072 (GMAC/s, one int8 multiply-add each;
  * 1 and 2 threads, plus per thread-CPU second).
+ *
+ * The pool's run overhead is measured first, at 1 and 2 threads or at the counts listed in
+ * BENCH_POOL_THREADS (e.g. "2,16"), with one and four empty tasks per thread (wall clock and
+ * the process CPU time, spinning included); BENCH_POOL_ONLY=1 stops after it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +72,13 @@ static double thread_cpu_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -419,17 +430,41 @@ int main(int argc, char **argv)
             return 1;
         }
 
-    /* Pool overhead: an empty parallel-for with one task per thread. */
-    for (int t = 0; t < 2; t++) {
-        double v[15];
-        for (int r = 0; r < 15; r++) {
-            enum { N = 20000 };
-            double t0 = now_s();
-            for (int i = 0; i < N; i++)
-                cairn_thread_pool_run(tps[t], empty_task, NULL, t + 1);
-            v[r] = (now_s() - t0) / N;
+    /* Pool overhead: an empty parallel-for with one task per thread (and four), at 1 and 2
+     * threads or the counts in BENCH_POOL_THREADS (comma-separated, e.g. "2,16"). */
+    {
+        const char *list = getenv("BENCH_POOL_THREADS");
+        int counts[16], nc = 0;
+        for (const char *c = list ? list : "1,2"; *c && nc < 16;) {
+            int v = atoi(c);
+            if (v >= 1 && v <= 1024)
+                counts[nc++] = v;
+            c += strcspn(c, ",");
+            c += *c == ',';
         }
-        printf("pool run overhead, %d thread(s): %.2f us\n", t + 1, median(v, 15) * 1e6);
+        for (int i = 0; i < nc; i++) {
+            cairn_thread_pool_t *tp = NULL;
+            if (cairn_thread_pool_create(counts[i], &tp) != CAIRN_OK) {
+                fprintf(stderr, "thread pool creation failed\n");
+                return 1;
+            }
+            for (int per = 1; per <= 4; per *= 4) {
+                double v[15], c[15];
+                for (int r = 0; r < 15; r++) {
+                    enum { N = 20000 };
+                    double t0 = now_s(), c0 = cpu_s();
+                    for (int k = 0; k < N; k++)
+                        cairn_thread_pool_run(tp, empty_task, NULL, per * counts[i]);
+                    v[r] = (now_s() - t0) / N;
+                    c[r] = (cpu_s() - c0) / N;
+                }
+                printf("pool run overhead, %d thread(s), %d task(s): %.2f us (process CPU %.2f us)\n", counts[i],
+                       per * counts[i], median(v, 15) * 1e6, median(c, 15) * 1e6);
+            }
+            cairn_thread_pool_destroy(tp);
+        }
+        if (getenv("BENCH_POOL_ONLY"))
+            return 0;
     }
 
     if (getenv("BENCH_QUANT_ONLY")) {

@@ -2,14 +2,16 @@
  * thread_pool.h — a fixed pool of worker threads that runs one parallel-for at a time.
  *
  * cairn_thread_pool_run(tp, fn, ctx, n_tasks) calls fn(ctx, task, n_tasks) for every task
- * in [0, n_tasks) across the workers and the calling thread, and returns when all are done.
- * Tasks are handed out statically (task i always covers the same work), so a kernel that
- * splits its output by task produces the same bits for any thread count: each output
- * element is reduced by exactly one task in a fixed order.
+ * in [0, n_tasks) exactly once, across the workers and the calling thread, and returns when
+ * all are done. Participants claim tasks one at a time from a shared counter, so a thread
+ * that is slow to wake (or whose CPU is taken away) does not hold up work it has not
+ * claimed; which thread runs a task is therefore not fixed. A kernel that gives each task a
+ * fixed slice of the output, and reduces each output element inside one task in a fixed
+ * order, produces the same bits for any thread count and any assignment.
  *
- * Waiting: after a run, workers spin briefly (CAIRN_POOL_SPIN pause iterations, default
- * 4000) and then sleep on a futex, so back-to-back runs (decode) cost a few microseconds
- * and an idle pool costs no CPU.
+ * Waiting: after a run, workers spin for CAIRN_POOL_SPIN_US microseconds (default 200; 0
+ * sleeps at once) and then sleep on a futex, so back-to-back runs (decode) cost a few
+ * microseconds and an idle pool costs no CPU. A run allocates nothing.
  *
  * Thread-safety: one run at a time per pool (the engine thread owns the pool). Starting a
  * run while another is in flight — from a second thread, or from inside a task (nested
@@ -33,8 +35,9 @@ void cairn_thread_pool_destroy(cairn_thread_pool_t *tp);
 /* Number of participants (caller included); 1 for a NULL pool. */
 int cairn_thread_pool_size(const cairn_thread_pool_t *tp);
 /* Runs fn over n_tasks tasks and returns when all are done; tp may be NULL (runs inline).
- * Participant p (0 = the caller) runs tasks p, p + size, p + 2*size, ... n_tasks <= 0 is a
- * no-op. Memory written by the tasks is visible to the caller on return. */
+ * Any participant may run any task (the caller always takes part); n_tasks <= 0 is a
+ * no-op. Memory written by the tasks is visible to the caller on return. Cost: a few
+ * cache-line transfers per task plus, when workers sleep, one futex wake. */
 void cairn_thread_pool_run(cairn_thread_pool_t *tp, cairn_task_fn fn, void *ctx, int n_tasks);
 
 #endif

@@ -463,7 +463,22 @@ bool kern_bf16_math_fast(void) { return cur()->bf16_math_fast; }
 
 /* ---- matmul over the pool --------------------------------------------------------- */
 
-enum { MATMUL_UNIT = 16, MATMUL_MAX_N = 8 }; /* outputs per scheduling unit: keeps the SIMD tiles full */
+enum {
+    MATMUL_UNIT = 16,          /* outputs per scheduling unit: keeps the SIMD tiles full */
+    MATMUL_MAX_N = 8,
+    MATMUL_TASKS_PER_THREAD = 4, /* tasks of a large product per participant */
+    MATMUL_SPLIT_ROWS = 16       /* float/bf16 weights: more rows, one task per participant */
+};
+
+/* The most tasks a product is cut into. The pool's participants claim tasks as they come
+ * free, so more tasks than threads let the others finish the share of a thread that was
+ * late or lost its CPU; a task is always a fixed slice of outputs, so the cut changes no
+ * bit (each output is one canonical reduction inside one task). */
+static long max_tasks(const cairn_thread_pool_t *tp)
+{
+    const int n = cairn_thread_pool_size(tp);
+    return n > 1 ? (long)n * MATMUL_TASKS_PER_THREAD : 1;
+}
 
 struct matmul_job {
     const kern_impl_t *k;
@@ -475,8 +490,8 @@ struct matmul_job {
 };
 
 /* Task `task` covers a fixed share of the units of all products together (units never
- * straddle products), so which thread computes an output never depends on the pool size
- * beyond the static split, and every output is one canonical reduction. */
+ * straddle products); whichever thread runs it, every output is one canonical reduction,
+ * so the bits depend neither on the pool size nor on the cut. */
 static void matmul_task(void *p, int task, int n_tasks)
 {
     struct matmul_job *j = p;
@@ -507,8 +522,11 @@ static void matmul_run(cairn_thread_pool_t *tp, struct matmul_job *j)
     /* Small products are not worth waking the workers for (~64k multiply-adds each). */
     long work = (long)j->rows * j->in * out_total;
     long n_tasks = work / 65536 + 1;
-    if (n_tasks > cairn_thread_pool_size(tp))
-        n_tasks = cairn_thread_pool_size(tp);
+    /* A BF16-math call rounds all of x once per call (kernels_avx512.c): with many rows,
+     * one task per thread, so that cost is not paid four times. */
+    const long cap = j->rows > MATMUL_SPLIT_ROWS ? cairn_thread_pool_size(tp) : max_tasks(tp);
+    if (n_tasks > cap)
+        n_tasks = cap;
     if (n_tasks > j->units)
         n_tasks = j->units;
     if (n_tasks >= 1)
@@ -598,8 +616,8 @@ static void qmatmul_run(cairn_thread_pool_t *tp, struct qmatmul_job *j, long out
 {
     long work = (long)j->rows * j->n * out_total / 4; /* int8 products are ~4x cheaper */
     long n_tasks = work / 65536 + 1;
-    if (n_tasks > cairn_thread_pool_size(tp))
-        n_tasks = cairn_thread_pool_size(tp);
+    if (n_tasks > max_tasks(tp))
+        n_tasks = max_tasks(tp);
     if (n_tasks > j->units)
         n_tasks = j->units;
     if (n_tasks >= 1)

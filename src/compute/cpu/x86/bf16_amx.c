@@ -31,10 +31,13 @@
  * AVX-512 kernel for every call: the bits never depend on the CPU's tile arithmetic, only
  * the speed. On the device machine's Xeon (family 6 model 207, 2026-12-01) the tiles passed
  * the probe (even element first) but their products differed from vdpbf16ps's
- * (test_quant_kernels' edge values; test_quant_determinism's q256 activations), in a way not
- * yet characterized; the self-check was added for that CPU, to turn the tiles off there, and
- * has not run on it yet (docs/PERFORMANCE.md). Until it has, the tiles are off by default:
- * only CAIRN_AMX_BF16=1 lets the checks run and the tiles serve (read once per process).
+ * (test_quant_kernels' edge values; test_quant_determinism's q256 activations); the
+ * self-check turns the tiles off there (device run amx2). bench/bench_amx_bf16_probe.c
+ * characterized it (session 5): that CPU sums a pair's two products and rounds once before
+ * adding to C (RNE(c + RNE(a0 b0 + a1 b1)) on every random element), and over two pairs
+ * rounds close to once overall, so no tile chain gives vdpbf16ps's per-product roundings
+ * there. The tiles are off by default: only CAIRN_AMX_BF16=1 lets the checks run and the
+ * tiles serve (read once per process).
  *
  * Tiles: tmm0-3 the C of (row tile t, output group g) = tmm(2t + g), tmm4-5 A of the two
  * row tiles, tmm6-7 B of the two output groups; all 16 rows x 64 bytes. Each call loads its

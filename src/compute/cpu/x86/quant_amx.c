@@ -126,14 +126,12 @@ TA static void kq_unpack(const unsigned char *blk, cairn_dtype_t t, uint8_t q[25
     }
 }
 
-/* Output o's digits of one super-block into the tiles' layout: w = sc q = 2^s h + l with
+/* Output o's digits of one super-block, in element order: w = sc q = 2^s h + l with
  * 0 <= l < 2^s, h = floor(w / 2^s) (w < 0 for q6_k's negative scales; |w| < 2^13, so 16-bit
- * lanes hold it and both digits fit a byte). Element e's digits go to byte 4o + e % 4 of
- * row e / 4 of the 64-byte rows (hd[g][k] is row 16g + k): 8 rows a scatter. */
-TA INLINE void kq_digits(kq_pack_t *pk, int o, const uint8_t q[256], const int16_t sc[16], int s, int sub)
+ * lanes hold it and both digits fit a byte). */
+TA INLINE void kq_digits(int8_t hb[256], int8_t lb[256], const uint8_t q[256], const int16_t sc[16], int s, int sub)
 {
     const __m512i lmask = _mm512_set1_epi16((short)((1 << s) - 1));
-    const __m256i rows = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
     const __m128i sh = _mm_cvtsi32_si128(s);
     for (int e0 = 0; e0 < QK_K; e0 += 32) {
         const __m512i qv = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(q + e0)));
@@ -141,24 +139,54 @@ TA INLINE void kq_digits(kq_pack_t *pk, int o, const uint8_t q[256], const int16
                                       : _mm512_inserti64x4(_mm512_set1_epi16(sc[e0 / 16]),
                                                            _mm256_set1_epi16(sc[e0 / 16 + 1]), 1);
         const __m512i w = _mm512_mullo_epi16(qv, scv);
-        const size_t off = (size_t)(e0 / 4) * 64 + 4 * (size_t)o;
-        _mm256_i32scatter_epi32((int *)((int8_t *)pk->hd + off), rows, _mm512_cvtepi16_epi8(_mm512_sra_epi16(w, sh)), 1);
-        _mm256_i32scatter_epi32((int *)((int8_t *)pk->ld + off), rows, _mm512_cvtepi16_epi8(_mm512_and_si512(w, lmask)), 1);
+        _mm256_store_si256((__m256i *)(hb + e0), _mm512_cvtepi16_epi8(_mm512_sra_epi16(w, sh)));
+        _mm256_store_si256((__m256i *)(lb + e0), _mm512_cvtepi16_epi8(_mm512_and_si512(w, lmask)));
     }
 }
 
-/* Packs super-block b of the 16 rows wr (missing outputs repeat the last row). */
+/* dst row k (64 bytes) = dword k of v[0], of v[1], ..., of v[15]: a 16 x 16 dword transpose
+ * in registers. After the dword and qword unpacks, u[4j + m]'s 128-bit lane L holds dword
+ * 4L + m of v[4j .. 4j + 3]; row 4L + m is then lane L of u[m], u[4 + m], u[8 + m], u[12 + m]
+ * (a 4 x 4 transpose of 128-bit lanes, two rounds of vshufi32x4). */
+TA INLINE void transpose16_store(int8_t dst[16][64], const __m512i v[16])
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {
+        u[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+        u[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+        u[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+        u[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        const __m512i p0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), p1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        const __m512i p2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44),
+                      p3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        _mm512_store_si512(dst[m], _mm512_shuffle_i32x4(p0, p2, 0x88));
+        _mm512_store_si512(dst[4 + m], _mm512_shuffle_i32x4(p0, p2, 0xdd));
+        _mm512_store_si512(dst[8 + m], _mm512_shuffle_i32x4(p1, p3, 0x88));
+        _mm512_store_si512(dst[12 + m], _mm512_shuffle_i32x4(p1, p3, 0xdd));
+    }
+}
+
+/* Packs super-block b of the 16 rows wr (missing outputs repeat the last row): each output's
+ * digits in element order, then per group g of 64 elements one transpose of the 16 outputs'
+ * dwords (element e's digits go to byte 4o + e % 4 of row e / 4: hd[g][k] is row 16g + k). */
 TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, cairn_dtype_t t)
 {
     const size_t bsz = t == CAIRN_DTYPE_Q6_K ? sizeof(blk_q6_k_t)
                        : t == CAIRN_DTYPE_Q5_K ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5, sub = t == CAIRN_DTYPE_Q6_K ? 16 : 32;
+    _Alignas(64) int8_t hb[16][256], lb[16][256];
     for (int o = 0; o < 16; o++) {
         const unsigned char *blk = wr[o] + (size_t)b * bsz;
         _Alignas(32) uint8_t q[256];
         int16_t sc[16];
         kq_unpack(blk, t, q, sc);
-        kq_digits(pk, o, q, sc, s, sub);
+        kq_digits(hb[o], lb[o], q, sc, s, sub);
         uint16_t d16, dm16 = 0;
         if (t == CAIRN_DTYPE_Q6_K) {
             const blk_q6_k_t *q6 = (const blk_q6_k_t *)blk;
@@ -177,6 +205,15 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
         }
         pk->d[o] = h2f(d16);
         pk->dmin[o] = h2f(dm16);
+    }
+    for (int g = 0; g < 4; g++) {
+        __m512i vh[16], vl[16];
+        for (int o = 0; o < 16; o++) {
+            vh[o] = _mm512_load_si512(hb[o] + 64 * g);
+            vl[o] = _mm512_load_si512(lb[o] + 64 * g);
+        }
+        transpose16_store(pk->hd[g], vh);
+        transpose16_store(pk->ld[g], vl);
     }
 }
 

@@ -28,6 +28,7 @@
 #include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "compute/quant_blocks.h"
@@ -268,13 +269,29 @@ typedef struct {
 
 static const pf_tile_t PF_NONE = {NULL, 0};
 
+/* How many tiles ahead the row kernel streams (CAIRN_QMM_PF_TILES, 0..4, default 1; 0 turns
+ * the prefetch off): a measuring knob for CPUs whose memory wants a longer lead (the
+ * device's Xeon), read once per process. Tile o + 16 d is streamed while tile o computes;
+ * the first d - 1 tiles after a range's first are not streamed. */
+static int pf_tiles(void)
+{
+    static _Atomic int cached = -1;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d < 0) {
+        d = (int)cairn_knob_int("CAIRN_QMM_PF_TILES", false, 0, 1, 0, 4);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return d;
+}
+
 INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
 {
     pf_tile_t t = {NULL, 0};
-    const int n = o1 - (o + 16) < 16 ? o1 - (o + 16) : 16;
-    if (n <= 0 || nb <= 0)
+    const int d = pf_tiles(), first = o + 16 * d;
+    const int n = o1 - first < 16 ? o1 - first : 16;
+    if (d == 0 || n <= 0 || nb <= 0)
         return t;
-    t.p = (const char *)w + (size_t)(o + 16) * ldw;
+    t.p = (const char *)w + (size_t)first * ldw;
     t.slice = (((size_t)n * ldw + (size_t)nb - 1) / (size_t)nb + 63) & ~(size_t)63;
     return t;
 }
