@@ -506,8 +506,8 @@ int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t 
     }
     char suffix[24];
     cuda__gemm_id_suffix(b, suffix, sizeof(suffix));
-    snprintf(b->numerics, sizeof(b->numerics), "cuda-sm%d%dcublaslt%zu-%s%s", b->cc_major, b->cc_minor,
-             cublasLtGetVersion(), b->invariant ? "inv" : "fast", suffix);
+    snprintf(b->numerics, sizeof(b->numerics), "cuda-sm%d%dcublaslt%zu-%s%s.%d", b->cc_major, b->cc_minor,
+             cublasLtGetVersion(), b->invariant ? "inv" : "fast", suffix, CUDA_NUMERICS_REV);
     cairn_log(CAIRN_LOG_INFO, "cuda backend: %s (%d SMs), %s mode, numerics %s", prop.name, b->sm_count,
               b->invariant ? "batch-invariant" : "fast", b->numerics);
     *out = &b->base;
