@@ -16,7 +16,7 @@
  *
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
  * cuda_backend.h), so a row's splits, and therefore its bits, depend on its own position
- * only; the tuning (run, heads per block, L2 prefetch, early issue) changes no bit.
+ * only; the tuning (run, heads per block, early issue) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
 #include <math.h>
@@ -106,7 +106,7 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
     const cuda_attn_tuning_t def = CUDA_ATTN_TUNING_DEFAULT;
     if (!t)
         t = &def;
-    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && t->l2_prefetch >= 0 && t->l2_prefetch <= 2);
+    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0);
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
@@ -139,25 +139,26 @@ static int heads_per_sm(int nh, int hd)
     return n < 1 ? 1 : n;
 }
 
-/* Decode splits per work item: the longest run (a power of two, at most
- * CUDA_ATTN_MAX_SPLIT keys) that still gives (nearly) every block slot of the device a
- * work item (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block
- * of all heads per item, one per SM, and 7/8 of the SMs is enough: one wave of long items
- * beat two waves of short ones in device run 7b; otherwise n_kv_heads / wpc blocks per
- * item, two per SM), so each block's copies flow across split boundaries instead of
- * ending and refilling at each; 1 when even single splits leave slots empty. The run
- * never changes a bit (attention.cu). */
-static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a)
+/* Decode block slots of the device for blocks of nh heads: as many as its SMs hold at
+ * once, of which 7/8 is enough (one wave of long items beat two waves of short ones in
+ * device run 7b). */
+static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
 {
-    const size_t n = (size_t)b->sm_count * heads_per_sm(a->tune.heads, a->p.head_dim);
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, a->p.head_dim);
     return n - n / 8;
 }
 
-static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, bool heads, const size_t *items, int n_k)
+/* Decode splits per work item for blocks of nh heads (0: of 4 warps, each its own head,
+ * two per SM): the longest run (a power of two, at most CUDA_ATTN_MAX_SPLIT keys) that
+ * still gives (nearly) every block slot a work item (items[k]: the call's decode items
+ * with runs of 2^k splits; n_kv_heads / nh blocks per item), so each block's copies flow
+ * across split boundaries instead of ending and refilling at each; 1 when even single
+ * splits leave slots empty. The run never changes a bit (attention.cu). */
+static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, int nh, const size_t *items, int n_k)
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
-    const size_t per_item = (size_t)(a->p.n_kv_heads / (heads ? a->tune.heads : wpc));
-    const size_t slots = heads ? heads_slots(b, a) : (size_t)b->sm_count * 2;
+    const size_t per_item = (size_t)(a->p.n_kv_heads / (nh ? nh : wpc));
+    const size_t slots = nh ? heads_slots(b, a, nh) : (size_t)b->sm_count * 2;
     for (int k = n_k - 1; k > 0; k--)
         if (items[k] * per_item >= slots)
             return 1 << k;
@@ -236,11 +237,18 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
             }
         }
     }
-    /* Blocks of all heads only when single splits give (nearly) every SM one (a few long
-     * rows: blocks of 4 heads give twice the blocks); then the run for the mode. */
-    const bool heads =
-        a->tune.heads && (a->tune.run || dec_k[0] * (size_t)(a->p.n_kv_heads / a->tune.heads) >= heads_slots(b, a));
-    int split_run = a->tune.run ? a->tune.run : pick_run(b, a, heads, dec_k, n_k);
+    /* Heads per decode block: the tuning's when its run is fixed; otherwise the most, up
+     * to the tuning's, whose blocks of single splits still give (nearly) every block slot
+     * of the device one, and one head per block (the most blocks) when none does (a few
+     * rows: a batch-1 decode at 32K positions has 16 splits of 2048 keys). Then the run. */
+    int nh = a->tune.heads;
+    if (nh && !a->tune.run) {
+        int h = nh;
+        while (h > 1 && (a->p.n_kv_heads % h || dec_k[0] * (size_t)(a->p.n_kv_heads / h) < heads_slots(b, a, h)))
+            h--;
+        nh = h;
+    }
+    int split_run = a->tune.run ? a->tune.run : pick_run(b, a, nh, dec_k, n_k);
     if (split_run > 1 << (n_k - 1))
         split_run = 1 << (n_k - 1);
     for (int k = 0; k < n_k; k++)
@@ -330,8 +338,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .scale_log2 = a->scale * 1.44269504f,
         .softcap = a->p.softcap,
         .n_rows = n,
-        .heads = heads ? a->tune.heads : 0,
-        .l2_prefetch = a->tune.l2_prefetch,
+        .heads = nh,
         .early_issue = a->tune.early_issue,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);

@@ -95,9 +95,7 @@ typedef struct {
     int heads;                /* decode: 0: blocks of 4 warps, each its own item and head; h > 0: blocks of
                                * h consecutive K/V heads of one item sharing each chunk (n_kv_heads % h == 0,
                                * cuda_attn_heads_fit) */
-    int l2_prefetch;          /* cp.async L2 prefetch size: 0 none, 1 128 bytes, 2 256 bytes (no bit changes) */
     int early_issue;          /* 1: a chunk's copies queued before waiting for the one to compute (attention.cu) */
-    int pad;
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
