@@ -447,10 +447,15 @@ template <int M> constexpr int mode_threads()
  * run's length nor the mode changes a bit). Each block first lets the merge kernel launch
  * (programmatic dependent launch), so the merge's blocks are scheduled while the last
  * ones here still stream.
+ * CPS: chunks per stage (HEADS only: 2 holds two chunks in each of the three stages and
+ * waits, synchronizes and issues once per two chunks: half the barriers, twice the bytes
+ * per burst of copies; the chunks and their arithmetic are the same).
  */
-template <int HD, int MODE>
+template <int HD, int MODE, int CPS>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
+    static_assert(CPS == 1 || (CPS == 2 && MODE == HEADS), "two chunks per stage in HEADS mode only");
+    constexpr int kSlots = kStages * CPS; /* chunk slots of the ring */
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
     dep_launch();
@@ -482,7 +487,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     }
     /* After the stages: each chunk's K and V row pointers for this head (HEADS: of the
      * block's first head; NULL: no storage). */
-    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * stage_bytes);
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kSlots * stage_bytes);
     const cuda_attn_item_t it = a.items[item_idx];
     const int R = a.tokens_per_warp, G = a.group_size;
     tok0 = MODE == PREFILL ? warp * R : 0;
@@ -564,34 +569,43 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     sync();
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
-        if (c_lo + st < c_hi)
-            issue(c_lo + st, st);
+#pragma unroll
+        for (int p = 0; p < CPS; p++)
+            if (c_lo + st * CPS + p < c_hi)
+                issue(c_lo + st * CPS + p, st * CPS + p);
         cp_commit();
     }
     /* The first chunk of the next split, and the split being computed. */
     const int chunks_per_split = it.keys / CUDA_ATTN_CHUNK;
     int split = key_lo / it.keys, boundary = (split + 1) * chunks_per_split;
-    /* The stage chunk ci + kStages - 1 goes to held chunk ci - 1. early_issue: it is
-     * queued as soon as every thread is done with chunk ci - 1 (a barrier), before waiting
-     * for chunk ci, so up to kStages chunks are in flight (a second barrier then makes chunk
-     * ci's copies visible); otherwise after chunk ci has landed (one barrier per chunk, at
-     * most kStages - 1 in flight). Either way the same chunks reach the same arithmetic. */
+    /* The stage of chunks ci + (kStages - 1) CPS .. goes to the stage that held chunks
+     * ci - CPS ... early_issue: it is queued as soon as every thread is done with those (a
+     * barrier), before waiting for chunk ci, so up to kStages stages are in flight (a
+     * second barrier then makes chunk ci's copies visible); otherwise after chunk ci's
+     * stage has landed (one barrier per stage, at most kStages - 1 in flight). Either way
+     * the same chunks reach the same arithmetic. */
     const bool early = a.early_issue;
     for (int ci = c_lo; ci < c_hi; ci++) {
-        const int nxt = ci + kStages - 1;
-        if (early) {
-            sync();
-            if (nxt < c_hi)
-                issue(nxt, (nxt - c_lo) % kStages);
-            cp_commit();
-            cp_wait<kStages - 1>();
-            sync();
-        } else {
-            cp_wait<kStages - 2>();
-            sync();
-            if (nxt < c_hi)
-                issue(nxt, (nxt - c_lo) % kStages);
-            cp_commit();
+        const int nxt = ci + (kStages - 1) * CPS;
+        if ((ci - c_lo) % CPS == 0) {
+            if (early) {
+                sync();
+#pragma unroll
+                for (int p = 0; p < CPS; p++)
+                    if (nxt + p < c_hi)
+                        issue(nxt + p, (nxt + p - c_lo) % kSlots);
+                cp_commit();
+                cp_wait<kStages - 1>();
+                sync();
+            } else {
+                cp_wait<kStages - 2>();
+                sync();
+#pragma unroll
+                for (int p = 0; p < CPS; p++)
+                    if (nxt + p < c_hi)
+                        issue(nxt + p, (nxt + p - c_lo) % kSlots);
+                cp_commit();
+            }
         }
         if (ci == boundary) { /* decode runs only: prefill items hold one split */
             store(split);
@@ -600,7 +614,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
             boundary += chunks_per_split;
         }
         if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
-            const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
+            const unsigned char *st = ring + ((ci - c_lo) % kSlots) * stage_bytes;
             tile_chunk<HD>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
         }
     }
@@ -610,7 +624,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE, int CPS> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
@@ -618,11 +632,11 @@ template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, c
     const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->heads : decode_wpc(a->n_kv_heads);
     /* PREFILL and HEADS: one ring of (the block's heads') stages per block; DECODE: one per warp. */
     const size_t smem = MODE == PREFILL ? (size_t)PART
-                        : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD)
+                        : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD, CPS)
                                         : (size_t)warps * PART;
     static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, CPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return (int)e;
@@ -631,16 +645,16 @@ template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, c
     const size_t blocks = MODE == HEADS     ? (size_t)n_items * (a->n_kv_heads / a->heads)
                           : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
                                             : (size_t)n_items * (a->n_kv_heads / warps);
-    attn_kernel<HD, MODE><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
+    attn_kernel<HD, MODE, CPS><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
-template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+template <int MODE, int CPS = 1> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     switch (hd) {
-    case 32: return launch<32, MODE>(a, n_items, s);
-    case 64: return launch<64, MODE>(a, n_items, s);
-    case 128: return launch<128, MODE>(a, n_items, s);
+    case 32: return launch<32, MODE, CPS>(a, n_items, s);
+    case 64: return launch<64, MODE, CPS>(a, n_items, s);
+    case 128: return launch<128, MODE, CPS>(a, n_items, s);
     }
     return (int)cudaErrorInvalidValue;
 }
@@ -651,9 +665,13 @@ extern "C" {
 
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim) || a->n_kv_heads % a->heads))
+    if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim, a->chunks_per_stage) || a->n_kv_heads % a->heads ||
+                     (a->chunks_per_stage != 1 && a->chunks_per_stage != 2)))
         return (int)cudaErrorInvalidValue;
-    return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
+    if (!a->heads)
+        return dispatch<DECODE>(a, head_dim, n_items, s);
+    return a->chunks_per_stage == 2 ? dispatch<HEADS, 2>(a, head_dim, n_items, s)
+                                    : dispatch<HEADS, 1>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
