@@ -18,7 +18,7 @@
  *    query computed alone (decode), in one prefill call with other sequences, in chunks
  *    of 1, 5 and 17, and batched decode, and under every decode tuning (1, 2 or 4 splits
  *    per work item; blocks of all K/V heads, of some of them or of 4 warps with their own
- *    heads; early issue; one or two chunks per shared-memory stage). Positions not yet stored hold NaN, so a key
+ *    heads; with and without the L2 prefetch hint). Positions not yet stored hold NaN, so a key
  *    past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies;
@@ -517,13 +517,12 @@ static void run_attention_config(const attn_cfg_t *c)
             fail_msg("batched decode of sequence %d differs", s);
     }
     /* 5. The decode tuning (splits per work item; blocks of all heads, of half of them or
-     * of 4 warps; early issue) changes no bit: the batched last
+     * of 4 warps; the L2 prefetch hint) changes no bit: the batched last
      * queries, the prefill call and every seventh query alone (CAIRN_TEST_SMALL: every
      * 23rd; race: none), under each. */
     const cuda_attn_tuning_t tunings[] = {
-        {1, 0, 0, 1},  {2, 0, 1, 1}, {4, 0, 0, 1}, {1, -1, 0, 1}, {2, -1, 1, 1}, {4, -1, 1, 1},
-        {1, 4, 1, 1},  {2, 4, 0, 1}, {0, 4, 0, 1}, {0, 2, 1, 1},  {0, -1, 1, 1}, {1, 1, 0, 1},
-        {0, 1, 1, 1},  {1, -1, 0, 2}, {2, 4, 1, 2}, {0, 4, 0, 2}, {0, 2, 1, 2},  {4, 1, 0, 2},
+        {1, 0, 0}, {2, 0, 1}, {4, 0, 0}, {1, -1, 0}, {2, -1, 1}, {4, -1, 1}, {1, 4, 1},
+        {2, 4, 0}, {0, 4, 0}, {0, 2, 1}, {0, -1, 0}, {1, 1, 0}, {0, 1, 1}, {4, 1, 0},
     };
     const int every = race ? nq : small ? 23 : 7;
     for (size_t ti = 0; ti < CAIRN_ARRAY_LEN(tunings); ti++) {
@@ -534,19 +533,19 @@ static void run_attention_config(const attn_cfg_t *c)
         for (int s = 0; s < 3; s++) {
             size_t r = (size_t)(qs[s] + qn[s] - 1);
             if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
-                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d early %d cps %d)", s,
-                         ti, t->run, t->heads, t->early_issue, t->chunks_per_stage);
+                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d)", s, ti,
+                         t->run, t->heads, t->l2_prefetch);
         }
         compute_attention(gpu, a, 0, aq, nq);
         down(&dout, got, (size_t)nq * q_dim * 4);
         if (memcmp(got, pre, (size_t)nq * q_dim * 4))
-            fail_msg("the prefill call differs under tuning %zu (early %d)", ti, t->early_issue);
+            fail_msg("the prefill call differs under tuning %zu (l2 %d)", ti, t->l2_prefetch);
         for (int r = 0; r < nq; r += every) {
             compute_attention(gpu, a, 0, &aq[r], 1);
             down(&dout, got, (size_t)nq * q_dim * 4);
             if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
-                fail_msg("query %d (pos %d) alone differs under tuning %zu (run %d heads %d early %d cps %d)", r,
-                         aq[r].pos, ti, t->run, t->heads, t->early_issue, t->chunks_per_stage);
+                fail_msg("query %d (pos %d) alone differs under tuning %zu (run %d heads %d l2 %d)", r, aq[r].pos,
+                         ti, t->run, t->heads, t->l2_prefetch);
         }
     }
     cuda__attn_set_tuning(a, NULL);

@@ -62,13 +62,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A 16-byte copy into shared memory, the L2 told to fetch the whole 256-byte block holding it
- * (the rows are streamed whole: device run 13, +5-8% over no hint). */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+/* A 16-byte copy into shared memory; PF 1: the L2 told to fetch the whole 256-byte block
+ * holding it (the rows are streamed whole). A template parameter, not a run-time flag: a
+ * run-time choice between the two cost the all-heads kernel 57 registers and ~20% of its
+ * speed (device run 13). */
+template <int PF> __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+    if constexpr (PF)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
 
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -106,7 +111,7 @@ template <int HD> __device__ __forceinline__ void tile_reset(Tile<HD> &t)
 
 /* Queues a chunk (16 keys; kp, vp: its first key's K and V rows of this head) into stage:
  * 2 x 16 rows x hd/8 units, threads tid, tid + nthr, ...; keys past kmax are zero-filled. */
-template <int HD>
+template <int HD, int PF>
 __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp,
                                             int key0, int kmax, int kv_stride, int tid, int nthr)
 {
@@ -118,7 +123,7 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
         const bool valid = key0 + row <= kmax;
         const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + unit * 16;
         unsigned char *dst = stage + tensor * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
-        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+        cp_async16<PF>(dst, valid ? (const void *)src : (const void *)base, valid);
     }
 }
 
@@ -129,7 +134,7 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
  * Layout: K [n_kv][16][hd] then V [n_kv][16][hd], each head's [16][hd] swizzled as
  * issue_chunk's, so a warp sees its head's part exactly as a per-warp stage. Each thread
  * keeps one 16-byte column (x) of the rows and takes every (32 / U)th tensor row. */
-template <int HD>
+template <int HD, int PF>
 __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __nv_bfloat16 *kp,
                                                   const __nv_bfloat16 *vp, int key0, int kmax, int kv_stride,
                                                   int n_kv, int tid)
@@ -144,7 +149,7 @@ __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __
         const bool valid = key0 + row <= kmax;
         const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + x * 16;
         unsigned char *dst = stage + tensor * half + head * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
-        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+        cp_async16<PF>(dst, valid ? (const void *)src : (const void *)base, valid);
     }
 }
 
@@ -446,16 +451,11 @@ template <int M> constexpr int mode_threads()
  * next split then starts from the same state as if it began a work item, so neither the
  * run's length nor the mode changes a bit). Each block first lets the merge kernel launch
  * (programmatic dependent launch), so the merge's blocks are scheduled while the last
- * ones here still stream.
- * CPS: chunks per stage (HEADS only: 2 holds two chunks in each of the three stages and
- * waits, synchronizes and issues once per two chunks: half the barriers, twice the bytes
- * per burst of copies; the chunks and their arithmetic are the same).
+ * ones here still stream. PF: cp_async16's L2 prefetch hint (no bit changes).
  */
-template <int HD, int MODE, int CPS>
+template <int HD, int MODE, int PF>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
-    static_assert(CPS == 1 || (CPS == 2 && MODE == HEADS), "two chunks per stage in HEADS mode only");
-    constexpr int kSlots = kStages * CPS; /* chunk slots of the ring */
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
     dep_launch();
@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     }
     /* After the stages: each chunk's K and V row pointers for this head (HEADS: of the
      * block's first head; NULL: no storage). */
-    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kSlots * stage_bytes);
+    const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * stage_bytes);
     const cuda_attn_item_t it = a.items[item_idx];
     const int R = a.tokens_per_warp, G = a.group_size;
     tok0 = MODE == PREFILL ? warp * R : 0;
@@ -539,10 +539,10 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         if (!kp)
             return;
         if constexpr (MODE == HEADS)
-            issue_chunk_heads<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
+            issue_chunk_heads<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
                                   a.heads, tid);
         else
-            issue_chunk<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+            issue_chunk<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
     };
     auto sync = [] {
         if constexpr (MODE == DECODE)
@@ -569,44 +569,20 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     sync();
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
-#pragma unroll
-        for (int p = 0; p < CPS; p++)
-            if (c_lo + st * CPS + p < c_hi)
-                issue(c_lo + st * CPS + p, st * CPS + p);
+        if (c_lo + st < c_hi)
+            issue(c_lo + st, st);
         cp_commit();
     }
     /* The first chunk of the next split, and the split being computed. */
     const int chunks_per_split = it.keys / CUDA_ATTN_CHUNK;
     int split = key_lo / it.keys, boundary = (split + 1) * chunks_per_split;
-    /* The stage of chunks ci + (kStages - 1) CPS .. goes to the stage that held chunks
-     * ci - CPS ... early_issue: it is queued as soon as every thread is done with those (a
-     * barrier), before waiting for chunk ci, so up to kStages stages are in flight (a
-     * second barrier then makes chunk ci's copies visible); otherwise after chunk ci's
-     * stage has landed (one barrier per stage, at most kStages - 1 in flight). Either way
-     * the same chunks reach the same arithmetic. */
-    const bool early = a.early_issue;
     for (int ci = c_lo; ci < c_hi; ci++) {
-        const int nxt = ci + (kStages - 1) * CPS;
-        if ((ci - c_lo) % CPS == 0) {
-            if (early) {
-                sync();
-#pragma unroll
-                for (int p = 0; p < CPS; p++)
-                    if (nxt + p < c_hi)
-                        issue(nxt + p, (nxt + p - c_lo) % kSlots);
-                cp_commit();
-                cp_wait<kStages - 1>();
-                sync();
-            } else {
-                cp_wait<kStages - 2>();
-                sync();
-#pragma unroll
-                for (int p = 0; p < CPS; p++)
-                    if (nxt + p < c_hi)
-                        issue(nxt + p, (nxt + p - c_lo) % kSlots);
-                cp_commit();
-            }
-        }
+        cp_wait<kStages - 2>();
+        sync();
+        const int nxt = ci + kStages - 1; /* into the stage chunk ci - 1 held */
+        if (nxt < c_hi)
+            issue(nxt, (nxt - c_lo) % kStages);
+        cp_commit();
         if (ci == boundary) { /* decode runs only: prefill items hold one split */
             store(split);
             tile_reset<HD>(t);
@@ -614,7 +590,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
             boundary += chunks_per_split;
         }
         if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
-            const unsigned char *st = ring + ((ci - c_lo) % kSlots) * stage_bytes;
+            const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
             tile_chunk<HD>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
         }
     }
@@ -624,7 +600,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, int MODE, int CPS> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE, int PF> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
@@ -632,11 +608,11 @@ template <int HD, int MODE, int CPS> int launch(const cuda_attn_args_t *a, int n
     const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->heads : decode_wpc(a->n_kv_heads);
     /* PREFILL and HEADS: one ring of (the block's heads') stages per block; DECODE: one per warp. */
     const size_t smem = MODE == PREFILL ? (size_t)PART
-                        : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD, CPS)
+                        : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD)
                                         : (size_t)warps * PART;
     static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, CPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return (int)e;
@@ -645,18 +621,23 @@ template <int HD, int MODE, int CPS> int launch(const cuda_attn_args_t *a, int n
     const size_t blocks = MODE == HEADS     ? (size_t)n_items * (a->n_kv_heads / a->heads)
                           : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
                                             : (size_t)n_items * (a->n_kv_heads / warps);
-    attn_kernel<HD, MODE, CPS><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
+    attn_kernel<HD, MODE, PF><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
-template <int MODE, int CPS = 1> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+template <int MODE, int PF> int dispatch_hd(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     switch (hd) {
-    case 32: return launch<32, MODE, CPS>(a, n_items, s);
-    case 64: return launch<64, MODE, CPS>(a, n_items, s);
-    case 128: return launch<128, MODE, CPS>(a, n_items, s);
+    case 32: return launch<32, MODE, PF>(a, n_items, s);
+    case 64: return launch<64, MODE, PF>(a, n_items, s);
+    case 128: return launch<128, MODE, PF>(a, n_items, s);
     }
     return (int)cudaErrorInvalidValue;
+}
+
+template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+{
+    return a->l2_prefetch ? dispatch_hd<MODE, 1>(a, hd, n_items, s) : dispatch_hd<MODE, 0>(a, hd, n_items, s);
 }
 
 } // namespace
@@ -665,13 +646,9 @@ extern "C" {
 
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim, a->chunks_per_stage) || a->n_kv_heads % a->heads ||
-                     (a->chunks_per_stage != 1 && a->chunks_per_stage != 2)))
+    if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim) || a->n_kv_heads % a->heads))
         return (int)cudaErrorInvalidValue;
-    if (!a->heads)
-        return dispatch<DECODE>(a, head_dim, n_items, s);
-    return a->chunks_per_stage == 2 ? dispatch<HEADS, 2>(a, head_dim, n_items, s)
-                                    : dispatch<HEADS, 1>(a, head_dim, n_items, s);
+    return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
 }
 
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)

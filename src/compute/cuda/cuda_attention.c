@@ -16,7 +16,7 @@
  *
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
  * cuda_backend.h), so a row's splits, and therefore its bits, depend on its own position
- * only; the tuning (run, heads per block, early issue) changes no bit.
+ * only; the tuning (run, heads per block, L2 prefetch) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
 #include <math.h>
@@ -106,12 +106,12 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
     const cuda_attn_tuning_t def = CUDA_ATTN_TUNING_DEFAULT;
     if (!t)
         t = &def;
-    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->chunks_per_stage == 1 || t->chunks_per_stage == 2));
+    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1));
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
     /* The most heads per block, at most h, that divide n_kv and fit; 0 (blocks of 4 warps) if none. */
-    while (h > 0 && (n_kv % h || !cuda_attn_heads_fit(h, a->p.head_dim, t->chunks_per_stage)))
+    while (h > 0 && (n_kv % h || !cuda_attn_heads_fit(h, a->p.head_dim)))
         h--;
     a->tune.heads = h;
 }
@@ -132,9 +132,9 @@ static int run_end(const compute_attn_t *a, const attn_query_t *q, int j, int en
 
 /* Decode blocks of nh heads one SM holds at once (shared memory; registers: up to 255 per
  * thread, 8 warps). */
-static int heads_per_sm(int nh, int hd, int cps)
+static int heads_per_sm(int nh, int hd)
 {
-    int by_smem = (int)(CUDA_ATTN_SMEM_MAX / (cuda_attn_heads_smem(nh, hd, cps) + 1024)), by_regs = 8 / nh;
+    int by_smem = (int)(CUDA_ATTN_SMEM_MAX / (cuda_attn_heads_smem(nh, hd) + 1024)), by_regs = 8 / nh;
     int n = by_smem < by_regs ? by_smem : by_regs;
     return n < 1 ? 1 : n;
 }
@@ -144,7 +144,7 @@ static int heads_per_sm(int nh, int hd, int cps)
  * device run 7b). */
 static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
 {
-    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, a->p.head_dim, a->tune.chunks_per_stage);
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, a->p.head_dim);
     return n - n / 8;
 }
 
@@ -339,8 +339,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .softcap = a->p.softcap,
         .n_rows = n,
         .heads = nh,
-        .early_issue = a->tune.early_issue,
-        .chunks_per_stage = a->tune.chunks_per_stage,
+        .l2_prefetch = a->tune.l2_prefetch,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;

@@ -130,13 +130,11 @@ typedef struct {
                       * device; clamped so that a run holds at most CUDA_ATTN_MAX_SPLIT keys) */
     int heads;       /* K/V heads per decode block (-1: all; 0: blocks of 4 warps each streaming its
                       * own head); lowered to the nearest count that divides n_kv_heads and fits */
-    int early_issue; /* 1: each chunk's copies queued before waiting for the one computed next */
-    int chunks_per_stage; /* decode blocks of heads: 16-key chunks per shared-memory stage, 1 or 2
-                           * (2 halves the barriers; heads per block are lowered until it fits) */
+    int l2_prefetch; /* 1: the K/V copies ask the L2 for whole 256-byte blocks */
 } cuda_attn_tuning_t;
-/* The default tuning: up to 4 K/V heads per decode block (device runs 13-14: blocks of 4
- * heads, two per SM, beat blocks of all 8 heads by 6-12%). */
-#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, 4, 0, 1})
+/* The default tuning (device runs 14-16): blocks of all K/V heads when the batch fills the
+ * device, fewer heads per block (down to one) when it does not. */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 1})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);

@@ -95,9 +95,7 @@ typedef struct {
     int heads;                /* decode: 0: blocks of 4 warps, each its own item and head; h > 0: blocks of
                                * h consecutive K/V heads of one item sharing each chunk (n_kv_heads % h == 0,
                                * cuda_attn_heads_fit) */
-    int early_issue;          /* 1: a chunk's copies queued before waiting for the one to compute (attention.cu) */
-    int chunks_per_stage;     /* decode blocks of heads: 1 or 2 chunks per stage (attention.cu's CPS) */
-    int pad;
+    int l2_prefetch;          /* 1: the K/V copies ask the L2 for 256-byte blocks (attention.cu's PF; no bit changes) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -112,17 +110,17 @@ static inline int cuda_attn_split_for(int pos)
     return pos < CUDA_ATTN_SPLIT_AT ? CUDA_ATTN_SPLIT_SHORT : CUDA_ATTN_SPLIT_LONG;
 }
 
-/* Shared memory of a decode block of nh K/V heads: three stages of cps chunks of 16 keys
- * of K and V of each head, and the chunk pointer table. */
-static inline size_t cuda_attn_heads_smem(int nh, int hd, int cps)
+/* Shared memory of a decode block of nh K/V heads: three stages of 16 keys of K and V of
+ * each head, and the chunk pointer table. */
+static inline size_t cuda_attn_heads_smem(int nh, int hd)
 {
-    return 3 * (size_t)cps * nh * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *);
+    return 3 * (size_t)nh * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *);
 }
 
-/* Whether decode blocks of nh K/V heads with cps chunks per stage fit. */
-static inline int cuda_attn_heads_fit(int nh, int hd, int cps)
+/* Whether decode blocks of nh K/V heads fit. */
+static inline int cuda_attn_heads_fit(int nh, int hd)
 {
-    return nh >= 1 && nh <= CUDA_ATTN_MAX_HEADS_WARPS && cuda_attn_heads_smem(nh, hd, cps) <= CUDA_ATTN_SMEM_MAX;
+    return nh >= 1 && nh <= CUDA_ATTN_MAX_HEADS_WARPS && cuda_attn_heads_smem(nh, hd) <= CUDA_ATTN_SMEM_MAX;
 }
 
 /* The decode kernel (a.heads = h: blocks of h K/V heads of one work item; 0: one
