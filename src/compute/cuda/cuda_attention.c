@@ -19,6 +19,7 @@
  * only; the tuning (run, heads per block, L2 prefetch) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -37,7 +38,6 @@ struct compute_attn {
 
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out)
 {
-    (void)b;
     *out = NULL;
     if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->head_dim < 1 ||
         p->max_positions < 1 || p->window < 0 || !(p->scale >= 0.0f) || !(p->softcap >= 0.0f))
@@ -59,7 +59,7 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     a->split_short = CUDA_ATTN_SPLIT_SHORT;
     a->split_long = CUDA_ATTN_SPLIT_LONG;
-    a->split_at = CUDA_ATTN_SPLIT_AT;
+    a->split_at = b->long_splits ? CUDA_ATTN_SPLIT_AT : INT_MAX; /* CAIRN_CUDA_LONG_SPLITS=0: short everywhere */
     cuda__attn_set_tuning(a, NULL);
     *out = a;
     return CAIRN_OK;

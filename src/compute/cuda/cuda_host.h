@@ -25,10 +25,14 @@
 #include "compute/cuda/cuda_internal.h"
 
 #define CUDA_SLOTS 16
-/* The revision of the backend's numerics, the numerics id's last part: 1 (no suffix,
- * sessions 1-4) cut every row's keys into 512-key splits; 2 cuts them into 2048-key splits
- * from position CUDA_ATTN_SPLIT_AT on, so K/V a GPU wrote under 1 are misses under 2. */
+/* The revision of the backend's numerics, the numerics id's last part. Sessions 1-4 had
+ * none: every row's keys in 512-key splits. 2 (the default) cuts them into 2048-key splits
+ * from position CUDA_ATTN_SPLIT_AT on, so K/V a GPU wrote before are misses. 1: 512-key
+ * splits everywhere again (CAIRN_CUDA_LONG_SPLITS=0: batch-1 decode at long contexts has
+ * 4x the work items; device run 16: 2.8x faster at one row of 32K positions, 7-8% slower
+ * at 64 x 8K and 8 x 32K). */
 #define CUDA_NUMERICS_REV 2
+#define CUDA_NUMERICS_REV_SHORT 1
 
 typedef struct {
     void *host;        /* pinned */
@@ -62,6 +66,7 @@ struct cuda_backend {
     compute_backend_t base;      /* first: the object is a compute_backend_t */
     int device, sm_count, cc_major, cc_minor;
     bool invariant;
+    bool long_splits;            /* CAIRN_CUDA_LONG_SPLITS: the split rule's long splits (CUDA_NUMERICS_REV) */
     cudaStream_t stream;
     int error;                   /* first failure since the last sync (CAIRN_E*), 0: none */
     cuda_slot_t slots[CUDA_SLOTS];
@@ -132,9 +137,11 @@ typedef struct {
                       * own head); lowered to the nearest count that divides n_kv_heads and fits */
     int l2_prefetch; /* 1: the K/V copies ask the L2 for whole 256-byte blocks */
 } cuda_attn_tuning_t;
-/* The default tuning (device runs 14-16): blocks of all K/V heads when the batch fills the
- * device, fewer heads per block (down to one) when it does not. */
-#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 1})
+/* The default tuning (device run 16, chosen after it; no bit changes): decode blocks of up to
+ * 4 K/V heads, fewer (down to one) when the batch does not fill the device, no L2 hint
+ * (3.71 / 4.13 / 3.99 TB/s at 32 x 4K / 64 x 8K / 8 x 32K, against 3.67 / 4.02 / 3.96 with
+ * blocks of all 8 heads and the hint; blocks of 4 heads with the hint were the slowest). */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, 4, 0})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
