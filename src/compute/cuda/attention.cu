@@ -539,10 +539,11 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         if (!kp)
             return;
         if constexpr (MODE == HEADS)
-            issue_chunk_heads<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
-                                  a.heads, tid);
+            issue_chunk_heads<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi,
+                                      a.kv_stride, a.heads, tid);
         else
-            issue_chunk<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+            issue_chunk<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid,
+                                nthr);
     };
     auto sync = [] {
         if constexpr (MODE == DECODE)

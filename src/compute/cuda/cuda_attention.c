@@ -10,13 +10,14 @@
  * multiples of its split size (a function of its position: cuda_attn_split_for); a group
  * of one row (decode) gets one work item per run of consecutive splits (a block of
  * `heads` K/V heads, or one warp), a group of several rows (prefill) one item per split
- * and per run of at most 4 * tokens_per_warp rows of one split size (one block each). Everything is written into one pinned slot
- * and copied to the device in one transfer, then the decode kernel, the prefill kernel
- * and the merge run.
+ * and per run of at most 4 * tokens_per_warp rows of one split size (one block each).
+ * Everything is written into one pinned slot and copied to the device in one transfer,
+ * then the decode kernel, the prefill kernel and the merge run.
  *
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
- * cuda_backend.h), so a row's splits, and therefore its bits, depend on its own position
- * only; the tuning (run, heads per block, L2 prefetch) changes no bit.
+ * cuda_backend.h; with CAIRN_CUDA_LONG_SPLITS=0 the short split at every position), so a
+ * row's splits, and therefore its bits, depend on its own position only; the tuning (run,
+ * heads per block, L2 prefetch) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
 #include <limits.h>
