@@ -6,9 +6,12 @@
  *
  *   bench_cuda_attention [B:CTX ...]     default 32:4096 64:8192 8:32768
  *
- * Per shape and per variant (split size: 512 is the batch-invariant mode's; decode splits
- * per work item, `run`, 0 = the backend's choice; `hd` 1: decode blocks of all K/V heads,
- * 0: blocks of 4 warps each streaming its own head), the kernels
+ * Per shape and per variant (split rule: `inv` is the batch-invariant mode's, 512 keys
+ * below position 4096 and 2048 from there, the others one fixed split for every row, as a
+ * mode fitted to the batch would choose; `split` is the one this shape's rows get; the
+ * tuning: decode splits per work item, `run`, 0 = the backend's choice; `hd` K/V heads per
+ * decode block (0: blocks of 4 warps each streaming its own head); `l2` 1: the copies'
+ * L2 prefetch hint of 256 bytes), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -19,11 +22,16 @@
  *   dec_ms   the same with the decode kernel alone (no merge): q_ms - dec_ms is the
  *            merge's share.
  * TB/s is the K+V bytes over q_ms. Every variant of a split size must give the same output
- * bits as the first (memcmp; the bench fails otherwise). For the invariant configuration
+ * bits as the first of that size (memcmp; the bench fails otherwise). For the invariant configuration
  * the whole op is also timed once planned each time (op_ms: host work lists from the
  * accessor included; wall clock, median of 5). bench/cuda/sdpa_decode.py times torch
  * SDPA on the same shapes, both ways. The device's copy bandwidth (cudaMemcpy device to
  * device of 2 GiB, bytes read + written) is printed first as the ceiling.
+ *
+ * CAIRN_BENCH_REPS (default 20) sets the runs per timing (1 under compute-sanitizer);
+ * CAIRN_BENCH_VARIANTS=i,j,... runs only those variants (ncu); CAIRN_BENCH_CONTIGUOUS=1
+ * places each sequence's blocks one after the other in the pool instead of in a random
+ * order (what the paging costs, against contiguous K/V like SDPA's).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,9 +221,12 @@ int main(int argc, char **argv)
         return 1;
     }
     cuda_backend_t *b = (cuda_backend_t *)be;
-    copy_ceiling();
-    printf("%-10s %-6s %4s %4s %4s %9s %9s %9s %8s %8s %9s\n", "shape", "split", "run", "item", "hd", "iso_ms",
-           "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
+    bool failed = false; /* a variant's bits differed: reported, the run goes on, exit 1 */
+    const bool contiguous = getenv("CAIRN_BENCH_CONTIGUOUS") != NULL;
+    if (!getenv("CAIRN_BENCH_VARIANTS"))
+        copy_ceiling();
+    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split", "run",
+           "item", "hd", "l2", "iso_ms", "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;
@@ -234,7 +245,7 @@ int main(int argc, char **argv)
         int *perm = malloc((size_t)total * sizeof(int));
         for (int i = 0; i < total; i++)
             perm[i] = i;
-        for (int i = total - 1; i > 0; i--) {
+        for (int i = total - 1; i > 0 && !contiguous; i--) {
             int j = (int)(rnd64() % (uint64_t)(i + 1)), t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
@@ -261,48 +272,71 @@ int main(int argc, char **argv)
             return 1;
         }
         const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
-        /* split, run (0: the backend's choice), all-heads blocks (-1: the default) */
-        static const int variants[][3] = {
-            {512, 0, -1}, {512, 1, 0}, {512, 2, 0}, {512, 1, 1}, {512, 2, 1}, {512, 4, 1},
-            {256, 0, -1}, {1024, 0, -1}, {2048, 0, -1}, {512, 0, -1},
+        /* split (0: the invariant rule), then the tuning: run (0: the backend's choice),
+         * heads per block (-1: all; 4: the default), L2 prefetch (0: the default). Variant 0
+         * is the invariant mode's default tuning; the last repeats it. (Device run 16 ran
+         * this list with {0, 0, -1, 1} first and last and the default at variant 3.) */
+        static const int variants[][4] = {
+            {0, 0, 4, 0},     {0, 0, -1, 0},   {0, 0, 4, 1},     {0, 0, -1, 1},    {0, 0, 2, 1},
+            {0, 0, 1, 1},     {0, 0, 0, 1},    {0, 0, 0, 0},     {512, 0, -1, 1},  {512, 0, -1, 0},
+            {512, 0, 4, 1},   {1024, 0, -1, 1}, {1024, 0, -1, 0}, {2048, 0, -1, 1}, {2048, 0, -1, 0},
+            {2048, 0, 4, 1},  {0, 0, 4, 0},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
-        float *ref = malloc(out_bytes), *got = malloc(out_bytes);
-        int ref_split = 0;
+        float *refs[4], *got = malloc(out_bytes);
+        int ref_split[4] = {0}, n_refs = 0;
         float best = 1e30f, inv = 0, inv_iso = 0;
         int best_v = 0;
-        for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
-            const int split = variants[i][0], run = variants[i][1];
-            const bool pf = variants[i][2] < 0 ? cuda_attn_heads_fit(NKV, HD) : variants[i][2] > 0;
-            cuda__attn_set_split(a, split);
-            cuda__attn_set_tuning(a, run, pf);
+        const int reps = getenv("CAIRN_BENCH_REPS") ? atoi(getenv("CAIRN_BENCH_REPS")) : 20;
+        const char *only = getenv("CAIRN_BENCH_VARIANTS");
+        for (int i = 0; i < n_var; i++) {
+            if (only) { /* a comma-separated list of variant numbers */
+                bool want = false;
+                for (const char *p = only; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+                    if (atoi(p) == i)
+                        want = true;
+                }
+                if (!want)
+                    continue;
+            }
+            const int *vr = variants[i];
+            const int split = vr[0] ? vr[0] : cuda_attn_split_for(ctx - 1);
+            if (vr[0])
+                cuda__attn_set_split(a, vr[0], vr[0], 0);
+            else
+                cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_AT);
+            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3]});
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
                 return 1;
             }
             CK(cudaMemsetAsync(dout, 0xff, out_bytes, b->stream)); /* NaN: every element must be written */
-            float iso = time_plan(b, &plan, 20);
-            float qd = time_queued(b, &plan, 20, false);
-            float dec = time_queued(b, &plan, 20, true);
+            float iso = time_plan(b, &plan, reps);
+            float qd = time_queued(b, &plan, reps, false);
+            float dec = time_queued(b, &plan, reps, true);
             CK(cudaStreamSynchronize(b->stream));
             CK(cudaMemcpy(got, dout, out_bytes, cudaMemcpyDeviceToHost));
             for (size_t e = 0; e < out_bytes / 4; e++)
                 if (got[e] != got[e]) {
-                    fprintf(stderr, "variant %zu: output element %zu not written (NaN)\n", i, e);
+                    fprintf(stderr, "variant %d: output element %zu not written (NaN)\n", i, e);
                     return 1;
                 }
-            if (split != ref_split) {
-                memcpy(ref, got, out_bytes);
-                ref_split = split;
-            } else if (memcmp(ref, got, out_bytes)) {
-                fprintf(stderr, "variant %zu (split %d run %d heads %d): output bits differ from the first's\n", i,
-                        split, run, (int)pf);
-                return 1;
+            int ri = 0;
+            while (ri < n_refs && ref_split[ri] != split)
+                ri++;
+            if (ri == n_refs) {
+                refs[n_refs] = malloc(out_bytes);
+                memcpy(refs[n_refs], got, out_bytes);
+                ref_split[n_refs++] = split;
+            } else if (memcmp(refs[ri], got, out_bytes)) {
+                fprintf(stderr, "variant %d (split %d run %d heads %d l2 %d): output bits differ from the first of "
+                        "that split\n", i, split, vr[1], vr[2], vr[3]);
+                failed = true;
             }
             double opm = 0;
-            const bool invariant = split == CUDA_ATTN_SPLIT && run == 0 && variants[i][2] < 0 && i == 0;
+            const bool invariant = i == 0;
             if (invariant) { /* the whole op: work lists from the accessor, upload, kernels */
                 double op[5];
                 for (int r = 0; r < 5; r++) {
@@ -322,23 +356,24 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %-6d %4d %4d %4d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, split, run,
-                   plan.n_dec, plan.args.heads, iso, qd, dec, bytes / (iso * 1e-3) / 1e12,
-                   bytes / (qd * 1e-3) / 1e12, opm,
-                   invariant ? "   (invariant mode)" : (int)i + 1 == n_var ? "   (the first again)" : "");
+            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, i,
+                   vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], iso, qd, dec,
+                   bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
+                   invariant ? "   (invariant mode, default tuning)" : i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {
                 best = qd;
-                best_v = (int)i;
+                best_v = i;
             }
         }
-        free(ref);
+        for (int r = 0; r < n_refs; r++)
+            free(refs[r]);
         free(got);
         snprintf(summary[si], sizeof(summary[si]),
-                 "B=%-3d ctx=%-6d K+V %.3f GB  invariant %.2f TB/s queued (%.2f isolated)  best %d/%d/%d %.2f TB/s  "
-                 "cost %+.1f%%",
-                 B, ctx, bytes / 1e9, bytes / (inv * 1e-3) / 1e12, bytes / (inv_iso * 1e-3) / 1e12,
-                 variants[best_v][0], variants[best_v][1], variants[best_v][2], bytes / (best * 1e-3) / 1e12,
-                 (inv / best - 1.0) * 100.0);
+                 "B=%-3d ctx=%-6d K+V %.3f GB  invariant %.2f TB/s queued (%.2f isolated)  best: variant %d %.2f TB/s"
+                 "  invariant default's cost %+.1f%%",
+                 B, ctx, bytes / 1e9, inv > 0 ? bytes / (inv * 1e-3) / 1e12 : 0.0,
+                 inv_iso > 0 ? bytes / (inv_iso * 1e-3) / 1e12 : 0.0, best_v, bytes / (best * 1e-3) / 1e12,
+                 inv > 0 ? (inv / best - 1.0) * 100.0 : 0.0);
         compute_attn_destroy(be, a);
         cudaFree(k);
         cudaFree(v);
@@ -350,5 +385,5 @@ int main(int argc, char **argv)
     for (int si = 0; si < n_shapes; si++)
         printf("  %s\n", summary[si]);
     compute_backend_destroy(be);
-    return 0;
+    return failed ? 1 : 0;
 }

@@ -54,6 +54,11 @@ def queued_ms(fn, reps=20, batches=5):
 def main():
     shapes = sys.argv[1:] or ["32:4096", "64:8192", "8:32768"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    # The read-only ceiling: a sum over 2 GiB of bf16 (bytes read / time, queued).
+    x = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)
+    r = queued_ms(lambda: x.sum())
+    print(f"read ceiling: torch x.sum over 2 GiB bf16, queued {r:.4f} ms, {2 * (1 << 30) / (r * 1e-3) / 1e12:.2f} TB/s")
+    del x
     for s in shapes:
         b, ctx = (int(x) for x in s.split(":"))
         q = torch.randn(b, NH, 1, HD, device="cuda", dtype=torch.bfloat16)

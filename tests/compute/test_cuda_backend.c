@@ -12,11 +12,14 @@
  *  - paged attention against a float64 softmax over the same bf16 K/V (per query and
  *    head, relative L2 error <= 1e-2: bf16 q and P), for GQA 32/8 x 128, 4/2 x 32, 4/1 x 32
  *    with 32-position blocks, and 8/2 x 64 with a sliding window, null blocks and a
- *    soft-cap, over several splits; and bit identity of each query computed alone (decode),
- *    in one prefill call with other sequences, in chunks of 1, 5 and 17, and batched
- *    decode, and under every decode tuning (1, 2 or 4 splits per work item, blocks of
- *    all K/V heads or of 4 warps with their own heads). Positions not yet stored hold
- *    NaN, so a key past a query's end that leaked into its sum would show;
+ *    soft-cap, over several splits, under the invariant split rule (512 keys below position
+ *    4096, 2048 from there: the 8B shape's queries cross it) and scaled rules that cross
+ *    from short to long splits inside the queried positions; and bit identity of each
+ *    query computed alone (decode), in one prefill call with other sequences, in chunks
+ *    of 1, 5 and 17, and batched decode, and under every decode tuning (1, 2 or 4 splits
+ *    per work item; blocks of all K/V heads, of some of them or of 4 warps with their own
+ *    heads; with and without the L2 prefetch hint). Positions not yet stored hold NaN, so a key
+ *    past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies;
  *  - the device memory report (compute_memory_info) that sizes serve's pool.
@@ -111,6 +114,12 @@ static void test_identity(void **state)
     (void)state;
     const char *id = compute_numerics_id(gpu, CAIRN_MATH_F32);
     assert_true(!strncmp(id, "cuda-sm", 7));
+    /* The attention revision (2: the long splits from CUDA_ATTN_SPLIT_AT; 1 with
+     * CAIRN_CUDA_LONG_SPLITS=0) ends the id. */
+    char rev[16];
+    snprintf(rev, sizeof(rev), ".%d",
+             ((const cuda_backend_t *)gpu)->long_splits ? CUDA_NUMERICS_REV : CUDA_NUMERICS_REV_SHORT);
+    assert_true(strlen(id) > strlen(rev) && !strcmp(id + strlen(id) - strlen(rev), rev));
     assert_string_equal(id, compute_numerics_id(gpu, CAIRN_MATH_BF16));
     assert_non_null(strstr(id, compute_cuda_invariant(gpu) ? "-inv" : "-fast"));
     assert_true(compute_supports(gpu, COMPUTE_OP_MATMUL, CAIRN_DTYPE_BF16));
@@ -339,6 +348,7 @@ typedef struct {
     int n_heads, n_kv, hd, block, window;
     float softcap;
     int lens[3];
+    int split[3]; /* keys per split below / from position split[2] ({0}: the invariant rule's) */
 } attn_cfg_t;
 
 /* float64 attention of one query (all heads) over host bf16 K/V rows of one sequence. */
@@ -430,6 +440,8 @@ static void run_attention_config(const attn_cfg_t *c)
     compute_attn_params_t ap = {c->n_heads, c->n_kv, c->hd, CAIRN_DTYPE_BF16, max_len, c->window, 0.0f, c->softcap};
     compute_attn_t *a = NULL;
     assert_int_equal(compute_attn_create(gpu, &ap, &a), 0);
+    if (c->split[0])
+        cuda__attn_set_split(a, c->split[0], c->split[1], c->split[2]);
 
     /* Queries: the last NPRE positions of each sequence (fewer when it is shorter). */
     int nq = 0, qs[3], qn[3];
@@ -467,12 +479,18 @@ static void run_attention_config(const attn_cfg_t *c)
                 worst = isnan(e) ? INFINITY : e;
         }
     }
-    printf("attention %d/%d x %d block %d window %d softcap %g: worst rel L2 vs float64 %.2e\n", c->n_heads, c->n_kv,
-           c->hd, bs, c->window, c->softcap, worst);
+    printf("attention %d/%d x %d block %d window %d softcap %g splits %d/%d at %d: worst rel L2 vs float64 %.2e\n",
+           c->n_heads, c->n_kv, c->hd, bs, c->window, c->softcap, c->split[0] ? c->split[0] : CUDA_ATTN_SPLIT_SHORT,
+           c->split[0] ? c->split[1] : CUDA_ATTN_SPLIT_LONG, c->split[0] ? c->split[2] : CUDA_ATTN_SPLIT_AT, worst);
     assert_true(worst <= 1e-2);
 
+    /* CAIRN_TEST_SMALL=race (under racecheck, which is slow): only the calls with different
+     * kernels or tunings (the prefill call, then the batched decode and the prefill call
+     * under each tuning). */
+    const char *small = getenv("CAIRN_TEST_SMALL");
+    const bool race = small && !strcmp(small, "race");
     /* 2. Each query alone (decode) gives the prefill call's bits. */
-    for (int r = 0; r < nq; r += 3) {
+    for (int r = 0; r < nq && !race; r += 3) {
         compute_attention(gpu, a, 0, &aq[r], 1);
         down(&dout, got, (size_t)nq * q_dim * 4);
         if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
@@ -480,7 +498,7 @@ static void run_attention_config(const attn_cfg_t *c)
     }
     /* 3. Chunks of 1, 5 and 17 queries of sequence 0 (prefill in steps). */
     const int chunks[3] = {1, 5, 17};
-    for (int ci = 0; ci < 3; ci++) {
+    for (int ci = 0; ci < (race ? 0 : 3); ci++) {
         for (int i = 0; i < qn[0]; i += chunks[ci]) {
             int m = qn[0] - i < chunks[ci] ? qn[0] - i : chunks[ci];
             compute_attention(gpu, a, 0, &aq[qs[0] + i], m);
@@ -500,31 +518,39 @@ static void run_attention_config(const attn_cfg_t *c)
         if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
             fail_msg("batched decode of sequence %d differs", s);
     }
-    /* 5. The decode tuning (splits per work item, blocks of all heads or of 4 warps)
-     * changes no bit: the batched last queries and every seventh query alone, under each. */
-    const int runs[3] = {1, 2, 4};
-    for (int ri = 0; ri < 3; ri++)
-        for (int pi = 0; pi < 2; pi++) {
-            if (runs[ri] * CUDA_ATTN_SPLIT > CUDA_ATTN_MAX_SPLIT)
-                continue;
-            cuda__attn_set_tuning(a, runs[ri], pi != 0);
-            compute_attention(gpu, a, 0, last, 3);
-            down(&dout, got, (size_t)nq * q_dim * 4);
-            for (int s = 0; s < 3; s++) {
-                size_t r = (size_t)(qs[s] + qn[s] - 1);
-                if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
-                    fail_msg("batched decode of sequence %d differs with %d splits per item, tuning %d", s,
-                             runs[ri], pi);
-            }
-            for (int r = 0; r < nq; r += 7) {
-                compute_attention(gpu, a, 0, &aq[r], 1);
-                down(&dout, got, (size_t)nq * q_dim * 4);
-                if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
-                    fail_msg("query %d (pos %d) alone differs with %d splits per item, tuning %d", r, aq[r].pos,
-                             runs[ri], pi);
-            }
+    /* 5. The decode tuning (splits per work item; blocks of all heads, of half of them or
+     * of 4 warps; the L2 prefetch hint) changes no bit: the batched last
+     * queries, the prefill call and every seventh query alone (CAIRN_TEST_SMALL: every
+     * 23rd; race: none), under each. */
+    const cuda_attn_tuning_t tunings[] = {
+        {1, 0, 0}, {2, 0, 1}, {4, 0, 0}, {1, -1, 0}, {2, -1, 1}, {4, -1, 1}, {1, 4, 1},
+        {2, 4, 0}, {0, 4, 0}, {0, 2, 1}, {0, -1, 0}, {1, 1, 0}, {0, 1, 1}, {4, 1, 0},
+    };
+    const int every = race ? nq : small ? 23 : 7;
+    for (size_t ti = 0; ti < CAIRN_ARRAY_LEN(tunings); ti++) {
+        const cuda_attn_tuning_t *t = &tunings[ti];
+        cuda__attn_set_tuning(a, t);
+        compute_attention(gpu, a, 0, last, 3);
+        down(&dout, got, (size_t)nq * q_dim * 4);
+        for (int s = 0; s < 3; s++) {
+            size_t r = (size_t)(qs[s] + qn[s] - 1);
+            if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
+                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d)", s, ti,
+                         t->run, t->heads, t->l2_prefetch);
         }
-    cuda__attn_set_tuning(a, 0, true);
+        compute_attention(gpu, a, 0, aq, nq);
+        down(&dout, got, (size_t)nq * q_dim * 4);
+        if (memcmp(got, pre, (size_t)nq * q_dim * 4))
+            fail_msg("the prefill call differs under tuning %zu (l2 %d)", ti, t->l2_prefetch);
+        for (int r = 0; r < nq; r += every) {
+            compute_attention(gpu, a, 0, &aq[r], 1);
+            down(&dout, got, (size_t)nq * q_dim * 4);
+            if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
+                fail_msg("query %d (pos %d) alone differs under tuning %zu (run %d heads %d l2 %d)", r, aq[r].pos,
+                         ti, t->run, t->heads, t->l2_prefetch);
+        }
+    }
+    cuda__attn_set_tuning(a, NULL);
     compute_attn_destroy(gpu, a);
     compute_buffer_free(gpu, &dk);
     compute_buffer_free(gpu, &dv);
@@ -537,16 +563,22 @@ static void test_attention(void **state)
 {
     (void)state;
     const attn_cfg_t cfgs[] = {
-        {32, 8, 128, 16, 0, 0.0f, {1300, 1263, 50}},  /* the 8B shape, three splits */
-        {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}},     /* the qwen3 fixture's heads */
-        {4, 1, 32, 32, 0, 0.0f, {700, 64, 17}},       /* the llama fixture's, 32-position blocks */
-        {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}},  /* a sliding window, null blocks, soft-cap */
-        {16, 8, 128, 16, 0, 0.0f, {2100, 1, 1030}},   /* Qwen3-0.6B heads, a one-token sequence */
+        {32, 8, 128, 16, 0, 0.0f, {1300, 1263, 50}, {0}}, /* the 8B shape, three splits */
+        /* the 8B shape across the long-split position: queries of sequences 0 and 1 on both
+         * sides of CUDA_ATTN_SPLIT_AT (512- and 2048-key splits), prefill runs cut there */
+        {32, 8, 128, 16, 0, 0.0f, {4130, 4100, 700}, {0}},
+        {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}, {0}},   /* the qwen3 fixture's heads */
+        {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}, {64, 256, 690}}, /* a scaled rule crossing inside */
+        {4, 1, 32, 32, 0, 0.0f, {700, 64, 17}, {0}},     /* the llama fixture's, 32-position blocks */
+        {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}, {0}}, /* a sliding window, null blocks, soft-cap */
+        {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}, {32, 128, 1070}}, /* the same, the rule crossing */
+        {16, 8, 128, 16, 0, 0.0f, {2100, 1, 1030}, {0}}, /* Qwen3-0.6B heads, a one-token sequence */
     };
-    /* CAIRN_TEST_SMALL (under compute-sanitizer): short sequences, every code path. */
+    /* CAIRN_TEST_SMALL (under compute-sanitizer): short sequences, every code path (the
+     * scaled rules cross from short to long splits inside the queried positions). */
     const attn_cfg_t small[] = {
-        {32, 8, 128, 16, 0, 0.0f, {600, 530, 20}},
-        {4, 2, 32, 16, 40, 10.0f, {200, 90, 33}},
+        {32, 8, 128, 16, 0, 0.0f, {600, 530, 20}, {128, 512, 570}},
+        {4, 2, 32, 16, 40, 10.0f, {200, 90, 33}, {32, 64, 170}},
     };
     const bool sm = getenv("CAIRN_TEST_SMALL") != NULL;
     for (size_t i = 0; i < (sm ? CAIRN_ARRAY_LEN(small) : CAIRN_ARRAY_LEN(cfgs)); i++)

@@ -6,15 +6,16 @@
  * per-block K/V pointer table the host builds from the accessor). A warp computes one
  * 16-row mma tile: `tokens_per_warp` consecutive query tokens times the group_size query
  * heads that share one K/V head (GQA: each K/V chunk is read once for all of them). It
- * walks the keys of its splits (CUDA_ATTN_SPLIT keys each in the invariant mode) in chunks
+ * walks the keys of its splits (cuda_attn_split_for(pos) keys each: item.keys) in chunks
  * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
  * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
  * in split order. K/V chunks are staged through shared memory by cp.async (three stages).
  * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
  * own item (a run of consecutive splits of one sequence; the warps of a block are
- * consecutive K/V heads); HEADS, one block per decode item for all K/V heads, the block's
- * threads copying whole K/V rows into one stage per chunk; PREFILL, the four warps of a
+ * consecutive K/V heads); HEADS, blocks of a.heads consecutive K/V heads (all of them, or
+ * a divisor) per decode item, the block's threads copying those heads' contiguous part
+ * of each K/V row into one stage per chunk; PREFILL, the four warps of a
  * block share each chunk of one head (one item of up to 4 tiles of one sequence).
  *
  * Bit-exactness. Both kernels run the same per-row sequence of operations: the same
@@ -61,11 +62,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+/* A 16-byte copy into shared memory; PF 1: the L2 told to fetch the whole 256-byte block
+ * holding it (the rows are streamed whole). A template parameter, not a run-time flag: a
+ * run-time choice between the two cost the all-heads kernel 57 registers and ~20% of its
+ * speed (device run 13). */
+template <int PF> __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+    if constexpr (PF)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
 
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -103,7 +111,7 @@ template <int HD> __device__ __forceinline__ void tile_reset(Tile<HD> &t)
 
 /* Queues a chunk (16 keys; kp, vp: its first key's K and V rows of this head) into stage:
  * 2 x 16 rows x hd/8 units, threads tid, tid + nthr, ...; keys past kmax are zero-filled. */
-template <int HD>
+template <int HD, int PF>
 __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp,
                                             int key0, int kmax, int kv_stride, int tid, int nthr)
 {
@@ -115,17 +123,18 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
         const bool valid = key0 + row <= kmax;
         const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + unit * 16;
         unsigned char *dst = stage + tensor * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
-        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+        cp_async16<PF>(dst, valid ? (const void *)src : (const void *)base, valid);
     }
 }
 
-/* Queues a chunk of ALL K/V heads (16 keys; kp, vp: the K and V rows of its first key)
- * into stage, by the block's 32 * n_kv threads: the rows are whole (n_kv * hd * 2 bytes,
- * contiguous in the block), so the block reads each K/V block as one contiguous run.
+/* Queues a chunk of n_kv consecutive K/V heads (16 keys; kp, vp: the K and V rows of its
+ * first key and first head) into stage, by the block's 32 * n_kv threads: each row's part
+ * is n_kv * hd * 2 contiguous bytes (all heads: the whole row, so the block reads each K/V
+ * block as one contiguous run).
  * Layout: K [n_kv][16][hd] then V [n_kv][16][hd], each head's [16][hd] swizzled as
  * issue_chunk's, so a warp sees its head's part exactly as a per-warp stage. Each thread
  * keeps one 16-byte column (x) of the rows and takes every (32 / U)th tensor row. */
-template <int HD>
+template <int HD, int PF>
 __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __nv_bfloat16 *kp,
                                                   const __nv_bfloat16 *vp, int key0, int kmax, int kv_stride,
                                                   int n_kv, int tid)
@@ -140,7 +149,7 @@ __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __
         const bool valid = key0 + row <= kmax;
         const unsigned char *src = (const unsigned char *)(base + (size_t)row * kv_stride) + x * 16;
         unsigned char *dst = stage + tensor * half + head * 16 * HD * 2 + row * HD * 2 + swz<U>(row, unit) * 16;
-        cp_async16(dst, valid ? (const void *)src : (const void *)base, valid);
+        cp_async16<PF>(dst, valid ? (const void *)src : (const void *)base, valid);
     }
 }
 
@@ -442,17 +451,17 @@ template <int M> constexpr int mode_threads()
  * next split then starts from the same state as if it began a work item, so neither the
  * run's length nor the mode changes a bit). Each block first lets the merge kernel launch
  * (programmatic dependent launch), so the merge's blocks are scheduled while the last
- * ones here still stream.
+ * ones here still stream. PF: cp_async16's L2 prefetch hint (no bit changes).
  */
-template <int HD, int MODE>
+template <int HD, int MODE, int PF>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
     dep_launch();
-    const int stage_bytes = MODE == HEADS ? a.n_kv_heads * HSTAGE : HSTAGE;
+    const int stage_bytes = MODE == HEADS ? a.heads * HSTAGE : HSTAGE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int item_idx, head, tok0, ntok, tid, nthr;
+    int item_idx, head, head0 = 0, tok0, ntok, tid, nthr;
     unsigned char *ring;
     if constexpr (MODE == PREFILL) {
         item_idx = blockIdx.x / a.n_kv_heads;
@@ -461,8 +470,10 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         tid = threadIdx.x;
         nthr = blockDim.x;
     } else if constexpr (MODE == HEADS) {
-        item_idx = blockIdx.x;
-        head = warp;
+        const int hg = a.n_kv_heads / a.heads;
+        item_idx = blockIdx.x / hg;
+        head0 = (blockIdx.x % hg) * a.heads;
+        head = head0 + warp;
         ring = smem;
         tid = threadIdx.x;
         nthr = blockDim.x;
@@ -474,8 +485,8 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         tid = lane;
         nthr = 32;
     }
-    /* After the stages: each chunk's K and V row pointers for this head (HEADS: of head
-     * 0, the whole row; NULL: no storage). */
+    /* After the stages: each chunk's K and V row pointers for this head (HEADS: of the
+     * block's first head; NULL: no storage). */
     const __nv_bfloat16 **cptr = reinterpret_cast<const __nv_bfloat16 **>(ring + kStages * stage_bytes);
     const cuda_attn_item_t it = a.items[item_idx];
     const int R = a.tokens_per_warp, G = a.group_size;
@@ -484,8 +495,8 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     ntok = ntok < 0 ? 0 : ntok > R ? R : ntok;
 
     const cuda_attn_group_t grp = a.groups[a.rows[it.row0].group];
-    int key_lo = it.split * a.split;
-    const int key_hi = min((it.split + it.n_split) * a.split, it.pos_hi + 1);
+    int key_lo = it.split * it.keys;
+    const int key_hi = min((it.split + it.n_split) * it.keys, it.pos_hi + 1);
     if (a.window > 0)
         key_lo = max(key_lo, it.pos_lo - a.window + 1);
     const int c_lo = key_lo / CUDA_ATTN_CHUNK, c_hi = (key_hi + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
@@ -515,7 +526,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     /* The chunk pointers, read from the block table once per item (the copies then never
      * wait on a dependent load). */
     const void *const *table = a.table + 2 * (size_t)grp.table;
-    const size_t head_off = MODE == HEADS ? 0 : (size_t)head * HD;
+    const size_t head_off = (size_t)(MODE == HEADS ? head0 : head) * HD;
     for (int i = tid; i < c_hi - c_lo; i += nthr) {
         const int key0 = (c_lo + i) * CUDA_ATTN_CHUNK, b = key0 / a.block;
         const __nv_bfloat16 *kb = (const __nv_bfloat16 *)table[2 * b], *vb = (const __nv_bfloat16 *)table[2 * b + 1];
@@ -528,10 +539,11 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         if (!kp)
             return;
         if constexpr (MODE == HEADS)
-            issue_chunk_heads<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride,
-                                  a.n_kv_heads, tid);
+            issue_chunk_heads<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi,
+                                      a.kv_stride, a.heads, tid);
         else
-            issue_chunk<HD>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid, nthr);
+            issue_chunk<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid,
+                                nthr);
     };
     auto sync = [] {
         if constexpr (MODE == DECODE)
@@ -552,8 +564,8 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
             store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
     };
     /* This warp's K and V [16][hd] within a stage. */
-    const int k_off = MODE == HEADS ? head * 16 * HD * 2 : 0;
-    const int v_off = MODE == HEADS ? a.n_kv_heads * 16 * HD * 2 + head * 16 * HD * 2 : 16 * HD * 2;
+    const int k_off = MODE == HEADS ? warp * 16 * HD * 2 : 0;
+    const int v_off = MODE == HEADS ? a.heads * 16 * HD * 2 + warp * 16 * HD * 2 : 16 * HD * 2;
 
     sync();
 #pragma unroll
@@ -563,12 +575,12 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         cp_commit();
     }
     /* The first chunk of the next split, and the split being computed. */
-    const int chunks_per_split = a.split / CUDA_ATTN_CHUNK;
-    int split = key_lo / a.split, boundary = (split + 1) * chunks_per_split;
+    const int chunks_per_split = it.keys / CUDA_ATTN_CHUNK;
+    int split = key_lo / it.keys, boundary = (split + 1) * chunks_per_split;
     for (int ci = c_lo; ci < c_hi; ci++) {
         cp_wait<kStages - 2>();
         sync();
-        const int nxt = ci + kStages - 1;
+        const int nxt = ci + kStages - 1; /* into the stage chunk ci - 1 held */
         if (nxt < c_hi)
             issue(nxt, (nxt - c_lo) % kStages);
         cp_commit();
@@ -589,39 +601,44 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, int MODE> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE, int PF> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
     constexpr int PART = kStages * 2 * 16 * HD * 2 + kPtrBytes;
-    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->n_kv_heads : decode_wpc(a->n_kv_heads);
-    /* PREFILL and HEADS: one ring of (all heads') stages per block; DECODE: one per warp. */
+    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->heads : decode_wpc(a->n_kv_heads);
+    /* PREFILL and HEADS: one ring of (the block's heads') stages per block; DECODE: one per warp. */
     const size_t smem = MODE == PREFILL ? (size_t)PART
-                        : MODE == HEADS ? (size_t)kStages * a->n_kv_heads * 2 * 16 * HD * 2 + kPtrBytes
+                        : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD)
                                         : (size_t)warps * PART;
     static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return (int)e;
         attr = smem;
     }
-    const size_t blocks = MODE == HEADS     ? (size_t)n_items
+    const size_t blocks = MODE == HEADS     ? (size_t)n_items * (a->n_kv_heads / a->heads)
                           : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
                                             : (size_t)n_items * (a->n_kv_heads / warps);
-    attn_kernel<HD, MODE><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
+    attn_kernel<HD, MODE, PF><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
+}
+
+template <int MODE, int PF> int dispatch_hd(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+{
+    switch (hd) {
+    case 32: return launch<32, MODE, PF>(a, n_items, s);
+    case 64: return launch<64, MODE, PF>(a, n_items, s);
+    case 128: return launch<128, MODE, PF>(a, n_items, s);
+    }
+    return (int)cudaErrorInvalidValue;
 }
 
 template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
-    switch (hd) {
-    case 32: return launch<32, MODE>(a, n_items, s);
-    case 64: return launch<64, MODE>(a, n_items, s);
-    case 128: return launch<128, MODE>(a, n_items, s);
-    }
-    return (int)cudaErrorInvalidValue;
+    return a->l2_prefetch ? dispatch_hd<MODE, 1>(a, hd, n_items, s) : dispatch_hd<MODE, 0>(a, hd, n_items, s);
 }
 
 } // namespace
@@ -630,7 +647,7 @@ extern "C" {
 
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
-    if (a->heads && !cuda_attn_heads_fit(a->n_kv_heads, head_dim))
+    if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim) || a->n_kv_heads % a->heads))
         return (int)cudaErrorInvalidValue;
     return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
 }

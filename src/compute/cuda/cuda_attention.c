@@ -7,16 +7,20 @@
  * positions (the K and V base pointers of each block, NULL for a block without storage;
  * blocks below every row's window are not asked for), so block ids and tables never
  * leave the host. Every row's visible keys [max(0, pos - W + 1), pos] are cut at
- * multiples of the split size; a group of one row (decode) gets one work item per split
- * (one warp each), a group of several rows (prefill) one item per split and per run of
- * 4 * tokens_per_warp rows (one block each). Everything is written into one pinned slot
- * and copied to the device in one transfer, then the decode kernel, the prefill kernel
- * and the merge run.
+ * multiples of its split size (a function of its position: cuda_attn_split_for); a group
+ * of one row (decode) gets one work item per run of consecutive splits (a block of
+ * `heads` K/V heads, or one warp), a group of several rows (prefill) one item per split
+ * and per run of at most 4 * tokens_per_warp rows of one split size (one block each).
+ * Everything is written into one pinned slot and copied to the device in one transfer,
+ * then the decode kernel, the prefill kernel and the merge run.
  *
- * Invariant: the split size is CUDA_ATTN_SPLIT in both modes (see cuda_backend.h), so a
- * row's splits, and therefore its bits, depend on its own position only.
+ * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
+ * cuda_backend.h; with CAIRN_CUDA_LONG_SPLITS=0 the short split at every position), so a
+ * row's splits, and therefore its bits, depend on its own position only; the tuning (run,
+ * heads per block, L2 prefetch) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -27,16 +31,14 @@ struct compute_attn {
     compute_attn_params_t p;
     int group_size, tokens_per_warp;
     float scale;
-    int split;
-    int run;      /* decode splits per work item; 0: chosen per call to fill the device */
-    bool heads;   /* decode: blocks of all K/V heads (attention.cu's HEADS mode) when they fit */
+    int split_short, split_long, split_at; /* keys per split: short below position split_at */
+    cuda_attn_tuning_t tune;               /* heads resolved: 0 or a divisor of n_kv_heads that fits */
     int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
     int g_cap;
 };
 
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out)
 {
-    (void)b;
     *out = NULL;
     if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->head_dim < 1 ||
         p->max_positions < 1 || p->window < 0 || !(p->scale >= 0.0f) || !(p->softcap >= 0.0f))
@@ -56,9 +58,10 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->group_size = g;
     a->tokens_per_warp = 16 / g;
     a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
-    a->split = CUDA_ATTN_SPLIT;
-    a->run = 0;
-    a->heads = cuda_attn_heads_fit(p->n_kv_heads, p->head_dim);
+    a->split_short = CUDA_ATTN_SPLIT_SHORT;
+    a->split_long = CUDA_ATTN_SPLIT_LONG;
+    a->split_at = b->long_splits ? CUDA_ATTN_SPLIT_AT : INT_MAX; /* CAIRN_CUDA_LONG_SPLITS=0: short everywhere */
+    cuda__attn_set_tuning(a, NULL);
     *out = a;
     return CAIRN_OK;
 }
@@ -89,32 +92,74 @@ static bool grow_groups(compute_attn_t *a, int n)
 
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-void cuda__attn_set_split(compute_attn_t *a, int split)
+static bool split_ok(int s) { return s >= CUDA_ATTN_CHUNK && s <= CUDA_ATTN_MAX_SPLIT && s % CUDA_ATTN_CHUNK == 0; }
+
+void cuda__attn_set_split(compute_attn_t *a, int split_short, int split_long, int split_at)
 {
-    CAIRN_ASSERT(split >= CUDA_ATTN_CHUNK && split <= CUDA_ATTN_MAX_SPLIT && split % CUDA_ATTN_CHUNK == 0);
-    a->split = split;
+    CAIRN_ASSERT(split_ok(split_short) && split_ok(split_long) && split_at >= 0);
+    a->split_short = split_short;
+    a->split_long = split_long;
+    a->split_at = split_at;
 }
 
-void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads)
+void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
 {
-    CAIRN_ASSERT(run >= 0 && (run == 0 || run * a->split <= CUDA_ATTN_MAX_SPLIT));
-    a->run = run;
-    a->heads = heads && cuda_attn_heads_fit(a->p.n_kv_heads, a->p.head_dim);
+    const cuda_attn_tuning_t def = CUDA_ATTN_TUNING_DEFAULT;
+    if (!t)
+        t = &def;
+    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1));
+    a->tune = *t;
+    const int n_kv = a->p.n_kv_heads;
+    int h = t->heads < 0 ? n_kv : t->heads;
+    /* The most heads per block, at most h, that divide n_kv and fit; 0 (blocks of 4 warps) if none. */
+    while (h > 0 && (n_kv % h || !cuda_attn_heads_fit(h, a->p.head_dim)))
+        h--;
+    a->tune.heads = h;
 }
 
-/* Decode splits per work item: the longest run (a power of two, at most
- * CUDA_ATTN_MAX_SPLIT keys) that still gives (nearly) every block slot of the device a
- * work item (items[k]: the call's decode items with runs of 2^k splits; HEADS: one block
- * of all heads per item, one per SM, and 7/8 of the SMs is enough: one wave of long items
- * beat two waves of short ones in device run 7b; otherwise n_kv_heads / wpc blocks per
- * item, two per SM), so each block's copies flow across split boundaries instead of
- * ending and refilling at each; 1 when even single splits leave slots empty. The run
- * never changes a bit (attention.cu). */
-static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, bool heads, const size_t *items, int n_k)
+/* Keys per split of a row at pos (the invariant rule: cuda_attn_split_for's constants). */
+static int split_of(const compute_attn_t *a, int pos) { return pos < a->split_at ? a->split_short : a->split_long; }
+
+/* The end of the prefill run of rows starting at j (of a group ending at `end`): at most
+ * T rows, all of one split size. */
+static int run_end(const compute_attn_t *a, const attn_query_t *q, int j, int end, int T)
+{
+    const int s = split_of(a, q[j].pos);
+    int i = j + 1;
+    while (i < end && i < j + T && split_of(a, q[i].pos) == s)
+        i++;
+    return i;
+}
+
+/* Decode blocks of nh heads one SM holds at once (shared memory; registers: up to 255 per
+ * thread, 8 warps). */
+static int heads_per_sm(int nh, int hd)
+{
+    int by_smem = (int)(CUDA_ATTN_SMEM_MAX / (cuda_attn_heads_smem(nh, hd) + 1024)), by_regs = 8 / nh;
+    int n = by_smem < by_regs ? by_smem : by_regs;
+    return n < 1 ? 1 : n;
+}
+
+/* Decode block slots of the device for blocks of nh heads: as many as its SMs hold at
+ * once, of which 7/8 is enough (one wave of long items beat two waves of short ones in
+ * device run 7b). */
+static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
+{
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, a->p.head_dim);
+    return n - n / 8;
+}
+
+/* Decode splits per work item for blocks of nh heads (0: of 4 warps, each its own head,
+ * two per SM): the longest run (a power of two, at most CUDA_ATTN_MAX_SPLIT keys) that
+ * still gives (nearly) every block slot a work item (items[k]: the call's decode items
+ * with runs of 2^k splits; n_kv_heads / nh blocks per item), so each block's copies flow
+ * across split boundaries instead of ending and refilling at each; 1 when even single
+ * splits leave slots empty. The run never changes a bit (attention.cu). */
+static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, int nh, const size_t *items, int n_k)
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
-    const size_t per_item = heads ? 1 : (size_t)(a->p.n_kv_heads / wpc);
-    const size_t slots = heads ? (size_t)(b->sm_count - b->sm_count / 8) : (size_t)b->sm_count * 2;
+    const size_t per_item = (size_t)(a->p.n_kv_heads / (nh ? nh : wpc));
+    const size_t slots = nh ? heads_slots(b, a, nh) : (size_t)b->sm_count * 2;
     for (int k = n_k - 1; k > 0; k--)
         if (items[k] * per_item >= slots)
             return 1 << k;
@@ -131,7 +176,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         cuda__fail(b, CAIRN_ENOMEM, "attention work lists", 0);
         return false;
     }
-    const int W = a->p.window, S = a->split, T = CUDA_ATTN_WARPS * a->tokens_per_warp;
+    const int W = a->p.window, T = CUDA_ATTN_WARPS * a->tokens_per_warp;
     /* Groups: adjacent rows of one accessor. */
     int ng = 0;
     for (int i = 0; i < n; i++) {
@@ -161,25 +206,30 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     enum { MAX_K = 4 };
     size_t dec_k[MAX_K] = {0};
     int n_k = 1;
-    while (n_k < MAX_K && (S << n_k) <= CUDA_ATTN_MAX_SPLIT)
+    const int s_min = a->split_short < a->split_long ? a->split_short : a->split_long;
+    while (n_k < MAX_K && (s_min << n_k) <= CUDA_ATTN_MAX_SPLIT)
         n_k++;
     size_t n_blocks = 0, n_records = 0, n_dec = 0, n_pre = 0;
     for (int g = 0; g < ng; g++) {
         n_blocks += (size_t)(a->g_max[g] / P + 1);
         const int f = a->g_first[g], cnt = a->g_count[g];
         for (int i = f; i < f + cnt; i++) {
-            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0;
+            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0, S = split_of(a, q[i].pos);
             n_records += (size_t)(q[i].pos / S - lo / S + 1);
         }
         if (cnt == 1) {
-            const int lo = W > 0 && q[f].pos - W + 1 > 0 ? q[f].pos - W + 1 : 0;
-            const size_t ns = (size_t)(q[f].pos / S - lo / S + 1);
-            for (int k = 0; k < n_k; k++)
-                dec_k[k] += (ns + ((size_t)1 << k) - 1) >> k;
+            const int lo = W > 0 && q[f].pos - W + 1 > 0 ? q[f].pos - W + 1 : 0, S = split_of(a, q[f].pos);
+            const size_t ns = (size_t)(q[f].pos / S - lo / S + 1), r_max = CUDA_ATTN_MAX_SPLIT / S;
+            for (int k = 0; k < n_k; k++) {
+                const size_t r = ((size_t)1 << k) < r_max ? ((size_t)1 << k) : r_max;
+                dec_k[k] += (ns + r - 1) / r;
+            }
         } else {
-            for (int j = f; j < f + cnt; j += T) {
+            for (int j = f, je; j < f + cnt; j = je) {
+                je = run_end(a, q, j, f + cnt, T);
+                const int S = split_of(a, q[j].pos);
                 int lo_pos = q[j].pos, hi_pos = q[j].pos;
-                for (int i = j; i < f + cnt && i < j + T; i++) {
+                for (int i = j; i < je; i++) {
                     lo_pos = q[i].pos < lo_pos ? q[i].pos : lo_pos;
                     hi_pos = q[i].pos > hi_pos ? q[i].pos : hi_pos;
                 }
@@ -188,14 +238,24 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
             }
         }
     }
-    /* Blocks of all heads only when single splits give (nearly) every SM one (a few long
-     * rows: blocks of 4 heads give twice the blocks); then the run for the mode. */
-    const bool heads = a->heads && (a->run || dec_k[0] >= (size_t)(b->sm_count - b->sm_count / 8));
-    const int split_run = a->run ? a->run : pick_run(b, a, heads, dec_k, n_k);
+    /* Heads per decode block: the tuning's when its run is fixed; otherwise the most, up
+     * to the tuning's, whose blocks of single splits still give (nearly) every block slot
+     * of the device one, and one head per block (the most blocks) when none does (a few
+     * rows: a batch-1 decode at 32K positions has 16 splits of 2048 keys). Then the run. */
+    int nh = a->tune.heads;
+    if (nh && !a->tune.run) {
+        int h = nh;
+        while (h > 1 && (a->p.n_kv_heads % h || dec_k[0] * (size_t)(a->p.n_kv_heads / h) < heads_slots(b, a, h)))
+            h--;
+        nh = h;
+    }
+    int split_run = a->tune.run ? a->tune.run : pick_run(b, a, nh, dec_k, n_k);
+    if (split_run > 1 << (n_k - 1))
+        split_run = 1 << (n_k - 1);
     for (int k = 0; k < n_k; k++)
         if (split_run == 1 << k)
             n_dec = dec_k[k];
-    CAIRN_ASSERT(split_run * S <= CUDA_ATTN_MAX_SPLIT && (split_run & (split_run - 1)) == 0);
+    CAIRN_ASSERT(split_run * s_min <= CUDA_ATTN_MAX_SPLIT && (split_run & (split_run - 1)) == 0);
     const size_t off_groups = align16((size_t)n * sizeof(cuda_attn_row_t));
     const size_t off_dec = off_groups + align16((size_t)ng * sizeof(cuda_attn_group_t));
     const size_t off_pre = off_dec + n_dec * sizeof(cuda_attn_item_t);
@@ -230,19 +290,20 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         }
         tab += nb;
         for (int i = f; i < f + cnt; i++) {
-            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0;
+            const int lo = W > 0 && q[i].pos - W + 1 > 0 ? q[i].pos - W + 1 : 0, S = split_of(a, q[i].pos);
             const int s_first = lo / S, ns = q[i].pos / S - s_first + 1;
             rows[i] = (cuda_attn_row_t){q[i].q, q[i].out, q[i].pos, g, s_first, ns, part, 0};
             part += ns;
         }
         if (cnt == 1) {
-            const int end = rows[f].s_first + rows[f].n_splits;
-            for (int s = rows[f].s_first; s < end; s += split_run)
-                dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, end - s < split_run ? end - s : split_run,
-                                               {0, 0}};
+            const int end = rows[f].s_first + rows[f].n_splits, S = split_of(a, q[f].pos);
+            const int r = split_run < CUDA_ATTN_MAX_SPLIT / S ? split_run : CUDA_ATTN_MAX_SPLIT / S;
+            for (int s = rows[f].s_first; s < end; s += r)
+                dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, end - s < r ? end - s : r, S, 0};
         } else {
-            for (int j = f; j < f + cnt; j += T) {
-                const int m = f + cnt - j < T ? f + cnt - j : T;
+            for (int j = f, je; j < f + cnt; j = je) {
+                je = run_end(a, q, j, f + cnt, T);
+                const int m = je - j, S = split_of(a, q[j].pos);
                 int lo_pos = q[j].pos, hi_pos = q[j].pos;
                 for (int i = j; i < j + m; i++) {
                     lo_pos = q[i].pos < lo_pos ? q[i].pos : lo_pos;
@@ -250,7 +311,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
                 }
                 const int lo = W > 0 && lo_pos - W + 1 > 0 ? lo_pos - W + 1 : 0;
                 for (int s = lo / S; s <= hi_pos / S; s++)
-                    pre[pi++] = (cuda_attn_item_t){j, m, s, lo_pos, hi_pos, 1, {0, 0}};
+                    pre[pi++] = (cuda_attn_item_t){j, m, s, lo_pos, hi_pos, 1, S, 0};
             }
         }
     }
@@ -273,13 +334,13 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .tokens_per_warp = a->tokens_per_warp,
         .kv_stride = a->p.n_kv_heads * a->p.head_dim,
         .block = P,
-        .split = S,
         .window = W,
         .scale = a->scale,
         .scale_log2 = a->scale * 1.44269504f,
         .softcap = a->p.softcap,
         .n_rows = n,
-        .heads = heads,
+        .heads = nh,
+        .l2_prefetch = a->tune.l2_prefetch,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;

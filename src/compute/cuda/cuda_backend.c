@@ -494,6 +494,7 @@ int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t 
     b->cc_major = prop.major;
     b->cc_minor = prop.minor;
     b->invariant = cairn_knob_bool("CAIRN_CUDA_INVARIANT", false, true, true);
+    b->long_splits = cairn_knob_bool("CAIRN_CUDA_LONG_SPLITS", false, true, true);
     int rc = CAIRN_EIO;
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess)
         goto fail;
@@ -506,8 +507,9 @@ int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t 
     }
     char suffix[24];
     cuda__gemm_id_suffix(b, suffix, sizeof(suffix));
-    snprintf(b->numerics, sizeof(b->numerics), "cuda-sm%d%dcublaslt%zu-%s%s", b->cc_major, b->cc_minor,
-             cublasLtGetVersion(), b->invariant ? "inv" : "fast", suffix);
+    snprintf(b->numerics, sizeof(b->numerics), "cuda-sm%d%dcublaslt%zu-%s%s.%d", b->cc_major, b->cc_minor,
+             cublasLtGetVersion(), b->invariant ? "inv" : "fast", suffix,
+             b->long_splits ? CUDA_NUMERICS_REV : CUDA_NUMERICS_REV_SHORT);
     cairn_log(CAIRN_LOG_INFO, "cuda backend: %s (%d SMs), %s mode, numerics %s", prop.name, b->sm_count,
               b->invariant ? "batch-invariant" : "fast", b->numerics);
     *out = &b->base;

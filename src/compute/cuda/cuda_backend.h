@@ -6,17 +6,18 @@
  * (activations rounded to bf16, whatever the math mode), f32 weights run an f32 product;
  * K/V are bf16; attention is tensor-core paged attention with a fixed split of the keys;
  * norms, RoPE and gates are float32 kernels. The numerics id is
- * "cuda-sm<cc>cublaslt<version>-<inv|fast>" (backend.h), the same for both math modes
- * since their bits are the same.
+ * "cuda-sm<cc>cublaslt<version>-<inv|fast>[r<rows>a<k>].<rev>" (backend.h; rev:
+ * CUDA_NUMERICS_REV), the same for both math modes since their bits are the same.
  *
  * Batch invariance (knob CAIRN_CUDA_INVARIANT, default 1): a row's bits never depend on
  * the other rows of a call. Each GEMM shape runs one cuBLASLt algorithm chosen once, with
  * no split-K and no workspace, whatever the number of rows; attention splits every row's
- * keys at multiples of CUDA_ATTN_SPLIT and merges the splits in order, whatever the batch.
- * CAIRN_CUDA_INVARIANT=0 is the fast mode: cuBLASLt's heuristic per row count (split-K,
- * workspace); its numerics id ends in "-fast". Attention keeps the fixed split in both
- * modes (bench_cuda_attention's split sweep measures what a split fitted to the batch
- * would gain).
+ * keys at multiples of a split size that is a function of the row's own position (512
+ * keys below position 4096, 2048 from there: cuda_attn_split_for) and merges the splits in
+ * order, whatever the batch. CAIRN_CUDA_INVARIANT=0 is the fast mode: cuBLASLt's heuristic
+ * per row count (split-K, workspace); its numerics id has "-fast". Attention keeps the
+ * position rule in both modes (bench_cuda_attention's split sweep measures what a split
+ * fitted to the batch would gain).
  *
  * Thread-safety: as backend.h (one thread at a time per object).
  */

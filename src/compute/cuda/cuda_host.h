@@ -25,6 +25,14 @@
 #include "compute/cuda/cuda_internal.h"
 
 #define CUDA_SLOTS 16
+/* The revision of the backend's numerics, the numerics id's last part. Sessions 1-4 had
+ * none: every row's keys in 512-key splits. 2 (the default) cuts them into 2048-key splits
+ * from position CUDA_ATTN_SPLIT_AT on, so K/V a GPU wrote before are misses. 1: 512-key
+ * splits everywhere again (CAIRN_CUDA_LONG_SPLITS=0: batch-1 decode at long contexts has
+ * 4x the work items; device run 16: 2.8x faster at one row of 32K positions, 7-8% slower
+ * at 64 x 8K and 8 x 32K). */
+#define CUDA_NUMERICS_REV 2
+#define CUDA_NUMERICS_REV_SHORT 1
 
 typedef struct {
     void *host;        /* pinned */
@@ -58,6 +66,7 @@ struct cuda_backend {
     compute_backend_t base;      /* first: the object is a compute_backend_t */
     int device, sm_count, cc_major, cc_minor;
     bool invariant;
+    bool long_splits;            /* CAIRN_CUDA_LONG_SPLITS: the split rule's long splits (CUDA_NUMERICS_REV) */
     cudaStream_t stream;
     int error;                   /* first failure since the last sync (CAIRN_E*), 0: none */
     cuda_slot_t slots[CUDA_SLOTS];
@@ -106,8 +115,8 @@ void cuda__matmul(cuda_backend_t *b, const float *x, int rows, int in, const com
 
 /* cuda_attention.c. A plan is one call's work lists on the device (valid until the next
  * op that uploads parameters) plus the kernels' arguments; cuda__attention plans and runs.
- * Benchmarks plan once and run many times, and may set the split size (the invariant
- * mode's is CUDA_ATTN_SPLIT). */
+ * Benchmarks plan once and run many times, and may set the split rule (the invariant
+ * mode's is cuda_attn_split_for's) and the decode tuning. */
 typedef struct {
     cuda_attn_args_t args;         /* items: the decode items */
     const cuda_attn_item_t *items_pre;
@@ -116,11 +125,25 @@ typedef struct {
 bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
                      cuda_attn_plan_t *plan);
 void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
-void cuda__attn_set_split(compute_attn_t *a, int split);
-/* Decode splits per work item (0, the default: chosen per call, see cuda_attention.c;
- * run * split <= CUDA_ATTN_MAX_SPLIT) and whether decode blocks may cover all K/V heads
- * (default: when cuda_attn_heads_fit). Neither changes a bit of the results. */
-void cuda__attn_set_tuning(compute_attn_t *a, int run, bool heads);
+/* Keys per split: split_short for rows at positions below split_at, split_long from there
+ * (multiples of CUDA_ATTN_CHUNK, at most CUDA_ATTN_MAX_SPLIT). Other values than the
+ * CUDA_ATTN_SPLIT_* constants give other bits: for benchmarks and tests only. */
+void cuda__attn_set_split(compute_attn_t *a, int split_short, int split_long, int split_at);
+/* How decode work maps onto the device; no field changes a bit of the results. */
+typedef struct {
+    int run;         /* decode splits per work item (a power of two; 0: chosen per call to fill the
+                      * device; clamped so that a run holds at most CUDA_ATTN_MAX_SPLIT keys) */
+    int heads;       /* K/V heads per decode block (-1: all; 0: blocks of 4 warps each streaming its
+                      * own head); lowered to the nearest count that divides n_kv_heads and fits */
+    int l2_prefetch; /* 1: the K/V copies ask the L2 for whole 256-byte blocks */
+} cuda_attn_tuning_t;
+/* The default tuning (device run 16, chosen after it; no bit changes): decode blocks of up to
+ * 4 K/V heads, fewer (down to one) when the batch does not fill the device, no L2 hint
+ * (3.71 / 4.13 / 3.99 TB/s at 32 x 4K / 64 x 8K / 8 x 32K, against 3.67 / 4.02 / 3.96 with
+ * blocks of all 8 heads and the hint; blocks of 4 heads with the hint were the slowest). */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, 4, 0})
+/* Sets the tuning; NULL: the default. */
+void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);
 void cuda__attn_destroy(cuda_backend_t *b, compute_attn_t *a);
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n);

@@ -21,9 +21,14 @@ extern "C" {
 
 /* ---- attention work lists (built on the host per call, attention.c; read by attention.cu) */
 
-/* Keys per split: every row's keys are cut at multiples of this in the invariant mode, so
- * its bits never depend on the batch. 16-key chunks; 32 chunks per split. */
-#define CUDA_ATTN_SPLIT 512
+/* Keys per split, a fixed function of the row's own position (never of the batch): a row
+ * at position pos has its keys cut at multiples of CUDA_ATTN_SPLIT_SHORT when pos <
+ * CUDA_ATTN_SPLIT_AT, of CUDA_ATTN_SPLIT_LONG from there on (cuda_attn_split_for), so its
+ * bits depend on its own position only. Long contexts get long splits: fewer partials to
+ * store and merge, fewer split boundaries in the stream (device runs 9-13). 16-key chunks. */
+#define CUDA_ATTN_SPLIT_SHORT 512
+#define CUDA_ATTN_SPLIT_LONG 2048
+#define CUDA_ATTN_SPLIT_AT 4096
 #define CUDA_ATTN_CHUNK 16
 /* The largest split the kernels take (their chunk pointer table holds this many keys). */
 #define CUDA_ATTN_MAX_SPLIT 2048
@@ -58,7 +63,7 @@ typedef struct {
 } cuda_attn_group_t;
 
 /* One work item: rows [row0, row0 + n_rows) of one group (consecutive positions) over the
- * keys of the splits [split, split + n_split) (prefill: always one split; decode: a run of
+ * keys of the splits [split, split + n_split) of `keys` keys each (prefill: always one split; decode: a run of
  * at most CUDA_ATTN_MAX_SPLIT keys, each split's partial computed from a reset state and
  * stored at its boundary, so a run's length never changes a bit). */
 typedef struct {
@@ -66,7 +71,8 @@ typedef struct {
     int split;
     int pos_lo, pos_hi; /* the first and last row's positions */
     int n_split;
-    int pad[2];
+    int keys;           /* keys per split of these rows (every row of an item has the same) */
+    int pad;
 } cuda_attn_item_t;
 
 typedef struct {
@@ -81,13 +87,15 @@ typedef struct {
     int tokens_per_warp;      /* 16 / group_size: query tokens in one 16-row mma tile */
     int kv_stride;            /* elements between consecutive positions: n_kv_heads * head_dim */
     int block;                /* positions per K/V block (a multiple of CUDA_ATTN_CHUNK) */
-    int split;                /* keys per split */
     int window;               /* 0: causal; W: keys j with pos - W < j <= pos */
     float scale;              /* score = q.k * scale */
     float scale_log2;         /* scale times log2(e) (no soft-cap: scores go straight to base 2) */
     float softcap;            /* 0: none */
     int n_rows;               /* for the merge */
-    int heads;                /* decode: 1: one block per item for all K/V heads (cuda_attn_heads_fit) */
+    int heads;                /* decode: 0: blocks of 4 warps, each its own item and head; h > 0: blocks of
+                               * h consecutive K/V heads of one item sharing each chunk (n_kv_heads % h == 0,
+                               * cuda_attn_heads_fit) */
+    int l2_prefetch;          /* 1: the K/V copies ask the L2 for 256-byte blocks (attention.cu's PF; no bit changes) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -96,16 +104,26 @@ typedef struct {
 /* Head dims the attention kernels are built for. */
 static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
-/* Whether decode blocks of all n_kv K/V heads fit: three stages of 16 keys of K and V of
- * every head, and the chunk pointer table. */
-static inline int cuda_attn_heads_fit(int n_kv, int hd)
+/* Keys per split of a row at position pos (see CUDA_ATTN_SPLIT_SHORT). */
+static inline int cuda_attn_split_for(int pos)
 {
-    return n_kv <= CUDA_ATTN_MAX_HEADS_WARPS &&
-           3 * (size_t)n_kv * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *) <=
-               CUDA_ATTN_SMEM_MAX;
+    return pos < CUDA_ATTN_SPLIT_AT ? CUDA_ATTN_SPLIT_SHORT : CUDA_ATTN_SPLIT_LONG;
 }
 
-/* The decode kernel (a.heads: one block of all K/V heads per work item; otherwise one
+/* Shared memory of a decode block of nh K/V heads: three stages of 16 keys of K and V of
+ * each head, and the chunk pointer table. */
+static inline size_t cuda_attn_heads_smem(int nh, int hd)
+{
+    return 3 * (size_t)nh * 2 * 16 * hd * 2 + 2 * (CUDA_ATTN_MAX_SPLIT / CUDA_ATTN_CHUNK + 1) * sizeof(void *);
+}
+
+/* Whether decode blocks of nh K/V heads fit. */
+static inline int cuda_attn_heads_fit(int nh, int hd)
+{
+    return nh >= 1 && nh <= CUDA_ATTN_MAX_HEADS_WARPS && cuda_attn_heads_smem(nh, hd) <= CUDA_ATTN_SMEM_MAX;
+}
+
+/* The decode kernel (a.heads = h: blocks of h K/V heads of one work item; 0: one
  * work item per warp, the warps of a block consecutive K/V heads), the prefill kernel (one
  * item of up to 4 * tokens_per_warp rows per block, the warps sharing each K/V chunk), and
  * the merge of every row's splits into its output (a programmatic dependent launch: it
