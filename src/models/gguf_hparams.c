@@ -1,6 +1,6 @@
 /*
- * gguf_hparams.c — llama.cpp hyperparameters and special tokens for the hybrid families'
- * GGUF readers; the contract is models/gguf_hparams.h.
+ * gguf_hparams.c — llama.cpp hyperparameters, special tokens, the parse frame and the
+ * tensor name map of the families' GGUF readers; the contract is models/gguf_hparams.h.
  *
  * Pure functions of their input; thread-safe.
  */
@@ -124,4 +124,45 @@ int ghp_vocab_and_specials(const gguf_file_t *g, const char *arch, cairn_model_c
         (rc = add_eos(g, "tokenizer.ggml.eom_token_id", cfg, err, err_len)))
         return rc;
     return 0;
+}
+
+int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, ghp_parse_fn parse,
+                   cairn_model_config_t *cfg, void **priv, char *err, size_t err_len)
+{
+    *priv = NULL;
+    void *state = cairn_calloc(1, priv_size);
+    if (!state) {
+        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
+        return CAIRN_ENOMEM;
+    }
+    cairn_model_config_t c = *cfg;
+    int rc = parse(g, arch, state, &c, err, err_len);
+    if (rc) {
+        cairn_free(state);
+        return rc;
+    }
+    *cfg = c;
+    *priv = state;
+    return 0;
+}
+
+const ghp_name_t *ghp_tensor_name(const char *name, int n_layers, const ghp_name_t *globals,
+                                  size_t n_globals, const ghp_name_t *layer, size_t n_layer,
+                                  char *buf, size_t cap)
+{
+    for (size_t i = 0; i < n_globals; i++)
+        if (!strcmp(name, globals[i].hf)) {
+            snprintf(buf, cap, "%s", globals[i].gguf);
+            return &globals[i];
+        }
+    int l, used = 0;
+    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
+        l >= n_layers)
+        return NULL;
+    for (size_t i = 0; i < n_layer; i++)
+        if (!strcmp(name + used, layer[i].hf)) {
+            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
+            return &layer[i];
+        }
+    return NULL;
 }

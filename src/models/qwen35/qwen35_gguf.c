@@ -28,8 +28,8 @@
 
 #define MAX_DIM (1 << 20)
 
-static int parse(const gguf_file_t *g, const char *arch, q35_config_t *c, char *err,
-                 size_t err_len)
+static int parse_into(const gguf_file_t *g, const char *arch, q35_config_t *c, char *err,
+                      size_t err_len)
 {
     cairn_model_config_t *b = &c->base;
     const char *what = gguf_what(g);
@@ -135,72 +135,57 @@ static int parse(const gguf_file_t *g, const char *arch, q35_config_t *c, char *
     return 0;
 }
 
+/* The ghp_parse_fn of the family: state is a q35_t, whose config's base is filled from
+ * *cfg and copied back. */
+static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_model_config_t *cfg,
+                 char *err, size_t err_len)
+{
+    q35_config_t *c = &((q35_t *)state)->cfg;
+    cairn_model_config_t *b = &c->base;
+    *b = *cfg;
+    int rc = parse_into(g, arch, c, err, err_len);
+    *cfg = *b;
+    return rc;
+}
+
 int q35_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                    void **priv, char *err, size_t err_len)
 {
-    *priv = NULL;
-    q35_t *m = cairn_calloc(1, sizeof *m);
-    if (!m) {
-        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
-        return CAIRN_ENOMEM;
-    }
-    m->cfg.base = *cfg; /* model_type and family set by the caller */
-    int rc = parse(g, arch, &m->cfg, err, err_len);
-    if (rc) {
-        cairn_free(m);
-        return rc;
-    }
-    *cfg = m->cfg.base;
-    *priv = m;
-    return 0;
+    return ghp_parse_priv(g, arch, sizeof(q35_t), parse, cfg, priv, err, err_len);
 }
+
+static const ghp_name_t globals[] = {
+    {"model.embed_tokens.weight", "token_embd.weight", 0},
+    {"model.norm.weight", "output_norm.weight", 0},
+    {"lm_head.weight", "output.weight", 0},
+}, layer[] = {
+    {"input_layernorm.weight", "attn_norm.weight", 0},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight", 0},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", 0},
+    {"mlp.up_proj.weight", "ffn_up.weight", 0},
+    {"mlp.down_proj.weight", "ffn_down.weight", 0},
+    {"self_attn.q_proj.weight", "attn_q.weight", 0},
+    {"self_attn.k_proj.weight", "attn_k.weight", 0},
+    {"self_attn.v_proj.weight", "attn_v.weight", 0},
+    {"self_attn.o_proj.weight", "attn_output.weight", 0},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", 0},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", 0},
+    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", 0},
+    {"linear_attn.in_proj_z.weight", "attn_gate.weight", 0},
+    {"linear_attn.in_proj_b.weight", "ssm_beta.weight", 0},
+    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", 0},
+    {"linear_attn.out_proj.weight", "ssm_out.weight", 0},
+    {"linear_attn.conv1d.weight", "ssm_conv1d.weight", 0},
+    {"linear_attn.dt_bias", "ssm_dt.bias", 0},
+    {"linear_attn.A_log", "ssm_a", 0},
+    {"linear_attn.norm.weight", "ssm_norm.weight", 0},
+};
 
 bool q35_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                           char *buf, size_t cap, int *permute_heads)
 {
     (void)priv;
-    static const struct {
-        const char *hf, *gguf;
-    } globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
-    }, layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
-        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
-        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
-        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
-        {"linear_attn.out_proj.weight", "ssm_out.weight"},
-        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
-        {"linear_attn.dt_bias", "ssm_dt.bias"},
-        {"linear_attn.A_log", "ssm_a"},
-        {"linear_attn.norm.weight", "ssm_norm.weight"},
-    };
     *permute_heads = 0;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(globals); i++)
-        if (!strcmp(name, globals[i].hf)) {
-            snprintf(buf, cap, "%s", globals[i].gguf);
-            return true;
-        }
-    int l, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
-        l >= cfg->n_layers)
-        return false;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer); i++)
-        if (!strcmp(name + used, layer[i].hf)) {
-            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
-            return true;
-        }
-    return false;
+    return ghp_tensor_name(name, cfg->n_layers, globals, CAIRN_ARRAY_LEN(globals), layer,
+                           CAIRN_ARRAY_LEN(layer), buf, cap) != NULL;
 }
