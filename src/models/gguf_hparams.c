@@ -146,23 +146,51 @@ int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, ghp
     return 0;
 }
 
-const ghp_name_t *ghp_tensor_name(const char *name, int n_layers, const ghp_name_t *globals,
-                                  size_t n_globals, const ghp_name_t *layer, size_t n_layer,
-                                  char *buf, size_t cap)
+const ghp_name_t ghp_common_globals[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+    {NULL, NULL},
+};
+const ghp_name_t ghp_attn_names[] = {
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {NULL, NULL},
+};
+const ghp_name_t ghp_mlp_names[] = {
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {NULL, NULL},
+};
+
+/* The entry of the tables whose hf is s, or NULL. */
+static const ghp_name_t *lookup(const ghp_name_t *const *tables, const char *s)
 {
-    for (size_t i = 0; i < n_globals; i++)
-        if (!strcmp(name, globals[i].hf)) {
-            snprintf(buf, cap, "%s", globals[i].gguf);
-            return &globals[i];
-        }
+    for (; *tables; tables++)
+        for (const ghp_name_t *e = *tables; e->hf; e++)
+            if (!strcmp(s, e->hf))
+                return e;
+    return NULL;
+}
+
+const ghp_name_t *ghp_tensor_name(const char *name, int n_layers,
+                                  const ghp_name_t *const *globals,
+                                  const ghp_name_t *const *layer, char *buf, size_t cap)
+{
+    const ghp_name_t *e = lookup(globals, name);
+    if (e) {
+        snprintf(buf, cap, "%s", e->gguf);
+        return e;
+    }
     int l, used = 0;
     if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
-        l >= n_layers)
+        l >= n_layers || !(e = lookup(layer, name + used)))
         return NULL;
-    for (size_t i = 0; i < n_layer; i++)
-        if (!strcmp(name + used, layer[i].hf)) {
-            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
-            return &layer[i];
-        }
-    return NULL;
+    snprintf(buf, cap, "blk.%d.%s", l, e->gguf);
+    return e;
 }

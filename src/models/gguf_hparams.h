@@ -58,21 +58,24 @@ int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, ghp
                    cairn_model_config_t *cfg, void **priv, char *err, size_t err_len);
 
 /* One entry of a tensor name table: the HF name (a layer's suffix after
- * "model.layers.N.", or a whole global name), llama.cpp's, and a tag the family reads
- * back (the llama family: which head count its converter permutes the rows over). */
+ * "model.layers.N.", or a whole global name) and llama.cpp's. Tables end with {NULL}. */
 typedef struct {
     const char *hf, *gguf;
-    char tag;
 } ghp_name_t;
 
+/* The rows every llama.cpp architecture names the same way: the embedding, final norm and
+ * lm_head (globals); q/k/v/o projections and q/k norms of self-attention, and the gated
+ * MLP's gate/up/down (layer suffixes). */
+extern const ghp_name_t ghp_common_globals[], ghp_attn_names[], ghp_mlp_names[];
+
 /*
- * The file's name of HF tensor `name` into buf[cap]: a global entry matched whole, or
- * "model.layers.N.<suffix>" with N < n_layers and <suffix> in `layer`, as
- * "blk.N.<gguf>". Returns the entry matched (the caller reads its tag), NULL when the
- * name is none of them.
+ * The file's name of HF tensor `name` into buf[cap]: an entry of the globals tables
+ * matched whole, or "model.layers.N.<suffix>" with N < n_layers and <suffix> in one of
+ * the layer tables, as "blk.N.<gguf>". Both lists of tables end with NULL. Returns the
+ * entry matched, NULL when the name is none of them.
  */
-const ghp_name_t *ghp_tensor_name(const char *name, int n_layers, const ghp_name_t *globals,
-                                  size_t n_globals, const ghp_name_t *layer, size_t n_layer,
-                                  char *buf, size_t cap);
+const ghp_name_t *ghp_tensor_name(const char *name, int n_layers,
+                                  const ghp_name_t *const *globals,
+                                  const ghp_name_t *const *layer, char *buf, size_t cap);
 
 #endif

@@ -165,17 +165,7 @@ static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_mode
     c->embed_scale = (float)sqrt((double)c->hidden);
     c->norm_weights_plus_one = true;
 
-    cfg->n_layers = c->n_layers;
-    cfg->hidden = c->hidden;
-    cfg->n_heads = c->n_heads;
-    cfg->n_kv_heads = c->n_kv_heads;
-    cfg->head_dim = c->head_dim;
-    cfg->ffn = c->ffn;
-    cfg->max_pos = c->max_pos;
-    cfg->rms_eps = c->rms_eps;
-    cfg->rope_type = CAIRN_ROPE_DEFAULT;
-    cfg->rope_theta = c->rope[GEMMA3_FULL].theta;
-    cfg->rope_factor = c->rope[GEMMA3_FULL].linear_factor;
+    gemma3_config_common(c, cfg);
     if ((rc = ghp_vocab_and_specials(g, arch, cfg, err, err_len)))
         return rc;
     c->vocab = cfg->vocab;
@@ -189,31 +179,21 @@ int gemma3_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config
     return ghp_parse_priv(g, arch, sizeof(gemma3_t), parse, cfg, priv, err, err_len);
 }
 
-static const ghp_name_t globals[] = {
-    {"model.embed_tokens.weight", "token_embd.weight", 0},
-    {"model.norm.weight", "output_norm.weight", 0},
-    {"lm_head.weight", "output.weight", 0},
-}, layer[] = {
-    {"input_layernorm.weight", "attn_norm.weight", 0},
-    {"self_attn.q_proj.weight", "attn_q.weight", 0},
-    {"self_attn.k_proj.weight", "attn_k.weight", 0},
-    {"self_attn.v_proj.weight", "attn_v.weight", 0},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", 0},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", 0},
-    {"self_attn.o_proj.weight", "attn_output.weight", 0},
-    {"post_attention_layernorm.weight", "post_attention_norm.weight", 0},
-    {"pre_feedforward_layernorm.weight", "ffn_norm.weight", 0},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", 0},
-    {"mlp.up_proj.weight", "ffn_up.weight", 0},
-    {"mlp.down_proj.weight", "ffn_down.weight", 0},
-    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", 0},
+/* Gemma's own layer names: its four norms. */
+static const ghp_name_t norms[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {NULL, NULL},
 };
 
 bool gemma3_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                              char *buf, size_t cap, int *permute_heads)
 {
     (void)priv;
+    static const ghp_name_t *const globals[] = {ghp_common_globals, NULL},
+                                   *const layer[] = {norms, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    return ghp_tensor_name(name, cfg->n_layers, globals, CAIRN_ARRAY_LEN(globals), layer,
-                           CAIRN_ARRAY_LEN(layer), buf, cap) != NULL;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }

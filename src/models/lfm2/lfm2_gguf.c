@@ -158,21 +158,23 @@ int lfm2_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t
     return ghp_parse_priv(g, arch, sizeof(lfm2_t), parse, cfg, priv, err, err_len);
 }
 
-static const ghp_name_t layer[] = {
-    {"operator_norm.weight", "attn_norm.weight", 0},
-    {"ffn_norm.weight", "ffn_norm.weight", 0},
-    {"feed_forward.w1.weight", "ffn_gate.weight", 0},
-    {"feed_forward.w3.weight", "ffn_up.weight", 0},
-    {"feed_forward.w2.weight", "ffn_down.weight", 0},
-    {"conv.in_proj.weight", "shortconv.in_proj.weight", 0},
-    {"conv.conv.weight", "shortconv.conv.weight", 0},
-    {"conv.out_proj.weight", "shortconv.out_proj.weight", 0},
-    {"self_attn.q_proj.weight", "attn_q.weight", 0},
-    {"self_attn.k_proj.weight", "attn_k.weight", 0},
-    {"self_attn.v_proj.weight", "attn_v.weight", 0},
-    {"self_attn.out_proj.weight", "attn_output.weight", 0},
-    {"self_attn.q_layernorm.weight", "attn_q_norm.weight", 0},
-    {"self_attn.k_layernorm.weight", "attn_k_norm.weight", 0},
+/* LFM2's layer names (its own for every tensor). */
+static const ghp_name_t own[] = {
+    {"operator_norm.weight", "attn_norm.weight"},
+    {"ffn_norm.weight", "ffn_norm.weight"},
+    {"feed_forward.w1.weight", "ffn_gate.weight"},
+    {"feed_forward.w3.weight", "ffn_up.weight"},
+    {"feed_forward.w2.weight", "ffn_down.weight"},
+    {"conv.in_proj.weight", "shortconv.in_proj.weight"},
+    {"conv.conv.weight", "shortconv.conv.weight"},
+    {"conv.out_proj.weight", "shortconv.out_proj.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.out_proj.weight", "attn_output.weight"},
+    {"self_attn.q_layernorm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_layernorm.weight", "attn_k_norm.weight"},
+    {NULL, NULL},
 };
 
 bool lfm2_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
@@ -180,12 +182,14 @@ bool lfm2_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, co
 {
     const lfm2_t *p = priv;
     /* The final norm's name is the one the file has (parse_into chose it). */
-    const ghp_name_t globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight", 0},
-        {"model.embedding_norm.weight", p->cfg.gguf_final_norm, 0},
-        {"lm_head.weight", "output.weight", 0},
+    const ghp_name_t g[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.embedding_norm.weight", p->cfg.gguf_final_norm},
+        {"lm_head.weight", "output.weight"},
+        {NULL, NULL},
     };
+    const ghp_name_t *const globals[] = {g, NULL};
+    static const ghp_name_t *const layer[] = {own, NULL};
     *permute_heads = 0;
-    return ghp_tensor_name(name, cfg->n_layers, globals, CAIRN_ARRAY_LEN(globals), layer,
-                           CAIRN_ARRAY_LEN(layer), buf, cap) != NULL;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }

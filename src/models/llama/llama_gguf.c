@@ -149,35 +149,26 @@ int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_
     return ghp_parse_priv(g, arch, sizeof(llama_t), parse, cfg, priv, err, err_len);
 }
 
-/* HF names -> llama.cpp's; a layer entry's tag says which head count llama.cpp's converter
- * permutes the rows over ('q': heads, 'k': K/V heads). */
-static const ghp_name_t globals[] = {
-    {"model.embed_tokens.weight", "token_embd.weight", 0},
-    {"model.norm.weight", "output_norm.weight", 0},
-    {"lm_head.weight", "output.weight", 0},
-    {LLAMA_ROPE_FREQS, LLAMA_ROPE_FREQS, 0},
-}, layer_names[] = {
-    {"input_layernorm.weight", "attn_norm.weight", 0},
-    {"self_attn.q_proj.weight", "attn_q.weight", 'q'},
-    {"self_attn.k_proj.weight", "attn_k.weight", 'k'},
-    {"self_attn.v_proj.weight", "attn_v.weight", 0},
-    {"self_attn.o_proj.weight", "attn_output.weight", 0},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", 0},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", 0},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", 0},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", 0},
-    {"mlp.up_proj.weight", "ffn_up.weight", 0},
-    {"mlp.down_proj.weight", "ffn_down.weight", 0},
-};
+/* The llama family's own names: its two norms and llama3's RoPE divisors. */
+static const ghp_name_t rope_freqs[] = {{LLAMA_ROPE_FREQS, LLAMA_ROPE_FREQS}, {NULL, NULL}},
+                        norms[] = {
+                            {"input_layernorm.weight", "attn_norm.weight"},
+                            {"post_attention_layernorm.weight", "ffn_norm.weight"},
+                            {NULL, NULL},
+                        };
 
 bool llama_gguf_tensor_name(const void *priv, const cairn_model_config_t *c, const char *name,
                             char *buf, size_t cap, int *permute_heads)
 {
     const llama_t *l = priv;
+    static const ghp_name_t *const globals[] = {ghp_common_globals, rope_freqs, NULL},
+                                   *const layer[] = {norms, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    const ghp_name_t *e = ghp_tensor_name(name, c->n_layers, globals, CAIRN_ARRAY_LEN(globals),
-                                          layer_names, CAIRN_ARRAY_LEN(layer_names), buf, cap);
-    if (e && l->gguf_permuted_qk && e->tag)
-        *permute_heads = e->tag == 'q' ? c->n_heads : c->n_kv_heads;
+    const ghp_name_t *e = ghp_tensor_name(name, c->n_layers, globals, layer, buf, cap);
+    /* llama.cpp's converter permutes q's rows over the heads, k's over the K/V heads. */
+    if (e && l->gguf_permuted_qk && !strcmp(e->gguf, "attn_q.weight"))
+        *permute_heads = c->n_heads;
+    else if (e && l->gguf_permuted_qk && !strcmp(e->gguf, "attn_k.weight"))
+        *permute_heads = c->n_kv_heads;
     return e != NULL;
 }

@@ -154,38 +154,28 @@ int q35_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t 
     return ghp_parse_priv(g, arch, sizeof(q35_t), parse, cfg, priv, err, err_len);
 }
 
-static const ghp_name_t globals[] = {
-    {"model.embed_tokens.weight", "token_embd.weight", 0},
-    {"model.norm.weight", "output_norm.weight", 0},
-    {"lm_head.weight", "output.weight", 0},
-}, layer[] = {
-    {"input_layernorm.weight", "attn_norm.weight", 0},
-    {"post_attention_layernorm.weight", "post_attention_norm.weight", 0},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", 0},
-    {"mlp.up_proj.weight", "ffn_up.weight", 0},
-    {"mlp.down_proj.weight", "ffn_down.weight", 0},
-    {"self_attn.q_proj.weight", "attn_q.weight", 0},
-    {"self_attn.k_proj.weight", "attn_k.weight", 0},
-    {"self_attn.v_proj.weight", "attn_v.weight", 0},
-    {"self_attn.o_proj.weight", "attn_output.weight", 0},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", 0},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", 0},
-    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", 0},
-    {"linear_attn.in_proj_z.weight", "attn_gate.weight", 0},
-    {"linear_attn.in_proj_b.weight", "ssm_beta.weight", 0},
-    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", 0},
-    {"linear_attn.out_proj.weight", "ssm_out.weight", 0},
-    {"linear_attn.conv1d.weight", "ssm_conv1d.weight", 0},
-    {"linear_attn.dt_bias", "ssm_dt.bias", 0},
-    {"linear_attn.A_log", "ssm_a", 0},
-    {"linear_attn.norm.weight", "ssm_norm.weight", 0},
+/* Qwen3.5's own layer names: its norms and the Gated DeltaNet's tensors. */
+static const ghp_name_t own[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+    {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+    {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+    {"linear_attn.out_proj.weight", "ssm_out.weight"},
+    {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+    {"linear_attn.dt_bias", "ssm_dt.bias"},
+    {"linear_attn.A_log", "ssm_a"},
+    {"linear_attn.norm.weight", "ssm_norm.weight"},
+    {NULL, NULL},
 };
 
 bool q35_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                           char *buf, size_t cap, int *permute_heads)
 {
     (void)priv;
+    static const ghp_name_t *const globals[] = {ghp_common_globals, NULL},
+                                   *const layer[] = {own, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    return ghp_tensor_name(name, cfg->n_layers, globals, CAIRN_ARRAY_LEN(globals), layer,
-                           CAIRN_ARRAY_LEN(layer), buf, cap) != NULL;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }
