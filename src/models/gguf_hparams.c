@@ -126,22 +126,27 @@ int ghp_vocab_and_specials(const gguf_file_t *g, const char *arch, cairn_model_c
     return 0;
 }
 
-int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, ghp_parse_fn parse,
-                   cairn_model_config_t *cfg, void **priv, char *err, size_t err_len)
+int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, size_t base_offset,
+                   ghp_parse_fn parse, cairn_model_config_t *cfg, void **priv, char *err,
+                   size_t err_len)
 {
     *priv = NULL;
+    CAIRN_ASSERT(base_offset == GHP_NO_BASE || base_offset + sizeof *cfg <= priv_size);
     void *state = cairn_calloc(1, priv_size);
     if (!state) {
         st_errf(err, err_len, "%s: out of memory", gguf_what(g));
         return CAIRN_ENOMEM;
     }
-    cairn_model_config_t c = *cfg;
-    int rc = parse(g, arch, state, &c, err, err_len);
+    cairn_model_config_t local, *c = &local;
+    if (base_offset != GHP_NO_BASE)
+        c = (cairn_model_config_t *)((char *)state + base_offset);
+    *c = *cfg;
+    int rc = parse(g, arch, state, c, err, err_len);
     if (rc) {
         cairn_free(state);
         return rc;
     }
-    *cfg = c;
+    *cfg = *c;
     *priv = state;
     return 0;
 }

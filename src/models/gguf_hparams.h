@@ -12,6 +12,8 @@
 #ifndef CAIRN_MODELS_GGUF_HPARAMS_H
 #define CAIRN_MODELS_GGUF_HPARAMS_H
 
+#include <stdint.h>
+
 #include "cairn/checkpoint.h"
 #include "formats/gguf.h"
 
@@ -47,15 +49,18 @@ int ghp_vocab_and_specials(const gguf_file_t *g, const char *arch, cairn_model_c
 
 /*
  * The frame of a family's parse_gguf: allocates a zeroed private state of priv_size bytes,
- * runs parse(g, arch, state, &copy) on a copy of *cfg (which the caller has set the family
- * and model_type of), and on success stores the copy in *cfg and the state in *priv; on
- * error frees the state and leaves *cfg as it was (*priv NULL). parse must not allocate
- * inside the state. Errors: parse's, CAIRN_ENOMEM naming the file.
+ * runs parse(g, arch, state, c) where c is a copy of *cfg (which the caller has set the
+ * family and model_type of) kept at state + base_offset (a family whose state embeds the
+ * common config) or, with GHP_NO_BASE, on the stack; on success stores c in *cfg and the
+ * state in *priv; on error frees the state and leaves *cfg as it was (*priv NULL). parse
+ * must not allocate inside the state. Errors: parse's, CAIRN_ENOMEM naming the file.
  */
+#define GHP_NO_BASE SIZE_MAX
 typedef int (*ghp_parse_fn)(const gguf_file_t *g, const char *arch, void *state,
                             cairn_model_config_t *cfg, char *err, size_t err_len);
-int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, ghp_parse_fn parse,
-                   cairn_model_config_t *cfg, void **priv, char *err, size_t err_len);
+int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, size_t base_offset,
+                   ghp_parse_fn parse, cairn_model_config_t *cfg, void **priv, char *err,
+                   size_t err_len);
 
 /* One entry of a tensor name table: the HF name (a layer's suffix after
  * "model.layers.N.", or a whole global name) and llama.cpp's. Tables end with {NULL}. */

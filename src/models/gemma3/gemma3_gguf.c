@@ -176,7 +176,7 @@ static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_mode
 int gemma3_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                       void **priv, char *err, size_t err_len)
 {
-    return ghp_parse_priv(g, arch, sizeof(gemma3_t), parse, cfg, priv, err, err_len);
+    return ghp_parse_priv(g, arch, sizeof(gemma3_t), GHP_NO_BASE, parse, cfg, priv, err, err_len);
 }
 
 /* Gemma's own layer names: its four norms. */

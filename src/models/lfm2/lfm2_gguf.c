@@ -18,6 +18,7 @@
  *
  * Pure functions of their input; thread-safe.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,10 +74,12 @@ static int parse_kinds(const gguf_file_t *g, const char *arch, lfm2_config_t *c,
     return 0;
 }
 
-static int parse_into(const gguf_file_t *g, const char *arch, lfm2_config_t *c, char *err,
-                      size_t err_len)
+/* The ghp_parse_fn of the family: state is a lfm2_t, cfg its config's base. */
+static int parse_into(const gguf_file_t *g, const char *arch, void *state,
+                      cairn_model_config_t *cfg, char *err, size_t err_len)
 {
-    cairn_model_config_t *b = &c->base;
+    lfm2_config_t *c = &((lfm2_t *)state)->cfg;
+    cairn_model_config_t *b = cfg; /* &c->base */
     const char *what = gguf_what(g);
     int rc;
     if ((rc = ghp_dim(g, arch, "block_count", true, 0, 1, LFM2_MAX_LAYERS, &b->n_layers, err,
@@ -140,22 +143,11 @@ static int parse_into(const gguf_file_t *g, const char *arch, lfm2_config_t *c, 
     return 0;
 }
 
-/* The ghp_parse_fn of the family: state is an lfm2_t, whose config's base is filled from
- * *cfg and copied back. */
-static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_model_config_t *cfg,
-                 char *err, size_t err_len)
-{
-    lfm2_config_t *c = &((lfm2_t *)state)->cfg;
-    c->base = *cfg;
-    int rc = parse_into(g, arch, c, err, err_len);
-    *cfg = c->base;
-    return rc;
-}
-
 int lfm2_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                     void **priv, char *err, size_t err_len)
 {
-    return ghp_parse_priv(g, arch, sizeof(lfm2_t), parse, cfg, priv, err, err_len);
+    return ghp_parse_priv(g, arch, sizeof(lfm2_t), offsetof(lfm2_t, cfg.base), parse_into,
+                          cfg, priv, err, err_len);
 }
 
 /* LFM2's layer names (its own for every tensor). */

@@ -146,7 +146,7 @@ static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_mode
 int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                      void **priv, char *err, size_t err_len)
 {
-    return ghp_parse_priv(g, arch, sizeof(llama_t), parse, cfg, priv, err, err_len);
+    return ghp_parse_priv(g, arch, sizeof(llama_t), GHP_NO_BASE, parse, cfg, priv, err, err_len);
 }
 
 /* The llama family's own names: its two norms and llama3's RoPE divisors. */

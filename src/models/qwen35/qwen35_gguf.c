@@ -19,6 +19,7 @@
  *
  * Pure functions of their input; thread-safe.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,10 +29,12 @@
 
 #define MAX_DIM (1 << 20)
 
-static int parse_into(const gguf_file_t *g, const char *arch, q35_config_t *c, char *err,
-                      size_t err_len)
+/* The ghp_parse_fn of the family: state is a q35_t, cfg its config's base. */
+static int parse_into(const gguf_file_t *g, const char *arch, void *state,
+                      cairn_model_config_t *cfg, char *err, size_t err_len)
 {
-    cairn_model_config_t *b = &c->base;
+    q35_config_t *c = &((q35_t *)state)->cfg;
+    cairn_model_config_t *b = cfg; /* &c->base */
     const char *what = gguf_what(g);
     int rc, inner, interval;
     if ((rc = ghp_dim(g, arch, "block_count", true, 0, 1, Q35_MAX_LAYERS, &b->n_layers, err,
@@ -135,23 +138,11 @@ static int parse_into(const gguf_file_t *g, const char *arch, q35_config_t *c, c
     return 0;
 }
 
-/* The ghp_parse_fn of the family: state is a q35_t, whose config's base is filled from
- * *cfg and copied back. */
-static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_model_config_t *cfg,
-                 char *err, size_t err_len)
-{
-    q35_config_t *c = &((q35_t *)state)->cfg;
-    cairn_model_config_t *b = &c->base;
-    *b = *cfg;
-    int rc = parse_into(g, arch, c, err, err_len);
-    *cfg = *b;
-    return rc;
-}
-
 int q35_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                    void **priv, char *err, size_t err_len)
 {
-    return ghp_parse_priv(g, arch, sizeof(q35_t), parse, cfg, priv, err, err_len);
+    return ghp_parse_priv(g, arch, sizeof(q35_t), offsetof(q35_t, cfg.base), parse_into,
+                          cfg, priv, err, err_len);
 }
 
 /* Qwen3.5's own layer names: its norms and the Gated DeltaNet's tensors. */
