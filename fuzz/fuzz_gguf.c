@@ -2,7 +2,9 @@
  * fuzz_gguf.c — libFuzzer target for the GGUF reader and everything built on its
  * metadata: the parser (src/formats/gguf.c), the typed readers, a family's metadata ->
  * config map and tensor binding (src/models/, as cairn_checkpoint_open does), and the
- * tokenizer constructor (src/tokenizer/tokenizer_gguf.c).
+ * tokenizer constructor (src/tokenizer/tokenizer_gguf.c: byte-level BPE and SentencePiece
+ * vocabularies, seeds tokenizer_only.gguf and tokenizer_spm.gguf), whose tokenizer then
+ * encodes, decodes and streams a fixed text.
  *
  * The input is a whole file image. A successful parse must satisfy the parser's
  * invariants (every key and tensor found by name is itself, tensor bytes inside the data
@@ -109,12 +111,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tok_load_gguf(g, &t, err, sizeof err) == 0) {
         int32_t *ids = NULL;
         size_t n = 0;
-        static const char text[] = "Hello world, it's 2024! <|im_end|> \xc3\xa9\n\n  x";
-        if (cairn_tokenizer_encode(t, text, sizeof text - 1, true, &ids, &n) == 0) {
+        static const char text[] = "Hello world, it's 2024! <|im_end|> \xc3\xa9\n\n  x <s></s><unk>";
+        for (unsigned flags = 0; flags < 2; flags++) {
+            /* Special tokens added and matched, then neither (both tokenizer models). */
+            unsigned f = flags ? CAIRN_TOKENIZE_SPLIT_SPECIAL : CAIRN_TOKENIZE_ADD_SPECIAL;
+            if (cairn_tokenizer_encode_ex(t, text, sizeof text - 1, f, &ids, &n) != 0)
+                continue;
             char *out = NULL;
             size_t len;
-            if (cairn_tokenizer_decode(t, ids, n, false, &out, &len) == 0)
+            if (cairn_tokenizer_decode(t, ids, n, flags == 1, &out, &len) == 0)
                 cairn_free(out);
+            cairn_tokenizer_stream_t *st = NULL;
+            if (cairn_tokenizer_stream_create(t, false, &st) == 0) {
+                const char *piece;
+                for (size_t i = 0; i < n; i++)
+                    if (cairn_tokenizer_stream_push(st, ids[i], &piece, &len) == 0 && len)
+                        sink ^= (uint8_t)piece[len - 1];
+                cairn_tokenizer_stream_destroy(st);
+            }
             cairn_free(ids);
         }
         cairn_tokenizer_destroy(t);

@@ -1,7 +1,8 @@
 /*
  * cairn/tokenizer.h — Hugging Face tokenizer.json byte-level BPE (Qwen2/2.5/3, Llama 3.x,
  * SmolLM, ...), matching the `tokenizers` library token for token; the same tokenizers
- * from a GGUF file's metadata.
+ * from a GGUF file's metadata, and a GGUF file's SentencePiece vocabulary (Llama 2,
+ * Mistral, Gemma), matching llama.cpp's tokenization.
  *
  * Supported tokenizer.json features (anything else is a load error naming the feature):
  *  - model: BPE with merges as "a b" strings or ["a","b"] arrays, ignore_merges,
@@ -41,8 +42,8 @@ typedef struct cairn_tokenizer_stream cairn_tokenizer_stream_t;
  * Loads a tokenizer. `path` is either a directory holding tokenizer.json (and optionally
  * tokenizer_config.json and chat_template.jinja), the path of a tokenizer.json file
  * (the other two are then looked for beside it), or a GGUF file, whose tokenizer.*
- * metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"; docs/FORMAT.md 3.6) and chat
- * templates are read instead. On success *out owns the tokenizer
+ * metadata (`tokenizer.ggml.model` "gpt2", byte-level BPE, or "llama", SentencePiece;
+ * docs/FORMAT.md 3.6) and chat templates are read instead. On success *out owns the tokenizer
  * (free with cairn_tokenizer_destroy). On failure returns CAIRN_ENOENT/EIO (files),
  * CAIRN_EFORMAT (malformed JSON or inconsistent vocab/merges), CAIRN_EUNSUPPORTED (a
  * feature listed as unsupported above) or CAIRN_ENOMEM, and writes a one-line message
@@ -82,7 +83,9 @@ CAIRN_API int cairn_tokenizer_encode(const cairn_tokenizer_t *tok, const char *t
 
 /*
  * Decodes ids to text. *text receives a cairn_malloc'd NUL-terminated valid UTF-8 string
- * of *len bytes (caller frees). With skip_special, special added tokens are dropped.
+ * of *len bytes (caller frees). With skip_special, special added tokens are dropped. A
+ * SentencePiece tokenizer that adds a prefix space drops it from the first token (the
+ * stream decoder keeps it, as llama.cpp's token_to_piece does).
  * Errors: CAIRN_EINVAL (an id outside the vocabulary, NULL arguments), CAIRN_ENOMEM.
  */
 CAIRN_API int cairn_tokenizer_decode(const cairn_tokenizer_t *tok, const int32_t *ids, size_t n,

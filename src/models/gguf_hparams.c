@@ -1,6 +1,6 @@
 /*
- * gguf_hparams.c — llama.cpp hyperparameters and special tokens for the hybrid families'
- * GGUF readers; the contract is models/gguf_hparams.h.
+ * gguf_hparams.c — llama.cpp hyperparameters, special tokens, the parse frame and the
+ * tensor name map of the families' GGUF readers; the contract is models/gguf_hparams.h.
  *
  * Pure functions of their input; thread-safe.
  */
@@ -124,4 +124,78 @@ int ghp_vocab_and_specials(const gguf_file_t *g, const char *arch, cairn_model_c
         (rc = add_eos(g, "tokenizer.ggml.eom_token_id", cfg, err, err_len)))
         return rc;
     return 0;
+}
+
+int ghp_parse_priv(const gguf_file_t *g, const char *arch, size_t priv_size, size_t base_offset,
+                   ghp_parse_fn parse, cairn_model_config_t *cfg, void **priv, char *err,
+                   size_t err_len)
+{
+    *priv = NULL;
+    CAIRN_ASSERT(base_offset == GHP_NO_BASE || base_offset + sizeof *cfg <= priv_size);
+    void *state = cairn_calloc(1, priv_size);
+    if (!state) {
+        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
+        return CAIRN_ENOMEM;
+    }
+    cairn_model_config_t local, *c = &local;
+    if (base_offset != GHP_NO_BASE)
+        c = (cairn_model_config_t *)((char *)state + base_offset);
+    *c = *cfg;
+    int rc = parse(g, arch, state, c, err, err_len);
+    if (rc) {
+        cairn_free(state);
+        return rc;
+    }
+    *cfg = *c;
+    *priv = state;
+    return 0;
+}
+
+const ghp_name_t ghp_common_globals[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+    {NULL, NULL},
+};
+const ghp_name_t ghp_attn_names[] = {
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {NULL, NULL},
+};
+const ghp_name_t ghp_mlp_names[] = {
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {NULL, NULL},
+};
+
+/* The entry of the tables whose hf is s, or NULL. */
+static const ghp_name_t *lookup(const ghp_name_t *const *tables, const char *s)
+{
+    for (; *tables; tables++)
+        for (const ghp_name_t *e = *tables; e->hf; e++)
+            if (!strcmp(s, e->hf))
+                return e;
+    return NULL;
+}
+
+const ghp_name_t *ghp_tensor_name(const char *name, int n_layers,
+                                  const ghp_name_t *const *globals,
+                                  const ghp_name_t *const *layer, char *buf, size_t cap)
+{
+    const ghp_name_t *e = lookup(globals, name);
+    if (e) {
+        snprintf(buf, cap, "%s", e->gguf);
+        return e;
+    }
+    int l, used = 0;
+    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
+        l >= n_layers || !(e = lookup(layer, name + used)))
+        return NULL;
+    snprintf(buf, cap, "blk.%d.%s", l, e->gguf);
+    return e;
 }

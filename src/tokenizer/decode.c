@@ -4,8 +4,10 @@
  *
  * A token decodes to bytes: with the ByteLevel decoder each character of its string maps
  * back through the GPT-2 byte table (a token with a character outside that alphabet, e.g.
- * an added token with a space, contributes its raw UTF-8, as `tokenizers` does); with no
- * decoder, tokens are joined with spaces. The concatenated bytes become text with every
+ * an added token with a space, contributes its raw UTF-8, as `tokenizers` does); with the
+ * SentencePiece decoder a byte token <0xXX> is its byte and "▁" is a space (decode drops
+ * the leading space of the first token when the encoder adds one; the stream keeps it, as
+ * llama.cpp's token_to_piece does); with no decoder, tokens are joined with spaces. The concatenated bytes become text with every
  * maximal invalid UTF-8 subpart replaced by U+FFFD (Rust's from_utf8_lossy).
  *
  * The stream keeps the bytes of an unfinished character between pushes, so it never emits
@@ -26,11 +28,34 @@ struct cairn_tokenizer_stream {
     tok_buf_t out;     /* text returned by the last call */
 };
 
+/* A SentencePiece token's bytes: a byte token's byte, else its text with "▁" as ' '. */
+static int spm_bytes(const cairn_tokenizer_t *t, int32_t id, tok_buf_t *out)
+{
+    if (t->spm.byte_of[id] >= 0) {
+        char b = (char)t->spm.byte_of[id];
+        return tok_buf_append(out, &b, 1);
+    }
+    const char *s = t->text[id];
+    size_t n = t->text_len[id];
+    if (tok_buf_reserve(out, n)) return CAIRN_ENOMEM;
+    for (size_t i = 0; i < n;) {
+        if (i + 3 <= n && !memcmp(s + i, "\xE2\x96\x81", 3)) {
+            out->p[out->len++] = ' ';
+            i += 3;
+        } else {
+            out->p[out->len++] = s[i++];
+        }
+    }
+    out->p[out->len] = '\0';
+    return 0;
+}
+
 /* Appends the bytes token id decodes to. */
 static int token_bytes(const cairn_tokenizer_t *t, int32_t id, tok_buf_t *out)
 {
     const char *s = t->text[id];
     size_t n = t->text_len[id];
+    if (t->decoder == TOK_DEC_SPM) return spm_bytes(t, id, out);
     if (t->decoder != TOK_DEC_BYTELEVEL) return tok_buf_append(out, s, n);
     size_t start = out->len;
     if (tok_buf_reserve(out, n)) return CAIRN_ENOMEM;
@@ -137,7 +162,14 @@ int cairn_tokenizer_decode(const cairn_tokenizer_t *t, const int32_t *ids, size_
         if (id < 0 || (size_t)id >= t->n_ids || !t->text[id]) { rc = CAIRN_EINVAL; goto fail; }
         if (skip_special && t->is_special[id]) continue;
         if (t->decoder == TOK_DEC_NONE && !first && (rc = tok_buf_append(&raw, " ", 1))) goto fail;
+        size_t start = raw.len;
         if ((rc = token_bytes(t, id, &raw))) goto fail;
+        /* SentencePiece with add_space_prefix: the space the encoder put before the text is
+         * dropped from the first token (llama.cpp's detokenize, HF's Strip decoder). */
+        if (first && t->spm.on && t->spm.add_space_prefix && raw.len > start && raw.p[start] == ' ') {
+            memmove(raw.p + start, raw.p + start + 1, raw.len - start - 1);
+            raw.p[--raw.len] = '\0';
+        }
         first = false;
     }
     if ((rc = tok_buf_append(&out, "", 0))) goto fail;

@@ -10,6 +10,7 @@
  * mutex. Files: tokenizer.c (load, public API, encode driver), tokenizer_gguf.c (the
  * same structures from a GGUF file's tokenizer.* metadata), json_scan.c (fast scanner
  * for the large vocab/merges sections), bpe.c (vocab and merge hash maps, merging, cache),
+ * spm.c (the SentencePiece encoder of GGUF "llama" vocabularies),
  * pipeline.c (normalizers, added-token matching, pre-tokenizers), decode.c (ByteLevel
  * decoding and the streaming decoder).
  */
@@ -178,7 +179,19 @@ struct cairn_tokenizer {
     int32_t *post_prefix; size_t n_post_prefix;
     int32_t *post_suffix; size_t n_post_suffix;
 
-    enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } decoder;
+    enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL, TOK_DEC_SPM } decoder;
+
+    /* SentencePiece (GGUF tokenizer.ggml.model "llama", spm.c): on instead of the BPE
+     * pipeline; bpe.vocab then maps every token's text (any type) to its id, bpe.unk_id
+     * is the unknown token. */
+    struct {
+        bool on;
+        bool add_space_prefix;  /* "▁" before the first fragment and after added tokens */
+        float *scores;          /* [n_ids] merge priority (higher first) */
+        int16_t *byte_of;       /* [n_ids] the byte a <0xXX> byte token stands for, or -1 */
+        int32_t byte_id[256];   /* token of each byte: <0xXX>, its 1-char token, or -1 */
+        uint32_t max_len;       /* longest token text in bytes */
+    } spm;
 
     /* tokenizer_config.json / chat_template.jinja */
     char *bos_token, *eos_token;
@@ -240,6 +253,10 @@ int tok_add_template(cairn_tokenizer_t *t, const char *name, const char *src);
 struct gguf_file;
 int tok_load_gguf(const struct gguf_file *g, cairn_tokenizer_t **out, char *err, size_t errlen);
 int tok_load_gguf_file(const char *path, cairn_tokenizer_t **out, char *err, size_t errlen);
+
+/* spm.c: appends the SentencePiece ids of text (valid UTF-8), added tokens included. */
+int tok_spm_encode(const cairn_tokenizer_t *t, bool split_special, const char *text, size_t len,
+                   tok_ids_t *out);
 
 /* pipeline.c */
 int tok_pipeline_load(cairn_tokenizer_t *t, const cJSON *normalizer, const cJSON *pre,

@@ -644,6 +644,8 @@ void cairn_tokenizer_destroy(cairn_tokenizer_t *t)
     cairn_free(t->text);
     cairn_free(t->text_len);
     cairn_free(t->is_special);
+    cairn_free(t->spm.scores);
+    cairn_free(t->spm.byte_of);
     cairn_free(t->arena);
     pcre2_general_context_free(t->gctx);
     cairn_free(t);
@@ -697,7 +699,9 @@ int cairn_tokenizer_encode_ex(const cairn_tokenizer_t *t, const char *text, size
     if (flags & CAIRN_TOKENIZE_ADD_SPECIAL)
         for (size_t i = 0; i < t->n_post_prefix; i++)
             if ((rc = tok_ids_push(&out, t->post_prefix[i]))) goto fail;
-    if (len && !t->n_added_lens[0]) {
+    if (t->spm.on) {
+        if ((rc = tok_spm_encode(t, split_special, text, len, &out))) goto fail;
+    } else if (len && !t->n_added_lens[0]) {
         if ((rc = encode_segment(t, split_special, text, len, &out))) goto fail;
     } else if (len) {
         if ((rc = tok_split_added(t, 0, split_special, text, len, &segs, &seg_ids))) goto fail;

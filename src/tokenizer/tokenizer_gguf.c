@@ -145,9 +145,10 @@ static int token_type(const gguf_kv_t *types, uint64_t i)
     return types ? (int)gguf_array_int(types, i) : TT_NORMAL;
 }
 
-/* The id table and the BPE vocabulary (types normal, unknown, byte). */
+/* The id table and the vocabulary map: for BPE the types normal, unknown and byte; for
+ * SentencePiece (all_types) every token, a later duplicate winning as in llama.cpp. */
 static int load_vocab(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv_t *types,
-                      const char *what, char *err, size_t errlen)
+                      bool all_types, const char *what, char *err, size_t errlen)
 {
     size_t n = (size_t)toks->n, bytes = 0, n_vocab = 0;
     for (size_t i = 0; i < n; i++) {
@@ -158,7 +159,7 @@ static int load_vocab(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv
         if (!tok_utf8_valid(s.p, s.n) || memchr(s.p, 0, s.n))
             return tok_err(err, errlen, CAIRN_EFORMAT, "%s: token %zu is not valid UTF-8 text", what, i);
         bytes += s.n + 1;
-        n_vocab += ty == TT_NORMAL || ty == TT_UNKNOWN || ty == TT_BYTE;
+        n_vocab += all_types || ty == TT_NORMAL || ty == TT_UNKNOWN || ty == TT_BYTE;
     }
     t->arena = cairn_malloc(bytes ? bytes : 1);
     t->text = cairn_calloc(n ? n : 1, sizeof *t->text);
@@ -175,7 +176,7 @@ static int load_vocab(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv
         t->text_len[i] = (uint32_t)s.n;
         at += s.n + 1;
         int ty = token_type(types, i);
-        if ((ty == TT_NORMAL || ty == TT_UNKNOWN || ty == TT_BYTE) && s.n)
+        if ((all_types || ty == TT_NORMAL || ty == TT_UNKNOWN || ty == TT_BYTE) && s.n)
             tok_strmap_put(&t->bpe.vocab, t->text[i], s.n, (int32_t)i);
     }
     return 0;
@@ -214,9 +215,11 @@ static int load_merges(cairn_tokenizer_t *t, const gguf_kv_t *merges, const char
     return 0;
 }
 
-/* Control and user-defined tokens as tokenizer.json added_tokens (matched on raw text). */
+/* Control and user-defined tokens as tokenizer.json added_tokens (matched on raw text);
+ * with unknown_too (SentencePiece: llama.cpp matches <unk> in text too) unknown tokens as
+ * special ones. */
 static int load_added(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv_t *types,
-                      char *err, size_t errlen)
+                      bool unknown_too, char *err, size_t errlen)
 {
     cJSON *arr = cJSON_CreateArray();
     if (!arr)
@@ -224,7 +227,8 @@ static int load_added(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv
     int rc = 0;
     for (uint64_t i = 0; i < toks->n && !rc; i++) {
         int ty = token_type(types, i);
-        if ((ty != TT_CONTROL && ty != TT_USER) || toks->strs[i].n == 0)
+        bool special = ty == TT_CONTROL || (unknown_too && ty == TT_UNKNOWN);
+        if ((!special && ty != TT_USER) || toks->strs[i].n == 0)
             continue;
         cJSON *a = cJSON_CreateObject();
         if (!a || !cJSON_AddItemToArray(arr, a)) {
@@ -234,7 +238,7 @@ static int load_added(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv
         }
         if (!cJSON_AddNumberToObject(a, "id", (double)i) ||
             !cJSON_AddStringToObject(a, "content", t->text[i]) ||
-            !cJSON_AddBoolToObject(a, "special", ty == TT_CONTROL) ||
+            !cJSON_AddBoolToObject(a, "special", special) ||
             !cJSON_AddFalseToObject(a, "normalized"))
             rc = CAIRN_ENOMEM;
     }
@@ -244,12 +248,13 @@ static int load_added(cairn_tokenizer_t *t, const gguf_kv_t *toks, const gguf_kv
     return rc;
 }
 
-/* A special token id key: -1 when absent; an id outside the vocabulary is an error. */
-static int special_id(const gguf_file_t *g, const char *key, size_t n_ids, int32_t *out,
-                      char *err, size_t errlen)
+/* A special token id key: dflt when absent (-1, or a default beyond the vocabulary: none);
+ * an id outside the vocabulary is an error. */
+static int special_id(const gguf_file_t *g, const char *key, size_t n_ids, int32_t dflt,
+                      int32_t *out, char *err, size_t errlen)
 {
     uint64_t v;
-    *out = -1;
+    *out = dflt >= 0 && (size_t)dflt < n_ids ? dflt : -1;
     if (!gguf_find(g, key))
         return 0;
     int rc = gguf_get_uint(g, key, true, 0, n_ids - 1, &v, err, errlen);
@@ -258,17 +263,24 @@ static int special_id(const gguf_file_t *g, const char *key, size_t n_ids, int32
     return rc;
 }
 
+/* llama.cpp's defaults for a tokenizer model: ids when the keys are absent, add_bos. */
+typedef struct {
+    int32_t bos, eos, unk;
+    bool add_bos;
+} specials_dflt_t;
+
 /* BOS/EOS around encoded text, their strings, and the add flags. */
-static int load_specials(cairn_tokenizer_t *t, const gguf_file_t *g, const pre_t *p,
+static int load_specials(cairn_tokenizer_t *t, const gguf_file_t *g, specials_dflt_t d,
                          char *err, size_t errlen)
 {
     int32_t bos, eos, unk;
     int rc;
     const char *what = gguf_what(g);
-    if ((rc = special_id(g, "tokenizer.ggml.bos_token_id", t->n_ids, &bos, err, errlen)) ||
-        (rc = special_id(g, "tokenizer.ggml.eos_token_id", t->n_ids, &eos, err, errlen)) ||
-        (rc = special_id(g, "tokenizer.ggml.unknown_token_id", t->n_ids, &unk, err, errlen)) ||
-        (rc = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", p->add_bos, &t->add_bos_token,
+    if ((rc = special_id(g, "tokenizer.ggml.bos_token_id", t->n_ids, d.bos, &bos, err, errlen)) ||
+        (rc = special_id(g, "tokenizer.ggml.eos_token_id", t->n_ids, d.eos, &eos, err, errlen)) ||
+        (rc = special_id(g, "tokenizer.ggml.unknown_token_id", t->n_ids, d.unk, &unk, err,
+                         errlen)) ||
+        (rc = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", d.add_bos, &t->add_bos_token,
                             err, errlen)) ||
         (rc = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", false, &t->add_eos_token, err,
                             errlen)))
@@ -333,39 +345,108 @@ static int load_templates(cairn_tokenizer_t *t, const gguf_file_t *g, char *err,
     return 0;
 }
 
+/* The SentencePiece tables (spm.c): scores, byte tokens, the longest token. */
+static int load_spm(cairn_tokenizer_t *t, const gguf_file_t *g, const gguf_kv_t *types,
+                    char *err, size_t errlen)
+{
+    const char *what = gguf_what(g);
+    const gguf_kv_t *scores;
+    int rc;
+    if ((rc = gguf_get_array(g, "tokenizer.ggml.scores", GGUF_TYPE_F32, false, &scores, err,
+                             errlen)) ||
+        (rc = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", true, &t->spm.add_space_prefix,
+                            err, errlen)))
+        return rc;
+    if (scores && scores->n != t->n_ids)
+        return tok_err(err, errlen, CAIRN_EFORMAT, "%s: tokenizer.ggml.scores and tokens differ "
+                       "in length", what);
+    t->spm.scores = cairn_calloc(t->n_ids, sizeof *t->spm.scores);
+    t->spm.byte_of = cairn_malloc(t->n_ids * sizeof *t->spm.byte_of);
+    if (!t->spm.scores || !t->spm.byte_of)
+        return CAIRN_ENOMEM;
+    for (size_t i = 0; i < t->n_ids; i++) {
+        if (scores)
+            memcpy(&t->spm.scores[i], scores->data + 4 * i, 4);
+        if (t->spm.scores[i] != t->spm.scores[i])
+            return tok_err(err, errlen, CAIRN_EFORMAT, "%s: tokenizer.ggml.scores[%zu] is not a "
+                           "number", what, i);
+        if (t->text_len[i] > t->spm.max_len)
+            t->spm.max_len = t->text_len[i];
+        t->spm.byte_of[i] = -1;
+        if (token_type(types, i) != TT_BYTE)
+            continue;
+        /* llama.cpp reads the byte as the hex digits after "<0x". */
+        const char *x = t->text[i];
+        unsigned v = 0;
+        bool ok = t->text_len[i] == 6 && !memcmp(x, "<0x", 3) && x[5] == '>';
+        for (int k = 3; ok && k < 5; k++) {
+            char c = x[k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            ok = d >= 0;
+            v = v * 16 + (unsigned)(d >= 0 ? d : 0);
+        }
+        if (!ok)
+            return tok_err(err, errlen, CAIRN_EFORMAT, "%s: byte token %zu ('%.16s') is not of "
+                           "the form <0xHH>", what, i, x);
+        t->spm.byte_of[i] = (int16_t)v;
+    }
+    /* Each byte's token, as llama.cpp's byte_to_token finds it. */
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        int32_t id = tok_strmap_get(&t->bpe.vocab, name, 6);
+        if (id < 0 && b < 0x80) {
+            char c = (char)b;
+            id = tok_strmap_get(&t->bpe.vocab, &c, 1);
+        }
+        t->spm.byte_id[b] = id;
+    }
+    /* A byte without a token of its own becomes the unknown token (llama.cpp throws); there
+     * is always one, as the id defaults to 0. */
+    CAIRN_ASSERT(t->bpe.unk_id >= 0);
+    t->spm.on = true;
+    t->decoder = TOK_DEC_SPM;
+    return 0;
+}
+
 int tok_load_gguf(const gguf_file_t *g, cairn_tokenizer_t **out, char *err, size_t errlen)
 {
     const char *what = gguf_what(g);
     gguf_str_t model, pre_name;
-    const gguf_kv_t *toks, *types, *merges;
+    const gguf_kv_t *toks, *types, *merges = NULL;
     cJSON *norm = NULL, *pre = NULL;
     cairn_tokenizer_t *t = NULL;
+    const pre_t *p = NULL;
     int rc;
     *out = NULL;
     if ((rc = gguf_get_str(g, "tokenizer.ggml.model", true, &model, err, errlen)))
         goto fail;
-    if (!gguf_str_eq(model, "gpt2")) {
+    bool spm = gguf_str_eq(model, "llama");
+    if (!spm && !gguf_str_eq(model, "gpt2")) {
         rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "%s: tokenizer.ggml.model \"%.*s\" is not "
-                     "supported (only gpt2, byte-level BPE)", what,
+                     "supported (only gpt2, byte-level BPE, and llama, SentencePiece)", what,
                      (int)(model.n > 32 ? 32 : model.n), model.p);
         goto fail;
     }
-    /* llama.cpp reads a file without the key as "default". */
-    if ((rc = gguf_get_str(g, "tokenizer.ggml.pre", false, &pre_name, err, errlen)))
-        goto fail;
-    const pre_t *p = pre_name.p ? find_pre(pre_name) : find_pre((gguf_str_t){"default", 7});
-    if (!p) {
-        rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "%s: tokenizer.ggml.pre \"%.*s\" is not "
-                     "supported (known: qwen2, llama-bpe, gpt-4o, gpt-2, default)", what,
-                     (int)(pre_name.n > 32 ? 32 : pre_name.n), pre_name.p);
-        goto fail;
+    if (!spm) {
+        /* llama.cpp reads a file without the key as "default". */
+        if ((rc = gguf_get_str(g, "tokenizer.ggml.pre", false, &pre_name, err, errlen)))
+            goto fail;
+        p = pre_name.p ? find_pre(pre_name) : find_pre((gguf_str_t){"default", 7});
+        if (!p) {
+            rc = tok_err(err, errlen, CAIRN_EUNSUPPORTED, "%s: tokenizer.ggml.pre \"%.*s\" is "
+                         "not supported (known: qwen2, llama-bpe, gpt-4o, gpt-2, default)", what,
+                         (int)(pre_name.n > 32 ? 32 : pre_name.n), pre_name.p);
+            goto fail;
+        }
     }
     if ((rc = gguf_get_array(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, true, &toks, err,
                              errlen)) ||
         (rc = gguf_get_array(g, "tokenizer.ggml.token_type", GGUF_TYPE_I32, false, &types, err,
                              errlen)) ||
-        (rc = gguf_get_array(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, true, &merges, err,
-                             errlen)))
+        (!spm && (rc = gguf_get_array(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, true, &merges,
+                                      err, errlen))))
         goto fail;
     if (toks->n == 0 || toks->n > (1u << 24) || (types && types->n != toks->n)) {
         rc = tok_err(err, errlen, CAIRN_EFORMAT, "%s: %s", what,
@@ -378,17 +459,28 @@ int tok_load_gguf(const gguf_file_t *g, cairn_tokenizer_t **out, char *err, size
         rc = CAIRN_ENOMEM;
         goto fail;
     }
-    t->bpe.ignore_merges = p->ignore_merges;
-    t->decoder = TOK_DEC_BYTELEVEL;
-    if ((rc = load_vocab(t, toks, types, what, err, errlen)) ||
-        (rc = load_merges(t, merges, what, err, errlen)))
-        goto fail;
-    if ((rc = build_sections(p, &norm, &pre)) ||
-        (rc = tok_pipeline_load(t, norm, pre, err, errlen)) ||
-        (rc = load_added(t, toks, types, err, errlen)) ||
-        (rc = load_specials(t, g, p, err, errlen)) ||
-        (rc = load_templates(t, g, err, errlen)) || (rc = tok_bpe_init_tables(t)))
-        goto fail;
+    if (spm) {
+        /* llama.cpp's SPM defaults: <unk> 0, <s> 1, </s> 2, BOS added. */
+        specials_dflt_t d = {1, 2, 0, true};
+        if ((rc = load_vocab(t, toks, types, true, what, err, errlen)) ||
+            (rc = load_added(t, toks, types, true, err, errlen)) ||
+            (rc = load_specials(t, g, d, err, errlen)) ||
+            (rc = load_spm(t, g, types, err, errlen)) ||
+            (rc = load_templates(t, g, err, errlen)))
+            goto fail;
+    } else {
+        specials_dflt_t d = {-1, -1, -1, p->add_bos};
+        t->bpe.ignore_merges = p->ignore_merges;
+        t->decoder = TOK_DEC_BYTELEVEL;
+        if ((rc = load_vocab(t, toks, types, false, what, err, errlen)) ||
+            (rc = load_merges(t, merges, what, err, errlen)) ||
+            (rc = build_sections(p, &norm, &pre)) ||
+            (rc = tok_pipeline_load(t, norm, pre, err, errlen)) ||
+            (rc = load_added(t, toks, types, false, err, errlen)) ||
+            (rc = load_specials(t, g, d, err, errlen)) ||
+            (rc = load_templates(t, g, err, errlen)) || (rc = tok_bpe_init_tables(t)))
+            goto fail;
+    }
     cJSON_Delete(norm);
     cJSON_Delete(pre);
     *out = t;

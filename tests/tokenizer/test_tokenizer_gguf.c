@@ -10,6 +10,10 @@
  *     (and the CLI checks them with their chat templates: tests/tokenizer/CMakeLists.txt);
  *   - the "gpt-4o", "gpt-2" and "default" pre-tokenizers split like llama.cpp does on the
  *     239 strings (its ids, computed by peer-tok, in gguf_pre_llamacpp.json);
+ *   - SentencePiece vocabularies (tokenizer.ggml.model "llama": scores, byte tokens, "▁",
+ *     add_space_prefix on and off) encode those strings and 36 harder ones as llama.cpp
+ *     does (spm-llama.gguf / spm-gemma.gguf and peer-tok's ids in spm_llamacpp.json, all
+ *     written by make_spm_gguf.py), and decode back to the text;
  *   - metadata that does not describe a tokenizer we implement is an error naming it.
  */
 #include <setjmp.h>
@@ -466,6 +470,156 @@ static void test_ignore_merges(void **state)
     }
 }
 
+/* ---- SentencePiece vocabularies ------------------------------------------------------ */
+
+#define SPM_DIR CAIRN_SOURCE_TESTS "/tokenizer"
+
+/* The ids of the fixed part of make_spm_gguf.py's vocabulary. */
+enum { SPM_UNK = 0, SPM_BOS = 1, SPM_EOS = 2, SPM_BYTE0 = 3, SPM_SOT = 259, SPM_EOT = 260,
+       SPM_TOOL = 261, SPM_UNUSED = 262 };
+
+static void test_spm_like_llamacpp(void **state)
+{
+    (void)state;
+    cJSON *ref = load_json(SPM_DIR "/spm_llamacpp.json");
+    const cJSON *extra = cJSON_GetObjectItem(ref, "extra_texts"), *e;
+    texts_t t;
+    load_texts(&t);
+    cJSON_ArrayForEach(e, extra) t.texts[t.n++] = e;
+    assert_int_equal(t.n, 239 + 36);
+    static const char *const names[] = {"spm-llama", "spm-gemma"};
+    for (int k = 0; k < 2; k++) {
+        char path[256];
+        snprintf(path, sizeof path, SPM_DIR "/%s.gguf", names[k]);
+        cairn_tokenizer_t *g = load(path);
+        assert_int_equal(cairn_tokenizer_vocab_size(g), cJSON_GetObjectItem(ref, "n_tokens")->valueint);
+        const cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "ids"), names[k]);
+        assert_int_equal(cJSON_GetArraySize(want), t.n);
+        int byte_fallbacks = 0, roundtrips = 0;
+        for (int i = 0; i < t.n; i++) {
+            const char *text = t.texts[i]->valuestring;
+            int32_t *ids = NULL;
+            size_t n = 0;
+            assert_int_equal(cairn_tokenizer_encode(g, text, strlen(text), false, &ids, &n), 0);
+            char what[128];
+            snprintf(what, sizeof what, "%s, text %d", names[k], i);
+            assert_ids_json(ids, n, cJSON_GetArrayItem(want, i), what);
+            /* Without added tokens the ids decode back to the text (the prefix space the
+             * encoder adds is dropped again); a typed "▁" comes back as a space. */
+            bool added = strstr(text, "\xE2\x96\x81") != NULL;
+            for (size_t j = 0; j < n; j++) {
+                added |= ids[j] <= SPM_EOS || (ids[j] >= SPM_SOT && ids[j] <= SPM_UNUSED);
+                byte_fallbacks += ids[j] >= SPM_BYTE0 && ids[j] < SPM_SOT;
+            }
+            if (!added) {
+                char *back = NULL;
+                size_t len = 0;
+                assert_int_equal(cairn_tokenizer_decode(g, ids, n, false, &back, &len), 0);
+                if (len != strlen(text) || memcmp(back, text, len))
+                    fail_msg("%s: decodes to '%.60s'", what, back);
+                cairn_free(back);
+                roundtrips++;
+            }
+            cairn_free(ids);
+        }
+        /* The references exercise the byte tokens and most texts round-trip. */
+        assert_true(byte_fallbacks > 100);
+        assert_true(roundtrips > 250);
+        cairn_tokenizer_destroy(g);
+    }
+    free_texts(&t);
+    cJSON_Delete(ref);
+}
+
+/* BOS from llama.cpp's SPM default, the special classes, the stream's leading space. */
+static void test_spm_specials_and_decoding(void **state)
+{
+    (void)state;
+    cairn_tokenizer_t *g = load(SPM_DIR "/spm-llama.gguf");
+    int32_t *ids = NULL, *plain = NULL;
+    size_t n = 0, np = 0;
+    assert_int_equal(cairn_tokenizer_encode(g, "Hello world", 11, true, &ids, &n), 0);
+    assert_int_equal(cairn_tokenizer_encode(g, "Hello world", 11, false, &plain, &np), 0);
+    assert_int_equal(n, np + 1); /* add_bos_token absent: true for SPM, as llama.cpp */
+    assert_int_equal(ids[0], SPM_BOS);
+    assert_memory_equal(ids + 1, plain, np * sizeof *ids);
+    assert_string_equal(cairn_tokenizer_bos_token(g), "<s>");
+    assert_string_equal(cairn_tokenizer_eos_token(g), "</s>");
+    assert_int_equal(cairn_tokenizer_eos_id(g), SPM_EOS);
+    assert_true(cairn_tokenizer_is_special(g, SPM_BOS));
+    assert_true(cairn_tokenizer_is_special(g, SPM_UNK));  /* matched in text, like llama.cpp */
+    assert_true(cairn_tokenizer_is_special(g, SPM_SOT));
+    assert_false(cairn_tokenizer_is_special(g, SPM_TOOL)); /* user-defined */
+    assert_false(cairn_tokenizer_is_special(g, SPM_UNUSED));
+    /* The stream keeps the prefix space (llama.cpp's token_to_piece); decode drops it. */
+    cairn_tokenizer_stream_t *st = NULL;
+    assert_int_equal(cairn_tokenizer_stream_create(g, true, &st), 0);
+    char acc[128] = "";
+    for (size_t i = 0; i < n; i++) {
+        const char *piece;
+        size_t len;
+        assert_int_equal(cairn_tokenizer_stream_push(st, ids[i], &piece, &len), 0);
+        strncat(acc, piece, len);
+    }
+    cairn_tokenizer_stream_destroy(st);
+    assert_string_equal(acc, " Hello world");
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(cairn_tokenizer_decode(g, ids, n, true, &text, &len), 0);
+    assert_string_equal(text, "Hello world");
+    cairn_free(text);
+    /* A byte token decodes to its byte (alone: invalid UTF-8, shown as U+FFFD). */
+    int32_t byte = SPM_BYTE0 + 'A';
+    assert_int_equal(cairn_tokenizer_decode(g, &byte, 1, false, &text, &len), 0);
+    assert_string_equal(text, "A");
+    cairn_free(text);
+    cairn_free(ids);
+    cairn_free(plain);
+    /* Split-special: control tokens are text, user-defined ones are still matched. */
+    assert_int_equal(cairn_tokenizer_encode_ex(g, "<s><|tool|>", 11, CAIRN_TOKENIZE_SPLIT_SPECIAL,
+                                               &ids, &n), 0);
+    bool bos = false, tool = false;
+    for (size_t i = 0; i < n; i++) {
+        bos |= ids[i] == SPM_BOS;
+        tool |= ids[i] == SPM_TOOL;
+    }
+    assert_false(bos);
+    assert_true(tool);
+    cairn_free(ids);
+    cairn_tokenizer_destroy(g);
+}
+
+/* A vocabulary without byte tokens: a character outside it becomes <unk> per byte. */
+static const char *const spm_small[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "\xE2\x96\x81" "a"};
+static void spm_nobytes(gw_t *w)
+{
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", spm_small, NULL, 6);
+    float sc[6] = {0, 0, 0, -2, -3, -1};
+    gw_kv_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_F32, sc, 6);
+    int32_t ty[6] = {2, 3, 3, 1, 1, 1};
+    gw_kv_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_I32, ty, 6);
+}
+
+static void test_spm_unknown_bytes(void **state)
+{
+    (void)state;
+    char *path = tokenizer_file(spm_nobytes);
+    cairn_tokenizer_t *g = load(path);
+    unlink(path);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(cairn_tokenizer_encode(g, "a \xC3\xA9", 4, false, &ids, &n), 0);
+    /* "▁a" "▁" then the two bytes of é as <unk> */
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], 5);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 0);
+    assert_int_equal(ids[3], 0);
+    cairn_free(ids);
+    cairn_tokenizer_destroy(g);
+}
+
 /* ---- errors ------------------------------------------------------------------------- */
 
 static void expect_error(const char *path, int rc, const char *msg)
@@ -503,7 +657,34 @@ static void base(gw_t *w, const char *model, const char *pre)
     if (pre)
         gw_kv_str(w, "tokenizer.ggml.pre", pre);
 }
-static void spm(gw_t *w) { base(w, "llama", NULL); }
+static void bert(gw_t *w) { base(w, "bert", NULL); }
+static void spm_scores_short(gw_t *w)
+{
+    base(w, "llama", NULL);
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks3, NULL, 3);
+    float sc[2] = {0, 0};
+    gw_kv_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_F32, sc, 2);
+}
+static void spm_scores_nan(gw_t *w)
+{
+    base(w, "llama", NULL);
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks3, NULL, 3);
+    float sc[3] = {0, __builtin_nanf(""), 0};
+    gw_kv_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_F32, sc, 3);
+}
+static void spm_bad_byte(gw_t *w)
+{
+    base(w, "llama", NULL);
+    const char *const t[] = {"<unk>", "<0xZZ>"};
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", t, NULL, 2);
+    int32_t ty[2] = {2, 6};
+    gw_kv_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_I32, ty, 2);
+}
+static void spm_prefix_int(gw_t *w)
+{
+    spm_nobytes(w);
+    gw_kv_u32(w, "tokenizer.ggml.add_space_prefix", 1);
+}
 static void bad_pre(gw_t *w)
 {
     base(w, "gpt2", "deepseek-llm");
@@ -582,7 +763,11 @@ static void tokens_ints(gw_t *w)
 static void test_errors(void **state)
 {
     (void)state;
-    expect_error(tokenizer_file(spm), CAIRN_EUNSUPPORTED, "tokenizer.ggml.model \"llama\" is not supported");
+    expect_error(tokenizer_file(bert), CAIRN_EUNSUPPORTED, "tokenizer.ggml.model \"bert\" is not supported");
+    expect_error(tokenizer_file(spm_scores_short), CAIRN_EFORMAT, "tokenizer.ggml.scores and tokens differ in length");
+    expect_error(tokenizer_file(spm_scores_nan), CAIRN_EFORMAT, "tokenizer.ggml.scores[1] is not a number");
+    expect_error(tokenizer_file(spm_bad_byte), CAIRN_EFORMAT, "byte token 1 ('<0xZZ>') is not of the form <0xHH>");
+    expect_error(tokenizer_file(spm_prefix_int), CAIRN_EFORMAT, "tokenizer.ggml.add_space_prefix");
     expect_error(tokenizer_file(bad_pre), CAIRN_EUNSUPPORTED, "tokenizer.ggml.pre \"deepseek-llm\" is not supported");
     expect_error(tokenizer_file(no_tokens), CAIRN_ENOENT, "missing metadata tokenizer.ggml.tokens");
     expect_error(tokenizer_file(no_merges), CAIRN_ENOENT, "missing metadata tokenizer.ggml.merges");
@@ -600,14 +785,13 @@ static void test_errors(void **state)
 }
 
 /* Allocation failures while building from metadata are CAIRN_ENOMEM, never a crash. */
-static void test_out_of_memory(void **state)
+static void oom_load(const char *path)
 {
-    (void)state;
     bool loaded = false;
     for (long n = 0; n < 4000 && !loaded; n += n < 200 ? 1 : 37) {
         cairn_tokenizer_t *t = NULL;
         cairn_alloc_fail_after(n, false);
-        int rc = cairn_tokenizer_load(Q256_GGUF, &t, err, sizeof err);
+        int rc = cairn_tokenizer_load(path, &t, err, sizeof err);
         cairn_alloc_fail_after(-1, false);
         if (rc == 0) {
             loaded = true;
@@ -617,6 +801,32 @@ static void test_out_of_memory(void **state)
         }
     }
     assert_true(loaded);
+}
+
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    oom_load(Q256_GGUF);
+    oom_load(SPM_DIR "/spm-llama.gguf");
+    /* The SentencePiece encoder: every failing allocation is CAIRN_ENOMEM, none leaks. */
+    cairn_tokenizer_t *t = load(SPM_DIR "/spm-llama.gguf");
+    static const char text[] = "<s>Hello world \xE2\x98\x83<end_of_turn> and more text";
+    bool done = false;
+    for (long n = 0; n < 100 && !done; n++) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        cairn_alloc_fail_after(n, false);
+        int rc = cairn_tokenizer_encode(t, text, sizeof text - 1, true, &ids, &k);
+        cairn_alloc_fail_after(-1, false);
+        if (rc == 0) {
+            done = true;
+            cairn_free(ids);
+        } else {
+            assert_int_equal(rc, CAIRN_ENOMEM);
+        }
+    }
+    assert_true(done);
+    cairn_tokenizer_destroy(t);
 }
 
 int main(void)
@@ -629,6 +839,9 @@ int main(void)
         cmocka_unit_test(test_pre_tokenizers_like_llamacpp),
         cmocka_unit_test(test_specials_and_named_templates),
         cmocka_unit_test(test_ignore_merges),
+        cmocka_unit_test(test_spm_like_llamacpp),
+        cmocka_unit_test(test_spm_specials_and_decoding),
+        cmocka_unit_test(test_spm_unknown_bytes),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_out_of_memory),
     };

@@ -59,6 +59,11 @@ typedef struct {
     bool norm_weights_plus_one;
 } gemma3_config_t;
 
+/* The common config's geometry from the family's (layers, widths, heads, norm epsilon and
+ * the full layers' RoPE, as cairn_model_config_t describes one kind); vocab, tied
+ * embeddings and special tokens are the caller's. */
+void gemma3_config_common(const gemma3_config_t *c, cairn_model_config_t *cfg);
+
 /*
  * Parses a Gemma 3 config.json (hf: model_type "gemma3_text", or "gemma3" whose
  * "text_config" holds the text model) into the family's config *g and the common *cfg

@@ -179,6 +179,21 @@ static int check_unsupported(const cJSON *top, const cJSON *t, char *err, size_t
     return 0;
 }
 
+void gemma3_config_common(const gemma3_config_t *c, cairn_model_config_t *cfg)
+{
+    cfg->n_layers = c->n_layers;
+    cfg->hidden = c->hidden;
+    cfg->n_heads = c->n_heads;
+    cfg->n_kv_heads = c->n_kv_heads;
+    cfg->head_dim = c->head_dim;
+    cfg->ffn = c->ffn;
+    cfg->max_pos = c->max_pos;
+    cfg->rms_eps = c->rms_eps;
+    cfg->rope_type = CAIRN_ROPE_DEFAULT; /* the full layers'; gemma3_config_t has both kinds */
+    cfg->rope_theta = c->rope[GEMMA3_FULL].theta;
+    cfg->rope_factor = c->rope[GEMMA3_FULL].linear_factor;
+}
+
 /* The text model's fields of t into *g, the common ones into *cfg. */
 static int parse_text(const cJSON *top, const cJSON *t, cairn_model_config_t *cfg, gemma3_config_t *c,
                       char *err, size_t err_len)
@@ -229,19 +244,9 @@ static int parse_text(const cJSON *top, const cJSON *t, cairn_model_config_t *cf
         (rc = check_unsupported(top, t, err, err_len)))
         return rc;
 
-    cfg->n_layers = c->n_layers;
-    cfg->hidden = c->hidden;
-    cfg->n_heads = c->n_heads;
-    cfg->n_kv_heads = c->n_kv_heads;
-    cfg->head_dim = c->head_dim;
-    cfg->ffn = c->ffn;
+    gemma3_config_common(c, cfg);
     cfg->vocab = c->vocab;
-    cfg->max_pos = c->max_pos;
-    cfg->rms_eps = c->rms_eps;
     cfg->tie_embeddings = c->tie_embeddings;
-    cfg->rope_type = CAIRN_ROPE_DEFAULT; /* the full layers'; gemma3_config_t has both kinds */
-    cfg->rope_theta = c->rope[GEMMA3_FULL].theta;
-    cfg->rope_factor = c->rope[GEMMA3_FULL].linear_factor;
     /* Special tokens may sit on either level of a gemma3 config. */
     if ((rc = hf_parse_bos(hf_present(hf_get(t, "bos_token_id")) ? t : top, cfg, err, err_len)) ||
         (rc = hf_parse_eos(t, cfg, "config.json", err, err_len)) ||

@@ -91,9 +91,11 @@ static int parse_rope_scaling(const gguf_file_t *g, const char *arch, gemma3_con
     return 0;
 }
 
-static int parse(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
-                 gemma3_config_t *c, char *err, size_t err_len)
+/* The ghp_parse_fn of the family: state is a gemma3_t. */
+static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_model_config_t *cfg,
+                 char *err, size_t err_len)
 {
+    gemma3_config_t *c = &((gemma3_t *)state)->cfg;
     const char *what = gguf_what(g);
     int rc;
     snprintf(c->model_type, sizeof c->model_type, "%s", arch);
@@ -163,17 +165,7 @@ static int parse(const gguf_file_t *g, const char *arch, cairn_model_config_t *c
     c->embed_scale = (float)sqrt((double)c->hidden);
     c->norm_weights_plus_one = true;
 
-    cfg->n_layers = c->n_layers;
-    cfg->hidden = c->hidden;
-    cfg->n_heads = c->n_heads;
-    cfg->n_kv_heads = c->n_kv_heads;
-    cfg->head_dim = c->head_dim;
-    cfg->ffn = c->ffn;
-    cfg->max_pos = c->max_pos;
-    cfg->rms_eps = c->rms_eps;
-    cfg->rope_type = CAIRN_ROPE_DEFAULT;
-    cfg->rope_theta = c->rope[GEMMA3_FULL].theta;
-    cfg->rope_factor = c->rope[GEMMA3_FULL].linear_factor;
+    gemma3_config_common(c, cfg);
     if ((rc = ghp_vocab_and_specials(g, arch, cfg, err, err_len)))
         return rc;
     c->vocab = cfg->vocab;
@@ -184,62 +176,24 @@ static int parse(const gguf_file_t *g, const char *arch, cairn_model_config_t *c
 int gemma3_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                       void **priv, char *err, size_t err_len)
 {
-    *priv = NULL;
-    gemma3_t *m = cairn_calloc(1, sizeof *m);
-    if (!m) {
-        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
-        return CAIRN_ENOMEM;
-    }
-    cairn_model_config_t c = *cfg; /* model_type and family set by the caller */
-    int rc = parse(g, arch, &c, &m->cfg, err, err_len);
-    if (rc) {
-        cairn_free(m);
-        return rc;
-    }
-    *cfg = c;
-    *priv = m;
-    return 0;
+    return ghp_parse_priv(g, arch, sizeof(gemma3_t), GHP_NO_BASE, parse, cfg, priv, err, err_len);
 }
+
+/* Gemma's own layer names: its four norms. */
+static const ghp_name_t norms[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {NULL, NULL},
+};
 
 bool gemma3_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                              char *buf, size_t cap, int *permute_heads)
 {
     (void)priv;
-    static const struct {
-        const char *hf, *gguf;
-    } globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
-    }, layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-        {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
-        {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-    };
+    static const ghp_name_t *const globals[] = {ghp_common_globals, NULL},
+                                   *const layer[] = {norms, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(globals); i++)
-        if (!strcmp(name, globals[i].hf)) {
-            snprintf(buf, cap, "%s", globals[i].gguf);
-            return true;
-        }
-    int l, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
-        l >= cfg->n_layers)
-        return false;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer); i++)
-        if (!strcmp(name + used, layer[i].hf)) {
-            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
-            return true;
-        }
-    return false;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }

@@ -18,6 +18,7 @@
  *
  * Pure functions of their input; thread-safe.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,10 +74,12 @@ static int parse_kinds(const gguf_file_t *g, const char *arch, lfm2_config_t *c,
     return 0;
 }
 
-static int parse(const gguf_file_t *g, const char *arch, lfm2_config_t *c, char *err,
-                 size_t err_len)
+/* The ghp_parse_fn of the family: state is a lfm2_t, cfg its config's base. */
+static int parse_into(const gguf_file_t *g, const char *arch, void *state,
+                      cairn_model_config_t *cfg, char *err, size_t err_len)
 {
-    cairn_model_config_t *b = &c->base;
+    lfm2_config_t *c = &((lfm2_t *)state)->cfg;
+    cairn_model_config_t *b = cfg; /* &c->base */
     const char *what = gguf_what(g);
     int rc;
     if ((rc = ghp_dim(g, arch, "block_count", true, 0, 1, LFM2_MAX_LAYERS, &b->n_layers, err,
@@ -143,62 +146,42 @@ static int parse(const gguf_file_t *g, const char *arch, lfm2_config_t *c, char 
 int lfm2_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                     void **priv, char *err, size_t err_len)
 {
-    *priv = NULL;
-    lfm2_t *p = cairn_calloc(1, sizeof *p);
-    if (!p) {
-        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
-        return CAIRN_ENOMEM;
-    }
-    p->cfg.base = *cfg; /* family and model_type set by the caller */
-    int rc = parse(g, arch, &p->cfg, err, err_len);
-    if (rc) {
-        cairn_free(p);
-        return rc;
-    }
-    *cfg = p->cfg.base;
-    *priv = p;
-    return 0;
+    return ghp_parse_priv(g, arch, sizeof(lfm2_t), offsetof(lfm2_t, cfg.base), parse_into,
+                          cfg, priv, err, err_len);
 }
+
+/* LFM2's layer names (its own for every tensor). */
+static const ghp_name_t own[] = {
+    {"operator_norm.weight", "attn_norm.weight"},
+    {"ffn_norm.weight", "ffn_norm.weight"},
+    {"feed_forward.w1.weight", "ffn_gate.weight"},
+    {"feed_forward.w3.weight", "ffn_up.weight"},
+    {"feed_forward.w2.weight", "ffn_down.weight"},
+    {"conv.in_proj.weight", "shortconv.in_proj.weight"},
+    {"conv.conv.weight", "shortconv.conv.weight"},
+    {"conv.out_proj.weight", "shortconv.out_proj.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.out_proj.weight", "attn_output.weight"},
+    {"self_attn.q_layernorm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_layernorm.weight", "attn_k_norm.weight"},
+    {NULL, NULL},
+};
 
 bool lfm2_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                            char *buf, size_t cap, int *permute_heads)
 {
     const lfm2_t *p = priv;
-    static const struct {
-        const char *hf, *gguf;
-    } layer[] = {
-        {"operator_norm.weight", "attn_norm.weight"},
-        {"ffn_norm.weight", "ffn_norm.weight"},
-        {"feed_forward.w1.weight", "ffn_gate.weight"},
-        {"feed_forward.w3.weight", "ffn_up.weight"},
-        {"feed_forward.w2.weight", "ffn_down.weight"},
-        {"conv.in_proj.weight", "shortconv.in_proj.weight"},
-        {"conv.conv.weight", "shortconv.conv.weight"},
-        {"conv.out_proj.weight", "shortconv.out_proj.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.out_proj.weight", "attn_output.weight"},
-        {"self_attn.q_layernorm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_layernorm.weight", "attn_k_norm.weight"},
+    /* The final norm's name is the one the file has (parse_into chose it). */
+    const ghp_name_t g[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.embedding_norm.weight", p->cfg.gguf_final_norm},
+        {"lm_head.weight", "output.weight"},
+        {NULL, NULL},
     };
+    const ghp_name_t *const globals[] = {g, NULL};
+    static const ghp_name_t *const layer[] = {own, NULL};
     *permute_heads = 0;
-    const char *global = !strcmp(name, "model.embed_tokens.weight")     ? "token_embd.weight"
-                         : !strcmp(name, "model.embedding_norm.weight") ? p->cfg.gguf_final_norm
-                         : !strcmp(name, "lm_head.weight")              ? "output.weight"
-                                                                        : NULL;
-    if (global) {
-        snprintf(buf, cap, "%s", global);
-        return true;
-    }
-    int l, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
-        l >= cfg->n_layers)
-        return false;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer); i++)
-        if (!strcmp(name + used, layer[i].hf)) {
-            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
-            return true;
-        }
-    return false;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }

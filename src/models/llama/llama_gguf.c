@@ -23,42 +23,11 @@
 #include <string.h>
 
 #include "formats/safetensors.h"
+#include "models/gguf_hparams.h"
 #include "models/llama/llama.h"
 
 #define MAX_DIM (1 << 20)
 #define MAX_LAYERS 4096
-
-/* "<arch>.<suffix>" into buf. */
-static const char *key(char *buf, size_t cap, const char *arch, const char *suffix)
-{
-    snprintf(buf, cap, "%s.%s", arch, suffix);
-    return buf;
-}
-
-/* An integer hparam; a per-layer array (OpenELM-style) is refused naming the key. */
-static int get_dim(const gguf_file_t *g, const char *arch, const char *suffix, bool required,
-                   int dflt, int lo, int hi, int *out, char *err, size_t err_len)
-{
-    char k[96];
-    key(k, sizeof k, arch, suffix);
-    const gguf_kv_t *kv = gguf_find(g, k);
-    if (kv && kv->type == GGUF_TYPE_ARRAY) {
-        st_errf(err, err_len, "%s: metadata %s is a per-layer array (not supported)",
-                gguf_what(g), k);
-        return CAIRN_EUNSUPPORTED;
-    }
-    uint64_t v;
-    int rc = gguf_get_uint(g, k, required, (uint64_t)dflt, (uint64_t)hi, &v, err, err_len);
-    if (rc)
-        return rc;
-    if (v < (uint64_t)lo) {
-        st_errf(err, err_len, "%s: metadata %s = %llu is below %d", gguf_what(g), k,
-                (unsigned long long)v, lo);
-        return CAIRN_EFORMAT;
-    }
-    *out = (int)v;
-    return 0;
-}
 
 /* Keys whose presence (with a value that changes the math) we do not implement. */
 static int check_unsupported(const gguf_file_t *g, const char *arch, char *err, size_t err_len)
@@ -68,7 +37,7 @@ static int check_unsupported(const gguf_file_t *g, const char *arch, char *err, 
     int rc;
     static const char *const counts[] = {"expert_count", "attention.sliding_window"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(counts); i++) {
-        key(k, sizeof k, arch, counts[i]);
+        ghp_key(k, sizeof k, arch, counts[i]);
         if ((rc = gguf_get_uint(g, k, false, 0, UINT64_MAX, &v, err, err_len)))
             return rc;
         if (v) {
@@ -78,7 +47,7 @@ static int check_unsupported(const gguf_file_t *g, const char *arch, char *err, 
         }
     }
     gguf_str_t st;
-    if ((rc = gguf_get_str(g, key(k, sizeof k, arch, "rope.scaling.type"), false, &st, err,
+    if ((rc = gguf_get_str(g, ghp_key(k, sizeof k, arch, "rope.scaling.type"), false, &st, err,
                            err_len)))
         return rc;
     bool linear = gguf_str_eq(st, "linear");
@@ -91,7 +60,7 @@ static int check_unsupported(const gguf_file_t *g, const char *arch, char *err, 
     static const char *const factors[] = {"rope.scaling.factor", "rope.scale_linear"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(factors); i++) {
         float f;
-        if ((rc = gguf_get_float(g, key(k, sizeof k, arch, factors[i]), false, 0.0f, &f, err,
+        if ((rc = gguf_get_float(g, ghp_key(k, sizeof k, arch, factors[i]), false, 0.0f, &f, err,
                                  err_len)))
             return rc;
         if (f != 0.0f && f != 1.0f) {
@@ -103,59 +72,41 @@ static int check_unsupported(const gguf_file_t *g, const char *arch, char *err, 
     return 0;
 }
 
-/* Adds a special token id key (absent: nothing) to the eos list. */
-static int add_eos(const gguf_file_t *g, const char *k, cairn_model_config_t *cfg, char *err,
-                   size_t err_len)
-{
-    if (!gguf_find(g, k))
-        return 0;
-    uint64_t id;
-    int rc = gguf_get_uint(g, k, true, 0, (uint64_t)cfg->vocab - 1, &id, err, err_len);
-    if (rc)
-        return rc;
-    for (int i = 0; i < cfg->n_eos; i++)
-        if (cfg->eos_ids[i] == (int)id)
-            return 0;
-    CAIRN_ASSERT(cfg->n_eos < CAIRN_MAX_EOS); /* at most three keys are read */
-    cfg->eos_ids[cfg->n_eos++] = (int)id;
-    return 0;
-}
-
-int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *out,
-                     void **priv, char *err, size_t err_len)
+/* The ghp_parse_fn of the family: state is a llama_t. */
+static int parse(const gguf_file_t *g, const char *arch, void *state, cairn_model_config_t *out,
+                 char *err, size_t err_len)
 {
     int rc;
-    cairn_model_config_t cfg = *out; /* model_type and family set by the caller */
+    cairn_model_config_t cfg = *out;
     const char *what = gguf_what(g);
     bool qwen = !strcmp(arch, "qwen3");
-    char k[96];
-    *priv = NULL;
+    char k[128];
 
-    if ((rc = get_dim(g, arch, "block_count", true, 0, 1, MAX_LAYERS, &cfg.n_layers, err,
+    if ((rc = ghp_dim(g, arch, "block_count", true, 0, 1, MAX_LAYERS, &cfg.n_layers, err,
                       err_len)) ||
-        (rc = get_dim(g, arch, "embedding_length", true, 0, 1, MAX_DIM, &cfg.hidden, err,
+        (rc = ghp_dim(g, arch, "embedding_length", true, 0, 1, MAX_DIM, &cfg.hidden, err,
                       err_len)) ||
-        (rc = get_dim(g, arch, "attention.head_count", true, 0, 1, MAX_DIM, &cfg.n_heads, err,
+        (rc = ghp_dim(g, arch, "attention.head_count", true, 0, 1, MAX_DIM, &cfg.n_heads, err,
                       err_len)) ||
-        (rc = get_dim(g, arch, "attention.head_count_kv", false, cfg.n_heads, 1, MAX_DIM,
+        (rc = ghp_dim(g, arch, "attention.head_count_kv", false, cfg.n_heads, 1, MAX_DIM,
                       &cfg.n_kv_heads, err, err_len)) ||
-        (rc = get_dim(g, arch, "feed_forward_length", true, 0, 1, MAX_DIM, &cfg.ffn, err,
+        (rc = ghp_dim(g, arch, "feed_forward_length", true, 0, 1, MAX_DIM, &cfg.ffn, err,
                       err_len)) ||
-        (rc = get_dim(g, arch, "context_length", true, 0, 1, 1 << 30, &cfg.max_pos, err,
+        (rc = ghp_dim(g, arch, "context_length", true, 0, 1, 1 << 30, &cfg.max_pos, err,
                       err_len)))
         return rc;
-    if (!gguf_find(g, key(k, sizeof k, arch, "attention.key_length")) &&
+    if (!gguf_find(g, ghp_key(k, sizeof k, arch, "attention.key_length")) &&
         cfg.hidden % cfg.n_heads != 0) {
         st_errf(err, err_len, "%s: %s.embedding_length %d is not divisible by "
                 "%s.attention.head_count %d", what, arch, cfg.hidden, arch, cfg.n_heads);
         return CAIRN_EFORMAT;
     }
     int v_dim, rope_dim;
-    if ((rc = get_dim(g, arch, "attention.key_length", false, cfg.hidden / cfg.n_heads, 2,
+    if ((rc = ghp_dim(g, arch, "attention.key_length", false, cfg.hidden / cfg.n_heads, 2,
                       65536, &cfg.head_dim, err, err_len)) ||
-        (rc = get_dim(g, arch, "attention.value_length", false, cfg.head_dim, 1, 65536, &v_dim,
+        (rc = ghp_dim(g, arch, "attention.value_length", false, cfg.head_dim, 1, 65536, &v_dim,
                       err, err_len)) ||
-        (rc = get_dim(g, arch, "rope.dimension_count", false, cfg.head_dim, 1, 65536,
+        (rc = ghp_dim(g, arch, "rope.dimension_count", false, cfg.head_dim, 1, 65536,
                       &rope_dim, err, err_len)))
         return rc;
     if (v_dim != cfg.head_dim || rope_dim != cfg.head_dim) {
@@ -175,116 +126,49 @@ int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_
         return CAIRN_ERANGE;
     }
     cfg.rope_type = CAIRN_ROPE_DEFAULT;
-    if ((rc = gguf_get_float(g, key(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), true,
-                             0.0f, &cfg.rms_eps, err, err_len)) ||
-        (rc = gguf_get_float(g, key(k, sizeof k, arch, "rope.freq_base"), false, 10000.0f,
-                             &cfg.rope_theta, err, err_len)) ||
-        (rc = check_unsupported(g, arch, err, err_len)))
-        return rc;
-    if (!(cfg.rms_eps > 0.0f) || !(cfg.rope_theta > 0.0f)) {
-        st_errf(err, err_len, "%s: %s must be positive", what,
-                cfg.rms_eps > 0.0f ? "rope.freq_base" : "attention.layer_norm_rms_epsilon");
-        return CAIRN_EFORMAT;
-    }
-
-    /* The vocabulary is the embedding's rows; no output.weight means tied embeddings. */
-    const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
-    if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > (1 << 24)) {
-        st_errf(err, err_len, "%s: %s", what,
-                emb ? "tensor 'token_embd.weight' is not a [hidden, vocab] matrix"
-                    : "checkpoint lacks tensor 'token_embd.weight'");
-        return emb ? CAIRN_EFORMAT : CAIRN_ENOENT;
-    }
-    cfg.vocab = (int)emb->ne[1];
-    uint64_t vs;
-    if ((rc = gguf_get_uint(g, key(k, sizeof k, arch, "vocab_size"), false, (uint64_t)cfg.vocab,
-                            1 << 24, &vs, err, err_len)))
-        return rc;
-    if (vs != (uint64_t)cfg.vocab) {
-        st_errf(err, err_len, "%s: %s = %llu but token_embd.weight has %d rows", what, k,
-                (unsigned long long)vs, cfg.vocab);
-        return CAIRN_EFORMAT;
-    }
-    cfg.tie_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
-
-    uint64_t bos;
-    cfg.bos_id = -1;
-    if (gguf_find(g, "tokenizer.ggml.bos_token_id")) {
-        if ((rc = gguf_get_uint(g, "tokenizer.ggml.bos_token_id", true, 0,
-                                (uint64_t)cfg.vocab - 1, &bos, err, err_len)))
-            return rc;
-        cfg.bos_id = (int)bos;
-    }
-    cfg.n_eos = 0;
-    if ((rc = add_eos(g, "tokenizer.ggml.eos_token_id", &cfg, err, err_len)) ||
-        (rc = add_eos(g, "tokenizer.ggml.eot_token_id", &cfg, err, err_len)) ||
-        (rc = add_eos(g, "tokenizer.ggml.eom_token_id", &cfg, err, err_len)))
+    if ((rc = ghp_pos_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0.0f, &cfg.rms_eps,
+                            err, err_len)) ||
+        (rc = ghp_pos_float(g, arch, "rope.freq_base", false, 10000.0f, &cfg.rope_theta, err,
+                            err_len)) ||
+        (rc = check_unsupported(g, arch, err, err_len)) ||
+        (rc = ghp_vocab_and_specials(g, arch, &cfg, err, err_len)))
         return rc;
 
-    llama_t *l = cairn_calloc(1, sizeof *l);
-    if (!l) {
-        st_errf(err, err_len, "%s: out of memory", what);
-        return CAIRN_ENOMEM;
-    }
+    llama_t *l = state;
     l->qk_norm = qwen;
     l->gguf = true;
     l->gguf_permuted_qk = !qwen;
     l->gguf_rope_freqs = !qwen && gguf_find_tensor(g, "rope_freqs.weight") != NULL;
     *out = cfg;
-    *priv = l;
     return 0;
 }
 
-/* HF layer tensor suffix -> llama.cpp's; `rows` says which head count llama.cpp's
- * converter permutes the rows over ('q': heads, 'k': K/V heads). */
-static const struct {
-    const char *hf, *gguf;
-    char rows;
-} layer_names[] = {
-    {"input_layernorm.weight", "attn_norm.weight", 0},
-    {"self_attn.q_proj.weight", "attn_q.weight", 'q'},
-    {"self_attn.k_proj.weight", "attn_k.weight", 'k'},
-    {"self_attn.v_proj.weight", "attn_v.weight", 0},
-    {"self_attn.o_proj.weight", "attn_output.weight", 0},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", 0},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", 0},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", 0},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", 0},
-    {"mlp.up_proj.weight", "ffn_up.weight", 0},
-    {"mlp.down_proj.weight", "ffn_down.weight", 0},
-};
+int llama_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
+                     void **priv, char *err, size_t err_len)
+{
+    return ghp_parse_priv(g, arch, sizeof(llama_t), GHP_NO_BASE, parse, cfg, priv, err, err_len);
+}
+
+/* The llama family's own names: its two norms and llama3's RoPE divisors. */
+static const ghp_name_t rope_freqs[] = {{LLAMA_ROPE_FREQS, LLAMA_ROPE_FREQS}, {NULL, NULL}},
+                        norms[] = {
+                            {"input_layernorm.weight", "attn_norm.weight"},
+                            {"post_attention_layernorm.weight", "ffn_norm.weight"},
+                            {NULL, NULL},
+                        };
 
 bool llama_gguf_tensor_name(const void *priv, const cairn_model_config_t *c, const char *name,
                             char *buf, size_t cap, int *permute_heads)
 {
     const llama_t *l = priv;
-    static const struct {
-        const char *hf, *gguf;
-    } globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
-        {LLAMA_ROPE_FREQS, LLAMA_ROPE_FREQS},
-    };
+    static const ghp_name_t *const globals[] = {ghp_common_globals, rope_freqs, NULL},
+                                   *const layer[] = {norms, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(globals); i++) {
-        if (!strcmp(name, globals[i].hf)) {
-            snprintf(buf, cap, "%s", globals[i].gguf);
-            return true;
-        }
-    }
-    int layer, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &layer, &used) != 1 || used == 0 || layer < 0 ||
-        layer >= c->n_layers)
-        return false;
-    const char *suffix = name + used;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer_names); i++) {
-        if (strcmp(suffix, layer_names[i].hf) != 0)
-            continue;
-        snprintf(buf, cap, "blk.%d.%s", layer, layer_names[i].gguf);
-        if (l->gguf_permuted_qk && layer_names[i].rows)
-            *permute_heads = layer_names[i].rows == 'q' ? c->n_heads : c->n_kv_heads;
-        return true;
-    }
-    return false;
+    const ghp_name_t *e = ghp_tensor_name(name, c->n_layers, globals, layer, buf, cap);
+    /* llama.cpp's converter permutes q's rows over the heads, k's over the K/V heads. */
+    if (e && l->gguf_permuted_qk && !strcmp(e->gguf, "attn_q.weight"))
+        *permute_heads = c->n_heads;
+    else if (e && l->gguf_permuted_qk && !strcmp(e->gguf, "attn_k.weight"))
+        *permute_heads = c->n_kv_heads;
+    return e != NULL;
 }

@@ -19,6 +19,7 @@
  *
  * Pure functions of their input; thread-safe.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,10 +29,12 @@
 
 #define MAX_DIM (1 << 20)
 
-static int parse(const gguf_file_t *g, const char *arch, q35_config_t *c, char *err,
-                 size_t err_len)
+/* The ghp_parse_fn of the family: state is a q35_t, cfg its config's base. */
+static int parse_into(const gguf_file_t *g, const char *arch, void *state,
+                      cairn_model_config_t *cfg, char *err, size_t err_len)
 {
-    cairn_model_config_t *b = &c->base;
+    q35_config_t *c = &((q35_t *)state)->cfg;
+    cairn_model_config_t *b = cfg; /* &c->base */
     const char *what = gguf_what(g);
     int rc, inner, interval;
     if ((rc = ghp_dim(g, arch, "block_count", true, 0, 1, Q35_MAX_LAYERS, &b->n_layers, err,
@@ -138,69 +141,32 @@ static int parse(const gguf_file_t *g, const char *arch, q35_config_t *c, char *
 int q35_parse_gguf(const gguf_file_t *g, const char *arch, cairn_model_config_t *cfg,
                    void **priv, char *err, size_t err_len)
 {
-    *priv = NULL;
-    q35_t *m = cairn_calloc(1, sizeof *m);
-    if (!m) {
-        st_errf(err, err_len, "%s: out of memory", gguf_what(g));
-        return CAIRN_ENOMEM;
-    }
-    m->cfg.base = *cfg; /* model_type and family set by the caller */
-    int rc = parse(g, arch, &m->cfg, err, err_len);
-    if (rc) {
-        cairn_free(m);
-        return rc;
-    }
-    *cfg = m->cfg.base;
-    *priv = m;
-    return 0;
+    return ghp_parse_priv(g, arch, sizeof(q35_t), offsetof(q35_t, cfg.base), parse_into,
+                          cfg, priv, err, err_len);
 }
+
+/* Qwen3.5's own layer names: its norms and the Gated DeltaNet's tensors. */
+static const ghp_name_t own[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+    {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+    {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+    {"linear_attn.out_proj.weight", "ssm_out.weight"},
+    {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+    {"linear_attn.dt_bias", "ssm_dt.bias"},
+    {"linear_attn.A_log", "ssm_a"},
+    {"linear_attn.norm.weight", "ssm_norm.weight"},
+    {NULL, NULL},
+};
 
 bool q35_gguf_tensor_name(const void *priv, const cairn_model_config_t *cfg, const char *name,
                           char *buf, size_t cap, int *permute_heads)
 {
     (void)priv;
-    static const struct {
-        const char *hf, *gguf;
-    } globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
-    }, layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
-        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
-        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
-        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
-        {"linear_attn.out_proj.weight", "ssm_out.weight"},
-        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
-        {"linear_attn.dt_bias", "ssm_dt.bias"},
-        {"linear_attn.A_log", "ssm_a"},
-        {"linear_attn.norm.weight", "ssm_norm.weight"},
-    };
+    static const ghp_name_t *const globals[] = {ghp_common_globals, NULL},
+                                   *const layer[] = {own, ghp_attn_names, ghp_mlp_names, NULL};
     *permute_heads = 0;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(globals); i++)
-        if (!strcmp(name, globals[i].hf)) {
-            snprintf(buf, cap, "%s", globals[i].gguf);
-            return true;
-        }
-    int l, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 ||
-        l >= cfg->n_layers)
-        return false;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(layer); i++)
-        if (!strcmp(name + used, layer[i].hf)) {
-            snprintf(buf, cap, "blk.%d.%s", l, layer[i].gguf);
-            return true;
-        }
-    return false;
+    return ghp_tensor_name(name, cfg->n_layers, globals, layer, buf, cap) != NULL;
 }
