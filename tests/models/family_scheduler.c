@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cairn/scheduler.h"
+#include "server/sched_specs.h"
 
 static const char *g_model;
 #define MAX_OUT 1024
@@ -86,16 +87,6 @@ static void col_wait(collector_t *c)
     pthread_cond_destroy(&c->cv);
 }
 
-typedef struct {
-    int32_t prompt[256];
-    int n_prompt;
-    float temperature;
-    uint64_t seed;
-    int max_tokens;
-    int n;
-    const char *salt;
-} spec_t;
-
 static cairn_engine_t *make_engine(int pool_mib)
 {
     cairn_engine_options_t eo;
@@ -109,19 +100,9 @@ static cairn_engine_t *make_engine(int pool_mib)
     return e;
 }
 
-static void submit(cairn_sched_t *s, const spec_t *r, collector_t *c)
+static void submit(cairn_sched_t *s, const sched_spec_t *r, collector_t *c)
 {
-    cairn_req_params_t p = {0};
-    p.prompt = r->prompt;
-    p.n_prompt = r->n_prompt;
-    p.cache_salt = r->salt;
-    cairn_sampling_params_init(&p.sampling);
-    p.sampling.temperature = r->temperature;
-    p.sampling.has_seed = true;
-    p.sampling.seed = r->seed;
-    p.sampling.max_tokens = r->max_tokens;
-    p.sampling.ignore_eos = true;
-    p.n = r->n;
+    cairn_req_params_t p = sched_spec_params(r);
     p.on_event = on_event;
     p.user = c;
     char err[256] = "";
@@ -129,25 +110,7 @@ static void submit(cairn_sched_t *s, const spec_t *r, collector_t *c)
     assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof(err)), 0);
 }
 
-static void make_specs(spec_t *specs, int n, int prefix_len, int max_tokens)
-{
-    for (int i = 0; i < n; i++) {
-        spec_t *r = &specs[i];
-        memset(r, 0, sizeof(*r));
-        for (int k = 0; k < prefix_len; k++)
-            r->prompt[k] = (int32_t)((k * 37 + 11) % 4000);
-        int suffix = 5 + (i * 7) % 23;
-        for (int k = 0; k < suffix; k++)
-            r->prompt[prefix_len + k] = (int32_t)((i * 131 + k * 17 + 3) % 4000);
-        r->n_prompt = prefix_len + suffix;
-        r->temperature = i % 2 ? 0.9f : 0.0f;
-        r->seed = 1000 + (uint64_t)i;
-        r->max_tokens = max_tokens + i % 5;
-        r->n = 1;
-    }
-}
-
-static void run_solo(const spec_t *specs, int n, collector_t *out)
+static void run_solo(const sched_spec_t *specs, int n, collector_t *out)
 {
     cairn_engine_t *e = make_engine(64);
     cairn_sched_t *s = NULL;
@@ -172,9 +135,9 @@ static void test_concurrent_equals_solo(void **state)
 {
     (void)state;
     enum { N = 12 };
-    static spec_t specs[N];
+    static sched_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 64, 8);
+    sched_specs_shared_prefix(specs, N, 64, 8);
     run_solo(specs, N, solo);
     cairn_engine_t *e = make_engine(4);
     cairn_sched_t *s = NULL;
@@ -211,10 +174,10 @@ static void test_preemption_small_pool(void **state)
 {
     (void)state;
     enum { N = 10 };
-    static spec_t specs[N];
+    static sched_spec_t specs[N];
     static collector_t solo[N], conc[N];
     static char salts[N][16];
-    make_specs(specs, N, 24, 330);
+    sched_specs_shared_prefix(specs, N, 24, 330);
     for (int i = 0; i < N; i++) {
         snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
         specs[i].salt = salts[i];
@@ -248,17 +211,13 @@ static void test_n_choices_fork(void **state)
 {
     (void)state;
     enum { N = 3 };
-    static spec_t spec, solo_spec[N];
+    static sched_spec_t spec, solo_spec[N];
     static collector_t multi, solo[N];
-    make_specs(&spec, 1, 48, 20);
+    sched_specs_shared_prefix(&spec, 1, 48, 20);
     spec.temperature = 1.0f;
     spec.seed = 77;
     spec.n = N;
-    for (int i = 0; i < N; i++) {
-        solo_spec[i] = spec;
-        solo_spec[i].n = 1;
-        solo_spec[i].seed = 77 + (uint64_t)i;
-    }
+    sched_spec_choices_solo(&spec, solo_spec);
     run_solo(solo_spec, N, solo);
     cairn_engine_t *e = make_engine(4);
     cairn_sched_t *s = NULL;

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "cairn/scheduler.h"
+#include "server/sched_specs.h"
 
 #define MODEL "qwen3"
 #define MAX_OUT 4096
@@ -161,30 +162,9 @@ static cairn_sched_t *make_sched(cairn_engine_t *e, const cairn_sched_options_t 
     return s;
 }
 
-/* One request's description. */
-typedef struct {
-    int32_t prompt[1200];
-    int n_prompt;
-    float temperature;
-    uint64_t seed;
-    int max_tokens;
-    int n;
-    const char *salt;
-} req_spec_t;
-
-static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
+static uint64_t submit(cairn_sched_t *s, const sched_spec_t *r, collector_t *c)
 {
-    cairn_req_params_t p = {0};
-    p.prompt = r->prompt;
-    p.n_prompt = r->n_prompt;
-    p.cache_salt = r->salt;
-    cairn_sampling_params_init(&p.sampling);
-    p.sampling.temperature = r->temperature;
-    p.sampling.has_seed = true;
-    p.sampling.seed = r->seed;
-    p.sampling.max_tokens = r->max_tokens;
-    p.sampling.ignore_eos = true; /* exact lengths whatever the model emits */
-    p.n = r->n;
+    cairn_req_params_t p = sched_spec_params(r);
     p.on_event = on_event;
     p.user = c;
     c->sched = s;
@@ -202,28 +182,8 @@ static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
     return id;
 }
 
-/* 16 requests over a shared 64-token "system prompt", with distinct suffixes; half greedy,
- * half sampled at temperature 0.9 with a fixed seed. */
-static void make_specs(req_spec_t *specs, int n, int prefix_len, int max_tokens)
-{
-    for (int i = 0; i < n; i++) {
-        req_spec_t *r = &specs[i];
-        memset(r, 0, sizeof(*r));
-        for (int k = 0; k < prefix_len; k++)
-            r->prompt[k] = (int32_t)((k * 37 + 11) % 4000);
-        int suffix = 5 + (i * 7) % 23;
-        for (int k = 0; k < suffix; k++)
-            r->prompt[prefix_len + k] = (int32_t)((i * 131 + k * 17 + 3) % 4000);
-        r->n_prompt = prefix_len + suffix;
-        r->temperature = i % 2 ? 0.9f : 0.0f;
-        r->seed = 1000 + (uint64_t)i;
-        r->max_tokens = max_tokens + i % 5;
-        r->n = 1;
-    }
-}
-
 /* Runs each spec alone (one at a time) on a fresh engine: the reference outputs. */
-static void run_solo(const req_spec_t *specs, int n, collector_t *out, cairn_dtype_t kv)
+static void run_solo(const sched_spec_t *specs, int n, collector_t *out, cairn_dtype_t kv)
 {
     cairn_engine_t *e = make_engine_kv(64, kv);
     cairn_sched_t *s = make_sched(e, NULL);
@@ -270,7 +230,7 @@ static void probe_pool_empty(cairn_sched_t *s)
     cairn_sched_stats_t st;
     stats_settled(s, &st);
     assert_pool_idle(&st);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     r.n_prompt = (int)st.pool_blocks_total * 16;
     assert_true(r.n_prompt <= (int)CAIRN_ARRAY_LEN(r.prompt));
@@ -306,9 +266,9 @@ static void assert_same_output(const collector_t *a, const collector_t *b, int c
 static void test_concurrent_equals_solo(void **state)
 {
     enum { N = 16 };
-    static req_spec_t specs[N];
+    static sched_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 64, 8);
+    sched_specs_shared_prefix(specs, N, 64, 8);
     run_solo(specs, N, solo, CAIRN_DTYPE_BF16);
 
     cairn_engine_t *e = make_engine(1); /* 63 blocks: enough for all, and for the probe */
@@ -349,9 +309,9 @@ static void test_concurrent_equals_solo(void **state)
 static void test_preemption_small_pool(void **state)
 {
     enum { N = 16 };
-    static req_spec_t specs[N];
+    static sched_spec_t specs[N];
     static collector_t solo[N], conc[N];
-    make_specs(specs, N, 24, 160);
+    sched_specs_shared_prefix(specs, N, 24, 160);
     /* Distinct salts: nothing is shared. Each request ends at 189-215 tokens (12-14
      * blocks), so any 3 running at once overflow the 31 f32 blocks of a 1 MiB pool while
      * they decode, however the arrivals interleave with the engine thread. */
@@ -393,10 +353,10 @@ static void test_preemption_small_pool(void **state)
 static void test_shared_prefix_computed_once(void **state)
 {
     enum { N = 4, PREFIX = 256, SUFFIX = 10, GEN = 4 };
-    static req_spec_t specs[N];
+    static sched_spec_t specs[N];
     static collector_t c[N];
     for (int i = 0; i < N; i++) {
-        req_spec_t *r = &specs[i];
+        sched_spec_t *r = &specs[i];
         memset(r, 0, sizeof(*r));
         for (int k = 0; k < PREFIX; k++)
             r->prompt[k] = (int32_t)((k * 53 + 7) % 4000);
@@ -440,7 +400,7 @@ static void test_cancel_frees_blocks(void **state)
 {
     cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     for (int k = 0; k < 100; k++)
         r.prompt[k] = (int32_t)((k * 31 + 2) % 4000);
@@ -490,7 +450,7 @@ static void test_queue_full_and_shutdown(void **state)
     o.max_running = 1;
     o.max_queued = 2;
     cairn_sched_t *s = make_sched(e, &o);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     for (int k = 0; k < 20; k++)
         r.prompt[k] = (int32_t)(k + 100);
@@ -555,17 +515,13 @@ static void test_queue_full_and_shutdown(void **state)
 static void test_n_choices_fork(void **state)
 {
     enum { N = 3 };
-    static req_spec_t spec, solo_spec[N];
+    static sched_spec_t spec, solo_spec[N];
     static collector_t multi, solo[N];
-    make_specs(&spec, 1, 48, 10);
+    sched_specs_shared_prefix(&spec, 1, 48, 10);
     spec.temperature = 1.0f;
     spec.seed = 77;
     spec.n = N;
-    for (int i = 0; i < N; i++) {
-        solo_spec[i] = spec;
-        solo_spec[i].n = 1;
-        solo_spec[i].seed = 77 + (uint64_t)i;
-    }
+    sched_spec_choices_solo(&spec, solo_spec);
     run_solo(solo_spec, N, solo, CAIRN_DTYPE_F32);
 
     cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
@@ -603,8 +559,8 @@ static void test_stop_string_and_text(void **state)
      * middle of that text: the output is the text before it, finish "stop". */
     cairn_engine_t *e = make_engine(8);
     cairn_sched_t *s = make_sched(e, NULL);
-    static req_spec_t r;
-    make_specs(&r, 1, 32, 24);
+    static sched_spec_t r;
+    sched_specs_shared_prefix(&r, 1, 32, 24);
     static collector_t a, b;
     col_init(&a);
     submit(s, &r, &a);
@@ -675,7 +631,7 @@ static void test_logprobs_match_reference(void **state)
     free(txt);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0);
     cJSON *ids = cJSON_GetObjectItem(c0, "prompt_ids");
-    req_spec_t spec;
+    sched_spec_t spec;
     memset(&spec, 0, sizeof spec);
     spec.n_prompt = cJSON_GetArraySize(ids);
     for (int i = 0; i < spec.n_prompt; i++)
