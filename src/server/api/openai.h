@@ -84,6 +84,16 @@ cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls);
 /* Prints root (deleting it; NULL: out of memory) between prefix and suffix onto out. */
 int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix);
 
+/* Adds choice i's fields after its "index" (false: out of memory; the choice is freed by
+ * the caller either way). */
+typedef bool (*oai_choice_fn)(api_render_t *r, const api_end_t *e, int i, cJSON *choice);
+/*
+ * The body of a non-streaming response (chat and completions): the envelope of `object`,
+ * "choices" with one object per choice ({"index": i} then what add_choice adds) and
+ * "usage", printed onto r->out. 0, or CAIRN_ENOMEM with nothing printed.
+ */
+int oai_emit_full(api_render_t *r, const char *object, const api_end_t *e, oai_choice_fn add_choice);
+
 /*
  * One streaming chunk for choice `index` of r: chat ("chat.completion.chunk", a delta with
  * the role when with_role and the content when len > 0 or with_role) or completions

@@ -264,18 +264,7 @@ static int f_stop(const cJSON *v, gen_request_t *r, api_error_t *err)
         BAD("stop", "stop has more than %d strings", API_MAX_STOP);
         return CAIRN_EINVAL;
     }
-    const cJSON *s;
-    size_t k = 0;
-    cJSON_ArrayForEach(s, v) {
-        if (!cJSON_IsString(s) || !s->valuestring[0]) {
-            BAD("stop", "stop[%zu] must be a non-empty string", k);
-            return CAIRN_EINVAL;
-        }
-        if (!(r->stop_store[k] = cairn_strdup(s->valuestring)))
-            return CAIRN_ENOMEM;
-        r->sampling.n_stop = ++k;
-    }
-    return 0;
+    return gen_request_stop_strings(r, v, "stop", err);
 }
 
 static int f_stop_token_ids(const cJSON *v, gen_request_t *r, api_error_t *err)
@@ -487,6 +476,33 @@ int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix
     }
     cJSON_free(txt);
     return rc;
+}
+
+int oai_emit_full(api_render_t *r, const char *object, const api_end_t *e, oai_choice_fn add_choice)
+{
+    cJSON *o = oai_envelope(r, object);
+    cJSON *choices = cJSON_CreateArray();
+    bool ok = o && choices;
+    for (int i = 0; ok && i < r->req->n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        ok = c && cJSON_AddItemToArray(choices, c);
+        if (!ok) {
+            cJSON_Delete(c);
+            break;
+        }
+        ok = oai_add(c, "index", cJSON_CreateNumber(i)) && add_choice(r, e, i, c);
+    }
+    if (ok) {
+        ok = oai_add(o, "choices", choices);
+        choices = NULL;
+    }
+    ok = ok && oai_add(o, "usage", oai_usage_json(&e->usage));
+    cJSON_Delete(choices);
+    if (!ok) {
+        cJSON_Delete(o);
+        return CAIRN_ENOMEM;
+    }
+    return oai_emit(&r->out, o, "", "");
 }
 
 cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls)

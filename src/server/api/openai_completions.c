@@ -143,40 +143,19 @@ static int completions_delta(api_render_t *r, const api_delta_t *d)
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
 
-static int completions_full(api_render_t *r, const api_end_t *e)
+/* A completion choice: text, logprobs and finish_reason. */
+static bool completion_choice(api_render_t *r, const api_end_t *e, int i, cJSON *c)
 {
     oai_state_t *st = r->state;
-    cJSON *o = oai_envelope(r, "text_completion");
-    cJSON *choices = cJSON_CreateArray();
-    bool ok = o && choices;
-    for (int i = 0; ok && i < r->req->n; i++) {
-        cJSON *c = cJSON_CreateObject();
-        ok = c && cJSON_AddItemToArray(choices, c);
-        if (!ok) {
-            cJSON_Delete(c);
-            break;
-        }
-        ok = oai_add(c, "index", cJSON_CreateNumber(i))
-             && oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
-             && oai_add(c, "logprobs", oai_logprobs_final(r, false, i))
-             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
-    }
-    if (ok) {
-        ok = oai_add(o, "choices", choices);
-        choices = NULL;
-    }
-    ok = ok && oai_add(o, "usage", oai_usage_json(&e->usage));
-    cJSON_Delete(choices);
-    if (!ok) {
-        cJSON_Delete(o);
-        return CAIRN_ENOMEM;
-    }
-    return oai_emit(&r->out, o, "", "");
+    return oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
+           && oai_add(c, "logprobs", oai_logprobs_final(r, false, i))
+           && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
 }
 
 static int completions_end(api_render_t *r, const api_end_t *e)
 {
-    return r->req->stream ? oai_emit_stream_end(r, false, e) : completions_full(r, e);
+    return r->req->stream ? oai_emit_stream_end(r, false, e)
+                          : oai_emit_full(r, "text_completion", e, completion_choice);
 }
 
 static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE, NULL}};
