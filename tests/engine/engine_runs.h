@@ -1,8 +1,10 @@
 /*
  * engine_runs.h — how the bit-identity tests of the engine and of each model family
  * (test_determinism, tests/models/<family>/ engine and determinism tests) drive an engine:
- * the engines they compare, a prompt run in chunks with the logits of every computed
- * position collected, and the fork check of the families with recurrent state.
+ * their fixture (a checkpoint and its long_720 / shared_prefix_672 prompts), the engines
+ * they compare, a prompt run in chunks with the logits of every computed position
+ * collected, and the checks the families with recurrent state share (a hit at every block
+ * boundary, fork).
  *
  * Model. A test builds a reference (flat path, one thread, one step) and asserts with
  * memcmp that every other path gives the same bytes; these helpers only run the steps
@@ -27,6 +29,34 @@
 #include <cmocka.h>
 
 #include "cairn/engine.h"
+#include "engine/engine_fixtures.h"
+
+/* A prompt run as one turn of a fresh sequence: logits of its computed positions,
+ * malloc'd [n - cached][vocab of the test]; *cached (when not NULL) the prefix the cache
+ * served. Each test's own, over engine_runs_prompt or engine_runs_compute. */
+typedef float *(*engine_runs_fn)(cairn_engine_t *e, const char *salt, const int32_t *ids, int n, int chunk,
+                                 int *cached);
+
+/* Opens fixture `model` (models/<model>) and its prompts long_720 (*lng) and
+ * shared_prefix_672 (*shr), checking the vocabulary and that the prompts share their first
+ * 512 tokens and *shr is longer; a cmocka group setup's result (0: ready). */
+static inline int engine_runs_open(const char *model, int vocab, cairn_checkpoint_t **ck, int32_t **lng, int *n_lng,
+                                   int32_t **shr, int *n_shr)
+{
+    *ck = fixture_open(model);
+    assert_int_equal(cairn_checkpoint_config(*ck)->vocab, vocab);
+    *lng = fixture_prompt(model, "long_720", n_lng);
+    *shr = fixture_prompt(model, "shared_prefix_672", n_shr);
+    return memcmp(*lng, *shr, 512 * sizeof(int32_t)) != 0 || *n_shr <= 512;
+}
+
+/* Frees what engine_runs_open returned. */
+static inline void engine_runs_close(cairn_checkpoint_t *ck, int32_t *lng, int32_t *shr)
+{
+    free(lng);
+    free(shr);
+    cairn_checkpoint_close(ck);
+}
 
 /* The options the bit-identity tests vary: math, K/V dtype, path, threads and the step
  * size (sub-batch rows); a 32 MiB pool and the cold tier off (nothing there is about the
@@ -95,6 +125,36 @@ static inline float *engine_runs_prompt(cairn_engine_t *e, const char *salt, con
     assert_int_equal(cairn_seq_end_turn(s), 0);
     cairn_seq_release(s);
     return out;
+}
+
+/*
+ * A hit at every block boundary on a family with recurrent state (16-token blocks, the
+ * engine's default): in one salt, prompts of P + 1 tokens of ids for P = 16, 32, ... < n.
+ * Each resumes at the checkpoint the previous one left at its last full block (P - 16), so
+ * every boundary is hit once and each state is one restored from a restored state; the 17
+ * computed positions must equal ref's (the fresh prefill of ids, [n][vocab]). The whole
+ * prompt then resumes at its deepest boundary below n. Returns how many boundary prompts
+ * ran ((n - 1) / 16).
+ */
+static inline int engine_runs_check_boundaries(cairn_engine_t *paged, engine_runs_fn run, const char *salt,
+                                               const int32_t *ids, int n, const float *ref, int vocab)
+{
+    const size_t row = (size_t)vocab * sizeof(float);
+    int checked = 0, cached = -1;
+    for (int P = 16; P < n; P += 16) {
+        float *x = run(paged, salt, ids, P + 1, 0, &cached);
+        assert_int_equal(cached, P - 16);
+        assert_memory_equal(x, ref + (size_t)cached * vocab, (size_t)(P + 1 - cached) * row);
+        free(x);
+        checked++;
+    }
+    assert_int_equal(checked, (n - 1) / 16);
+    const int deepest = (n - 1) / 16 * 16;
+    float *x = run(paged, salt, ids, n, 0, &cached);
+    assert_int_equal(cached, deepest);
+    assert_memory_equal(x, ref + (size_t)deepest * vocab, (size_t)(n - deepest) * row);
+    free(x);
+    return checked;
 }
 
 /*

@@ -163,19 +163,13 @@ static void test_modes_differ(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ck = fixture_open(MODEL);
-    assert_int_equal(cairn_checkpoint_config(ck)->vocab, VOCAB);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0 || n_shr <= 512;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 

@@ -148,19 +148,7 @@ static void test_hit_at_every_boundary(void **st)
     float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
     cairn_engine_destroy(flat);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 1, 512);
-    int checked = 0, cached = -1;
-    for (int P = 16; P < n_lng; P += 16) {
-        float *x = run(e, "boundary", lng, P + 1, 0, &cached);
-        assert_int_equal(cached, P - 16);
-        assert_memory_equal(x, ref + (size_t)cached * VOCAB, (size_t)(P + 1 - cached) * ROW);
-        free(x);
-        checked++;
-    }
-    assert_int_equal(checked, (n_lng - 1) / 16);
-    float *x = run(e, "boundary", lng, n_lng, 0, &cached);
-    assert_int_equal(cached, 704);
-    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * ROW);
-    free(x);
+    const int checked = engine_runs_check_boundaries(e, run, "boundary", lng, n_lng, ref, VOCAB);
     cairn_engine_counters_t c;
     cairn_engine_counters(e, &c);
     assert_int_equal(c.ckpt_restores, (uint64_t)checked); /* every prompt but the first, and the last */
@@ -270,18 +258,13 @@ static void test_budget_evicts(void **st)
 static int setup(void **st)
 {
     (void)st;
-    ck = fixture_open(MODEL);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **st)
 {
     (void)st;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 

@@ -159,27 +159,12 @@ static void test_hit_at_every_boundary(void **state)
 {
     (void)state;
     const mode_t_ m = {CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16};
-    const size_t row = VOCAB * sizeof(float);
     cairn_engine_t *flat = engine(&m, CAIRN_KV_FLAT, 1, 1024);
     float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
     cairn_engine_destroy(flat);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 2, 512);
-    int checked = 0;
-    for (int P = 16; P < n_lng; P += 16) {
-        int cached = -1;
-        float *x = run(e, "boundaries", lng, P + 1, 0, &cached);
-        assert_int_equal(cached, P - 16);
-        assert_memory_equal(x, ref + (size_t)(P - 16) * VOCAB, 17 * row);
-        free(x);
-        checked++;
-    }
-    assert_int_equal(checked, (n_lng - 1) / 16);
     /* The whole prompt then resumes at its deepest boundary below 720, 704. */
-    int cached = -1;
-    float *x = run(e, "boundaries", lng, n_lng, 0, &cached);
-    assert_int_equal(cached, 704);
-    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * row);
-    free(x);
+    engine_runs_check_boundaries(e, run, "boundaries", lng, n_lng, ref, VOCAB);
     cairn_engine_destroy(e);
     free(ref);
 }
@@ -346,19 +331,13 @@ static void test_synth_preset(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ck = fixture_open(MODEL);
-    assert_int_equal(cairn_checkpoint_config(ck)->vocab, VOCAB);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0 || n_shr <= 512;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 
