@@ -66,6 +66,10 @@ int oai_default_int(const cJSON *v, long long want, api_error_t *err);
 int oai_unsupported(const cJSON *v, api_error_t *err);
 /* A JSON number that is an integer in [lo, hi]. */
 bool oai_get_int(const cJSON *v, double lo, double hi, long long *out);
+/* The token ids of arr, a JSON array of n >= 1 items, into *ids (allocated here; the
+ * request frees it): each a non-negative integer, else a 400 on param, "<param>[i] must be
+ * <what>": CAIRN_EINVAL. CAIRN_ENOMEM when *ids cannot be allocated. */
+int oai_token_ids(const cJSON *arr, int n, const char *param, const char *what, int32_t **ids, api_error_t *err);
 
 /* ---- Responses --------------------------------------------------------------------- */
 

@@ -43,6 +43,23 @@ bool oai_get_int(const cJSON *v, double lo, double hi, long long *out)
     return true;
 }
 
+int oai_token_ids(const cJSON *arr, int n, const char *param, const char *what, int32_t **ids, api_error_t *err)
+{
+    if (!(*ids = cairn_malloc((size_t)n * sizeof **ids)))
+        return CAIRN_ENOMEM;
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        long long id;
+        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
+            BAD(param, "%s[%d] must be %s", param, i, what);
+            return CAIRN_EINVAL;
+        }
+        (*ids)[i++] = (int32_t)id;
+    }
+    return 0;
+}
+
 static bool get_float(const cJSON *v, float *out)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
@@ -278,18 +295,9 @@ static int f_stop_token_ids(const cJSON *v, gen_request_t *r, api_error_t *err)
     int n = cJSON_GetArraySize(v);
     if (n == 0)
         return 0;
-    if (!(r->stop_ids = cairn_malloc((size_t)n * sizeof *r->stop_ids)))
-        return CAIRN_ENOMEM;
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, v) {
-        long long id;
-        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
-            BAD("stop_token_ids", "stop_token_ids[%d] must be a non-negative integer", i);
-            return CAIRN_EINVAL;
-        }
-        r->stop_ids[i++] = (int32_t)id;
-    }
+    int rc = oai_token_ids(v, n, "stop_token_ids", "a non-negative integer", &r->stop_ids, err);
+    if (rc)
+        return rc;
     r->sampling.stop_token_ids = r->stop_ids;
     r->sampling.n_stop_token_ids = (size_t)n;
     return 0;

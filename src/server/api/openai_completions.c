@@ -45,18 +45,9 @@ static int prompt_value(const cJSON *v, gen_request_t *r, api_error_t *err)
         return CAIRN_EINVAL;
     }
     r->prompt_kind = GEN_PROMPT_IDS;
-    if (!(r->prompt_ids = cairn_malloc((size_t)n * sizeof *r->prompt_ids)))
-        return CAIRN_ENOMEM;
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, v) {
-        long long id;
-        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
-            BAD("prompt", "prompt[%d] must be a non-negative integer token id", i);
-            return CAIRN_EINVAL;
-        }
-        r->prompt_ids[i++] = (int32_t)id;
-    }
+    int rc = oai_token_ids(v, n, "prompt", "a non-negative integer token id", &r->prompt_ids, err);
+    if (rc)
+        return rc;
     r->n_prompt_ids = n;
     return 0;
 }
