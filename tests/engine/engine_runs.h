@@ -3,8 +3,8 @@
  * (test_determinism, tests/models/<family>/ engine and determinism tests) drive an engine:
  * their fixture (a checkpoint and its long_720 / shared_prefix_672 prompts), the engines
  * they compare, a prompt run in chunks with the logits of every computed position
- * collected, and the checks the families with recurrent state share (a hit at every block
- * boundary, fork).
+ * collected, cold prefills in several chunkings, and the checks the families with recurrent
+ * state share (a hit at every block boundary, fork).
  *
  * Model. A test builds a reference (flat path, one thread, one step) and asserts with
  * memcmp that every other path gives the same bytes; these helpers only run the steps
@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -125,6 +126,23 @@ static inline float *engine_runs_prompt(cairn_engine_t *e, const char *salt, con
     assert_int_equal(cairn_seq_end_turn(s), 0);
     cairn_seq_release(s);
     return out;
+}
+
+/* Cold prefills on the paged engine: ids[0..n) in chunks of chunks[i] tokens (0: one
+ * step), each chunking in its own salt "chunks-<chunk>" so nothing is cached; every
+ * position's logits must equal ref's ([n][vocab]). */
+static inline void engine_runs_check_chunkings(cairn_engine_t *paged, engine_runs_fn run, const int *chunks,
+                                               size_t n_chunks, const int32_t *ids, int n, const float *ref, int vocab)
+{
+    for (size_t i = 0; i < n_chunks; i++) {
+        char salt[32];
+        snprintf(salt, sizeof salt, "chunks-%d", chunks[i]);
+        int cached = -1;
+        float *x = run(paged, salt, ids, n, chunks[i], &cached);
+        assert_int_equal(cached, 0);
+        assert_memory_equal(x, ref, (size_t)n * vocab * sizeof(float));
+        free(x);
+    }
 }
 
 /*

@@ -72,15 +72,7 @@ static void check_mode(cairn_engine_math_t math, cairn_dtype_t kv)
     /* Paged, cold, each chunking in its own salt. */
     cairn_engine_t *paged = engine(math, kv, CAIRN_KV_PAGED, 2, 512);
     static const int pchunks[] = {0, 1, 7, 16, 100};
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(pchunks); i++) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "chunks-%d", pchunks[i]);
-        int cached = -1;
-        x = run(paged, salt, lng, n_lng, pchunks[i], &cached);
-        assert_int_equal(cached, 0);
-        assert_memory_equal(x, ref, (size_t)n_lng * row);
-        free(x);
-    }
+    engine_runs_check_chunkings(paged, run, pchunks, CAIRN_ARRAY_LEN(pchunks), lng, n_lng, ref, VOCAB);
     /* shared_prefix_672 reuses long_720's first 512 tokens. */
     int cached = -1;
     x = run(paged, "chunks-0", shr, n_shr, 0, &cached);

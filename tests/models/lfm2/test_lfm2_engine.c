@@ -80,15 +80,7 @@ static void check_paths(const mode_t_ *m)
     /* Paged: each chunking in its own salt (cold), 2 threads, sub-batches of 64 rows. */
     static const int chunks[] = {0, 1, 7, 16, 100};
     cairn_engine_t *paged = engine(m, CAIRN_KV_PAGED, 2, 64);
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(chunks); i++) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "chunks-%d", chunks[i]);
-        int cached = -1;
-        x = run(paged, salt, lng, n_lng, chunks[i], &cached);
-        assert_int_equal(cached, 0);
-        assert_memory_equal(x, ref, (size_t)n_lng * ROW);
-        free(x);
-    }
+    engine_runs_check_chunkings(paged, run, chunks, CAIRN_ARRAY_LEN(chunks), lng, n_lng, ref, VOCAB);
     /* shared_prefix_672 shares 512 tokens with long_720, whose grid checkpoint at 256 is
      * the deepest at or below 512 (long_720's prompt end is 720): the hit is 256, never
      * 512, and the 416 computed positions equal the fresh prefill's. */
