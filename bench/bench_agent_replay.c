@@ -29,7 +29,7 @@
  *                           [--no-compare] [--arch llama|lfm2]
  * Defaults: 4 sessions, 8 turns, a 2048-token system prompt, 200-token tool results,
  * 16-token replies, restart after turn 4, 2 threads, 256 MiB pool, a new directory under
- * /tmp (removed at the end).
+ * /tmp (removed at the end). The workload's prompts and replies: agent_workload.h.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_workload.h"
 #include "cairn/scheduler.h"
-#include "tools/synth.h"
 
 typedef struct {
     int sessions, turns, system, tool, gen, restart_after, threads, pool_mib;
@@ -48,83 +48,10 @@ typedef struct {
     bool lfm2;      /* --arch lfm2: the hybrid of the same sizes */
 } opts_t;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, int rc)
 {
     fprintf(stderr, "bench_agent_replay: %s: %s\n", what, cairn_strerror(rc));
     exit(1);
-}
-
-/* ---- One request's completion ---------------------------------------------------------- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool final;
-    int status;
-    cairn_req_usage_t usage;
-    int32_t *reply;   /* [gen] generated tokens */
-    int n_reply, cap_reply;
-} wait_t;
-
-static void on_event(void *user, const cairn_req_event_t *ev)
-{
-    wait_t *w = user;
-    pthread_mutex_lock(&w->mu);
-    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
-        for (int i = 0; i < ev->n_tokens && w->n_reply < w->cap_reply; i++)
-            w->reply[w->n_reply++] = ev->tokens[i];
-    } else {
-        if (ev->usage)
-            w->usage = *ev->usage;
-        if (ev->kind == CAIRN_REQ_EVENT_ERROR)
-            w->status = ev->status;
-        if (ev->final) {
-            w->final = true;
-            pthread_cond_signal(&w->cv);
-        }
-    }
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* ---- Conversations --------------------------------------------------------------------- */
-
-/* A session's history: the tokens every later prompt starts with. */
-typedef struct {
-    int32_t *toks;
-    int n, cap;
-} conv_t;
-
-static void conv_push(conv_t *c, const int32_t *t, int n)
-{
-    if (c->n + n > c->cap) {
-        int cap = c->cap ? c->cap : 1024;
-        while (cap < c->n + n)
-            cap *= 2;
-        int32_t *p = realloc(c->toks, (size_t)cap * sizeof(int32_t));
-        if (!p)
-            die("realloc", CAIRN_ENOMEM);
-        c->toks = p;
-        c->cap = cap;
-    }
-    memcpy(c->toks + c->n, t, (size_t)n * sizeof(int32_t));
-    c->n += n;
-}
-
-/* n pseudo-random ordinary token ids (below the 3 ChatML specials at the top). */
-static void fill_tokens(int32_t *t, int n, unsigned seed, int vocab)
-{
-    unsigned x = seed * 2654435761u + 1u;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        t[i] = (int32_t)((x >> 8) % (unsigned)(vocab - 3));
-    }
 }
 
 typedef struct {
@@ -220,21 +147,8 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
 {
     const opts_t *o = b->o;
     int S = o->sessions;
-    conv_t *conv = calloc((size_t)S, sizeof(*conv));
-    wait_t *w = calloc((size_t)S, sizeof(*w));
-    int32_t *sys = malloc((size_t)o->system * sizeof(int32_t));
-    int32_t *tool = malloc((size_t)o->tool * sizeof(int32_t));
-    if (!conv || !w || !sys || !tool)
-        die("calloc", CAIRN_ENOMEM);
-    fill_tokens(sys, o->system, 7u, b->vocab);
-    for (int i = 0; i < S; i++) {
-        conv_push(&conv[i], sys, o->system);
-        pthread_mutex_init(&w[i].mu, NULL);
-        pthread_cond_init(&w[i].cv, NULL);
-        w[i].cap_reply = o->gen;
-        if (!(w[i].reply = malloc((size_t)o->gen * sizeof(int32_t))))
-            die("malloc", CAIRN_ENOMEM);
-    }
+    agent_sessions_t a;
+    agent_sessions_init(&a, "bench_agent_replay", S, o->system, o->tool, o->gen, b->vocab);
     cairn_engine_t *e;
     cairn_sched_t *s;
     open_server(b, cold, &e, &s);
@@ -244,46 +158,19 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
     tally_t total = {0};
     for (int t = 0; t < o->turns; t++) {
         if (t > 0 && (t == o->restart_after || o->restart_every)) {
-            double r0 = now();
+            double r0 = agent_now();
             cairn_sched_destroy(s, 1000);
             cairn_engine_destroy(e); /* drains the cold tier's writer queue */
             open_server(b, cold, &e, &s);
             printf("  -- restart (%.2f s: scheduler and engine destroyed, writes drained, "
-                   "recreated on the same cache dir)\n", now() - r0);
+                   "recreated on the same cache dir)\n", agent_now() - r0);
         }
-        double t0 = now();
-        for (int i = 0; i < S; i++) {
-            fill_tokens(tool, o->tool, 1000u + (unsigned)(t * 131 + i), b->vocab);
-            conv_push(&conv[i], tool, o->tool);
-            w[i].final = false;
-            w[i].status = 0;
-            w[i].n_reply = 0;
-            cairn_req_params_t p = {0};
-            p.prompt = conv[i].toks;
-            p.n_prompt = conv[i].n;
-            cairn_sampling_params_init(&p.sampling);
-            p.sampling.temperature = 0;
-            p.sampling.max_tokens = o->gen;
-            p.sampling.ignore_eos = true;
-            p.on_event = on_event;
-            p.user = &w[i];
-            char err[256];
-            uint64_t id;
-            int rc = cairn_sched_submit(s, &p, &id, err, sizeof err);
-            if (rc) {
-                fprintf(stderr, "bench_agent_replay: submit: %s\n", err);
-                exit(1);
-            }
-        }
+        double t0 = agent_now();
+        for (int i = 0; i < S; i++)
+            agent_submit_turn(&a, i, t, s);
         tally_t turn = {0};
         for (int i = 0; i < S; i++) {
-            pthread_mutex_lock(&w[i].mu);
-            while (!w[i].final)
-                pthread_cond_wait(&w[i].cv, &w[i].mu);
-            pthread_mutex_unlock(&w[i].mu);
-            if (w[i].status)
-                die("request", w[i].status);
-            const cairn_req_usage_t *u = &w[i].usage;
+            const cairn_req_usage_t *u = agent_wait_turn(&a, i, t, replies);
             turn.prompt += u->prompt_tokens;
             turn.hot += u->cached_tokens;
             turn.cold += u->restored_tokens;
@@ -292,11 +179,8 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
             if (u->ttft_ms > turn.ttft_max)
                 turn.ttft_max = u->ttft_ms;
             turn.requests++;
-            memcpy(replies + ((size_t)t * S + i) * o->gen, w[i].reply,
-                   (size_t)w[i].n_reply * sizeof(int32_t));
-            conv_push(&conv[i], w[i].reply, w[i].n_reply);
         }
-        turn.wall = now() - t0;
+        turn.wall = agent_now() - t0;
         char label[16];
         snprintf(label, sizeof label, "%d", t + 1);
         print_row(label, &turn);
@@ -307,16 +191,7 @@ static tally_t replay(const bench_t *b, bool cold, int32_t *replies)
     print_stats(s);
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
-    for (int i = 0; i < S; i++) {
-        free(conv[i].toks);
-        pthread_mutex_destroy(&w[i].mu);
-        pthread_cond_destroy(&w[i].cv);
-        free(w[i].reply);
-    }
-    free(conv);
-    free(w);
-    free(sys);
-    free(tool);
+    agent_sessions_fini(&a);
     return total;
 }
 
@@ -388,28 +263,10 @@ int main(int argc, char **argv)
     else
         snprintf(cache, sizeof cache, "%s/cache", root);
 
-    cairn_synth_options_t so;
-    cairn_synth_options_default(&so);
-    if (cairn_synth_options_preset("llama-8l", &so))
-        die("preset", CAIRN_EINVAL);
-    so.dtype = CAIRN_DTYPE_F16;
-    if (o.lfm2) {
-        so.arch = CAIRN_SYNTH_LFM2;
-        so.attn_layers = 0; /* every third layer from layer 2: 2 and 5 */
-        so.conv_taps = 3;
-    }
-    char err[512] = "";
-    int rc = cairn_synth_write(model, &so, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "bench_agent_replay: synth: %s\n", err);
-        return 1;
-    }
     cairn_checkpoint_t *ck;
-    if ((rc = cairn_checkpoint_open(model, &ck, err, sizeof err)))
-        die(err, rc);
     cairn_tokenizer_t *tok;
-    if ((rc = cairn_tokenizer_load(model, &tok, err, sizeof err)))
-        die(err, rc);
+    agent_model_open("bench_agent_replay", model, o.lfm2, &ck, &tok);
+    int rc = 0;
     const cairn_model_config_t *c = cairn_checkpoint_config(ck);
     bench_t b = {&o, ck, tok, cache, c->vocab};
     printf("bench_agent_replay: %s (%d layers, hidden %d, %d/%d heads, head_dim %d, "
@@ -425,15 +282,15 @@ int main(int argc, char **argv)
     int32_t *without = calloc(n_replies, sizeof(int32_t));
     if (!with_cold || !without)
         die("calloc", CAIRN_ENOMEM);
-    double t0 = now();
+    double t0 = agent_now();
     tally_t on = replay(&b, true, with_cold);
-    double wall_on = now() - t0;
+    double wall_on = agent_now() - t0;
     tally_t off = {0};
     double wall_off = 0;
     if (o.compare) {
-        t0 = now();
+        t0 = agent_now();
         off = replay(&b, false, without);
-        wall_off = now() - t0;
+        wall_off = agent_now() - t0;
     }
 
     printf("\nsummary\n  cold tier on:  %.1f%% of %ld prompt tokens served from cache "

@@ -6,7 +6,7 @@
  *
  * Part 1, the agent replay without affinity. S sessions share one system prompt; turn t of
  * a session is its whole conversation so far plus a new tool result (R tokens), answered
- * with G greedy tokens (as bench_agent_replay). There are N servers (N = 1..4: an engine
+ * with G greedy tokens (as bench_agent_replay; the workload: agent_workload.h). There are N servers (N = 1..4: an engine
  * and a scheduler each, in this process, each with its own pool and its own local SSD
  * tier directory); turn t of session i goes to server (i + t) mod N, i.e. round-robin with
  * no session affinity, so from turn 2 on a session lands on a server that did not serve
@@ -53,20 +53,13 @@
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 
+#include "agent_workload.h"
 #include "cairn/scheduler.h"
 #include "cairn/shared_tier.h"
-#include "tools/synth.h"
 
 typedef struct {
     int servers_max, sessions, turns, system, tool, gen, threads, blocks, capture_ms;
 } opts_t;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double thread_cpu(void)
 {
@@ -171,66 +164,6 @@ static void redis_flushall(void)
 
 /* ---- part 1: the replay ---- */
 
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool final;
-    int status;
-    cairn_req_usage_t usage;
-    int32_t *reply;
-    int n_reply, cap_reply;
-} wait_t;
-
-static void on_event(void *user, const cairn_req_event_t *ev)
-{
-    wait_t *w = user;
-    pthread_mutex_lock(&w->mu);
-    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
-        for (int i = 0; i < ev->n_tokens && w->n_reply < w->cap_reply; i++)
-            w->reply[w->n_reply++] = ev->tokens[i];
-    } else {
-        if (ev->usage)
-            w->usage = *ev->usage;
-        if (ev->kind == CAIRN_REQ_EVENT_ERROR)
-            w->status = ev->status;
-        if (ev->final) {
-            w->final = true;
-            pthread_cond_signal(&w->cv);
-        }
-    }
-    pthread_mutex_unlock(&w->mu);
-}
-
-typedef struct {
-    int32_t *toks;
-    int n, cap;
-} conv_t;
-
-static void conv_push(conv_t *c, const int32_t *t, int n)
-{
-    if (c->n + n > c->cap) {
-        int cap = c->cap ? c->cap : 1024;
-        while (cap < c->n + n)
-            cap *= 2;
-        int32_t *p = realloc(c->toks, (size_t)cap * sizeof(int32_t));
-        if (!p)
-            die("realloc", CAIRN_ENOMEM);
-        c->toks = p;
-        c->cap = cap;
-    }
-    memcpy(c->toks + c->n, t, (size_t)n * sizeof(int32_t));
-    c->n += n;
-}
-
-static void fill_tokens(int32_t *t, int n, unsigned seed, int vocab)
-{
-    unsigned x = seed * 2654435761u + 1u;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        t[i] = (int32_t)((x >> 8) % (unsigned)(vocab - 3));
-    }
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -289,71 +222,31 @@ static result_t replay(const bench_t *b, int n_servers, bool shared, int32_t *re
         if ((rc = cairn_sched_create(eng[k], b->tok, &so, &sch[k])))
             die("sched_create", rc);
     }
-    conv_t *conv = calloc((size_t)S, sizeof *conv);
-    wait_t *w = calloc((size_t)S, sizeof *w);
-    int32_t *sys = malloc((size_t)o->system * sizeof(int32_t));
-    int32_t *tool = malloc((size_t)o->tool * sizeof(int32_t));
+    agent_sessions_t a;
+    agent_sessions_init(&a, "bench_shared_tier", S, o->system, o->tool, o->gen, b->vocab);
     double *ttft = malloc((size_t)(S * o->turns) * sizeof(double));
-    if (!conv || !w || !sys || !tool || !ttft)
+    if (!ttft)
         die("calloc", CAIRN_ENOMEM);
-    fill_tokens(sys, o->system, 7u, b->vocab);
-    for (int i = 0; i < S; i++) {
-        conv_push(&conv[i], sys, o->system);
-        pthread_mutex_init(&w[i].mu, NULL);
-        pthread_cond_init(&w[i].cv, NULL);
-        w[i].cap_reply = o->gen;
-        if (!(w[i].reply = malloc((size_t)o->gen * sizeof(int32_t))))
-            die("malloc", CAIRN_ENOMEM);
-    }
     result_t res = {0};
     int n_ttft = 0;
-    double t0 = now();
+    double t0 = agent_now();
     for (int t = 0; t < o->turns; t++) {
+        for (int i = 0; i < S; i++)
+            agent_submit_turn(&a, i, t, sch[(i + t) % n_servers]);
         for (int i = 0; i < S; i++) {
-            fill_tokens(tool, o->tool, 1000u + (unsigned)(t * 131 + i), b->vocab);
-            conv_push(&conv[i], tool, o->tool);
-            w[i].final = false;
-            w[i].status = 0;
-            w[i].n_reply = 0;
-            cairn_req_params_t p = {0};
-            p.prompt = conv[i].toks;
-            p.n_prompt = conv[i].n;
-            cairn_sampling_params_init(&p.sampling);
-            p.sampling.temperature = 0;
-            p.sampling.max_tokens = o->gen;
-            p.sampling.ignore_eos = true;
-            p.on_event = on_event;
-            p.user = &w[i];
-            char err[256];
-            uint64_t id;
-            int rc = cairn_sched_submit(sch[(i + t) % n_servers], &p, &id, err, sizeof err);
-            if (rc) {
-                fprintf(stderr, "bench_shared_tier: submit: %s\n", err);
-                exit(1);
-            }
-        }
-        for (int i = 0; i < S; i++) {
-            pthread_mutex_lock(&w[i].mu);
-            while (!w[i].final)
-                pthread_cond_wait(&w[i].cv, &w[i].mu);
-            pthread_mutex_unlock(&w[i].mu);
-            if (w[i].status)
-                die("request", w[i].status);
-            const cairn_req_usage_t *u = &w[i].usage;
+            const cairn_req_usage_t *u = agent_wait_turn(&a, i, t, replies);
             res.prompt += u->prompt_tokens;
             res.hot += u->cached_tokens;
             res.restored += u->restored_tokens;
             res.computed += u->prompt_tokens - u->cached_tokens - u->restored_tokens;
             ttft[n_ttft++] = u->ttft_ms;
-            memcpy(replies + ((size_t)t * S + i) * o->gen, w[i].reply, (size_t)w[i].n_reply * sizeof(int32_t));
-            conv_push(&conv[i], w[i].reply, w[i].n_reply);
         }
         /* Like an agent between its calls: the turn's captures reach the tiers before the
          * next turn (the shared tier writes asynchronously). */
         for (int k = 0; k < n_servers; k++)
             cairn_engine_cold_flush(eng[k]);
     }
-    res.wall = now() - t0;
+    res.wall = agent_now() - t0;
     res.p50 = percentile(ttft, n_ttft, 0.50);
     res.p99 = percentile(ttft, n_ttft, 0.99);
     for (int k = 0; k < n_servers; k++) {
@@ -365,16 +258,7 @@ static result_t replay(const bench_t *b, int n_servers, bool shared, int32_t *re
         res.shared_faults += cc.shared.faults;
         cairn_engine_destroy(eng[k]);
     }
-    for (int i = 0; i < S; i++) {
-        free(conv[i].toks);
-        pthread_mutex_destroy(&w[i].mu);
-        pthread_cond_destroy(&w[i].cv);
-        free(w[i].reply);
-    }
-    free(conv);
-    free(w);
-    free(sys);
-    free(tool);
+    agent_sessions_fini(&a);
     free(ttft);
     return res;
 }
@@ -427,7 +311,7 @@ static void bandwidth(const bench_t *b)
     uint8_t *pay = malloc(BW_PAYLOAD), *bufs = malloc((size_t)B * BW_PAYLOAD);
     if (!keys || !tokens || !pay || !bufs)
         die("malloc", CAIRN_ENOMEM);
-    fill_tokens(tokens, B * BW_TOKENS, 99u, 32000);
+    agent_fill_tokens(tokens, B * BW_TOKENS, 99u, 32000);
     for (int i = 0; i < B; i++) {
         keys[i].kind = CAIRN_TIER_BLOCK;
         for (int j = 0; j < 32; j++)
@@ -464,7 +348,7 @@ static void bandwidth(const bench_t *b)
          * the loopback maximum. */
         double t0;
         for (int d = 0; d < N_DEPTHS; d++) {
-            t0 = now();
+            t0 = agent_now();
             size_t got = 0;
             int sent = 0, recv = 0;
             while (recv < B) {
@@ -477,7 +361,7 @@ static void bandwidth(const bench_t *b)
                 freeReplyObject(rep);
                 recv++;
             }
-            raw[d][r] = (double)got / (now() - t0);
+            raw[d][r] = (double)got / (agent_now() - t0);
             value_bytes = got;
         }
         /* (b) the restore walk over the store, into destination buffers. */
@@ -486,12 +370,12 @@ static void bandwidth(const bench_t *b)
         cairn_tier_restore_sink_t sink = {NULL, bw_dest, &k};
         cairn_tier_restore_result_t res;
         double c0 = thread_cpu();
-        t0 = now();
+        t0 = agent_now();
         if (cairn_tier_restore_chain(s, &chain, 0, &sink, &res) || res.loaded != (size_t)B) {
             fprintf(stderr, "bench_shared_tier: restore loaded %zu of %d\n", res.loaded, B);
             exit(1);
         }
-        walk[r] = (double)B * BW_PAYLOAD / (now() - t0);
+        walk[r] = (double)B * BW_PAYLOAD / (agent_now() - t0);
         cpu[r] = (thread_cpu() - c0) / B * 1e6;
     }
     qsort(walk, ROUNDS, sizeof *walk, cmp_d);
@@ -570,21 +454,9 @@ int main(int argc, char **argv)
     }
     char model[sizeof root + 8];
     snprintf(model, sizeof model, "%s/model", root);
-    cairn_synth_options_t so;
-    cairn_synth_options_default(&so);
-    if (cairn_synth_options_preset("llama-8l", &so))
-        die("preset", CAIRN_EINVAL);
-    so.dtype = CAIRN_DTYPE_F16;
-    char err[512] = "";
-    int rc = cairn_synth_write(model, &so, err, sizeof err);
-    if (rc)
-        die(err, rc);
     cairn_checkpoint_t *ck;
-    if ((rc = cairn_checkpoint_open(model, &ck, err, sizeof err)))
-        die(err, rc);
     cairn_tokenizer_t *tok;
-    if ((rc = cairn_tokenizer_load(model, &tok, err, sizeof err)))
-        die(err, rc);
+    agent_model_open("bench_shared_tier", model, false, &ck, &tok);
     b.ck = ck;
     b.tok = tok;
     b.vocab = cairn_checkpoint_config(ck)->vocab;

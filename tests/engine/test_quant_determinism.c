@@ -13,6 +13,13 @@
  * the files, so each meets several weight types) and compares the implementations over 48
  * tokens (the row kernel in chunks of 5; the packed and AMX tile kernels in one step);
  * CAIRN_TEST_FULL=1 runs every file with every K/V type and 200 tokens (~10x longer).
+ * Under the sanitizers (CAIRN_SANITIZED, scripts/test.sh's ASan stage; not with
+ * CAIRN_TEST_FULL) every check still runs on every file, at smaller sizes: one K/V type
+ * per file (f32, q8_0, fp8_e4m3 in turn over the files, so each type meets at least one
+ * weight type and every type is compared across the implementations); the first 528 and
+ * 560 tokens of the prompts (the same 512-token prefix hit); 48 tokens for the
+ * token-by-token decode (96); and for the implementations 16 tokens, or 32 on a CPU with
+ * AMX (still a tile step), of which the first 16 in chunks of 5.
  *
  * The same contract for q256-bf16.gguf in BF16 math (test_bf16_math): the "amx"
  * implementation's AMX-BF16 tiles take the prefill steps (>= 32 rows), AVX-512 the decode
@@ -136,45 +143,57 @@ static bool usable(const char *impl)
     return false;
 }
 
-/* The contract on the process's implementation (the best this CPU runs): flat = paged,
- * one step = token by token (decode) = chunks of 7, 1 = 2 threads, cold = prefix hit. */
-static void check_paths(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t kv)
-{
-    const char *impl = kern_impl_name();
-    cairn_engine_t *flat1 = engine(ck, kv, CAIRN_KV_FLAT, 1, NULL);
-    float *ref = run(flat1, NULL, lng, n_lng, 0, NULL, NULL);
-    float *ref_shr = run(flat1, NULL, shr, n_shr, 0, NULL, NULL);
-    float *x = run(flat1, NULL, lng, 96, 1, NULL, NULL); /* decode, token by token */
-    same(x, ref, 96, "token-by-token decode", file, impl, kv);
-    free(x);
-    cairn_engine_destroy(flat1);
-
-    cairn_engine_t *paged = engine(ck, kv, CAIRN_KV_PAGED, 2, NULL);
-    int cached = -1;
-    x = run(paged, "c7", lng, n_lng, 7, &cached, NULL);
-    assert_int_equal(cached, 0);
-    same(x, ref, n_lng, "paged, 2 threads, chunks of 7", file, impl, kv);
-    free(x);
-    x = run(paged, "c7", shr, n_shr, 0, &cached, NULL);
-    assert_int_equal(cached, 512);
-    same(x, ref_shr + (size_t)512 * VOCAB, n_shr - 512, "a 512-token prefix hit", file, impl, kv);
-    free(x);
-    cairn_engine_destroy(paged);
-    free(ref);
-    free(ref_shr);
-}
-
 static bool full_sweep(void)
 {
     const char *e = getenv("CAIRN_TEST_FULL");
     return e && strcmp(e, "0") != 0;
 }
 
+/* The sanitizers' sizes (the file's comment): CAIRN_SANITIZED set, no full sweep. */
+static bool sanitized(void) { return getenv("CAIRN_SANITIZED") != NULL && !full_sweep(); }
+
+/* Tokens of check_impls under the sanitizers: 32 where this CPU has AMX (one step of two
+ * tiles), else 16 (the VNNI and row kernels have no row threshold above 8). */
+static int sanitized_impl_tokens(void) { return kern_impl_available("amx") ? 32 : 16; }
+
+/* The contract on the process's implementation (the best this CPU runs): flat = paged,
+ * one step = token by token (decode) = chunks of 7, 1 = 2 threads, cold = prefix hit. */
+static void check_paths(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t kv)
+{
+    const char *impl = kern_impl_name();
+    /* long_720 and shared_prefix_672, or under the sanitizers their first 528 and 560
+     * tokens: the same 512-token prefix, one block of long_720 past it. */
+    const int nl = sanitized() ? 528 : n_lng, ns = sanitized() ? 560 : n_shr;
+    cairn_engine_t *flat1 = engine(ck, kv, CAIRN_KV_FLAT, 1, NULL);
+    float *ref = run(flat1, NULL, lng, nl, 0, NULL, NULL);
+    float *ref_shr = run(flat1, NULL, shr, ns, 0, NULL, NULL);
+    const int n_decode = sanitized() ? 48 : 96;
+    float *x = run(flat1, NULL, lng, n_decode, 1, NULL, NULL); /* decode, token by token */
+    same(x, ref, n_decode, "token-by-token decode", file, impl, kv);
+    free(x);
+    cairn_engine_destroy(flat1);
+
+    cairn_engine_t *paged = engine(ck, kv, CAIRN_KV_PAGED, 2, NULL);
+    int cached = -1;
+    x = run(paged, "c7", lng, nl, 7, &cached, NULL);
+    assert_int_equal(cached, 0);
+    same(x, ref, nl, "paged, 2 threads, chunks of 7", file, impl, kv);
+    free(x);
+    x = run(paged, "c7", shr, ns, 0, &cached, NULL);
+    assert_int_equal(cached, 512);
+    same(x, ref_shr + (size_t)512 * VOCAB, ns - 512, "a 512-token prefix hit", file, impl, kv);
+    free(x);
+    cairn_engine_destroy(paged);
+    free(ref);
+    free(ref_shr);
+}
+
 /* Every implementation = the portable one: the first n tokens of long_720 in one step
- * (the packed kernel, and AMX's tiles from 32 rows) and in chunks of 5 (the row kernel),
- * flat path, K/V kv. */
+ * (the packed kernel, and AMX's tiles from 32 rows) and in chunks of 5 (the row kernel;
+ * under the sanitizers the first 16 of them), flat path, K/V kv. */
 static void check_impls(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t kv, int n)
 {
+    const int n_chunked = sanitized() && n > 16 ? 16 : n;
     const char *const first = kern_impl_name();
     float *portable = NULL;
     for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
@@ -183,8 +202,8 @@ static void check_impls(cairn_checkpoint_t *ck, const char *file, cairn_dtype_t 
         assert_int_equal(kern_set_impl(impls[i]), CAIRN_OK); /* engines below take it */
         cairn_engine_t *e = engine(ck, kv, CAIRN_KV_FLAT, 2, NULL);
         float *ref = run(e, NULL, lng, n, 0, NULL, NULL);
-        float *x = run(e, NULL, lng, n, 5, NULL, NULL);
-        same(x, ref, n, "chunks of 5", file, impls[i], kv);
+        float *x = run(e, NULL, lng, n_chunked, 5, NULL, NULL);
+        same(x, ref, n_chunked, "chunks of 5", file, impls[i], kv);
         free(x);
         cairn_engine_destroy(e);
         if (!portable) {
@@ -206,6 +225,14 @@ static void check_file(int index)
     /* f32 and one 8-bit type in CI (alternating over the files), all three in full. */
     const cairn_dtype_t kvs[] = {CAIRN_DTYPE_F32, index % 2 ? CAIRN_DTYPE_FP8_E4M3 : CAIRN_DTYPE_Q8_0,
                                  index % 2 ? CAIRN_DTYPE_Q8_0 : CAIRN_DTYPE_FP8_E4M3};
+    if (sanitized()) {
+        static const cairn_dtype_t turn[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_FP8_E4M3};
+        const cairn_dtype_t kv = turn[index % 3];
+        check_paths(ck, file, kv);
+        check_impls(ck, file, kv, sanitized_impl_tokens());
+        cairn_checkpoint_close(ck);
+        return;
+    }
     const size_t n_kv = full ? 3 : 2;
     for (size_t k = 0; k < n_kv; k++)
         check_paths(ck, file, kvs[k]);
@@ -230,7 +257,7 @@ static void test_bf16_math(void **state)
     cairn_checkpoint_t *ck = open_gguf("q256-bf16.gguf");
     math = CAIRN_ENGINE_MATH_BF16;
     check_paths(ck, "q256-bf16.gguf (bf16 math)", CAIRN_DTYPE_F32);
-    check_impls(ck, "q256-bf16.gguf (bf16 math)", CAIRN_DTYPE_F32, full_sweep() ? 200 : 48);
+    check_impls(ck, "q256-bf16.gguf (bf16 math)", CAIRN_DTYPE_F32, full_sweep() ? 200 : sanitized() ? sanitized_impl_tokens() : 48);
     math = CAIRN_ENGINE_MATH_F32;
     cairn_checkpoint_close(ck);
 }

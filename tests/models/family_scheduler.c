@@ -29,72 +29,20 @@
 #include <string.h>
 
 #include "cairn/scheduler.h"
+#include "server/sched_collector.h"
+#include "server/sched_specs.h"
 
 static const char *g_model;
-#define MAX_OUT 1024
 
 static cairn_checkpoint_t *g_ck;
 static cairn_tokenizer_t *g_tok;
 
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[CAIRN_SCHED_MAX_N][MAX_OUT];
-    int n_ids[CAIRN_SCHED_MAX_N];
-    int n_done;
-    bool final;
-    int status;
-    cairn_req_usage_t usage;
-} collector_t;
-
-static void on_event(void *user, const cairn_req_event_t *ev)
+/* Waits for the request's final event and destroys the collector's lock. */
+static void col_wait(sched_collector_t *c)
 {
-    collector_t *c = user;
-    pthread_mutex_lock(&c->mu);
-    int i = ev->index;
-    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
-        for (int k = 0; k < ev->n_tokens && c->n_ids[i] < MAX_OUT; k++)
-            c->ids[i][c->n_ids[i]++] = ev->tokens[k];
-    } else if (ev->kind == CAIRN_REQ_EVENT_DONE) {
-        c->n_done++;
-    } else {
-        c->status = ev->status;
-    }
-    if (ev->usage)
-        c->usage = *ev->usage;
-    if (ev->final) {
-        c->final = true;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
+    sched_col_wait(c);
+    sched_col_fini(c);
 }
-
-static void col_init(collector_t *c)
-{
-    memset(c, 0, sizeof(*c));
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void col_wait(collector_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->final)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-}
-
-typedef struct {
-    int32_t prompt[256];
-    int n_prompt;
-    float temperature;
-    uint64_t seed;
-    int max_tokens;
-    int n;
-    const char *salt;
-} spec_t;
 
 static cairn_engine_t *make_engine(int pool_mib)
 {
@@ -109,51 +57,23 @@ static cairn_engine_t *make_engine(int pool_mib)
     return e;
 }
 
-static void submit(cairn_sched_t *s, const spec_t *r, collector_t *c)
+static void submit(cairn_sched_t *s, const sched_spec_t *r, sched_collector_t *c)
 {
-    cairn_req_params_t p = {0};
-    p.prompt = r->prompt;
-    p.n_prompt = r->n_prompt;
-    p.cache_salt = r->salt;
-    cairn_sampling_params_init(&p.sampling);
-    p.sampling.temperature = r->temperature;
-    p.sampling.has_seed = true;
-    p.sampling.seed = r->seed;
-    p.sampling.max_tokens = r->max_tokens;
-    p.sampling.ignore_eos = true;
-    p.n = r->n;
-    p.on_event = on_event;
+    cairn_req_params_t p = sched_spec_params(r);
+    p.on_event = sched_on_event;
     p.user = c;
     char err[256] = "";
     uint64_t id = 0;
     assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof(err)), 0);
 }
 
-static void make_specs(spec_t *specs, int n, int prefix_len, int max_tokens)
-{
-    for (int i = 0; i < n; i++) {
-        spec_t *r = &specs[i];
-        memset(r, 0, sizeof(*r));
-        for (int k = 0; k < prefix_len; k++)
-            r->prompt[k] = (int32_t)((k * 37 + 11) % 4000);
-        int suffix = 5 + (i * 7) % 23;
-        for (int k = 0; k < suffix; k++)
-            r->prompt[prefix_len + k] = (int32_t)((i * 131 + k * 17 + 3) % 4000);
-        r->n_prompt = prefix_len + suffix;
-        r->temperature = i % 2 ? 0.9f : 0.0f;
-        r->seed = 1000 + (uint64_t)i;
-        r->max_tokens = max_tokens + i % 5;
-        r->n = 1;
-    }
-}
-
-static void run_solo(const spec_t *specs, int n, collector_t *out)
+static void run_solo(const sched_spec_t *specs, int n, sched_collector_t *out)
 {
     cairn_engine_t *e = make_engine(64);
     cairn_sched_t *s = NULL;
     assert_int_equal(cairn_sched_create(e, g_tok, NULL, &s), 0);
     for (int i = 0; i < n; i++) {
-        col_init(&out[i]);
+        sched_col_init(&out[i]);
         submit(s, &specs[i], &out[i]);
         col_wait(&out[i]);
         assert_int_equal(out[i].status, 0);
@@ -162,7 +82,7 @@ static void run_solo(const spec_t *specs, int n, collector_t *out)
     cairn_engine_destroy(e);
 }
 
-static void same(const collector_t *a, int ca, const collector_t *b, int cb)
+static void same(const sched_collector_t *a, int ca, const sched_collector_t *b, int cb)
 {
     assert_int_equal(a->n_ids[ca], b->n_ids[cb]);
     assert_memory_equal(a->ids[ca], b->ids[cb], (size_t)a->n_ids[ca] * sizeof(int32_t));
@@ -172,15 +92,15 @@ static void test_concurrent_equals_solo(void **state)
 {
     (void)state;
     enum { N = 12 };
-    static spec_t specs[N];
-    static collector_t solo[N], conc[N];
-    make_specs(specs, N, 64, 8);
+    static sched_spec_t specs[N];
+    static sched_collector_t solo[N], conc[N];
+    sched_specs_shared_prefix(specs, N, 64, 8);
     run_solo(specs, N, solo);
     cairn_engine_t *e = make_engine(4);
     cairn_sched_t *s = NULL;
     assert_int_equal(cairn_sched_create(e, g_tok, NULL, &s), 0);
     for (int i = 0; i < N; i++) {
-        col_init(&conc[i]);
+        sched_col_init(&conc[i]);
         submit(s, &specs[i], &conc[i]);
     }
     for (int i = 0; i < N; i++) {
@@ -211,10 +131,10 @@ static void test_preemption_small_pool(void **state)
 {
     (void)state;
     enum { N = 10 };
-    static spec_t specs[N];
-    static collector_t solo[N], conc[N];
+    static sched_spec_t specs[N];
+    static sched_collector_t solo[N], conc[N];
     static char salts[N][16];
-    make_specs(specs, N, 24, 330);
+    sched_specs_shared_prefix(specs, N, 24, 330);
     for (int i = 0; i < N; i++) {
         snprintf(salts[i], sizeof(salts[i]), "tenant-%d", i);
         specs[i].salt = salts[i];
@@ -225,7 +145,7 @@ static void test_preemption_small_pool(void **state)
     cairn_sched_t *s = NULL;
     assert_int_equal(cairn_sched_create(e, g_tok, NULL, &s), 0);
     for (int i = 0; i < N; i++) {
-        col_init(&conc[i]);
+        sched_col_init(&conc[i]);
         submit(s, &specs[i], &conc[i]);
     }
     int preempted = 0;
@@ -248,26 +168,22 @@ static void test_n_choices_fork(void **state)
 {
     (void)state;
     enum { N = 3 };
-    static spec_t spec, solo_spec[N];
-    static collector_t multi, solo[N];
-    make_specs(&spec, 1, 48, 20);
+    static sched_spec_t spec, solo_spec[N];
+    static sched_collector_t multi, solo[N];
+    sched_specs_shared_prefix(&spec, 1, 48, 20);
     spec.temperature = 1.0f;
     spec.seed = 77;
     spec.n = N;
-    for (int i = 0; i < N; i++) {
-        solo_spec[i] = spec;
-        solo_spec[i].n = 1;
-        solo_spec[i].seed = 77 + (uint64_t)i;
-    }
+    sched_spec_choices_solo(&spec, solo_spec);
     run_solo(solo_spec, N, solo);
     cairn_engine_t *e = make_engine(4);
     cairn_sched_t *s = NULL;
     assert_int_equal(cairn_sched_create(e, g_tok, NULL, &s), 0);
-    col_init(&multi);
+    sched_col_init(&multi);
     submit(s, &spec, &multi);
     col_wait(&multi);
     assert_int_equal(multi.status, 0);
-    assert_int_equal(multi.n_done, N);
+    assert_int_equal(multi.n_done_events, N);
     for (int i = 0; i < N; i++)
         same(&solo[i], 0, &multi, i);
     cairn_sched_destroy(s, 1000);

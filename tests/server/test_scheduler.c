@@ -20,94 +20,15 @@
 #include <math.h>
 
 #include "cairn/scheduler.h"
+#include "server/sched_collector.h"
+#include "server/sched_specs.h"
 
 #define MODEL "qwen3"
-#define MAX_OUT 4096
 
 static char g_dir[1024];
 static cairn_checkpoint_t *g_ck;
 static cairn_tokenizer_t *g_tok;
 
-/* ---- Event collection --------------------------------------------------------------- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[CAIRN_SCHED_MAX_N][MAX_OUT];
-    int n_ids[CAIRN_SCHED_MAX_N];
-    char text[CAIRN_SCHED_MAX_N][MAX_OUT * 8];
-    size_t text_len[CAIRN_SCHED_MAX_N];
-    cairn_finish_reason_t finish[CAIRN_SCHED_MAX_N];
-    int n_done_events;
-    bool final;
-    int status;
-    int n_deltas;
-    cairn_req_usage_t usage;
-    /* cancel_at: when > 0, cancel the request from the callback after that many tokens */
-    cairn_sched_t *sched;
-    uint64_t id;
-    int cancel_at;
-    cairn_token_logprob_t lp[8];   /* the first tokens' logprobs, when asked for */
-    int n_lp;
-    int delta_prompt_tokens;       /* usage.prompt_tokens seen on a DELTA event, else -1 */
-} collector_t;
-
-static void col_init(collector_t *c)
-{
-    memset(c, 0, sizeof(*c));
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void col_fini(collector_t *c)
-{
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-}
-
-static void on_event(void *user, const cairn_req_event_t *ev)
-{
-    collector_t *c = user;
-    pthread_mutex_lock(&c->mu);
-    int i = ev->index;
-    if (ev->kind == CAIRN_REQ_EVENT_DELTA) {
-        c->n_deltas++;
-        for (int k = 0; k < ev->n_tokens && c->n_ids[i] < MAX_OUT; k++)
-            c->ids[i][c->n_ids[i]++] = ev->tokens[k];
-        memcpy(c->text[i] + c->text_len[i], ev->text, ev->text_len);
-        c->text_len[i] += ev->text_len;
-        for (int k = 0; ev->logprobs && k < ev->n_tokens && c->n_lp < 8; k++)
-            c->lp[c->n_lp++] = ev->logprobs[k];
-        if (ev->usage && ev->n_tokens > 0)
-            c->delta_prompt_tokens = ev->usage->prompt_tokens;
-    } else if (ev->kind == CAIRN_REQ_EVENT_DONE) {
-        c->finish[i] = ev->finish;
-        c->n_done_events++;
-    } else {
-        c->status = ev->status;
-    }
-    if (ev->usage)
-        c->usage = *ev->usage;
-    bool cancel = c->cancel_at > 0 && ev->kind == CAIRN_REQ_EVENT_DELTA && c->n_ids[0] >= c->cancel_at;
-    uint64_t cancel_id = c->id;
-    if (cancel)
-        c->cancel_at = 0;
-    if (ev->final) {
-        c->final = true;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (cancel)
-        cairn_sched_cancel(c->sched, cancel_id);
-}
-
-static void col_wait(collector_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->final)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
 
 /* ---- Fixture set-up ----------------------------------------------------------------- */
 
@@ -161,31 +82,10 @@ static cairn_sched_t *make_sched(cairn_engine_t *e, const cairn_sched_options_t 
     return s;
 }
 
-/* One request's description. */
-typedef struct {
-    int32_t prompt[1200];
-    int n_prompt;
-    float temperature;
-    uint64_t seed;
-    int max_tokens;
-    int n;
-    const char *salt;
-} req_spec_t;
-
-static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
+static uint64_t submit(cairn_sched_t *s, const sched_spec_t *r, sched_collector_t *c)
 {
-    cairn_req_params_t p = {0};
-    p.prompt = r->prompt;
-    p.n_prompt = r->n_prompt;
-    p.cache_salt = r->salt;
-    cairn_sampling_params_init(&p.sampling);
-    p.sampling.temperature = r->temperature;
-    p.sampling.has_seed = true;
-    p.sampling.seed = r->seed;
-    p.sampling.max_tokens = r->max_tokens;
-    p.sampling.ignore_eos = true; /* exact lengths whatever the model emits */
-    p.n = r->n;
-    p.on_event = on_event;
+    cairn_req_params_t p = sched_spec_params(r);
+    p.on_event = sched_on_event;
     p.user = c;
     c->sched = s;
     char err[256] = "";
@@ -202,35 +102,15 @@ static uint64_t submit(cairn_sched_t *s, const req_spec_t *r, collector_t *c)
     return id;
 }
 
-/* 16 requests over a shared 64-token "system prompt", with distinct suffixes; half greedy,
- * half sampled at temperature 0.9 with a fixed seed. */
-static void make_specs(req_spec_t *specs, int n, int prefix_len, int max_tokens)
-{
-    for (int i = 0; i < n; i++) {
-        req_spec_t *r = &specs[i];
-        memset(r, 0, sizeof(*r));
-        for (int k = 0; k < prefix_len; k++)
-            r->prompt[k] = (int32_t)((k * 37 + 11) % 4000);
-        int suffix = 5 + (i * 7) % 23;
-        for (int k = 0; k < suffix; k++)
-            r->prompt[prefix_len + k] = (int32_t)((i * 131 + k * 17 + 3) % 4000);
-        r->n_prompt = prefix_len + suffix;
-        r->temperature = i % 2 ? 0.9f : 0.0f;
-        r->seed = 1000 + (uint64_t)i;
-        r->max_tokens = max_tokens + i % 5;
-        r->n = 1;
-    }
-}
-
 /* Runs each spec alone (one at a time) on a fresh engine: the reference outputs. */
-static void run_solo(const req_spec_t *specs, int n, collector_t *out, cairn_dtype_t kv)
+static void run_solo(const sched_spec_t *specs, int n, sched_collector_t *out, cairn_dtype_t kv)
 {
     cairn_engine_t *e = make_engine_kv(64, kv);
     cairn_sched_t *s = make_sched(e, NULL);
     for (int i = 0; i < n; i++) {
-        col_init(&out[i]);
+        sched_col_init(&out[i]);
         submit(s, &specs[i], &out[i]);
-        col_wait(&out[i]);
+        sched_col_wait(&out[i]);
         assert_int_equal(out[i].status, 0);
     }
     cairn_sched_destroy(s, 1000);
@@ -270,7 +150,7 @@ static void probe_pool_empty(cairn_sched_t *s)
     cairn_sched_stats_t st;
     stats_settled(s, &st);
     assert_pool_idle(&st);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     r.n_prompt = (int)st.pool_blocks_total * 16;
     assert_true(r.n_prompt <= (int)CAIRN_ARRAY_LEN(r.prompt));
@@ -279,20 +159,20 @@ static void probe_pool_empty(cairn_sched_t *s)
     r.max_tokens = 1;
     r.n = 1;
     r.salt = "probe";
-    collector_t *c = malloc(sizeof(*c));
-    col_init(c);
+    sched_collector_t *c = malloc(sizeof(*c));
+    sched_col_init(c);
     submit(s, &r, c);
-    col_wait(c);
+    sched_col_wait(c);
     assert_int_equal(c->status, 0);
     assert_int_equal(c->n_ids[0], 1);
-    col_fini(c);
+    sched_col_fini(c);
     free(c);
     stats_settled(s, &st);
     assert_pool_idle(&st);
     assert_true(st.pool_blocks_cached > 0);
 }
 
-static void assert_same_output(const collector_t *a, const collector_t *b, int choice)
+static void assert_same_output(const sched_collector_t *a, const sched_collector_t *b, int choice)
 {
     assert_int_equal(a->n_ids[choice], b->n_ids[choice]);
     assert_memory_equal(a->ids[choice], b->ids[choice], (size_t)a->n_ids[choice] * sizeof(int32_t));
@@ -306,20 +186,20 @@ static void assert_same_output(const collector_t *a, const collector_t *b, int c
 static void test_concurrent_equals_solo(void **state)
 {
     enum { N = 16 };
-    static req_spec_t specs[N];
-    static collector_t solo[N], conc[N];
-    make_specs(specs, N, 64, 8);
+    static sched_spec_t specs[N];
+    static sched_collector_t solo[N], conc[N];
+    sched_specs_shared_prefix(specs, N, 64, 8);
     run_solo(specs, N, solo, CAIRN_DTYPE_BF16);
 
     cairn_engine_t *e = make_engine(1); /* 63 blocks: enough for all, and for the probe */
     cairn_sched_t *s = make_sched(e, NULL);
     for (int i = 0; i < N; i++) {
-        col_init(&conc[i]);
+        sched_col_init(&conc[i]);
         submit(s, &specs[i], &conc[i]);
     }
     int cached = 0;
     for (int i = 0; i < N; i++) {
-        col_wait(&conc[i]);
+        sched_col_wait(&conc[i]);
         assert_int_equal(conc[i].status, 0);
         assert_same_output(&solo[i], &conc[i], 0);
         assert_int_equal(conc[i].usage.completion_tokens, specs[i].max_tokens);
@@ -341,17 +221,17 @@ static void test_concurrent_equals_solo(void **state)
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
     for (int i = 0; i < N; i++) {
-        col_fini(&solo[i]);
-        col_fini(&conc[i]);
+        sched_col_fini(&solo[i]);
+        sched_col_fini(&conc[i]);
     }
 }
 
 static void test_preemption_small_pool(void **state)
 {
     enum { N = 16 };
-    static req_spec_t specs[N];
-    static collector_t solo[N], conc[N];
-    make_specs(specs, N, 24, 160);
+    static sched_spec_t specs[N];
+    static sched_collector_t solo[N], conc[N];
+    sched_specs_shared_prefix(specs, N, 24, 160);
     /* Distinct salts: nothing is shared. Each request ends at 189-215 tokens (12-14
      * blocks), so any 3 running at once overflow the 31 f32 blocks of a 1 MiB pool while
      * they decode, however the arrivals interleave with the engine thread. */
@@ -365,12 +245,12 @@ static void test_preemption_small_pool(void **state)
     cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
     for (int i = 0; i < N; i++) {
-        col_init(&conc[i]);
+        sched_col_init(&conc[i]);
         submit(s, &specs[i], &conc[i]);
     }
     int preempted = 0;
     for (int i = 0; i < N; i++) {
-        col_wait(&conc[i]);
+        sched_col_wait(&conc[i]);
         assert_int_equal(conc[i].status, 0);
         assert_same_output(&solo[i], &conc[i], 0);
         preempted += conc[i].usage.preemptions;
@@ -385,18 +265,18 @@ static void test_preemption_small_pool(void **state)
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
     for (int i = 0; i < N; i++) {
-        col_fini(&solo[i]);
-        col_fini(&conc[i]);
+        sched_col_fini(&solo[i]);
+        sched_col_fini(&conc[i]);
     }
 }
 
 static void test_shared_prefix_computed_once(void **state)
 {
     enum { N = 4, PREFIX = 256, SUFFIX = 10, GEN = 4 };
-    static req_spec_t specs[N];
-    static collector_t c[N];
+    static sched_spec_t specs[N];
+    static sched_collector_t c[N];
     for (int i = 0; i < N; i++) {
-        req_spec_t *r = &specs[i];
+        sched_spec_t *r = &specs[i];
         memset(r, 0, sizeof(*r));
         for (int k = 0; k < PREFIX; k++)
             r->prompt[k] = (int32_t)((k * 53 + 7) % 4000);
@@ -412,11 +292,11 @@ static void test_shared_prefix_computed_once(void **state)
     o.prefill_chunk = 32; /* the first prompt takes 9 steps: the others arrive meanwhile */
     cairn_sched_t *s = make_sched(e, &o);
     for (int i = 0; i < N; i++) {
-        col_init(&c[i]);
+        sched_col_init(&c[i]);
         submit(s, &specs[i], &c[i]);
     }
     for (int i = 0; i < N; i++) {
-        col_wait(&c[i]);
+        sched_col_wait(&c[i]);
         assert_int_equal(c[i].status, 0);
     }
     cairn_sched_stats_t st;
@@ -433,32 +313,32 @@ static void test_shared_prefix_computed_once(void **state)
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
     for (int i = 0; i < N; i++)
-        col_fini(&c[i]);
+        sched_col_fini(&c[i]);
 }
 
 static void test_cancel_frees_blocks(void **state)
 {
     cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     for (int k = 0; k < 100; k++)
         r.prompt[k] = (int32_t)((k * 31 + 2) % 4000);
     r.n_prompt = 100;
     r.max_tokens = 800;
     r.n = 1;
-    static collector_t c;
-    col_init(&c);
+    static sched_collector_t c;
+    sched_col_init(&c);
     c.cancel_at = 5; /* canceled from the callback, mid-stream */
     submit(s, &r, &c);
-    col_wait(&c);
+    sched_col_wait(&c);
     assert_int_equal(c.status, CAIRN_ECANCELED);
     assert_true(c.n_ids[0] >= 5 && c.n_ids[0] < 800);
     assert_int_equal(c.n_done_events, 0);
 
     /* And from another thread, while it runs. */
-    static collector_t c2;
-    col_init(&c2);
+    static sched_collector_t c2;
+    sched_col_init(&c2);
     uint64_t id = submit(s, &r, &c2);
     for (;;) {
         pthread_mutex_lock(&c2.mu);
@@ -470,7 +350,7 @@ static void test_cancel_frees_blocks(void **state)
     }
     cairn_sched_cancel(s, id);
     cairn_sched_cancel(s, 987654); /* unknown: no-op */
-    col_wait(&c2);
+    sched_col_wait(&c2);
     assert_int_equal(c2.status, CAIRN_ECANCELED);
     cairn_sched_stats_t st;
     stats_settled(s, &st);
@@ -478,8 +358,8 @@ static void test_cancel_frees_blocks(void **state)
     probe_pool_empty(s);
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
-    col_fini(&c);
-    col_fini(&c2);
+    sched_col_fini(&c);
+    sched_col_fini(&c2);
 }
 
 static void test_queue_full_and_shutdown(void **state)
@@ -490,14 +370,14 @@ static void test_queue_full_and_shutdown(void **state)
     o.max_running = 1;
     o.max_queued = 2;
     cairn_sched_t *s = make_sched(e, &o);
-    static req_spec_t r;
+    static sched_spec_t r;
     memset(&r, 0, sizeof(r));
     for (int k = 0; k < 20; k++)
         r.prompt[k] = (int32_t)(k + 100);
     r.n_prompt = 20;
     r.max_tokens = 4000;
     r.n = 1;
-    static collector_t c[4];
+    static sched_collector_t c[4];
     cairn_req_params_t p = {0};
     p.prompt = r.prompt;
     p.n_prompt = r.n_prompt;
@@ -505,10 +385,10 @@ static void test_queue_full_and_shutdown(void **state)
     p.sampling.temperature = 0;
     p.sampling.max_tokens = r.max_tokens;
     p.sampling.ignore_eos = true;
-    p.on_event = on_event;
+    p.on_event = sched_on_event;
     int accepted = 0, busy = -1;
     for (int i = 0; i < 4; i++) {
-        col_init(&c[i]);
+        sched_col_init(&c[i]);
         p.user = &c[i];
         uint64_t id;
         char err[128] = "";
@@ -549,34 +429,30 @@ static void test_queue_full_and_shutdown(void **state)
     }
     cairn_engine_destroy(e);
     for (int i = 0; i < 4; i++)
-        col_fini(&c[i]);
+        sched_col_fini(&c[i]);
 }
 
 static void test_n_choices_fork(void **state)
 {
     enum { N = 3 };
-    static req_spec_t spec, solo_spec[N];
-    static collector_t multi, solo[N];
-    make_specs(&spec, 1, 48, 10);
+    static sched_spec_t spec, solo_spec[N];
+    static sched_collector_t multi, solo[N];
+    sched_specs_shared_prefix(&spec, 1, 48, 10);
     spec.temperature = 1.0f;
     spec.seed = 77;
     spec.n = N;
-    for (int i = 0; i < N; i++) {
-        solo_spec[i] = spec;
-        solo_spec[i].n = 1;
-        solo_spec[i].seed = 77 + (uint64_t)i;
-    }
+    sched_spec_choices_solo(&spec, solo_spec);
     run_solo(solo_spec, N, solo, CAIRN_DTYPE_F32);
 
     cairn_engine_t *e = make_engine_kv(1, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
-    col_init(&multi);
+    sched_col_init(&multi);
     submit(s, &spec, &multi);
-    col_wait(&multi);
+    sched_col_wait(&multi);
     assert_int_equal(multi.status, 0);
     assert_int_equal(multi.n_done_events, N);
     for (int i = 0; i < N; i++) {
-        collector_t one = {0};
+        sched_collector_t one = {0};
         memcpy(one.ids[0], multi.ids[i], sizeof(one.ids[0]));
         one.n_ids[0] = multi.n_ids[i];
         memcpy(one.text[0], multi.text[i], sizeof(one.text[0]));
@@ -592,9 +468,9 @@ static void test_n_choices_fork(void **state)
     probe_pool_empty(s);
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
-    col_fini(&multi);
+    sched_col_fini(&multi);
     for (int i = 0; i < N; i++)
-        col_fini(&solo[i]);
+        sched_col_fini(&solo[i]);
 }
 
 static void test_stop_string_and_text(void **state)
@@ -603,12 +479,12 @@ static void test_stop_string_and_text(void **state)
      * middle of that text: the output is the text before it, finish "stop". */
     cairn_engine_t *e = make_engine(8);
     cairn_sched_t *s = make_sched(e, NULL);
-    static req_spec_t r;
-    make_specs(&r, 1, 32, 24);
-    static collector_t a, b;
-    col_init(&a);
+    static sched_spec_t r;
+    sched_specs_shared_prefix(&r, 1, 32, 24);
+    static sched_collector_t a, b;
+    sched_col_init(&a);
     submit(s, &r, &a);
-    col_wait(&a);
+    sched_col_wait(&a);
     assert_int_equal(a.status, 0);
     /* The text equals the decode of the ids. */
     char *dec = NULL;
@@ -638,21 +514,21 @@ static void test_stop_string_and_text(void **state)
         p.sampling.ignore_eos = true;
         p.sampling.stop = stops;
         p.sampling.n_stop = 1;
-        p.on_event = on_event;
-        col_init(&b);
+        p.on_event = sched_on_event;
+        sched_col_init(&b);
         p.user = &b;
         uint64_t id;
         assert_int_equal(cairn_sched_submit(s, &p, &id, NULL, 0), 0);
-        col_wait(&b);
+        sched_col_wait(&b);
         assert_int_equal(b.status, 0);
         assert_int_equal(b.finish[0], CAIRN_FINISH_STOP);
         assert_int_equal(b.text_len[0], (size_t)(first - a.text[0]));
         assert_memory_equal(b.text[0], a.text[0], b.text_len[0]);
-        col_fini(&b);
+        sched_col_fini(&b);
     }
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
-    col_fini(&a);
+    sched_col_fini(&a);
 }
 
 /* Logprobs against an independent reference: HF's float32 logits at the last prompt
@@ -675,7 +551,7 @@ static void test_logprobs_match_reference(void **state)
     free(txt);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0);
     cJSON *ids = cJSON_GetObjectItem(c0, "prompt_ids");
-    req_spec_t spec;
+    sched_spec_t spec;
     memset(&spec, 0, sizeof spec);
     spec.n_prompt = cJSON_GetArraySize(ids);
     for (int i = 0; i < spec.n_prompt; i++)
@@ -703,8 +579,8 @@ static void test_logprobs_match_reference(void **state)
 
     cairn_engine_t *e = make_engine_kv(64, CAIRN_DTYPE_F32);
     cairn_sched_t *s = make_sched(e, NULL);
-    collector_t c;
-    col_init(&c);
+    sched_collector_t c;
+    sched_col_init(&c);
     c.delta_prompt_tokens = -1;
     cairn_req_params_t p = {0};
     p.prompt = spec.prompt;
@@ -715,12 +591,12 @@ static void test_logprobs_match_reference(void **state)
     p.sampling.ignore_eos = true;
     p.logprobs = true;
     p.top_logprobs = 5;
-    p.on_event = on_event;
+    p.on_event = sched_on_event;
     p.user = &c;
     uint64_t id;
     char err[256] = "";
     assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), 0);
-    col_wait(&c);
+    sched_col_wait(&c);
     assert_int_equal(c.status, 0);
     assert_int_equal(c.n_lp, 1);
     assert_int_equal(c.lp[0].token, best);
@@ -740,19 +616,19 @@ static void test_logprobs_match_reference(void **state)
     assert_true(beat <= 4);
     assert_int_equal(c.delta_prompt_tokens, spec.n_prompt);
     /* Without logprobs asked, DELTA events carry none. */
-    collector_t d;
-    col_init(&d);
+    sched_collector_t d;
+    sched_col_init(&d);
     p.logprobs = false;
     p.user = &d;
     assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), 0);
-    col_wait(&d);
+    sched_col_wait(&d);
     assert_int_equal(d.n_lp, 0);
     /* Out of range. */
     p.logprobs = true;
     p.top_logprobs = 21;
     assert_int_equal(cairn_sched_submit(s, &p, &id, err, sizeof err), CAIRN_EINVAL);
-    col_fini(&c);
-    col_fini(&d);
+    sched_col_fini(&c);
+    sched_col_fini(&d);
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
     free(logits);

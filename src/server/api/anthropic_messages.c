@@ -370,18 +370,7 @@ static int f_stop_sequences(const cJSON *v, gen_request_t *r, api_error_t *err)
             API_MAX_STOP);
         return CAIRN_EINVAL;
     }
-    const cJSON *s;
-    size_t k = 0;
-    cJSON_ArrayForEach(s, v) {
-        if (!cJSON_IsString(s) || !s->valuestring[0]) {
-            BAD("stop_sequences", "stop_sequences[%zu] must be a non-empty string", k);
-            return CAIRN_EINVAL;
-        }
-        if (!(r->stop_store[k] = cairn_strdup(s->valuestring)))
-            return CAIRN_ENOMEM;
-        r->sampling.n_stop = ++k;
-    }
-    return 0;
+    return gen_request_stop_strings(r, v, "stop_sequences", err);
 }
 
 static int f_thinking(const cJSON *v, gen_request_t *r, api_error_t *err)

@@ -1,6 +1,6 @@
 /*
  * api.c — what every API adapter shares (api.h): byte buffers, neutral errors, the
- * neutral request's lifetime, the adapter-list check, and the untrusted-body checks of
+ * neutral request's lifetime and its stop strings, the adapter-list check, and the untrusted-body checks of
  * JSON APIs (UTF-8, one object, no trailing data, no duplicate keys).
  *
  * Invariant: a gen_request_t is either zeroed or owns every pointer in it; fini returns
@@ -132,6 +132,23 @@ void gen_request_fini(gen_request_t *r)
     if (r->api_data && r->api_data_free)
         r->api_data_free(r->api_data);
     memset(r, 0, sizeof *r);
+}
+
+int gen_request_stop_strings(gen_request_t *r, const cJSON *arr, const char *param, api_error_t *err)
+{
+    const cJSON *s;
+    size_t k = 0;
+    cJSON_ArrayForEach(s, arr) {
+        if (!cJSON_IsString(s) || !s->valuestring[0]) {
+            api_error_set(err, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s[%zu] must be a non-empty string", param,
+                          k);
+            return CAIRN_EINVAL;
+        }
+        if (!(r->stop_store[k] = cairn_strdup(s->valuestring)))
+            return CAIRN_ENOMEM;
+        r->sampling.n_stop = ++k;
+    }
+    return 0;
 }
 
 /* ---- Adapter lists ----------------------------------------------------------------- */

@@ -174,6 +174,16 @@ typedef struct {
 void gen_request_init(gen_request_t *r);
 /* Frees everything *r owns and zeroes it. NULL and a zeroed struct are no-ops. */
 void gen_request_fini(gen_request_t *r);
+/*
+ * The stop strings of an API's array field `param` (OpenAI's stop, Anthropic's
+ * stop_sequences): each element of arr, a JSON array the caller has checked to hold at
+ * most API_MAX_STOP items, becomes one of r's stop strings (copied into r->stop_store,
+ * counted in r->sampling.n_stop). An element that is not a non-empty string is a 400
+ * naming param ("<param>[k] must be a non-empty string"): CAIRN_EINVAL; CAIRN_ENOMEM when
+ * a copy cannot be allocated. What was copied before a failure is freed by
+ * gen_request_fini.
+ */
+int gen_request_stop_strings(gen_request_t *r, const cJSON *arr, const char *param, api_error_t *err);
 
 /* ---- Events back to the client ------------------------------------------------------- */
 

@@ -66,6 +66,10 @@ int oai_default_int(const cJSON *v, long long want, api_error_t *err);
 int oai_unsupported(const cJSON *v, api_error_t *err);
 /* A JSON number that is an integer in [lo, hi]. */
 bool oai_get_int(const cJSON *v, double lo, double hi, long long *out);
+/* The token ids of arr, a JSON array of n >= 1 items, into *ids (allocated here; the
+ * request frees it): each a non-negative integer, else a 400 on param, "<param>[i] must be
+ * <what>": CAIRN_EINVAL. CAIRN_ENOMEM when *ids cannot be allocated. */
+int oai_token_ids(const cJSON *arr, int n, const char *param, const char *what, int32_t **ids, api_error_t *err);
 
 /* ---- Responses --------------------------------------------------------------------- */
 
@@ -83,6 +87,16 @@ cJSON *oai_usage_json(const api_usage_t *u);
 cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls);
 /* Prints root (deleting it; NULL: out of memory) between prefix and suffix onto out. */
 int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix);
+
+/* Adds choice i's fields after its "index" (false: out of memory; the choice is freed by
+ * the caller either way). */
+typedef bool (*oai_choice_fn)(api_render_t *r, const api_end_t *e, int i, cJSON *choice);
+/*
+ * The body of a non-streaming response (chat and completions): the envelope of `object`,
+ * "choices" with one object per choice ({"index": i} then what add_choice adds) and
+ * "usage", printed onto r->out. 0, or CAIRN_ENOMEM with nothing printed.
+ */
+int oai_emit_full(api_render_t *r, const char *object, const api_end_t *e, oai_choice_fn add_choice);
 
 /*
  * One streaming chunk for choice `index` of r: chat ("chat.completion.chunk", a delta with

@@ -462,58 +462,36 @@ static int chat_delta(api_render_t *r, const api_delta_t *d)
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
 
-static int chat_full(api_render_t *r, const api_end_t *e)
+/* A chat choice: the assistant message (content null for a turn that only called tools,
+ * reasoning_content, tool_calls), logprobs and finish_reason. */
+static bool chat_choice(api_render_t *r, const api_end_t *e, int i, cJSON *c)
 {
     oai_state_t *st = r->state;
-    cJSON *o = oai_envelope(r, "chat.completion");
-    cJSON *choices = cJSON_CreateArray();
-    bool ok = o && choices;
-    for (int i = 0; ok && i < r->req->n; i++) {
-        cJSON *c = cJSON_CreateObject();
-        ok = c && cJSON_AddItemToArray(choices, c);
-        if (!ok) {
-            cJSON_Delete(c);
-            break;
-        }
-        cJSON *msg = cJSON_CreateObject();
-        int n_calls = cJSON_GetArraySize(st->calls[i]);
-        /* A turn that only called tools has null content, as OpenAI answers. */
-        bool no_text = n_calls > 0 && st->text[i].len == 0;
-        ok = oai_add(c, "index", cJSON_CreateNumber(i)) && msg
-             && oai_add(msg, "role", cJSON_CreateString("assistant"))
-             && oai_add(msg, "content", no_text ? cJSON_CreateNull()
-                                                : oai_string_n(st->text[i].p, st->text[i].len));
-        if (ok && st->reasoning[i].len)
-            ok = oai_add(msg, "reasoning_content",
-                         oai_string_n(st->reasoning[i].p, st->reasoning[i].len));
-        if (ok && n_calls) {
-            ok = oai_add(msg, "tool_calls", st->calls[i]);
-            st->calls[i] = NULL;
-        }
-        if (ok)
-            ok = oai_add(c, "message", msg);
-        else
-            cJSON_Delete(msg);
-        ok = ok && oai_add(c, "logprobs", oai_logprobs_final(r, true, i))
-             && oai_add(c, "finish_reason",
-                        oai_finish_json(e->finish[i], e->tool_calls ? e->tool_calls[i] : 0));
+    cJSON *msg = cJSON_CreateObject();
+    int n_calls = cJSON_GetArraySize(st->calls[i]);
+    /* A turn that only called tools has null content, as OpenAI answers. */
+    bool no_text = n_calls > 0 && st->text[i].len == 0;
+    bool ok = msg && oai_add(msg, "role", cJSON_CreateString("assistant"))
+              && oai_add(msg, "content", no_text ? cJSON_CreateNull()
+                                                 : oai_string_n(st->text[i].p, st->text[i].len));
+    if (ok && st->reasoning[i].len)
+        ok = oai_add(msg, "reasoning_content", oai_string_n(st->reasoning[i].p, st->reasoning[i].len));
+    if (ok && n_calls) {
+        ok = oai_add(msg, "tool_calls", st->calls[i]);
+        st->calls[i] = NULL;
     }
-    if (ok) {
-        ok = oai_add(o, "choices", choices);
-        choices = NULL;
-    }
-    ok = ok && oai_add(o, "usage", oai_usage_json(&e->usage));
-    cJSON_Delete(choices);
-    if (!ok) {
-        cJSON_Delete(o);
-        return CAIRN_ENOMEM;
-    }
-    return oai_emit(&r->out, o, "", "");
+    if (ok)
+        ok = oai_add(c, "message", msg);
+    else
+        cJSON_Delete(msg);
+    return ok && oai_add(c, "logprobs", oai_logprobs_final(r, true, i))
+           && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], e->tool_calls ? e->tool_calls[i] : 0));
 }
 
 static int chat_end(api_render_t *r, const api_end_t *e)
 {
-    return r->req->stream ? oai_emit_stream_end(r, true, e) : chat_full(r, e);
+    return r->req->stream ? oai_emit_stream_end(r, true, e)
+                          : oai_emit_full(r, "chat.completion", e, chat_choice);
 }
 
 /* The model list is OpenAI's too; it lives with chat, the API every OpenAI client uses. */

@@ -43,6 +43,23 @@ bool oai_get_int(const cJSON *v, double lo, double hi, long long *out)
     return true;
 }
 
+int oai_token_ids(const cJSON *arr, int n, const char *param, const char *what, int32_t **ids, api_error_t *err)
+{
+    if (!(*ids = cairn_malloc((size_t)n * sizeof **ids)))
+        return CAIRN_ENOMEM;
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        long long id;
+        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
+            BAD(param, "%s[%d] must be %s", param, i, what);
+            return CAIRN_EINVAL;
+        }
+        (*ids)[i++] = (int32_t)id;
+    }
+    return 0;
+}
+
 static bool get_float(const cJSON *v, float *out)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
@@ -264,18 +281,7 @@ static int f_stop(const cJSON *v, gen_request_t *r, api_error_t *err)
         BAD("stop", "stop has more than %d strings", API_MAX_STOP);
         return CAIRN_EINVAL;
     }
-    const cJSON *s;
-    size_t k = 0;
-    cJSON_ArrayForEach(s, v) {
-        if (!cJSON_IsString(s) || !s->valuestring[0]) {
-            BAD("stop", "stop[%zu] must be a non-empty string", k);
-            return CAIRN_EINVAL;
-        }
-        if (!(r->stop_store[k] = cairn_strdup(s->valuestring)))
-            return CAIRN_ENOMEM;
-        r->sampling.n_stop = ++k;
-    }
-    return 0;
+    return gen_request_stop_strings(r, v, "stop", err);
 }
 
 static int f_stop_token_ids(const cJSON *v, gen_request_t *r, api_error_t *err)
@@ -289,18 +295,9 @@ static int f_stop_token_ids(const cJSON *v, gen_request_t *r, api_error_t *err)
     int n = cJSON_GetArraySize(v);
     if (n == 0)
         return 0;
-    if (!(r->stop_ids = cairn_malloc((size_t)n * sizeof *r->stop_ids)))
-        return CAIRN_ENOMEM;
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, v) {
-        long long id;
-        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
-            BAD("stop_token_ids", "stop_token_ids[%d] must be a non-negative integer", i);
-            return CAIRN_EINVAL;
-        }
-        r->stop_ids[i++] = (int32_t)id;
-    }
+    int rc = oai_token_ids(v, n, "stop_token_ids", "a non-negative integer", &r->stop_ids, err);
+    if (rc)
+        return rc;
     r->sampling.stop_token_ids = r->stop_ids;
     r->sampling.n_stop_token_ids = (size_t)n;
     return 0;
@@ -487,6 +484,33 @@ int oai_emit(api_buf_t *out, cJSON *root, const char *prefix, const char *suffix
     }
     cJSON_free(txt);
     return rc;
+}
+
+int oai_emit_full(api_render_t *r, const char *object, const api_end_t *e, oai_choice_fn add_choice)
+{
+    cJSON *o = oai_envelope(r, object);
+    cJSON *choices = cJSON_CreateArray();
+    bool ok = o && choices;
+    for (int i = 0; ok && i < r->req->n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        ok = c && cJSON_AddItemToArray(choices, c);
+        if (!ok) {
+            cJSON_Delete(c);
+            break;
+        }
+        ok = oai_add(c, "index", cJSON_CreateNumber(i)) && add_choice(r, e, i, c);
+    }
+    if (ok) {
+        ok = oai_add(o, "choices", choices);
+        choices = NULL;
+    }
+    ok = ok && oai_add(o, "usage", oai_usage_json(&e->usage));
+    cJSON_Delete(choices);
+    if (!ok) {
+        cJSON_Delete(o);
+        return CAIRN_ENOMEM;
+    }
+    return oai_emit(&r->out, o, "", "");
 }
 
 cJSON *oai_finish_json(cairn_finish_reason_t f, int tool_calls)

@@ -45,18 +45,9 @@ static int prompt_value(const cJSON *v, gen_request_t *r, api_error_t *err)
         return CAIRN_EINVAL;
     }
     r->prompt_kind = GEN_PROMPT_IDS;
-    if (!(r->prompt_ids = cairn_malloc((size_t)n * sizeof *r->prompt_ids)))
-        return CAIRN_ENOMEM;
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, v) {
-        long long id;
-        if (!oai_get_int(t, 0, INT32_MAX, &id)) {
-            BAD("prompt", "prompt[%d] must be a non-negative integer token id", i);
-            return CAIRN_EINVAL;
-        }
-        r->prompt_ids[i++] = (int32_t)id;
-    }
+    int rc = oai_token_ids(v, n, "prompt", "a non-negative integer token id", &r->prompt_ids, err);
+    if (rc)
+        return rc;
     r->n_prompt_ids = n;
     return 0;
 }
@@ -143,40 +134,19 @@ static int completions_delta(api_render_t *r, const api_delta_t *d)
     return CAIRN_EINVAL; /* not reached: every kind is handled above */
 }
 
-static int completions_full(api_render_t *r, const api_end_t *e)
+/* A completion choice: text, logprobs and finish_reason. */
+static bool completion_choice(api_render_t *r, const api_end_t *e, int i, cJSON *c)
 {
     oai_state_t *st = r->state;
-    cJSON *o = oai_envelope(r, "text_completion");
-    cJSON *choices = cJSON_CreateArray();
-    bool ok = o && choices;
-    for (int i = 0; ok && i < r->req->n; i++) {
-        cJSON *c = cJSON_CreateObject();
-        ok = c && cJSON_AddItemToArray(choices, c);
-        if (!ok) {
-            cJSON_Delete(c);
-            break;
-        }
-        ok = oai_add(c, "index", cJSON_CreateNumber(i))
-             && oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
-             && oai_add(c, "logprobs", oai_logprobs_final(r, false, i))
-             && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
-    }
-    if (ok) {
-        ok = oai_add(o, "choices", choices);
-        choices = NULL;
-    }
-    ok = ok && oai_add(o, "usage", oai_usage_json(&e->usage));
-    cJSON_Delete(choices);
-    if (!ok) {
-        cJSON_Delete(o);
-        return CAIRN_ENOMEM;
-    }
-    return oai_emit(&r->out, o, "", "");
+    return oai_add(c, "text", oai_string_n(st->text[i].p, st->text[i].len))
+           && oai_add(c, "logprobs", oai_logprobs_final(r, false, i))
+           && oai_add(c, "finish_reason", oai_finish_json(e->finish[i], 0));
 }
 
 static int completions_end(api_render_t *r, const api_end_t *e)
 {
-    return r->req->stream ? oai_emit_stream_end(r, false, e) : completions_full(r, e);
+    return r->req->stream ? oai_emit_stream_end(r, false, e)
+                          : oai_emit_full(r, "text_completion", e, completion_choice);
 }
 
 static const api_route_t completion_routes[] = {{"/v1/completions", API_OP_GENERATE, NULL}};

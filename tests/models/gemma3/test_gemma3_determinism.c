@@ -22,6 +22,7 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_fixtures.h"
+#include "engine/engine_runs.h"
 
 #define MODEL "gemma3"
 #define VOCAB 4096
@@ -34,50 +35,16 @@ static int n_lng, n_shr;
 static cairn_engine_t *engine(cairn_engine_math_t math, cairn_dtype_t kv, cairn_kv_path_t path,
                               int threads, int max_step)
 {
-    cairn_engine_options_t o;
-    cairn_engine_options_default(&o);
-    o.kv_path = path;
-    o.kv_dtype = kv;
-    o.math = math;
-    o.n_threads = threads;
-    o.pool_mib = 32;
+    cairn_engine_options_t o = engine_runs_options(math, kv, path, threads, max_step);
     o.block_tokens = BS;
-    o.max_step_tokens = max_step;
-    o.cold = -1;
-    cairn_engine_t *e = NULL;
-    char err[256] = "";
-    assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), 0);
-    return e;
+    return engine_runs_create(ck, &o);
 }
 
-/* Runs ids in chunks of `chunk` tokens (0: one step) with logits at every computed
- * position; returns them malloc'd [n - cached][VOCAB]. */
+/* engine_runs_prompt with this fixture's vocabulary. */
 static float *run(cairn_engine_t *e, const char *salt, const int32_t *ids, int n, int chunk,
                   int *cached)
 {
-    cairn_seq_t *s;
-    int hit = 0;
-    assert_int_equal(cairn_seq_begin(e, salt, ids, n, &s, &hit), 0);
-    if (cached)
-        *cached = hit;
-    float *out = malloc((size_t)(n - hit) * VOCAB * sizeof(float));
-    int done = 0;
-    while (cairn_seq_n_pending(s) > 0) {
-        int len = chunk ? chunk : n;
-        if (len > cairn_seq_n_pending(s))
-            len = cairn_seq_n_pending(s);
-        cairn_batch_item_t it = {s, len, CAIRN_LOGITS_ALL};
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
-        assert_int_equal(rows, len);
-        memcpy(out + (size_t)done * VOCAB, lg, (size_t)rows * VOCAB * sizeof(float));
-        done += rows;
-    }
-    assert_int_equal(done, n - hit);
-    assert_int_equal(cairn_seq_end_turn(s), 0);
-    cairn_seq_release(s);
-    return out;
+    return engine_runs_prompt(e, salt, ids, n, chunk, VOCAB, cached);
 }
 
 static void check_mode(cairn_engine_math_t math, cairn_dtype_t kv)
@@ -105,15 +72,7 @@ static void check_mode(cairn_engine_math_t math, cairn_dtype_t kv)
     /* Paged, cold, each chunking in its own salt. */
     cairn_engine_t *paged = engine(math, kv, CAIRN_KV_PAGED, 2, 512);
     static const int pchunks[] = {0, 1, 7, 16, 100};
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(pchunks); i++) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "chunks-%d", pchunks[i]);
-        int cached = -1;
-        x = run(paged, salt, lng, n_lng, pchunks[i], &cached);
-        assert_int_equal(cached, 0);
-        assert_memory_equal(x, ref, (size_t)n_lng * row);
-        free(x);
-    }
+    engine_runs_check_chunkings(paged, run, pchunks, CAIRN_ARRAY_LEN(pchunks), lng, n_lng, ref, VOCAB);
     /* shared_prefix_672 reuses long_720's first 512 tokens. */
     int cached = -1;
     x = run(paged, "chunks-0", shr, n_shr, 0, &cached);
@@ -287,19 +246,13 @@ static void test_truncate_across_the_window(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ck = fixture_open(MODEL);
-    assert_int_equal(cairn_checkpoint_config(ck)->vocab, VOCAB);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0 || n_shr <= 512;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 

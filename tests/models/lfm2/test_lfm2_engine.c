@@ -23,6 +23,7 @@
 
 #include "cairn/engine.h"
 #include "../../engine/engine_fixtures.h"
+#include "../../engine/engine_runs.h"
 
 #define MODEL "lfm2"
 #define VOCAB 4096
@@ -39,37 +40,15 @@ typedef struct {
 
 static cairn_engine_t *engine(const mode_t_ *m, cairn_kv_path_t path, int threads, int max_step)
 {
-    cairn_engine_options_t o;
-    cairn_engine_options_default(&o);
-    o.kv_path = path;
-    o.kv_dtype = m->kv;
-    o.math = m->math;
-    o.n_threads = threads;
+    cairn_engine_options_t o = engine_runs_options(m->math, m->kv, path, threads, max_step);
     o.pool_mib = 16;
-    o.max_step_tokens = max_step;
-    o.cold = -1;
-    cairn_engine_t *e = NULL;
-    char err[256] = "";
-    assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), 0);
-    return e;
+    return engine_runs_create(ck, &o);
 }
 
-/* Computes the pending tokens of s in chunks (0: one step), logits of every computed
- * position into out (the caller's buffer, [n_pending][VOCAB]); returns how many. */
+/* engine_runs_compute with this fixture's vocabulary. */
 static int compute(cairn_engine_t *e, cairn_seq_t *s, int chunk, float *out)
 {
-    int done = 0;
-    while (cairn_seq_n_pending(s) > 0) {
-        int len = chunk && chunk < cairn_seq_n_pending(s) ? chunk : cairn_seq_n_pending(s);
-        cairn_batch_item_t it = {s, len, CAIRN_LOGITS_ALL};
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
-        assert_int_equal(rows, len);
-        memcpy(out + (size_t)done * VOCAB, lg, (size_t)rows * ROW);
-        done += rows;
-    }
-    return done;
+    return engine_runs_compute(e, s, chunk, VOCAB, out);
 }
 
 /* A whole prompt in a fresh sequence: logits of the computed positions, malloc'd. */
@@ -101,15 +80,7 @@ static void check_paths(const mode_t_ *m)
     /* Paged: each chunking in its own salt (cold), 2 threads, sub-batches of 64 rows. */
     static const int chunks[] = {0, 1, 7, 16, 100};
     cairn_engine_t *paged = engine(m, CAIRN_KV_PAGED, 2, 64);
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(chunks); i++) {
-        char salt[32];
-        snprintf(salt, sizeof salt, "chunks-%d", chunks[i]);
-        int cached = -1;
-        x = run(paged, salt, lng, n_lng, chunks[i], &cached);
-        assert_int_equal(cached, 0);
-        assert_memory_equal(x, ref, (size_t)n_lng * ROW);
-        free(x);
-    }
+    engine_runs_check_chunkings(paged, run, chunks, CAIRN_ARRAY_LEN(chunks), lng, n_lng, ref, VOCAB);
     /* shared_prefix_672 shares 512 tokens with long_720, whose grid checkpoint at 256 is
      * the deepest at or below 512 (long_720's prompt end is 720): the hit is 256, never
      * 512, and the 416 computed positions equal the fresh prefill's. */
@@ -169,19 +140,7 @@ static void test_hit_at_every_boundary(void **st)
     float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
     cairn_engine_destroy(flat);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 1, 512);
-    int checked = 0, cached = -1;
-    for (int P = 16; P < n_lng; P += 16) {
-        float *x = run(e, "boundary", lng, P + 1, 0, &cached);
-        assert_int_equal(cached, P - 16);
-        assert_memory_equal(x, ref + (size_t)cached * VOCAB, (size_t)(P + 1 - cached) * ROW);
-        free(x);
-        checked++;
-    }
-    assert_int_equal(checked, (n_lng - 1) / 16);
-    float *x = run(e, "boundary", lng, n_lng, 0, &cached);
-    assert_int_equal(cached, 704);
-    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * ROW);
-    free(x);
+    const int checked = engine_runs_check_boundaries(e, run, "boundary", lng, n_lng, ref, VOCAB);
     cairn_engine_counters_t c;
     cairn_engine_counters(e, &c);
     assert_int_equal(c.ckpt_restores, (uint64_t)checked); /* every prompt but the first, and the last */
@@ -194,47 +153,12 @@ static void test_hit_at_every_boundary(void **st)
 static void test_fork(void **st)
 {
     (void)st;
-    mode_t_ m = {CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16};
+    const mode_t_ m = {CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16};
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 1, 512);
-    const int n = 100;
-    cairn_seq_t *p, *kids[3];
-    float *buf = malloc((size_t)n * ROW);
-    assert_int_equal(cairn_seq_begin(e, "fork", lng, n, &p, NULL), 0);
-    compute(e, p, 0, buf);
-    for (int k = 0; k < 3; k++)
-        assert_int_equal(cairn_seq_fork(p, &kids[k]), 0);
-    int32_t tail[3][40];
-    for (int k = 0; k < 3; k++)
-        for (int t = 0; t < 40; t++)
-            tail[k][t] = (int32_t)((k * 977 + t * 31 + 5) % VOCAB);
-    float got[3][40][VOCAB];
-    for (int t = 0; t < 40; t++) {
-        cairn_batch_item_t items[3];
-        for (int k = 0; k < 3; k++) {
-            assert_int_equal(cairn_seq_feed(kids[k], &tail[k][t], 1), 0);
-            items[k] = (cairn_batch_item_t){kids[k], 1, CAIRN_LOGITS_LAST};
-        }
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, items, 3, &lg, &rows), 0);
-        for (int k = 0; k < 3; k++)
-            memcpy(got[k][t], lg + (size_t)k * VOCAB, ROW);
-    }
-    /* Fresh, flat, per choice. */
     cairn_engine_t *flat = engine(&m, CAIRN_KV_FLAT, 1, 1024);
-    for (int k = 0; k < 3; k++) {
-        int32_t ids[140];
-        memcpy(ids, lng, (size_t)n * sizeof(int32_t));
-        memcpy(ids + n, tail[k], sizeof tail[k]);
-        float *ref = run(flat, NULL, ids, n + 40, 0, NULL);
-        assert_memory_equal(got[k], ref + (size_t)n * VOCAB, 40 * ROW);
-        free(ref);
-        cairn_seq_release(kids[k]);
-    }
-    cairn_seq_release(p);
+    engine_runs_check_fork(e, flat, lng, VOCAB);
     cairn_engine_destroy(flat);
     cairn_engine_destroy(e);
-    free(buf);
 }
 
 /* Truncation to lengths on and off checkpoints: the sequence restarts from the deepest
@@ -326,18 +250,13 @@ static void test_budget_evicts(void **st)
 static int setup(void **st)
 {
     (void)st;
-    ck = fixture_open(MODEL);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **st)
 {
     (void)st;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 

@@ -22,6 +22,7 @@
 
 #include "cairn/engine.h"
 #include "engine/engine_fixtures.h"
+#include "engine/engine_runs.h"
 #include "models/qwen35/qwen35.h"
 #include "tools/synth.h"
 
@@ -39,67 +40,20 @@ typedef struct {
 
 static cairn_engine_t *engine(const mode_t_ *m, cairn_kv_path_t path, int threads, int max_step)
 {
-    cairn_engine_options_t o;
-    cairn_engine_options_default(&o);
-    o.kv_path = path;
-    o.kv_dtype = m->kv;
-    o.math = m->math;
-    o.n_threads = threads;
-    o.pool_mib = 32;
-    o.max_step_tokens = max_step;
-    o.cold = -1; /* off: nothing here is about the SSD tier */
-    cairn_engine_t *e = NULL;
-    char err[256] = "";
-    assert_int_equal(cairn_engine_create(ck, &o, &e, err, sizeof(err)), 0);
-    return e;
+    cairn_engine_options_t o = engine_runs_options(m->math, m->kv, path, threads, max_step);
+    return engine_runs_create(ck, &o);
 }
 
-/* Runs ids in chunks of `chunk` tokens (0: one step) with logits at every position from
- * the first computed one; returns them malloc'd [n - cached][VOCAB]. */
+/* engine_runs.h's helpers with this fixture's vocabulary. */
 static float *run(cairn_engine_t *e, const char *salt, const int32_t *ids, int n, int chunk,
                   int *cached)
 {
-    cairn_seq_t *s;
-    int hit = 0;
-    assert_int_equal(cairn_seq_begin(e, salt, ids, n, &s, &hit), 0);
-    if (cached)
-        *cached = hit;
-    float *out = malloc((size_t)(n - hit) * VOCAB * sizeof(float));
-    int done = 0;
-    while (cairn_seq_n_pending(s) > 0) {
-        int len = chunk ? chunk : n;
-        if (len > cairn_seq_n_pending(s))
-            len = cairn_seq_n_pending(s);
-        cairn_batch_item_t it = {s, len, CAIRN_LOGITS_ALL};
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
-        assert_int_equal(rows, len);
-        memcpy(out + (size_t)done * VOCAB, lg, (size_t)rows * VOCAB * sizeof(float));
-        done += rows;
-    }
-    assert_int_equal(done, n - hit);
-    assert_int_equal(cairn_seq_end_turn(s), 0);
-    cairn_seq_release(s);
-    return out;
+    return engine_runs_prompt(e, salt, ids, n, chunk, VOCAB, cached);
 }
 
-/* Computes the pending tokens of s in chunks (0: one step), logits of every computed
- * position into out ([n_pending][VOCAB]); returns how many. */
 static int compute(cairn_engine_t *e, cairn_seq_t *s, int chunk, float *out)
 {
-    int done = 0;
-    while (cairn_seq_n_pending(s) > 0) {
-        int len = chunk && chunk < cairn_seq_n_pending(s) ? chunk : cairn_seq_n_pending(s);
-        cairn_batch_item_t it = {s, len, CAIRN_LOGITS_ALL};
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, &it, 1, &lg, &rows), 0);
-        assert_int_equal(rows, len);
-        memcpy(out + (size_t)done * VOCAB, lg, (size_t)rows * VOCAB * sizeof(float));
-        done += rows;
-    }
-    return done;
+    return engine_runs_compute(e, s, chunk, VOCAB, out);
 }
 
 static void check_mode(cairn_engine_math_t math, cairn_dtype_t kv)
@@ -205,27 +159,12 @@ static void test_hit_at_every_boundary(void **state)
 {
     (void)state;
     const mode_t_ m = {CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16};
-    const size_t row = VOCAB * sizeof(float);
     cairn_engine_t *flat = engine(&m, CAIRN_KV_FLAT, 1, 1024);
     float *ref = run(flat, NULL, lng, n_lng, 0, NULL);
     cairn_engine_destroy(flat);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 2, 512);
-    int checked = 0;
-    for (int P = 16; P < n_lng; P += 16) {
-        int cached = -1;
-        float *x = run(e, "boundaries", lng, P + 1, 0, &cached);
-        assert_int_equal(cached, P - 16);
-        assert_memory_equal(x, ref + (size_t)(P - 16) * VOCAB, 17 * row);
-        free(x);
-        checked++;
-    }
-    assert_int_equal(checked, (n_lng - 1) / 16);
     /* The whole prompt then resumes at its deepest boundary below 720, 704. */
-    int cached = -1;
-    float *x = run(e, "boundaries", lng, n_lng, 0, &cached);
-    assert_int_equal(cached, 704);
-    assert_memory_equal(x, ref + (size_t)704 * VOCAB, (size_t)(n_lng - 704) * row);
-    free(x);
+    engine_runs_check_boundaries(e, run, "boundaries", lng, n_lng, ref, VOCAB);
     cairn_engine_destroy(e);
     free(ref);
 }
@@ -236,46 +175,11 @@ static void test_fork(void **state)
 {
     (void)state;
     const mode_t_ m = {CAIRN_ENGINE_MATH_F32, CAIRN_DTYPE_BF16};
-    const size_t row = VOCAB * sizeof(float);
     cairn_engine_t *e = engine(&m, CAIRN_KV_PAGED, 1, 512);
-    const int n = 100;
-    cairn_seq_t *p, *kids[3];
-    float *buf = malloc((size_t)n * row);
-    assert_int_equal(cairn_seq_begin(e, "fork", lng, n, &p, NULL), 0);
-    compute(e, p, 0, buf);
-    for (int k = 0; k < 3; k++)
-        assert_int_equal(cairn_seq_fork(p, &kids[k]), 0);
-    int32_t tail[3][40];
-    for (int k = 0; k < 3; k++)
-        for (int t = 0; t < 40; t++)
-            tail[k][t] = (int32_t)((k * 977 + t * 31 + 5) % VOCAB);
-    static float got[3][40][VOCAB];
-    for (int t = 0; t < 40; t++) {
-        cairn_batch_item_t items[3];
-        for (int k = 0; k < 3; k++) {
-            assert_int_equal(cairn_seq_feed(kids[k], &tail[k][t], 1), 0);
-            items[k] = (cairn_batch_item_t){kids[k], 1, CAIRN_LOGITS_LAST};
-        }
-        const float *lg;
-        int rows;
-        assert_int_equal(cairn_engine_step(e, items, 3, &lg, &rows), 0);
-        for (int k = 0; k < 3; k++)
-            memcpy(got[k][t], lg + (size_t)k * VOCAB, row);
-    }
     cairn_engine_t *flat = engine(&m, CAIRN_KV_FLAT, 1, 1024);
-    for (int k = 0; k < 3; k++) {
-        int32_t ids[140];
-        memcpy(ids, lng, (size_t)n * sizeof(int32_t));
-        memcpy(ids + n, tail[k], sizeof tail[k]);
-        float *ref = run(flat, NULL, ids, n + 40, 0, NULL);
-        assert_memory_equal(got[k], ref + (size_t)n * VOCAB, 40 * row);
-        free(ref);
-        cairn_seq_release(kids[k]);
-    }
-    cairn_seq_release(p);
+    engine_runs_check_fork(e, flat, lng, VOCAB);
     cairn_engine_destroy(flat);
     cairn_engine_destroy(e);
-    free(buf);
 }
 
 /* Truncation to lengths on and off checkpoints: the sequence restarts from the deepest
@@ -427,19 +331,13 @@ static void test_synth_preset(void **state)
 static int setup(void **state)
 {
     (void)state;
-    ck = fixture_open(MODEL);
-    assert_int_equal(cairn_checkpoint_config(ck)->vocab, VOCAB);
-    lng = fixture_prompt(MODEL, "long_720", &n_lng);
-    shr = fixture_prompt(MODEL, "shared_prefix_672", &n_shr);
-    return memcmp(lng, shr, 512 * sizeof(int32_t)) != 0 || n_shr <= 512;
+    return engine_runs_open(MODEL, VOCAB, &ck, &lng, &n_lng, &shr, &n_shr);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    free(lng);
-    free(shr);
-    cairn_checkpoint_close(ck);
+    engine_runs_close(ck, lng, shr);
     return 0;
 }
 
