@@ -37,6 +37,7 @@
 enum {
     TILE_ROWS = 32, /* rows (query x head) per tile: bounds the score rows of one unit */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
+    TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
 };
 
 /* ---- the generic implementation: the canonical order spelled out ------------------- */
@@ -99,7 +100,7 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv};
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -128,18 +129,28 @@ static size_t score_stride(int max_positions)
     return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
 }
 
+/* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
+static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
+
 size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
 {
     size_t rows = (size_t)tile_queries(n_heads, n_kv_heads) * (size_t)(n_heads / n_kv_heads);
-    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd] */
+    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd],
+     * padded queries [rows][hdp], a transposed key group [hdp][16] */
     return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
-           rows * (size_t)head_dim;
+           rows * (size_t)head_dim + (rows + 16) * (size_t)padded_dim(head_dim);
 }
 
 /* The first position query position pos admits: p - W + 1 with a window W, else 0. */
 static int window_lo(const attn_math_t *m, int pos)
 {
     return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0;
+}
+
+/* Whether the 16-key group at g0 holds keys of query position pos: b0 <= g0 <= pos. */
+static bool group_visible(const attn_math_t *m, int pos, int g0)
+{
+    return g0 <= pos && window_lo(m, pos) / 16 * 16 <= g0;
 }
 
 /* Bits [i, i + n) of a key block's mask. */
@@ -215,6 +226,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     float *sums = S + max_rows * ld;  /* [max_rows] */
     float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
     float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
+    const int hdp = padded_dim(hd);
+    float *qpad = acc + max_rows * hd;            /* [max_rows][hdp] */
+    float *kt = qpad + max_rows * hdp;            /* [hdp][16] */
     const attn_math_t *m = &job->m;
     const float scale = m->scale != 0.0f ? m->scale : 1.0f / sqrtf((float)hd);
     const bool masks = m->window > 0 || m->softcap > 0.0f;
@@ -232,18 +246,41 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             lo_min = lo;
     }
     const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
+    /* Enough rows to pay for transposing each key group: score them all per K load. */
+    const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
+    if (transposed)
+        for (int r = 0; r < rows; r++) {
+            memcpy(qpad + (size_t)r * hdp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, (size_t)hd * sizeof(float));
+            memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
+        }
 
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        if (transposed) {
+            for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
+                im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
+                /* Each run of consecutive queries whose keys [b0, pos] include the group
+                 * (one run when the positions increase) in one call. */
+                for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
+                    while (t0 < nt && !group_visible(m, qs[t0].pos, g0))
+                        t0++;
+                    for (t1 = t0; t1 < nt && group_visible(m, qs[t1].pos, g0);)
+                        t1++;
+                    if (t1 > t0)
+                        im->scores16_t(S + (size_t)t0 * G * ld + g0, ld, qpad + (size_t)t0 * G * hdp,
+                                       (t1 - t0) * G, kt, hdp, scale);
+                }
+            }
+        }
         for (int t = 0; t < nt; t++) {
             const int pos = qs[t].pos, lo = window_lo(m, pos), b0 = lo / 16 * 16;
             const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
             for (int g = 0; g < G; g++) {
                 const float *q = qs[t].q + (size_t)(kvh * G + g) * hd;
                 float *s = S + (size_t)(t * G + g) * ld;
-                for (int j = j0; j < j1; j += 16)
+                for (int j = j0; j < j1 && !transposed; j += 16)
                     im->scores16(s + j, q, kvbuf + (size_t)(j - k0) * hd, hd, scale);
                 if ((masks || missing) && j0 < j1)
                     finish_scores(m, s, j0, j1, lo, k0, missing);
