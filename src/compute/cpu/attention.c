@@ -35,7 +35,7 @@
 #include "compute/cpu/attention_impl.h"
 
 enum {
-    TILE_ROWS = 32, /* rows (query x head) per tile: bounds the score rows of one unit */
+    TILE_ROWS = 64, /* rows (query x head) per tile: bounds the score rows of one unit */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
     TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
 };
@@ -123,10 +123,12 @@ static int tile_queries(int n_heads, int n_kv_heads)
     return g >= TILE_ROWS ? 1 : TILE_ROWS / g;
 }
 
-/* Score row stride: the span rounded up to whole key blocks. */
+/* Score row stride: the span rounded up to whole key blocks, plus one group of 16 so
+ * that consecutive rows (touched together, 16 floats each) do not fall into the same
+ * cache sets when the span is a power of two times a small number (8192, 40960). */
 static size_t score_stride(int max_positions)
 {
-    return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
+    return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK + 16;
 }
 
 /* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
@@ -151,6 +153,15 @@ static int window_lo(const attn_math_t *m, int pos)
 static bool group_visible(const attn_math_t *m, int pos, int g0)
 {
     return g0 <= pos && window_lo(m, pos) / 16 * 16 <= g0;
+}
+
+/* The keys [*j0, *j1) of the block [k0, k0 + nk) that query position pos takes (from its
+ * b0 to pos; empty when *j0 >= *j1). */
+static void block_range(const attn_math_t *m, int pos, int k0, int nk, int *j0, int *j1)
+{
+    const int b0 = window_lo(m, pos) / 16 * 16;
+    *j0 = b0 > k0 ? b0 : k0;
+    *j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
 }
 
 /* Bits [i, i + n) of a key block's mask. */
@@ -195,6 +206,33 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
     int padded = (nk + 15) / 16 * 16;
     memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(float));
     return missing;
+}
+
+/*
+ * Asks the caches for the K (or V) rows of kvh at positions [k0, k1) (the next block),
+ * into L2, while the current one is computed: a head's rows are a few cache lines every
+ * n_kv_heads * hd elements, a pattern the hardware prefetchers follow poorly. Only reads
+ * the accessor; positions without storage are skipped.
+ */
+static void prefetch_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int k1, int kvh, bool want_v)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * cfg->head_dim);
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * cfg->head_dim);
+    const size_t head_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, cfg->head_dim);
+    for (int p = k0; p < k1;) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, p, &k, &v);
+        if (run <= 0)
+            return;
+        if (run > k1 - p)
+            run = k1 - p;
+        const char *src = want_v ? v : k;
+        for (int i = 0; src && i < run; i++)
+            for (size_t b = 0; b < head_bytes; b += 64)
+                __builtin_prefetch(src + (size_t)i * row_bytes + head_off + b, 0, 2);
+        p += run;
+    }
 }
 
 /* Step 1's soft-cap and mask over s[j0, j1) of one row (attention_impl.h): keys before lo
@@ -258,6 +296,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        prefetch_block(job, kv, k0 + nk, k0 + nk + KEY_BLOCK < span ? k0 + nk + KEY_BLOCK : span, kvh, false);
         if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
                 im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
@@ -299,13 +338,21 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
-        for (int t = 0; t < nt; t++) {
-            const int pos = qs[t].pos, b0 = window_lo(m, pos) / 16 * 16;
-            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
-            if (j0 >= j1)
-                continue;
-            im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, G, j1 - j0,
-                   kvbuf + (size_t)(j0 - k0) * hd, hd);
+        prefetch_block(job, kv, k0 + nk, k0 + nk + KEY_BLOCK < span ? k0 + nk + KEY_BLOCK : span, kvh, true);
+        /* Consecutive queries with the same range (all but the diagonal ones, in a causal
+         * tile) in one call, so that each V row loaded serves more rows. */
+        for (int t = 0, t1; t < nt; t = t1) {
+            int j0, j1;
+            block_range(m, qs[t].pos, k0, nk, &j0, &j1);
+            for (t1 = t + 1; t1 < nt; t1++) {
+                int i0, i1;
+                block_range(m, qs[t1].pos, k0, nk, &i0, &i1);
+                if (i0 != j0 || i1 != j1)
+                    break;
+            }
+            if (j0 < j1)
+                im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, (t1 - t) * G, j1 - j0,
+                       kvbuf + (size_t)(j0 - k0) * hd, hd);
         }
     }
 
