@@ -38,6 +38,7 @@ enum {
     TILE_ROWS = 64, /* rows (query x head) per tile: bounds the score rows of one unit */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
     TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
+    PREFETCH_DEPTH_SMALL = 4, /* key blocks prefetched ahead by a tile of fewer rows */
 };
 
 /* ---- the generic implementation: the canonical order spelled out ------------------- */
@@ -251,6 +252,18 @@ static void finish_scores(const attn_math_t *m, float *s, int j0, int j1, int lo
     }
 }
 
+/* The prefetches of the block at k0 (the tile's first block is `first`): blocks depth
+ * ahead, all of those up to there from the first block. */
+static void prefetch_ahead(const attn_job_t *job, const attn_kv_t *kv, int k0, int first, int span, int kvh,
+                           bool want_v, int depth)
+{
+    int lo = k0 == first ? k0 + KEY_BLOCK : k0 + depth * KEY_BLOCK, hi = k0 + (depth + 1) * KEY_BLOCK;
+    if (hi > span)
+        hi = span;
+    if (lo < hi)
+        prefetch_block(job, kv, lo, hi, kvh, want_v);
+}
+
 /* One unit: queries [q0, q1) of one sequence, K/V head kvh. Row r = t * G + g is query
  * q0 + t, head kvh * G + g. */
 static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *slot)
@@ -286,6 +299,8 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
     /* Enough rows to pay for transposing each key group: score them all per K load. */
     const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
+    /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
+    const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
     if (transposed)
         for (int r = 0; r < rows; r++) {
             memcpy(qpad + (size_t)r * hdp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, (size_t)hd * sizeof(float));
@@ -296,7 +311,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
-        prefetch_block(job, kv, k0 + nk, k0 + nk + KEY_BLOCK < span ? k0 + nk + KEY_BLOCK : span, kvh, false);
+        prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
         if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
                 im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
@@ -338,7 +353,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
-        prefetch_block(job, kv, k0 + nk, k0 + nk + KEY_BLOCK < span ? k0 + nk + KEY_BLOCK : span, kvh, true);
+        prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
         /* Consecutive queries with the same range (all but the diagonal ones, in a causal
          * tile) in one call, so that each V row loaded serves more rows. */
         for (int t = 0, t1; t < nt; t = t1) {
