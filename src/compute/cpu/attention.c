@@ -10,7 +10,28 @@
  * when G allows). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
  * head to f32 once and scores every row against them; then it runs the softmax of every
  * row; then it widens the V rows once per block and accumulates every row. So a K/V row
- * is read once per tile instead of once per (query, head).
+ * is read once per tile instead of once per (query, head). Threads split the units, never
+ * the keys of a row.
+ *
+ * Cost model (Qwen3-0.6B shape, 16/8 heads x 128, a 512-query prefill chunk: 64 rows per
+ * unit). Per visible (row, key) the arithmetic is 8 + 8 zmm fmas (q.k and p.v), so the
+ * AVX-512 core's one zmm fma per cycle bounds it; what the tiling has to remove is
+ * everything else:
+ *  - scores: a tile of >= TRANSPOSED_ROWS rows transposes each widened group of 16 keys
+ *    once (kt [hdp][16]) and scores up to 4 rows per K load with the lanes of the
+ *    canonical dot as vectors over the keys (scores16_t): 8 fmas + ~1 add per score
+ *    instead of 8 fmas, 8 loads and ~3 shuffles/adds of the 16-key tree per row;
+ *  - p.v: consecutive queries whose key range in the block is the same (all but the
+ *    diagonal ones) go to pv in one call, 4 rows per V load;
+ *  - K/V reads: a head's rows are a few cache lines every n_kv_heads * hd elements, which
+ *    the hardware prefetchers follow poorly; the next block is prefetched into L2 while
+ *    one is computed (4 blocks ahead for tiles of a few rows: decode), and 64 rows per
+ *    unit halve the passes over the span of the 32 rows before;
+ *  - the score rows are padded by one group so that rows touched together do not alias
+ *    in the caches' sets.
+ * Measured (bench/bench_attention, docs/PERFORMANCE.md "Attention"): ~60-70 GFLOP/s per
+ * thread at 2K-8K context against ~30-44 before; scratch per slot is 64 score rows of the
+ * longest span (64 * 4 * max_positions bytes).
  *
  * With a window W a query at p takes keys from b0 (p - W + 1 rounded down to a multiple
  * of 16) on; the tile's key blocks start at the smallest b0 of its queries. A run of

@@ -9,6 +9,15 @@
  * canonical exp. pv broadcasts one probability per (row, key) and accumulates up to 4
  * rows x 64 dimensions in registers, each element an fma chain by increasing key.
  *
+ * scores16_t (tiles of many rows) works on 16 keys transposed (transpose16: kt[d][k]):
+ * lane l of the canonical dot of one row, taken over the keys, is the fma chain
+ * acc = fma(q[16b + l], kt[16b + l][0..15], acc) by increasing block b, so each vector
+ * holds lane l of 16 scores and the canonical tree (l, l+8), (l, l+4), (l, l+2), (0, 1)
+ * becomes 15 vertical adds per 16 scores. Lanes are taken in the order 0, 8, 4, 12, 2,
+ * 10, 6, 14, 1, 9, ... so each level folds as soon as its operands exist (five live
+ * vectors per row); 4 rows share each kt load and q is an embedded broadcast. Same
+ * operations on the same operands as scores16, so the same bits.
+ *
  * K/V rows are widened by the AVX-512 kernels' rows_to_f32. The attention of the
  * "avx512" and "avx512-emubf16" kernel implementations (kernels_avx512.c), which run only
  * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
