@@ -7,7 +7,7 @@
  *
  * Work is cut into units of (tile, K/V head). A tile is up to `tq` consecutive queries of
  * one sequence; its rows are the G heads of each of those queries (G * tq <= TILE_ROWS
- * when G allows). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
+ * when G allows; fewer rows for spans beyond ~64K positions, SCORE_BUDGET). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
  * head to f32 once and scores every row against them; then it runs the softmax of every
  * row; then it widens the V rows once per block and accumulates every row. So a K/V row
  * is read once per tile instead of once per (query, head). Threads split the units, never
@@ -25,13 +25,14 @@
  *    diagonal ones) go to pv in one call, 4 rows per V load;
  *  - K/V reads: a head's rows are a few cache lines every n_kv_heads * hd elements, which
  *    the hardware prefetchers follow poorly; the next block is prefetched into L2 while
- *    one is computed (4 blocks ahead for tiles of a few rows: decode), and 64 rows per
- *    unit halve the passes over the span of the 32 rows before;
+ *    one is computed (4 blocks ahead for tiles of a few rows: decode), and 128 rows per
+ *    unit read the span's K/V a quarter as often as the 32 rows before;
  *  - the score rows are padded by one group so that rows touched together do not alias
  *    in the caches' sets.
  * Measured (bench/bench_attention, docs/PERFORMANCE.md "Attention"): ~60-70 GFLOP/s per
- * thread at 2K-8K context against ~30-44 before; scratch per slot is 64 score rows of the
- * longest span (64 * 4 * max_positions bytes).
+ * thread at 2K-8K context against ~30-44 before; scratch per slot is 128 score rows of
+ * the longest span (128 * 4 * max_positions bytes: 4.2 MB at 8K, 21 MB at 40K), 64 or 32
+ * rows beyond 64K positions.
  *
  * With a window W a query at p takes keys from b0 (p - W + 1 rounded down to a multiple
  * of 16) on; the tile's key blocks start at the smallest b0 of its queries. A run of
@@ -56,7 +57,8 @@
 #include "compute/cpu/attention_impl.h"
 
 enum {
-    TILE_ROWS = 64, /* rows (query x head) per tile: bounds the score rows of one unit */
+    TILE_ROWS = 128, /* rows (query x head) per tile: bounds the score rows of one unit */
+    MIN_TILE_ROWS = 32, /* ... down to this many for long spans (SCORE_BUDGET) */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
     TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
     PREFETCH_DEPTH_SMALL = 4, /* key blocks prefetched ahead by a tile of fewer rows */
@@ -139,12 +141,6 @@ typedef struct {
 
 static int group_size(const attn_cfg_t *cfg) { return cfg->n_heads / cfg->n_kv_heads; }
 
-static int tile_queries(int n_heads, int n_kv_heads)
-{
-    int g = n_heads / n_kv_heads;
-    return g >= TILE_ROWS ? 1 : TILE_ROWS / g;
-}
-
 /* Score row stride: the span rounded up to whole key blocks, plus one group of 16 so
  * that consecutive rows (touched together, 16 floats each) do not fall into the same
  * cache sets when the span is a power of two times a small number (8192, 40960). */
@@ -153,12 +149,25 @@ static size_t score_stride(int max_positions)
     return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK + 16;
 }
 
+/* Score floats per slot above which tiles shrink (32 MiB): TILE_ROWS rows up to spans of
+ * ~64K positions, halving down to MIN_TILE_ROWS beyond. */
+#define SCORE_BUDGET ((size_t)1 << 23)
+
+/* Queries per tile: as many as fill the tile's rows (one at least). */
+static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
+{
+    int g = n_heads / n_kv_heads, rows = TILE_ROWS;
+    while (rows > MIN_TILE_ROWS && (size_t)rows * score_stride(max_positions) > SCORE_BUDGET)
+        rows /= 2;
+    return g >= rows ? 1 : rows / g;
+}
+
 /* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
 static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
 
 size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
 {
-    size_t rows = (size_t)tile_queries(n_heads, n_kv_heads) * (size_t)(n_heads / n_kv_heads);
+    size_t rows = (size_t)tile_queries(n_heads, n_kv_heads, max_positions) * (size_t)(n_heads / n_kv_heads);
     /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd],
      * padded queries [rows][hdp], a transposed key group [hdp][16] */
     return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
@@ -433,11 +442,19 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
-                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads)};
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
         units += cfg->n_kv_heads;
+    /* Smaller tiles while there are fewer than two units per slot (a short chunk on many
+     * threads): tiling never changes a bit, only how the work is shared. */
+    while (job.tq > 1 && units < 2 * cfg->n_slots) {
+        job.tq = (job.tq + 1) / 2;
+        units = 0;
+        for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
+            units += cfg->n_kv_heads;
+    }
     int n_tasks = cfg->n_slots < units ? cfg->n_slots : units;
     if (n_tasks < 1)
         return;
