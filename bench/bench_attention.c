@@ -13,11 +13,9 @@
  * 2 * head_dim for q.k and 2 * head_dim for p.v. With --threads T > 1 the wall time of a
  * T-thread pool is reported instead (noisy on a shared machine).
  *
- * "whole prompt" extrapolates the chunk's rate to every chunk of the N-token prompt and
- * all 28 layers: the attention's CPU seconds in a cold N-token prefill (the linear layers
- * excluded), using per-chunk rates measured at each chunk's context is too slow to run
- * here, so it assumes the last chunk's GFLOP/s for all chunks (attention gets faster per
- * flop with longer spans, so this is optimistic for the short early chunks).
+ * "whole prompt" extrapolates to the attention's CPU seconds in a cold N-token prefill
+ * (every 512-token chunk, all 28 layers, the linear layers excluded) at the last chunk's
+ * GFLOP/s for every chunk: timing each chunk at its own context would take minutes.
  *
  * Usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] [--kv bf16|f32|q8_0]
  *                        [--threads T]. Kernels: the dispatched ones (CAIRN_KERNELS overrides).
