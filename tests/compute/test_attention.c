@@ -280,6 +280,39 @@ static void test_primitives(void **state)
                 }
             }
         }
+        /* The transposed scores (where the implementation has them): every row count
+         * 1..9 (the 4-row blocks and each remainder), head_dim with and without a tail,
+         * equal bit for bit to kern_dot * scale. */
+        if (ims[m]->scores16_t) {
+            const int hds_t[] = {16, 24, 40, 64, 128};
+            enum { MAXR = 9, LDS = 19 };
+            float qp[MAXR * 128], kt[128 * 16], st[MAXR * LDS];
+            for (size_t hi = 0; hi < sizeof(hds_t) / sizeof(hds_t[0]); hi++) {
+                const int hd = hds_t[hi], hdp = (hd + 15) / 16 * 16;
+                for (int rows = 1; rows <= MAXR; rows++) {
+                    for (int i = 0; i < 16 * hd; i++)
+                        kb[i] = rndf();
+                    memset(qp, 0, sizeof(qp));
+                    for (int r = 0; r < rows; r++)
+                        for (int i = 0; i < hd; i++)
+                            qp[r * hdp + i] = rndf() * (r % 3 ? 1.0f : 1e-20f);
+                    memset(kt, 0xff, sizeof(kt));
+                    ims[m]->transpose16(kt, kb, hd);
+                    for (int d = 0; d < hdp; d++)
+                        for (int k = 0; k < 16; k++) {
+                            float want = d < hd ? kb[k * hd + d] : 0.0f;
+                            assert_memory_equal(&kt[d * 16 + k], &want, sizeof(float));
+                        }
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    ims[m]->scores16_t(st, LDS, qp, rows, kt, hdp, scale);
+                    for (int r = 0; r < rows; r++)
+                        for (int k = 0; k < 16; k++) {
+                            float want = kern_dot(qp + r * hdp, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
+                            assert_memory_equal(&st[r * LDS + k], &want, sizeof(float));
+                        }
+                }
+            }
+        }
         /* softmax: the exp of every score equals kern__exp, including far below the max
          * (underflow to +0), NaN-free ties, and every tail length. */
         float x[80], y[80], e[80];

@@ -7,10 +7,32 @@
  *
  * Work is cut into units of (tile, K/V head). A tile is up to `tq` consecutive queries of
  * one sequence; its rows are the G heads of each of those queries (G * tq <= TILE_ROWS
- * when G allows). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
+ * when G allows; fewer rows for spans beyond ~64K positions, SCORE_BUDGET). For each block of KEY_BLOCK keys the unit widens the K rows of its K/V
  * head to f32 once and scores every row against them; then it runs the softmax of every
  * row; then it widens the V rows once per block and accumulates every row. So a K/V row
- * is read once per tile instead of once per (query, head).
+ * is read once per tile instead of once per (query, head). Threads split the units, never
+ * the keys of a row.
+ *
+ * Cost model (Qwen3-0.6B shape, 16/8 heads x 128, a 512-query prefill chunk: 64 rows per
+ * unit). Per visible (row, key) the arithmetic is 8 + 8 zmm fmas (q.k and p.v), so the
+ * AVX-512 core's one zmm fma per cycle bounds it; what the tiling has to remove is
+ * everything else:
+ *  - scores: a tile of >= TRANSPOSED_ROWS rows transposes each widened group of 16 keys
+ *    once (kt [hdp][16]) and scores up to 4 rows per K load with the lanes of the
+ *    canonical dot as vectors over the keys (scores16_t): 8 fmas + ~1 add per score
+ *    instead of 8 fmas, 8 loads and ~3 shuffles/adds of the 16-key tree per row;
+ *  - p.v: consecutive queries whose key range in the block is the same (all but the
+ *    diagonal ones) go to pv in one call, 4 rows per V load;
+ *  - K/V reads: a head's rows are a few cache lines every n_kv_heads * hd elements, which
+ *    the hardware prefetchers follow poorly; the next block is prefetched into L2 while
+ *    one is computed (4 blocks ahead for tiles of a few rows: decode), and 128 rows per
+ *    unit read the span's K/V a quarter as often as the 32 rows before;
+ *  - the score rows are padded by one group so that rows touched together do not alias
+ *    in the caches' sets.
+ * Measured (bench/bench_attention, docs/PERFORMANCE.md "Attention"): ~60-70 GFLOP/s per
+ * thread at 2K-8K context against ~30-44 before; scratch per slot is 128 score rows of
+ * the longest span (128 * 4 * max_positions bytes: 4.2 MB at 8K, 21 MB at 40K), 64 or 32
+ * rows beyond 64K positions.
  *
  * With a window W a query at p takes keys from b0 (p - W + 1 rounded down to a multiple
  * of 16) on; the tile's key blocks start at the smallest b0 of its queries. A run of
@@ -35,8 +57,11 @@
 #include "compute/cpu/attention_impl.h"
 
 enum {
-    TILE_ROWS = 32, /* rows (query x head) per tile: bounds the score rows of one unit */
+    TILE_ROWS = 128, /* rows (query x head) per tile: bounds the score rows of one unit */
+    MIN_TILE_ROWS = 32, /* ... down to this many for long spans (SCORE_BUDGET) */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
+    TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
+    PREFETCH_DEPTH_SMALL = 4, /* key blocks prefetched ahead by a tile of fewer rows */
 };
 
 /* ---- the generic implementation: the canonical order spelled out ------------------- */
@@ -99,7 +124,7 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv};
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -116,30 +141,58 @@ typedef struct {
 
 static int group_size(const attn_cfg_t *cfg) { return cfg->n_heads / cfg->n_kv_heads; }
 
-static int tile_queries(int n_heads, int n_kv_heads)
-{
-    int g = n_heads / n_kv_heads;
-    return g >= TILE_ROWS ? 1 : TILE_ROWS / g;
-}
-
-/* Score row stride: the span rounded up to whole key blocks. */
+/* Score row stride: the span rounded up to whole key blocks, plus one group of 16 so
+ * that consecutive rows (touched together, 16 floats each) do not fall into the same
+ * cache sets when the span is a power of two times a small number (8192, 40960). */
 static size_t score_stride(int max_positions)
 {
-    return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
+    return ((size_t)max_positions + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK + 16;
 }
+
+/* Score floats per slot above which tiles shrink (32 MiB): TILE_ROWS rows up to spans of
+ * ~64K positions, halving down to MIN_TILE_ROWS beyond. */
+#define SCORE_BUDGET ((size_t)1 << 23)
+
+/* Queries per tile: as many as fill the tile's rows (one at least). */
+static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
+{
+    int g = n_heads / n_kv_heads, rows = TILE_ROWS;
+    while (rows > MIN_TILE_ROWS && (size_t)rows * score_stride(max_positions) > SCORE_BUDGET)
+        rows /= 2;
+    return g >= rows ? 1 : rows / g;
+}
+
+/* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
+static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
 
 size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
 {
-    size_t rows = (size_t)tile_queries(n_heads, n_kv_heads) * (size_t)(n_heads / n_kv_heads);
-    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd] */
+    size_t rows = (size_t)tile_queries(n_heads, n_kv_heads, max_positions) * (size_t)(n_heads / n_kv_heads);
+    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd],
+     * padded queries [rows][hdp], a transposed key group [hdp][16] */
     return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
-           rows * (size_t)head_dim;
+           rows * (size_t)head_dim + (rows + 16) * (size_t)padded_dim(head_dim);
 }
 
 /* The first position query position pos admits: p - W + 1 with a window W, else 0. */
 static int window_lo(const attn_math_t *m, int pos)
 {
     return m->window > 0 && pos - m->window + 1 > 0 ? pos - m->window + 1 : 0;
+}
+
+/* Whether the 16-key group at g0 holds keys of query position pos: b0 <= g0 <= pos. */
+static bool group_visible(const attn_math_t *m, int pos, int g0)
+{
+    return g0 <= pos && window_lo(m, pos) / 16 * 16 <= g0;
+}
+
+/* The keys [*j0, *j1) of the block [k0, k0 + nk) that query position pos takes (from its
+ * b0 to pos; empty when *j0 >= *j1). */
+static void block_range(const attn_math_t *m, int pos, int k0, int nk, int *j0, int *j1)
+{
+    const int b0 = window_lo(m, pos) / 16 * 16;
+    *j0 = b0 > k0 ? b0 : k0;
+    *j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
 }
 
 /* Bits [i, i + n) of a key block's mask. */
@@ -186,6 +239,33 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
     return missing;
 }
 
+/*
+ * Asks the caches for the K (or V) rows of kvh at positions [k0, k1) (the next block),
+ * into L2, while the current one is computed: a head's rows are a few cache lines every
+ * n_kv_heads * hd elements, a pattern the hardware prefetchers follow poorly. Only reads
+ * the accessor; positions without storage are skipped.
+ */
+static void prefetch_block(const attn_job_t *job, const attn_kv_t *kv, int k0, int k1, int kvh, bool want_v)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * cfg->head_dim);
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * cfg->head_dim);
+    const size_t head_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, cfg->head_dim);
+    for (int p = k0; p < k1;) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, p, &k, &v);
+        if (run <= 0)
+            return;
+        if (run > k1 - p)
+            run = k1 - p;
+        const char *src = want_v ? v : k;
+        for (int i = 0; src && i < run; i++)
+            for (size_t b = 0; b < head_bytes; b += 64)
+                __builtin_prefetch(src + (size_t)i * row_bytes + head_off + b, 0, 2);
+        p += run;
+    }
+}
+
 /* Step 1's soft-cap and mask over s[j0, j1) of one row (attention_impl.h): keys before lo
  * or without storage (bit j - k0 of missing) get -inf. */
 static void finish_scores(const attn_math_t *m, float *s, int j0, int j1, int lo, int k0, uint64_t missing)
@@ -202,6 +282,18 @@ static void finish_scores(const attn_math_t *m, float *s, int j0, int j1, int lo
     }
 }
 
+/* The prefetches of the block at k0 (the tile's first block is `first`): blocks depth
+ * ahead, all of those up to there from the first block. */
+static void prefetch_ahead(const attn_job_t *job, const attn_kv_t *kv, int k0, int first, int span, int kvh,
+                           bool want_v, int depth)
+{
+    int lo = k0 == first ? k0 + KEY_BLOCK : k0 + depth * KEY_BLOCK, hi = k0 + (depth + 1) * KEY_BLOCK;
+    if (hi > span)
+        hi = span;
+    if (lo < hi)
+        prefetch_block(job, kv, lo, hi, kvh, want_v);
+}
+
 /* One unit: queries [q0, q1) of one sequence, K/V head kvh. Row r = t * G + g is query
  * q0 + t, head kvh * G + g. */
 static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *slot)
@@ -215,6 +307,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     float *sums = S + max_rows * ld;  /* [max_rows] */
     float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
     float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
+    const int hdp = padded_dim(hd);
+    float *qpad = acc + max_rows * hd;            /* [max_rows][hdp] */
+    float *kt = qpad + max_rows * hdp;            /* [hdp][16] */
     const attn_math_t *m = &job->m;
     const float scale = m->scale != 0.0f ? m->scale : 1.0f / sqrtf((float)hd);
     const bool masks = m->window > 0 || m->softcap > 0.0f;
@@ -232,18 +327,44 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             lo_min = lo;
     }
     const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
+    /* Enough rows to pay for transposing each key group: score them all per K load. */
+    const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
+    /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
+    const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
+    if (transposed)
+        for (int r = 0; r < rows; r++) {
+            memcpy(qpad + (size_t)r * hdp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, (size_t)hd * sizeof(float));
+            memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
+        }
 
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
+        if (transposed) {
+            for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
+                im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
+                /* Each run of consecutive queries whose keys [b0, pos] include the group
+                 * (one run when the positions increase) in one call. */
+                for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
+                    while (t0 < nt && !group_visible(m, qs[t0].pos, g0))
+                        t0++;
+                    for (t1 = t0; t1 < nt && group_visible(m, qs[t1].pos, g0);)
+                        t1++;
+                    if (t1 > t0)
+                        im->scores16_t(S + (size_t)t0 * G * ld + g0, ld, qpad + (size_t)t0 * G * hdp,
+                                       (t1 - t0) * G, kt, hdp, scale);
+                }
+            }
+        }
         for (int t = 0; t < nt; t++) {
             const int pos = qs[t].pos, lo = window_lo(m, pos), b0 = lo / 16 * 16;
             const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
             for (int g = 0; g < G; g++) {
                 const float *q = qs[t].q + (size_t)(kvh * G + g) * hd;
                 float *s = S + (size_t)(t * G + g) * ld;
-                for (int j = j0; j < j1; j += 16)
+                for (int j = j0; j < j1 && !transposed; j += 16)
                     im->scores16(s + j, q, kvbuf + (size_t)(j - k0) * hd, hd, scale);
                 if ((masks || missing) && j0 < j1)
                     finish_scores(m, s, j0, j1, lo, k0, missing);
@@ -262,13 +383,21 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
-        for (int t = 0; t < nt; t++) {
-            const int pos = qs[t].pos, b0 = window_lo(m, pos) / 16 * 16;
-            const int j0 = b0 > k0 ? b0 : k0, j1 = pos + 1 < k0 + nk ? pos + 1 : k0 + nk;
-            if (j0 >= j1)
-                continue;
-            im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, G, j1 - j0,
-                   kvbuf + (size_t)(j0 - k0) * hd, hd);
+        prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
+        /* Consecutive queries with the same range (all but the diagonal ones, in a causal
+         * tile) in one call, so that each V row loaded serves more rows. */
+        for (int t = 0, t1; t < nt; t = t1) {
+            int j0, j1;
+            block_range(m, qs[t].pos, k0, nk, &j0, &j1);
+            for (t1 = t + 1; t1 < nt; t1++) {
+                int i0, i1;
+                block_range(m, qs[t1].pos, k0, nk, &i0, &i1);
+                if (i0 != j0 || i1 != j1)
+                    break;
+            }
+            if (j0 < j1)
+                im->pv(acc + (size_t)t * G * hd, hd, S + (size_t)t * G * ld + j0, (int)ld, (t1 - t) * G, j1 - j0,
+                       kvbuf + (size_t)(j0 - k0) * hd, hd);
         }
     }
 
@@ -313,11 +442,19 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
-                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads)};
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
         units += cfg->n_kv_heads;
+    /* Smaller tiles while there are fewer than two units per slot (a short chunk on many
+     * threads): tiling never changes a bit, only how the work is shared. */
+    while (job.tq > 1 && units < 2 * cfg->n_slots) {
+        job.tq = (job.tq + 1) / 2;
+        units = 0;
+        for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
+            units += cfg->n_kv_heads;
+    }
     int n_tasks = cfg->n_slots < units ? cfg->n_slots : units;
     if (n_tasks < 1)
         return;

@@ -43,6 +43,15 @@ typedef struct attn_impl {
      * vb[j*hd + d], acc[r*lda + d]) for j < cnt in increasing order, d < hd. */
     void (*pv)(float *acc, int lda, const float *p, int ldp, int rows, int cnt,
                const float *vb, int hd);
+    /* Optional (NULL: the driver scores every row with scores16). Step 1 for `rows` rows
+     * against one group of 16 keys given transposed: kt[d*16 + k] = element d of key k for
+     * d < hdp (hd rounded up to 16; zero for d >= hd), q rows zero-padded to hdp, row r at
+     * q + r*hdp; s[r*lds + k] = the score of row r and key k. The same bits as scores16:
+     * lane l of the canonical dot is a vector over the 16 keys, so the tree's levels are
+     * vertical adds and one K load serves every row of the call. */
+    void (*scores16_t)(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp, float scale);
+    /* With scores16_t: kt [hdp][16] = the transpose of kb [16][hd] (zeros for d >= hd). */
+    void (*transpose16)(float *kt, const float *kb, int hd);
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel

@@ -9,6 +9,15 @@
  * canonical exp. pv broadcasts one probability per (row, key) and accumulates up to 4
  * rows x 64 dimensions in registers, each element an fma chain by increasing key.
  *
+ * scores16_t (tiles of many rows) works on 16 keys transposed (transpose16: kt[d][k]):
+ * lane l of the canonical dot of one row, taken over the keys, is the fma chain
+ * acc = fma(q[16b + l], kt[16b + l][0..15], acc) by increasing block b, so each vector
+ * holds lane l of 16 scores and the canonical tree (l, l+8), (l, l+4), (l, l+2), (0, 1)
+ * becomes 15 vertical adds per 16 scores. Lanes are taken in the order 0, 8, 4, 12, 2,
+ * 10, 6, 14, 1, 9, ... so each level folds as soon as its operands exist (five live
+ * vectors per row); 4 rows share each kt load and q is an embedded broadcast. Same
+ * operations on the same operands as scores16, so the same bits.
+ *
  * K/V rows are widened by the AVX-512 kernels' rows_to_f32. The attention of the
  * "avx512" and "avx512-emubf16" kernel implementations (kernels_avx512.c), which run only
  * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
@@ -153,4 +162,122 @@ T512 static void avx512_pv(float *acc, int lda, const float *p, int ldp, int row
     }
 }
 
-const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv};
+/* kt [hdp][16] = the transpose of kb [16][hd], zeros for d >= hd: per block of 16
+ * dimensions a 16 x 16 transpose in four stages (pairs of rows, pairs of pairs, then
+ * 128-bit chunks twice). */
+T512 static void avx512_transpose16(float *kt, const float *kb, int hd)
+{
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        const __mmask16 m = tail_mask(hd - d0);
+        __m512 r[16], t[16], u[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            r[k] = _mm512_maskz_loadu_ps(m, kb + (size_t)k * hd + d0);
+#pragma GCC unroll 8
+        for (int k = 0; k < 16; k += 2) {
+            t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);     /* chunk c: k[4c], k1[4c], k[4c+1], k1[4c+1] */
+            t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]); /* chunk c: elements 4c+2, 4c+3 */
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 16; k += 4) {
+            /* u[k + i], chunk c: element 4c + i of keys k..k+3 */
+            u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+            u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+            u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+            u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        }
+        float *o = kt + (size_t)d0 * 16;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            /* v: elements i, i+8 (keys 0-3, 4-7); w: the same of keys 8-15; then i+4, i+12 */
+            __m512 v0 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88), v1 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
+            __m512 w0 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+            __m512 w1 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
+            _mm512_storeu_ps(o + (size_t)i * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
+            _mm512_storeu_ps(o + (size_t)(i + 8) * 16, _mm512_shuffle_f32x4(v0, w0, 0xdd));
+            _mm512_storeu_ps(o + (size_t)(i + 4) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
+            _mm512_storeu_ps(o + (size_t)(i + 12) * 16, _mm512_shuffle_f32x4(v1, w1, 0xdd));
+        }
+    }
+}
+
+/* acc[r] = lane l of the canonical dot of row r with the 16 keys of kt, as a vector over
+ * the keys: fma by increasing block, from +0. */
+T512 INLINE void lane_dots(__m512 *acc, const float *q, int hdp, const float *kt, int l, const int R)
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int d = l; d < hdp; d += 16) {
+        const __m512 k = _mm512_loadu_ps(kt + (size_t)d * 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * hdp + d]), k, acc[r]);
+    }
+}
+
+/* Level 1 of the tree for lanes i and i + 8 of R rows. */
+T512 INLINE void lane_pair(__m512 *b, const float *q, int hdp, const float *kt, int i, const int R)
+{
+    __m512 x[4], y[4];
+    lane_dots(x, q, hdp, kt, i, R);
+    lane_dots(y, q, hdp, kt, i + 8, R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        b[r] = _mm512_add_ps(x[r], y[r]);
+}
+
+/* R rows (R <= 4) of scores16_t. The lanes are taken in the order that lets each level of
+ * the tree fold as soon as its two operands exist (0, 8, 4, 12, 2, 10, ...), so at most
+ * five partial vectors per row are live. */
+T512 INLINE void scores_t_rows(float *s, size_t lds, const float *q, const float *kt, int hdp, float scale,
+                               const int R)
+{
+    __m512 b0[4], b1[4], c0[4], c1[4], d0[4], d1[4];
+    lane_pair(b0, q, hdp, kt, 0, R);
+    lane_pair(b1, q, hdp, kt, 4, R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        c0[r] = _mm512_add_ps(b0[r], b1[r]); /* c[0] = b[0] + b[4] */
+    lane_pair(b0, q, hdp, kt, 2, R);
+    lane_pair(b1, q, hdp, kt, 6, R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        d0[r] = _mm512_add_ps(c0[r], _mm512_add_ps(b0[r], b1[r])); /* d[0] = c[0] + c[2] */
+    lane_pair(b0, q, hdp, kt, 1, R);
+    lane_pair(b1, q, hdp, kt, 5, R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        c1[r] = _mm512_add_ps(b0[r], b1[r]); /* c[1] = b[1] + b[5] */
+    lane_pair(b0, q, hdp, kt, 3, R);
+    lane_pair(b1, q, hdp, kt, 7, R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        d1[r] = _mm512_add_ps(c1[r], _mm512_add_ps(b0[r], b1[r])); /* d[1] = c[1] + c[3] */
+        _mm512_storeu_ps(s + (size_t)r * lds, _mm512_mul_ps(_mm512_add_ps(d0[r], d1[r]), _mm512_set1_ps(scale)));
+    }
+}
+
+T512 static void avx512_scores16_t(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp,
+                                   float scale)
+{
+    int r = 0;
+    for (; r + 4 <= rows; r += 4)
+        scores_t_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, scale, 4);
+    switch (rows - r) {
+    case 3:
+        scores_t_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, scale, 3);
+        break;
+    case 2:
+        scores_t_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, scale, 2);
+        break;
+    case 1:
+        scores_t_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, scale, 1);
+        break;
+    default: /* rows is a multiple of 4 */
+        break;
+    }
+}
+
+const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
+                                  avx512_transpose16};

@@ -1,0 +1,213 @@
+/*
+ * bench_attention.c — the CPU causal attention alone (src/compute/cpu/attention.c), at the
+ * Qwen3-0.6B shape (16 query heads, 8 K/V heads, head_dim 128), over K/V rows served in
+ * runs of 16 (a paged store) of bf16 (or --kv f32|q8_0).
+ *
+ * For each context N (--ctx, default 2048,8192,18432) it times:
+ *  - prefill: the last chunk of a cold N-token prompt (--chunk queries, default 512, at
+ *    positions N - chunk .. N - 1, one call, as the engine issues a prefill step);
+ *  - decode: single-query calls at position N - 1.
+ * Figures are the median thread CPU time of --reps runs (default 5) on the calling thread
+ * (--threads 1, the default, runs the tasks inline, so the CPU time is the work's) and
+ * the GFLOP/s of that time, counting 4 * head_dim flops per visible (query, head, key):
+ * 2 * head_dim for q.k and 2 * head_dim for p.v. With --threads T > 1 the wall time of a
+ * T-thread pool is reported instead (noisy on a shared machine).
+ *
+ * "whole prompt" extrapolates to the attention's CPU seconds in a cold N-token prefill
+ * (every 512-token chunk, all 28 layers, the linear layers excluded) at the last chunk's
+ * GFLOP/s for every chunk: timing each chunk at its own context would take minutes.
+ *
+ * Usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] [--kv bf16|f32|q8_0]
+ *                        [--threads T]. Kernels: the dispatched ones (CAIRN_KERNELS overrides).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compute/cpu/attention.h"
+#include "compute/cpu/kernels.h"
+#include "util/thread_pool.h"
+
+enum { N_HEADS = 16, N_KV_HEADS = 8, HEAD_DIM = 128, RUN = 16, N_LAYERS = 28 };
+
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float rndf(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((int)((rng >> 16) % 2000001) - 1000000) * 1e-6f;
+}
+
+typedef struct {
+    unsigned char *k, *v; /* [n_pos][kv_dim] of the K/V dtype */
+    size_t row_bytes;
+    int n_pos;
+} store_t;
+
+/* The accessor: rows in runs of RUN positions, like the paged store's blocks. */
+static int store_rows(void *ctx, int layer, int pos, void **k, void **v)
+{
+    store_t *s = ctx;
+    (void)layer;
+    if (pos < 0 || pos >= s->n_pos)
+        return 0;
+    *k = s->k + (size_t)pos * s->row_bytes;
+    *v = s->v + (size_t)pos * s->row_bytes;
+    int left = s->n_pos - pos, in_run = RUN - pos % RUN;
+    return left < in_run ? left : in_run;
+}
+
+static int parse_dtype(const char *s, cairn_dtype_t *out)
+{
+    if (!strcmp(s, "bf16"))
+        *out = CAIRN_DTYPE_BF16;
+    else if (!strcmp(s, "f32"))
+        *out = CAIRN_DTYPE_F32;
+    else if (!strcmp(s, "q8_0"))
+        *out = CAIRN_DTYPE_Q8_0;
+    else
+        return -1;
+    return 0;
+}
+
+/* Times one call of attention over queries [first, first + n) of the store; returns
+ * seconds (thread CPU with one thread, wall with a pool). */
+static double time_call(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, attn_query_t *qs, int n)
+{
+    double c0 = thread_cpu(), w0 = wall();
+    attn_forward(tp, cfg, 0, qs, n);
+    return tp ? wall() - w0 : thread_cpu() - c0;
+}
+
+int main(int argc, char **argv)
+{
+    int ctxs[16] = {2048, 8192, 18432}, n_ctx = 3, chunk = 512, reps = 5, threads = 1;
+    cairn_dtype_t dt = CAIRN_DTYPE_BF16;
+    const char *dt_name = "bf16";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            n_ctx = 0;
+            for (char *s = argv[++i]; *s && n_ctx < 16;) {
+                ctxs[n_ctx++] = (int)strtol(s, &s, 10);
+                if (*s == ',')
+                    s++;
+            }
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            chunk = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--kv") && i + 1 < argc && !parse_dtype(argv[i + 1], &dt)) {
+            dt_name = argv[++i];
+        } else {
+            fprintf(stderr, "usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] "
+                            "[--kv bf16|f32|q8_0] [--threads T]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 64 || chunk < 1 || threads < 1) {
+        fprintf(stderr, "bench_attention: --reps 1..64, --chunk >= 1, --threads >= 1\n");
+        return 2;
+    }
+    kern_init();
+    cairn_thread_pool_t *tp = NULL;
+    if (threads > 1 && cairn_thread_pool_create(threads, &tp)) {
+        fprintf(stderr, "bench_attention: cannot create a pool of %d threads\n", threads);
+        return 1;
+    }
+    printf("attention, kernels %s, %d/%d heads x %d, %s K/V in runs of %d, %s, median of %d\n",
+           kern_impl_name(), N_HEADS, N_KV_HEADS, HEAD_DIM, dt_name, RUN,
+           tp ? "wall time of a pool" : "1 thread CPU time", reps);
+    const int q_dim = N_HEADS * HEAD_DIM, kv_dim = N_KV_HEADS * HEAD_DIM;
+    int rc = 0;
+    for (int c = 0; c < n_ctx; c++) {
+        const int n_pos = ctxs[c], nq = chunk < n_pos ? chunk : n_pos;
+        store_t st = {NULL, NULL, cairn_dtype_row_bytes(dt, kv_dim), n_pos};
+        attn_kv_t kv = {store_rows, &st};
+        const int slots = tp ? cairn_thread_pool_size(tp) : 1;
+        attn_cfg_t cfg = {N_HEADS, N_KV_HEADS, HEAD_DIM, dt, NULL, slots, n_pos};
+        size_t per = attn_scratch_floats(N_HEADS, N_KV_HEADS, HEAD_DIM, n_pos);
+        float *q = malloc((size_t)nq * q_dim * sizeof(float));
+        float *out = malloc((size_t)nq * q_dim * sizeof(float));
+        float *row = malloc((size_t)kv_dim * sizeof(float));
+        attn_query_t *qs = malloc((size_t)nq * sizeof(*qs));
+        st.k = malloc((size_t)n_pos * st.row_bytes);
+        st.v = malloc((size_t)n_pos * st.row_bytes);
+        cfg.scratch = malloc((size_t)slots * per * sizeof(float));
+        if (!q || !out || !row || !qs || !st.k || !st.v || !cfg.scratch) {
+            fprintf(stderr, "bench_attention: out of memory at context %d\n", n_pos);
+            rc = 1;
+        } else {
+            for (size_t i = 0; i < (size_t)nq * q_dim; i++)
+                q[i] = 2.0f * rndf();
+            for (int p = 0; p < n_pos; p++) {
+                for (int i = 0; i < kv_dim; i++)
+                    row[i] = 2.0f * rndf();
+                kern_row_from_f32(st.k + (size_t)p * st.row_bytes, dt, row, kv_dim);
+                for (int i = 0; i < kv_dim; i++)
+                    row[i] = rndf();
+                kern_row_from_f32(st.v + (size_t)p * st.row_bytes, dt, row, kv_dim);
+            }
+            for (int i = 0; i < nq; i++)
+                qs[i] = (attn_query_t){q + (size_t)i * q_dim, out + (size_t)i * q_dim, &kv, n_pos - nq + i};
+            double keys = 0; /* visible (query, key) pairs of the chunk */
+            for (int i = 0; i < nq; i++)
+                keys += qs[i].pos + 1;
+            const double flops = keys * N_HEADS * 4.0 * HEAD_DIM;
+            double tpre[64], tdec[64];
+            time_call(tp, &cfg, qs, nq); /* warm: pages, caches */
+            for (int r = 0; r < reps; r++) {
+                tpre[r] = time_call(tp, &cfg, qs, nq);
+                tdec[r] = time_call(tp, &cfg, qs + nq - 1, 1);
+            }
+            const double pre = median(tpre, reps), dec = median(tdec, reps);
+            const double dflops = (double)n_pos * N_HEADS * 4.0 * HEAD_DIM;
+            /* All chunks of the prompt, all layers: pairs n(n+1)/2 per head. */
+            const double prompt_flops = (double)n_pos * (n_pos + 1) / 2 * N_HEADS * 4.0 * HEAD_DIM * N_LAYERS;
+            printf("  ctx %6d  prefill %4d queries %8.2f ms  %6.1f GFLOP/s | decode %7.3f ms  %6.1f GFLOP/s"
+                   " | whole prompt, %d layers ~%.1f s (%.2f GFLOP/token)\n",
+                   n_pos, nq, pre * 1e3, flops / pre * 1e-9, dec * 1e3, dflops / dec * 1e-9, N_LAYERS,
+                   prompt_flops / (flops / pre), prompt_flops / n_pos * 1e-9);
+        }
+        free(q);
+        free(out);
+        free(row);
+        free(qs);
+        free(st.k);
+        free(st.v);
+        free(cfg.scratch);
+        if (rc)
+            break;
+    }
+    cairn_thread_pool_destroy(tp);
+    return rc;
+}
