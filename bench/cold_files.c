@@ -86,9 +86,15 @@ static uint64_t read_one(const char *path, void *user)
     int fd = open(path, O_RDONLY | (r->direct ? O_DIRECT : 0));
     if (fd < 0)
         return 0;
+    /* O_DIRECT: ask for the file's size rounded up to pages, not the whole buffer (a
+     * request past the end makes the kernel zero the rest of the buffer). */
+    struct stat st;
+    size_t want = RAW_BUF;
+    if (r->direct && fstat(fd, &st) == 0 && (uint64_t)st.st_size < RAW_BUF)
+        want = ((size_t)st.st_size + 4095) / 4096 * 4096;
     uint64_t total = 0;
     ssize_t n;
-    while ((n = read(fd, r->buf, RAW_BUF)) > 0)
+    while ((n = read(fd, r->buf, want ? want : 4096)) > 0)
         total += (uint64_t)n;
     close(fd);
     return total;
@@ -106,4 +112,22 @@ uint64_t cf_read(const char *dir, bool direct, double *seconds)
     *seconds = cf_now() - t0;
     munmap(buf, RAW_BUF);
     return total;
+}
+
+double cf_fresh_memory_cpu(uint64_t bytes)
+{
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE);
+    double c0 = cf_thread_cpu_now();
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(p, (size_t)bytes, MADV_POPULATE_WRITE);
+#else
+    for (uint64_t i = 0; i < bytes; i += 4096)
+        ((volatile char *)p)[i] = 0;
+#endif
+    double c = cf_thread_cpu_now() - c0;
+    munmap(p, (size_t)bytes);
+    return c;
 }

@@ -28,4 +28,11 @@ bool cf_drop(const char *dir);
  * the bytes read; *seconds the wall time. 0 when nothing could be read. */
 uint64_t cf_read(const char *dir, bool direct, double *seconds);
 
+/* Maps `bytes` of new anonymous memory (transparent huge pages, as the KV pool's), fills it
+ * in one MADV_POPULATE_WRITE and unmaps it; returns the CPU seconds the fill took. What a
+ * restore pays to materialise that many bytes of fresh pool memory before a byte is read
+ * (on a VM whose host reclaims freed guest memory, most of it is the host's first touch).
+ * -1 when the memory cannot be mapped. */
+double cf_fresh_memory_cpu(uint64_t bytes);
+
 #endif
