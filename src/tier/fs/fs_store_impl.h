@@ -1,11 +1,12 @@
 /*
  * fs_store_impl.h — private: the filesystem store's structure, shared by fs_store.c
  * (directory, index, quota, reads, maintenance, telemetry), fs_writer.c (queue, writer
- * thread) and fs_ops.c (the store behind the tier interface).
+ * thread), fs_ahead.c (the restores' reads ahead) and fs_ops.c (the store behind the tier
+ * interface).
  *
  * Locks: `mu` guards the index, the LRU list and the counters; `qmu` guards the write
- * queue; `amu` guards the prefetched descriptors. No two are ever held together, so there
- * is no lock order to get wrong.
+ * queue; `amu` guards the read-ahead (fs_ahead.c: the table, its buffers, the ring). No two
+ * are ever held together, so there is no lock order to get wrong.
  */
 #ifndef CAIRN_FS_STORE_IMPL_H
 #define CAIRN_FS_STORE_IMPL_H
