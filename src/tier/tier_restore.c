@@ -12,8 +12,7 @@
  * not stop at the expected length: another process sharing the store may have written
  * more since the metadata was read.
  * I/O overlap: the store is hinted (prefetch) PREFETCH blocks ahead of the read, so a disk
- * works on several objects while one is validated; the first hints go before the sink's
- * prepare, so the first reads are in flight while it sets its destinations up.
+ * works on several objects while one is validated.
  *
  * Hybrid families (cairn_tier_restore_hybrid): a prefix of such a model also needs, for
  * every group outside the FULL layers' blocks, a STATE sidecar at exactly its boundary.
@@ -55,16 +54,10 @@ int cairn_tier_restore_chain(cairn_tier_store_t *s, const cairn_tier_chain_t *c,
     if (start >= c->n)
         return CAIRN_OK;
     res->expected = cairn_tier_store_chain_length(s, c->keys + start, c->n - start);
-    /* The first hints go before prepare, so the store's first reads are in flight while
-     * the sink sets its destinations up. */
-    size_t ahead = start + PREFETCH < c->n ? start + PREFETCH : c->n; /* keys [start, ahead) hinted */
-    if (res->expected)
-        cairn_tier_store_prefetch(s, c->keys + start, ahead - start);
-    else
-        ahead = start;
     if (sink->prepare)
         sink->prepare(sink->user, start, res->expected);
     static const cairn_tier_hash_t zero;
+    size_t ahead = start; /* keys [start, ahead) were hinted */
     int rc = CAIRN_OK;
     for (size_t i = start; i < c->n; i++) {
         size_t until = i + PREFETCH < c->n ? i + PREFETCH : c->n;
