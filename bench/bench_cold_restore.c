@@ -7,7 +7,8 @@
  *   recompute  a fresh engine with the tier on and an empty directory: begin + one step
  *              over the whole prompt (the store misses once; this run persists the prompt)
  *   restore    after the engine is destroyed (writes drained), the store's files are
- *              dropped from the page cache (posix_fadvise DONTNEED); a fresh engine and
+ *              dropped from the page cache (cold_files.h: drop_caches where the process
+ *              may, and posix_fadvise DONTNEED on each); a fresh engine and
  *              store on the same directory: begin (restores) + one step over the last token
  *   raw read   the same object files read in chain order with read() after dropping them
  *              again, and one file of the same size read sequentially: the disk's bandwidth
@@ -16,60 +17,17 @@
  * Usage: bench_cold_restore [DIR] [THREADS] [TOKENS,...]  (DIR default: a new directory
  * under /tmp; TOKENS default 4096,16384).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cairn/engine.h"
 #include "tools/synth.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Drops (or, with buf, reads and counts) every .kv file under dir. */
-static uint64_t walk_objects(const char *dir, char *buf, size_t buf_len)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    uint64_t total = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (stat(p, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode)) {
-            total += walk_objects(p, buf, buf_len);
-            continue;
-        }
-        int fd = open(p, O_RDONLY);
-        if (fd < 0)
-            continue;
-        if (buf) {
-            ssize_t r;
-            while ((r = read(fd, buf, buf_len)) > 0)
-                total += (uint64_t)r;
-        } else {
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        }
-        close(fd);
-    }
-    closedir(d);
-    return total;
-}
+#include "cold_files.h"
 
 static int make_engine(const cairn_checkpoint_t *ck, const char *root, int threads,
                        cairn_engine_t **e)
@@ -93,7 +51,7 @@ static int make_engine(const cairn_checkpoint_t *ck, const char *root, int threa
 /* begin + one step to the first logits; returns seconds, or -1. */
 static double ttft(cairn_engine_t *e, const int32_t *prompt, int n, int *restored)
 {
-    double t0 = now();
+    double t0 = cf_now();
     cairn_seq_t *s = NULL;
     int cached = 0;
     if (cairn_seq_begin(e, NULL, prompt, n, &s, &cached))
@@ -103,7 +61,7 @@ static double ttft(cairn_engine_t *e, const int32_t *prompt, int n, int *restore
     int rows = 0;
     if (cairn_engine_step(e, &it, 1, &lg, &rows))
         return -1;
-    double t = now() - t0;
+    double t = cf_now() - t0;
     *restored = cairn_seq_restored_tokens(s);
     cairn_seq_release(s); /* captures the prompt's blocks */
     return t;
@@ -173,11 +131,11 @@ int main(int argc, char **argv)
         cairn_engine_destroy(e);
 
         /* Restart: cold page cache, fresh engine and store. */
-        walk_objects(root, NULL, 0);
-        double t_open = now();
+        cf_drop(root);
+        double t_open = cf_now();
         if (make_engine(ck, root, threads, &e))
             return 1;
-        t_open = now() - t_open;
+        t_open = cf_now() - t_open;
         double t_rest = ttft(e, prompt, n, &restored);
         cairn_engine_cold_counters_t c;
         cairn_engine_cold_counters(e, &c);
@@ -185,10 +143,10 @@ int main(int argc, char **argv)
         cairn_engine_destroy(e);
 
         /* Raw reads of the same bytes, page cache dropped first. */
-        walk_objects(root, NULL, 0);
-        double t0 = now();
-        uint64_t raw = walk_objects(root, buf, buf_len);
-        double raw_obj_mbs = raw / (now() - t0) / 1e6;
+        cf_drop(root);
+        double raw_s = 0;
+        uint64_t raw = cf_read(root, false, &raw_s);
+        double raw_obj_mbs = raw_s > 0 ? raw / raw_s / 1e6 : 0;
         char big[800];
         snprintf(big, sizeof big, "%s/raw.bin", dir);
         int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -202,12 +160,12 @@ int main(int argc, char **argv)
             close(fd);
         }
         fd = open(big, O_RDONLY);
-        t0 = now();
+        double t0 = cf_now();
         uint64_t got = 0;
         ssize_t r;
         while (fd >= 0 && (r = read(fd, buf, buf_len)) > 0)
             got += (uint64_t)r;
-        double raw_file_mbs = got / (now() - t0) / 1e6;
+        double raw_file_mbs = got / (cf_now() - t0) / 1e6;
         if (fd >= 0)
             close(fd);
         unlink(big);

@@ -15,10 +15,16 @@
  *            logits; wall and process CPU time), then the exit's persistence of everything
  *            not on disk (written blocks, MB/s). Skipped when DIR/first.txt exists (it
  *            records the figures; the prefill takes ~10 minutes on 2 cores);
+ *            --first-only runs this phase alone (again, whatever DIR/first.txt says) and
+ *            exits: the real prefill, then its blocks persisted, for a later run without
+ *            --synthetic to restore;
  *   session  a new session after a restart (same prefix, another 16-token user message),
- *            the store's files dropped from the page cache first (POSIX_FADV_DONTNEED):
- *            TTFT, restored tokens, restore MB/s (payload bytes / time in restores), then
- *            the same object files read with read() after dropping them again (raw MB/s);
+ *            the page cache dropped first (sync + /proc/sys/vm/drop_caches where the process
+ *            may, and POSIX_FADV_DONTNEED on every file): TTFT (wall, process CPU), restored
+ *            tokens, restore MB/s (payload bytes / time in restores) and the restoring
+ *            thread's CPU (cairn_seq_begin restores inline); bracketed by raw reads of the
+ *            same object files, O_DIRECT before, read() through the dropped page cache and
+ *            O_DIRECT after (raw MB/s); one `summary:` line with the figures;
  *   replay   T turns of that session, a restart before each: turn t's prompt is the whole
  *            conversation (the previous prompt, its G-token greedy reply, an R-token tool
  *            result); per turn the tokens reusable from the previous turn (its computed
@@ -32,23 +38,22 @@
  * --kv-dtype q8_0 runs every phase with 8-bit K/V (34 bytes per 32 elements: 53% of bf16's
  * bytes per block, in the pool and on disk; the synthetic payload is then a constant q8_0
  * block) in a directory of its own (cache-q8_0, cache-synthetic-q8_0).
- * Usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] [--synthetic]
- *        [--kv-dtype bf16|q8_0]
+ * Usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G]
+ *        [--synthetic | --first-only] [--kv-dtype bf16|q8_0]
  * Defaults: 2 threads, 3 turns, 256-token tool results, 8-token replies, bf16 K/V.
  */
-#include <dirent.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cairn/cold_tier.h"
 #include "cairn/engine.h"
 #include "cairn/kv_cache.h"
 #include "tools/synth.h"
+
+#include "cold_files.h"
 
 #define SYSTEM_TOKENS 2746
 #define TOOLS 24
@@ -57,56 +62,6 @@
 #define PREFIX_TOKENS (SYSTEM_TOKENS + TOOLS * TOOL_TOKENS)
 #define PROMPT_TOKENS (PREFIX_TOKENS + USER_TOKENS)
 #define BS 16
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Drops (or, with buf, reads and counts) every .kv file under dir. */
-static uint64_t walk_objects(const char *dir, char *buf, size_t buf_len)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    uint64_t total = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (stat(p, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode)) {
-            total += walk_objects(p, buf, buf_len);
-            continue;
-        }
-        int fd = open(p, O_RDONLY);
-        if (fd < 0)
-            continue;
-        if (buf) {
-            ssize_t r;
-            while ((r = read(fd, buf, buf_len)) > 0)
-                total += (uint64_t)r;
-        } else {
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        }
-        close(fd);
-    }
-    closedir(d);
-    return total;
-}
 
 /* Token ids of a section: a seeded xorshift over the ordinary ids. */
 static void fill(int32_t *t, int n, uint64_t seed)
@@ -175,7 +130,7 @@ static double fill_synthetic(cairn_cold_store_t *s, const int32_t *tokens, size_
         for (size_t i = 0; i < payload; i += 2)
             pay[i] = 0x24, pay[i + 1] = 0x3c; /* bf16 0.01 */
     }
-    double t0 = now();
+    double t0 = cf_now();
     for (size_t i = 0; i < n_blocks; i++) {
         cairn_cold_block_t b;
         memset(&b, 0, sizeof b);
@@ -192,7 +147,7 @@ static double fill_synthetic(cairn_cold_store_t *s, const int32_t *tokens, size_
         }
     }
     cairn_cold_store_flush(s);
-    double t = now() - t0;
+    double t = cf_now() - t0;
     free(pay);
     free(h);
     return t;
@@ -224,6 +179,8 @@ static cairn_engine_t *make_engine(const cairn_checkpoint_t *ck, const char *roo
 
 typedef struct {
     double ttft, ttft_cpu;
+    double begin_s, begin_cpu; /* cairn_seq_begin alone: the restore (it runs inline), wall and
+                                  this thread's CPU */
     int restored, hot;
     int32_t reply[64];
 } turn_t;
@@ -233,12 +190,14 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
 {
     memset(t, 0, sizeof *t);
     const int vocab = cairn_engine_config(e)->vocab;
-    double t0 = now(), c0 = cpu_now();
+    double t0 = cf_now(), c0 = cf_cpu_now(), b0 = cf_thread_cpu_now();
     cairn_seq_t *s = NULL;
     if (cairn_seq_begin(e, NULL, prompt, n, &s, &t->hot)) {
         fprintf(stderr, "bench_conv_persist: begin failed\n");
         exit(1);
     }
+    t->begin_s = cf_now() - t0;
+    t->begin_cpu = cf_thread_cpu_now() - b0;
     t->restored = cairn_seq_restored_tokens(s);
     for (int g = 0; g < gen; g++) {
         const float *lg = NULL;
@@ -250,8 +209,8 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
             exit(1);
         }
         if (g == 0) {
-            t->ttft = now() - t0;
-            t->ttft_cpu = cpu_now() - c0;
+            t->ttft = cf_now() - t0;
+            t->ttft_cpu = cf_cpu_now() - c0;
         }
         int best = 0;
         for (int v = 1; v < vocab; v++)
@@ -270,15 +229,15 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] "
-                        "[--synthetic] [--kv-dtype bf16|q8_0]\n");
+                        "[--synthetic | --first-only] [--kv-dtype bf16|q8_0]\n");
         return 2;
     }
     const char *dir = argv[1];
     int threads = 2, turns = 3, tool = 256, gen = 8;
-    bool synthetic = false;
+    bool synthetic = false, first_only = false;
     for (int i = 2; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--synthetic")) {
-            synthetic = true;
+        if (!strcmp(argv[i], "--synthetic") || !strcmp(argv[i], "--first-only")) {
+            *(argv[i][2] == 's' ? &synthetic : &first_only) = true;
             i--;
             continue;
         }
@@ -337,9 +296,13 @@ int main(int argc, char **argv)
         fill(conv + SYSTEM_TOKENS + k * TOOL_TOKENS, TOOL_TOKENS, 100 + (uint64_t)k);
     fill(conv + PREFIX_TOKENS, USER_TOKENS, 1000);
 
-    /* first: once per directory (or the synthetic fill). */
+    if (synthetic && first_only) {
+        fprintf(stderr, "bench_conv_persist: --first-only computes the real prefill; not with --synthetic\n");
+        return 2;
+    }
+    /* first: once per directory (or the synthetic fill); --first-only computes it again. */
     cairn_cold_store_t *lent = NULL;
-    FILE *f = synthetic ? NULL : fopen(first_path, "r");
+    FILE *f = synthetic || first_only ? NULL : fopen(first_path, "r");
     if (synthetic) {
         lent = open_synthetic(root);
         const size_t nb = (PROMPT_TOKENS - 1) / BS;
@@ -363,10 +326,13 @@ int main(int argc, char **argv)
         cairn_engine_t *e = make_engine(ck, root, threads, NULL);
         turn_t t;
         run_turn(e, conv, PROMPT_TOKENS, 1, &t);
-        double t0 = now();
+        if (t.restored || t.hot)
+            printf("warning: not a first request: %d tokens restored, %d hot (%s held blocks)\n", t.restored, t.hot,
+                   root);
+        double t0 = cf_now();
         cairn_cold_persist_report_t r;
         int rc = cairn_engine_cold_persist(e, 600000, &r);
-        double persist_s = now() - t0;
+        double persist_s = cf_now() - t0;
         cairn_engine_destroy(e);
         char line[512];
         snprintf(line, sizeof line,
@@ -384,14 +350,26 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
 
-    /* session: a new session after a restart, cold page cache. */
+    if (first_only) {
+        free(conv);
+        cairn_checkpoint_close(ck);
+        return 0;
+    }
+
+    /* session: a new session after a restart, cold page cache. The raw reads of the same
+     * files bracket it: O_DIRECT before (what the restore's direct reads can get), then
+     * after it read() through the dropped page cache and O_DIRECT again. */
     fill(conv + PREFIX_TOKENS, USER_TOKENS, 2000);
-    walk_objects(root, NULL, 0);
-    double t_open = now();
+    double raw_s[3] = {0, 0, 0};
+    uint64_t raw_b[3] = {0, 0, 0};
+    bool dropped = cf_drop(root);
+    raw_b[0] = cf_read(root, true, &raw_s[0]);
+    cf_drop(root);
+    double t_open = cf_now();
     if (synthetic)
         lent = open_synthetic(root);
     cairn_engine_t *e = make_engine(ck, root, threads, lent);
-    t_open = now() - t_open;
+    t_open = cf_now() - t_open;
     turn_t t;
     run_turn(e, conv, PROMPT_TOKENS, gen, &t);
     cairn_engine_cold_counters_t c;
@@ -400,20 +378,37 @@ int main(int argc, char **argv)
     cairn_engine_destroy(e);
     cairn_cold_store_destroy(lent);
     lent = NULL;
-    walk_objects(root, NULL, 0);
-    size_t buf_len = 1 << 20;
-    char *buf = malloc(buf_len);
-    double t0 = now();
-    uint64_t raw = walk_objects(root, buf, buf_len);
-    double raw_mbs = raw / (now() - t0) / 1e6;
+    cf_drop(root);
+    raw_b[1] = cf_read(root, false, &raw_s[1]);
+    cf_drop(root);
+    raw_b[2] = cf_read(root, true, &raw_s[2]);
+    /* After every read: mapping fresh memory first would warm the memory the restore's
+     * pool then gets. */
+    const double fresh_cpu = cf_fresh_memory_cpu(c.store.bytes_restored);
+    double raw_mbs[3], raw_best = 0;
+    for (int k = 0; k < 3; k++) {
+        raw_mbs[k] = raw_s[k] > 0 ? raw_b[k] / raw_s[k] / 1e6 : 0;
+        raw_best = raw_mbs[k] > raw_best ? raw_mbs[k] : raw_best;
+    }
     const int full = (PROMPT_TOKENS - 1) / BS * BS;
     printf("new session after a restart: TTFT %.2f s wall (%.2f s CPU), %d of %d full-block prompt tokens "
            "restored (%.1f%%), %d hot; engine + store open %.2f s\n",
            t.ttft, t.ttft_cpu, t.restored, full, 100.0 * t.restored / full, t.hot, t_open);
-    printf("  restore %.0f MB in %.2f s: %.0f MB/s; raw read of the same %llu object files' %.0f MB: %.0f MB/s "
-           "(restore = %.0f%% of raw)\n",
-           c.store.bytes_restored / 1e6, c.restore_seconds, rest_mbs, (unsigned long long)c.store.hits,
-           raw / 1e6, raw_mbs, 100.0 * rest_mbs / raw_mbs);
+    printf("  restore %.0f MB in %.2f s: %.0f MB/s (begin %.2f s wall, %.2f s CPU of the restoring thread); "
+           "prefill of the %d tokens left %.2f s wall\n",
+           c.store.bytes_restored / 1e6, c.restore_seconds, rest_mbs, t.begin_s, t.begin_cpu,
+           PROMPT_TOKENS - t.restored - t.hot, t.ttft - t.begin_s);
+    printf("  raw read of the same object files (%s): O_DIRECT before %.0f MB/s, read() after %.0f MB/s, "
+           "O_DIRECT after %.0f MB/s (%.0f MB each)\n",
+           dropped ? "page cache dropped with drop_caches" : "page cache dropped per file with FADV_DONTNEED",
+           raw_mbs[0], raw_mbs[1], raw_mbs[2], raw_b[1] / 1e6);
+    printf("  fresh memory: populating %.0f MB of new anonymous huge pages took %.2f s CPU (the part of the "
+           "restore's CPU that materialises its pool blocks)\n",
+           c.store.bytes_restored / 1e6, fresh_cpu);
+    printf("summary: %s K/V, TTFT %.2f s wall / %.2f s process CPU; restore %.0f MB at %.0f MB/s (%.2f s CPU, "
+           "fresh-memory probe %.2f s); raw read best %.0f MB/s (restore = %.0f%% of it)\n",
+           cairn_dtype_name(g_kv_dtype), t.ttft, t.ttft_cpu, c.store.bytes_restored / 1e6, rest_mbs, t.begin_cpu,
+           fresh_cpu, raw_best, raw_best > 0 ? 100.0 * rest_mbs / raw_best : 0);
     fflush(stdout);
 
     /* replay: a restart before every turn. */
@@ -430,7 +425,7 @@ int main(int argc, char **argv)
         int reusable = computed_before / BS * BS;
         if (reusable > (n - 1) / BS * BS)
             reusable = (n - 1) / BS * BS;
-        walk_objects(root, NULL, 0);
+        cf_drop(root);
         if (synthetic)
             lent = open_synthetic(root);
         e = make_engine(ck, root, threads, lent);
@@ -449,7 +444,6 @@ int main(int argc, char **argv)
     }
     printf("replay: %ld of %ld reusable tokens restored (%.1f%%)\n", tot_restored, tot_reusable,
            tot_reusable ? 100.0 * tot_restored / tot_reusable : 0);
-    free(buf);
     free(conv);
     cairn_checkpoint_close(ck);
     return 0;

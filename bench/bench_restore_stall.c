@@ -26,7 +26,6 @@
  * repetitions of the pair (reads on the engine thread: CAIRN_COLD_RESTORE_ASYNC=0, the
  * issue-11 "before"; then on the tier's I/O thread), alternated in one process.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +37,8 @@
 
 #include "cairn/scheduler.h"
 #include "tools/synth.h"
+
+#include "cold_files.h"
 
 #define STREAMS 8
 #define WARM 24 /* tokens each stream produces before the restores start */
@@ -53,34 +54,6 @@ static void die(const char *what, int rc)
 {
     fprintf(stderr, "bench_restore_stall: %s: %s\n", what, cairn_strerror(rc));
     exit(1);
-}
-
-/* Drops every object file under dir from the page cache. */
-static void drop_cache(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (stat(p, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode)) {
-            drop_cache(p);
-            continue;
-        }
-        int fd = open(p, O_RDONLY);
-        if (fd >= 0) {
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            close(fd);
-        }
-    }
-    closedir(d);
 }
 
 typedef struct {
@@ -376,14 +349,14 @@ int main(int argc, char **argv)
     }
     cairn_sched_destroy(s, 1000);
     cairn_engine_destroy(e);
-    drop_cache(dir);
+    (void)cf_drop(dir);
     printf("  persisted %d x %d tokens in %.1f s, page cache dropped\n", R, N, (now_ms() - t0) / 1e3);
 
     for (int rep = 0; rep < reps; rep++)
         for (int mode = 0; mode < 2; mode++) {
             /* Alternated: the engine thread reads (before issue 11's move), then the I/O thread. */
             setenv("CAIRN_COLD_RESTORE_ASYNC", mode ? "1" : "0", 1);
-            drop_cache(dir);
+            (void)cf_drop(dir);
             measure(ck, tok, dir, threads, mode ? "I/O thread" : "engine thread", R, N, G, every, vocab, prompts);
         }
     cairn_tokenizer_destroy(tok);

@@ -14,8 +14,9 @@
  * the counters' `store` is the local one's). Restore runs before the KV core admits a
  * prompt: the tier's restore walk
  * (cairn_tier_restore_chain) loads the blocks past the hot prefix into freshly allocated
- * pool blocks, taken and prefaulted in one pass before the walk (a block's K/V for every
- * layer is one contiguous byte range, identical in the pool and in the object payload),
+ * pool blocks, taken before the walk and materialised one by one as it reaches them (a
+ * block's K/V for every layer is one contiguous byte range, identical in the pool and in
+ * the object payload),
  * each validated by the store; the bridge publishes the validated prefix as cached blocks
  * and the core's admission attaches hot and restored blocks alike. The walk stops at the
  * first missing, invalid or declined block, and the core never attaches past a hole, so a
@@ -152,7 +153,7 @@ struct engine_cold {
     seq_ckpts_t *ckpts;
     uint32_t full_group;           /* the KV core group whose blocks are BLOCK objects */
     uint32_t full_layer;           /* a layer of it (its block table is the chain's) */
-    bool host_pool;                /* the pool is host memory: the I/O thread prefaults */
+    bool host_pool;                /* the pool is host memory: the walk populates each block */
     size_t block_bytes;            /* bytes of one pool block */
     uint32_t n_side;
     /* Capture scratch (engine thread): the chain's hashes, per sidecar group the
@@ -640,49 +641,39 @@ static void job_free(restore_job_t *j)
     cairn_free(j);
 }
 
-/* Takes chain blocks [j->taken, upto) from the pool and materialises their memory in one
- * pass (filling fresh pool memory page fault by page fault costs more than the disk read
- * on a virtual machine). Engine thread. */
+/* Takes chain blocks [j->taken, upto) from the pool. Their memory is materialised block by
+ * block as the walk reaches them (populate_block). Engine thread. */
 static void take_blocks(restore_job_t *j, size_t upto)
 {
     engine_cold_t *c = j->c;
-    const size_t from = j->taken;
     while (j->taken < upto) {
         if (cairn_kv_cache_import_begin(c->cache, &j->ids[j->taken], &j->bytes[j->taken]) != CAIRN_OK)
             break;
         j->taken++;
     }
-    /* A queued job's blocks are prefaulted by its run on the I/O thread (job_prefault):
-     * first-touch faults of fresh pool memory cost more than the disk read. */
-    if (j->inline_run || !c->host_pool)
-        (void)cairn_kv_cache_import_prefault(c->cache, j->ids + from, j->taken - from);
 }
 
-/* Materialises the memory of the blocks taken at the start, run after run of adjacent
- * blocks (MADV_POPULATE_WRITE; rounding out to pages stays inside committed whole blocks
- * and changes no byte). Any thread: only the job's pinned blocks' bytes are touched. */
-static void job_prefault(restore_job_t *j)
+/* Materialises a host pool block's memory before the store copies into it, in one call
+ * (MADV_POPULATE_WRITE; the pool mapping asks for transparent huge pages): filling fresh
+ * pool memory page fault by page fault costs more than the disk read on a virtual
+ * machine. Done block by block as the walk reaches it, not for the whole proposal before
+ * the walk, so the store's reads of the next blocks are in flight meanwhile. Rounding out
+ * to pages stays inside committed whole blocks and changes no byte. Any thread: only the
+ * job's block is touched. */
+static void populate_block(const engine_cold_t *c, void *bytes)
 {
 #ifdef MADV_POPULATE_WRITE
-    engine_cold_t *c = j->c;
-    if (j->inline_run || !c->host_pool)
+    if (!c->host_pool)
         return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (size_t i = j->start; i < j->taken;) {
-        size_t k = i + 1;
-        while (k < j->taken && (uint8_t *)j->bytes[k] == (uint8_t *)j->bytes[k - 1] + c->block_bytes)
-            k++;
-        uintptr_t lo = (uintptr_t)j->bytes[i] & ~(page - 1);
-        uintptr_t hi = ((uintptr_t)j->bytes[k - 1] + c->block_bytes + page - 1) & ~(page - 1);
-        if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
-            return; /* a kernel before 5.14: the pages fault in as the reads fill them */
-        i = k;
-    }
+    uintptr_t lo = (uintptr_t)bytes & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)bytes + c->block_bytes + page - 1) & ~(page - 1);
+    (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* before 5.14: faults as filled */
 #else
-    (void)j;
+    (void)c;
+    (void)bytes;
 #endif
 }
-
 
 /* The sink's prepare: a dense restore run inline takes the blocks the store's metadata
  * expects here (one metadata call for the whole restore); otherwise the start took them. */
@@ -714,8 +705,10 @@ static void *restore_dest(void *user, size_t i, size_t payload_size)
     if (j->last == j->first)
         j->first = i;
     j->last = i + 1;
-    if (!c->staged)
+    if (!c->staged) {
+        populate_block(c, bytes);
         return bytes;
+    }
     /* Device pool: the store reads into staging slot i & 1. The walk asks for block i only
      * after block i - 1 validated, so that one's upload is queued now and runs while the
      * store reads this one; the slot reused here waits for the upload of block i - 2. */
@@ -1021,7 +1014,6 @@ none:
 static void job_run(restore_job_t *j)
 {
     engine_cold_t *c = j->c;
-    job_prefault(j);
     const cairn_tier_chain_t chain = job_chain(j);
     const cairn_tier_restore_sink_t sink = {restore_prepare, restore_dest, j};
     /* The shared store's hits during the walk are this restore's blocks from the shared

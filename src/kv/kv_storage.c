@@ -33,9 +33,13 @@ static int host_reserve(void *ctx, size_t max_bytes, uint8_t **base)
     }
     /* Best effort: transparent huge pages where the system allows them. A block's first
      * touch then maps 2 MiB at once instead of faulting 4 KiB at a time, which matters
-     * where page faults are expensive (virtual machines: tens of microseconds each). */
+     * where page faults are expensive (virtual machines: tens of microseconds each).
+     * CAIRN_KV_HUGEPAGES=0 asks for 4 KiB pages instead: on a VM whose host reclaims the
+     * guest's free memory, fresh huge pages cost several times more to materialise than
+     * fresh 4 KiB pages (docs/PERFORMANCE.md, issue 17). */
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, max_bytes, MADV_HUGEPAGE);
+    (void)madvise(p, max_bytes,
+                  cairn_knob_bool("CAIRN_KV_HUGEPAGES", false, false, true) ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
     *base = p;
     return CAIRN_OK;

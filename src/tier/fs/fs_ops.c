@@ -8,12 +8,11 @@
  * hash covers the domain, so the key's domain is not stored). A BLOCK of another group is
  * CAIRN_EUNSUPPORTED (its layout is not the store's). contains() counts queued objects
  * too (a put of them would queue nothing); chain_length() only what the index holds (what
- * a read can find now). prefetch() opens each object and asks the kernel to read it ahead
- * (POSIX_FADV_WILLNEED), keeping the descriptor for the read that follows (at most
- * FS_AHEAD_SLOTS; a full table closes its oldest, destroy closes the rest), so a restore
- * opens each object once while the device works on the next ones. A read whose object
- * left the index since its prefetch drops the kept descriptor and opens the name again:
- * only the name counts, never an old inode.
+ * a read can find now). prefetch() starts each object's read ahead of the walk
+ * (fs_ahead.c: a direct read through io_uring, or a kept descriptor hinted with
+ * POSIX_FADV_WILLNEED), so a restore opens each object once while the device works on the
+ * next ones. A read whose object left the index since its prefetch drops what was kept
+ * and opens the name again: only the name counts, never an old inode.
  * Thread-safety: that of the store's calls (all thread-safe).
  */
 #include <fcntl.h>
@@ -76,71 +75,6 @@ static void fs_prefetch(cairn_tier_store_t *t, const cairn_tier_key_t *keys, siz
     for (size_t i = 0; i < n; i++)
         if (keys[i].kind == CAIRN_TIER_BLOCK && keys[i].group == 0)
             fs__prefetch(s, &keys[i].hash);
-}
-
-/* Index of h in the table, or n_ahead. Caller holds amu. */
-static uint32_t ahead_find_locked(const cairn_cold_store_t *s, const cairn_tier_hash_t *h)
-{
-    uint32_t i = 0;
-    while (i < s->n_ahead && memcmp(s->ahead[i].hash.bytes, h->bytes, 32))
-        i++;
-    return i;
-}
-
-/* Takes entry i out of the table and returns its descriptor. Caller holds amu. */
-static int ahead_take_locked(cairn_cold_store_t *s, uint32_t i)
-{
-    int fd = s->ahead[i].fd;
-    memmove(s->ahead + i, s->ahead + i + 1, (s->n_ahead - i - 1) * sizeof *s->ahead);
-    s->n_ahead--;
-    return fd;
-}
-
-void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
-{
-    pthread_mutex_lock(&s->amu);
-    bool have = ahead_find_locked(s, h) < s->n_ahead;
-    pthread_mutex_unlock(&s->amu);
-    if (have)
-        return;
-    const cairn_tier_key_t k = fs__block_key(h);
-    char *path = fs__object_path(s, &k);
-    if (!path)
-        return;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    cairn_free(path);
-    if (fd < 0)
-        return; /* absent: the read will say so */
-    posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-    int old = -1;
-    pthread_mutex_lock(&s->amu);
-    if (ahead_find_locked(s, h) < s->n_ahead) { /* a concurrent hint won */
-        old = fd;
-    } else {
-        if (s->n_ahead == FS_AHEAD_SLOTS)
-            old = ahead_take_locked(s, 0);
-        s->ahead[s->n_ahead++] = (fs_ahead_t){*h, fd};
-    }
-    pthread_mutex_unlock(&s->amu);
-    if (old >= 0)
-        close(old);
-}
-
-int fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h)
-{
-    pthread_mutex_lock(&s->amu);
-    uint32_t i = ahead_find_locked(s, h);
-    int fd = i < s->n_ahead ? ahead_take_locked(s, i) : -1;
-    pthread_mutex_unlock(&s->amu);
-    return fd;
-}
-
-void fs__drop_ahead(cairn_cold_store_t *s)
-{
-    pthread_mutex_lock(&s->amu);
-    while (s->n_ahead)
-        close(ahead_take_locked(s, s->n_ahead - 1));
-    pthread_mutex_unlock(&s->amu);
 }
 
 static void fs_flush(cairn_tier_store_t *t) { cairn_cold_store_flush(fs_of(t)); }

@@ -612,6 +612,7 @@ int cairn_cold_store_create(const cairn_cold_config_t *cfg, cairn_cold_store_t *
         return CAIRN_ENOMEM;
     int rc = CAIRN_ENOMEM;
     s->base.ops = &fs__ops;
+    s->direct = -1; /* direct reads are set up at the first prefetch (fs_ahead.c) */
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->qmu, NULL);
     pthread_mutex_init(&s->amu, NULL);
@@ -765,6 +766,33 @@ static int read_full(int fd, struct iovec *iov, int cnt, size_t total)
     return CAIRN_OK;
 }
 
+/* Checks an object's header, read into hbuf[0..hb), against the store, the exact payload
+ * size and the caller's identity (hash, parent, tokens). h receives the parsed header. */
+static int check_header(const cairn_cold_store_t *s, const uint8_t *hbuf, size_t hb, uint64_t payload,
+                        const cairn_tier_hash_t *hash, const cairn_tier_hash_t *parent, const int32_t *tokens,
+                        uint32_t n_tokens, tier_object_header_t *h)
+{
+    if (tier_object_parse_header(hbuf, hb, h) || h->payload_bytes != payload || !header_matches(s, h, hash))
+        return CAIRN_ECORRUPT;
+    if (memcmp(h->parent.bytes, parent->bytes, 32) || h->n_tokens != n_tokens)
+        return CAIRN_ECORRUPT;
+    for (uint32_t i = 0; i < n_tokens; i++) {
+        const uint8_t *p = h->tokens_le + 4u * i;
+        uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (v != (uint32_t)tokens[i])
+            return CAIRN_ECORRUPT;
+    }
+    return CAIRN_OK;
+}
+
+/* Whether payload bytes at dst have the header's checksum. */
+static bool payload_ok(const tier_object_header_t *h, const void *dst, uint64_t payload)
+{
+    uint8_t sum[TIER_OBJECT_SUM_BYTES];
+    tier_object_checksum(dst, (size_t)payload, sum);
+    return !memcmp(sum, h->payload_sum, TIER_OBJECT_SUM_BYTES);
+}
+
 /* Validates an object from fd whose header goes to hbuf and payload to dst. */
 static int read_object(cairn_cold_store_t *s, int fd, const cairn_tier_hash_t *hash,
                        const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens,
@@ -802,29 +830,48 @@ static int read_object(cairn_cold_store_t *s, int fd, const cairn_tier_hash_t *h
     if (rc)
         goto out;
     tier_object_header_t h;
-    rc = CAIRN_ECORRUPT;
-    if (tier_object_parse_header(hbuf, hb, &h) || h.payload_bytes != payload || !header_matches(s, &h, hash))
+    rc = check_header(s, hbuf, hb, payload, hash, parent, tokens, n_tokens, &h);
+    if (rc)
         goto out;
-    if (memcmp(h.parent.bytes, parent->bytes, 32) || h.n_tokens != n_tokens)
+    if (!payload_ok(&h, dst, payload)) {
+        rc = CAIRN_ECORRUPT;
         goto out;
-    for (uint32_t i = 0; i < n_tokens; i++) {
-        const uint8_t *p = h.tokens_le + 4u * i;
-        uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (v != (uint32_t)tokens[i])
-            goto out;
     }
-    uint8_t sum[TIER_OBJECT_SUM_BYTES];
-    tier_object_checksum(dst, (size_t)payload, sum);
-    if (memcmp(sum, h.payload_sum, TIER_OBJECT_SUM_BYTES))
-        goto out;
     *payload_out = payload;
     *file_out = (uint64_t)st.st_size;
-    rc = CAIRN_OK;
 out:
     if (hbuf != stackbuf)
         cairn_free(hbuf);
     return rc;
 }
+
+/* Validates an object the read-ahead read whole (fs_ahead.c): `len` bytes at buf, from a
+ * read sized past the expected object, so a longer file shows as more bytes and a
+ * truncated one as fewer. The payload is copied to dst and its checksum taken there (the
+ * bytes handed on are the bytes checked). Needs the store's layout (s->n_layers). */
+static int read_direct(cairn_cold_store_t *s, const uint8_t *buf, size_t len, const cairn_tier_hash_t *hash,
+                       const cairn_tier_hash_t *parent, const int32_t *tokens, uint32_t n_tokens, void *dst,
+                       size_t dst_size, uint64_t *payload_out, uint64_t *file_out)
+{
+    const size_t hb = tier_object_header_size(s->block_tokens, s->n_layers);
+    if (len < hb || (uint64_t)(len - hb) != s->payload_bytes)
+        return CAIRN_ECORRUPT;
+    const uint64_t payload = len - hb;
+    if (payload > dst_size)
+        return CAIRN_ERANGE;
+    tier_object_header_t h;
+    int rc = check_header(s, buf, hb, payload, hash, parent, tokens, n_tokens, &h);
+    if (rc)
+        return rc;
+    memcpy(dst, buf + hb, (size_t)payload);
+    if (!payload_ok(&h, dst, payload))
+        return CAIRN_ECORRUPT;
+    *payload_out = payload;
+    *file_out = len;
+    return CAIRN_OK;
+}
+
+uint64_t fs__direct_reads(cairn_cold_store_t *s) { return __atomic_load_n(&s->direct_reads, __ATOMIC_RELAXED); }
 
 static void finish_read(cairn_cold_store_t *s, fs_entry_t *e, const cairn_tier_key_t *key, const char *path,
                         bool opened, int rc, uint64_t payload, uint64_t file_bytes,
@@ -835,12 +882,11 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
              const int32_t *tokens, uint32_t n_tokens, void *dst, size_t dst_size, cairn_tier_dest_fn dest,
              void *user)
 {
-    int prefd = fs__take_ahead(s, hash); /* opened by a prefetch, if any */
+    fs_taken_t t = fs__take_ahead(s, hash); /* opened (or read) by a prefetch, if any */
     const cairn_tier_key_t key = fs__block_key(hash);
     char *path = fs__object_path(s, &key);
     if (!path) {
-        if (prefd >= 0)
-            close(prefd);
+        fs__give_back(s, &t);
         return CAIRN_ENOMEM;
     }
     pthread_mutex_lock(&s->mu);
@@ -849,27 +895,44 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
         e->pins++;
     pthread_mutex_unlock(&s->mu);
 
-    if (!e && prefd >= 0) {
-        /* Evicted since the prefetch opened it: only the name, not an old inode, counts. */
-        close(prefd);
-        prefd = -1;
-    }
-    int fd = prefd >= 0 ? prefd : open(path, O_RDONLY | O_CLOEXEC);
+    /* Evicted since the prefetch opened it: only the name, not an old inode, counts. A
+     * direct read that failed (an I/O error, a filesystem that refuses the alignment) is
+     * read again through the page cache, which says what is wrong. */
+    if (!e || (t.buf >= 0 && t.res < 0))
+        fs__give_back(s, &t);
     int rc;
+    bool opened;
     uint64_t payload = 0, file_bytes = 0;
-    if (fd < 0) {
-        rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
-    } else {
+    if (t.buf >= 0) {
+        opened = true;
         if (dest) {
             dst_size = (size_t)s->payload_bytes;
             dst = dest(user, dst_size);
         }
-        rc = dst || !dest ? read_object(s, fd, hash, parent, tokens, n_tokens, dst, dst_size, &payload, &file_bytes)
+        rc = dst || !dest ? read_direct(s, t.bytes, (size_t)t.res, hash, parent, tokens, n_tokens, dst, dst_size,
+                                        &payload, &file_bytes)
                           : CAIRN_ECANCELED;
-        close(fd);
+        fs__give_back(s, &t);
+        if (rc == CAIRN_OK)
+            __atomic_fetch_add(&s->direct_reads, 1, __ATOMIC_RELAXED);
+    } else {
+        int fd = t.fd >= 0 ? t.fd : open(path, O_RDONLY | O_CLOEXEC);
+        opened = fd >= 0;
+        if (fd < 0) {
+            rc = errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
+        } else {
+            if (dest) {
+                dst_size = (size_t)s->payload_bytes;
+                dst = dest(user, dst_size);
+            }
+            rc = dst || !dest ? read_object(s, fd, hash, parent, tokens, n_tokens, dst, dst_size, &payload,
+                                            &file_bytes)
+                              : CAIRN_ECANCELED;
+            close(fd);
+        }
     }
 
-    finish_read(s, e, &key, path, fd >= 0, rc, payload, file_bytes, parent, n_tokens, 0);
+    finish_read(s, e, &key, path, opened, rc, payload, file_bytes, parent, n_tokens, 0);
     cairn_free(path);
     return rc;
 }

@@ -1,16 +1,18 @@
 /*
  * fs_store_impl.h — private: the filesystem store's structure, shared by fs_store.c
  * (directory, index, quota, reads, maintenance, telemetry), fs_writer.c (queue, writer
- * thread) and fs_ops.c (the store behind the tier interface).
+ * thread), fs_ahead.c (the restores' reads ahead) and fs_ops.c (the store behind the tier
+ * interface).
  *
  * Locks: `mu` guards the index, the LRU list and the counters; `qmu` guards the write
- * queue; `amu` guards the prefetched descriptors. No two are ever held together, so there
- * is no lock order to get wrong.
+ * queue; `amu` guards the read-ahead (fs_ahead.c: the table, its buffers, the ring). No two
+ * are ever held together, so there is no lock order to get wrong.
  */
 #ifndef CAIRN_FS_STORE_IMPL_H
 #define CAIRN_FS_STORE_IMPL_H
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "cairn/cold_tier.h"
 #include "tier/tier_object.h"
@@ -48,13 +50,34 @@ typedef struct {
  * makes the turn's whole chain unrestorable for a hybrid model). */
 #define FS_STATE_SLOTS 2
 
-/* Objects a prefetch opened (and hinted to the kernel), waiting for their read. */
+/* Objects a prefetch opened (and hinted to the kernel, or is reading), waiting for their
+ * read (fs_ahead.c). */
 #define FS_AHEAD_SLOTS 32
+
+/* Direct reads in flight at most, and the bytes of their buffers at most (at least two
+ * buffers whatever the object size). */
+#define FS_DIRECT_BUFS 16
+#define FS_DIRECT_BYTES (64u << 20)
 
 typedef struct {
     cairn_tier_hash_t hash;
     int fd;
+    int buf;                   /* a direct read into that buffer, or -1 (buffered hint) */
 } fs_ahead_t;
+
+typedef struct {
+    uint8_t state;             /* fs_ahead.c: free, in flight, done, taken by a reader */
+    int32_t res;               /* done: the read's result (bytes, or -errno) */
+} fs_dbuf_t;
+
+/* A prefetched object handed to its read (fs__take_ahead): fd -1 when none was kept; buf
+ * >= 0 when the whole object was read directly: res bytes (or -errno) at `bytes`. */
+typedef struct {
+    int fd;
+    int buf;
+    int32_t res;
+    const uint8_t *bytes;
+} fs_taken_t;
 
 struct cairn_cold_store {
     cairn_tier_store_t base;   /* first: the tier interface (fs_ops.c) */
@@ -87,6 +110,14 @@ struct cairn_cold_store {
     pthread_mutex_t amu;
     fs_ahead_t ahead[FS_AHEAD_SLOTS]; /* oldest first; a full table closes its oldest */
     uint32_t n_ahead;
+    int direct;                /* direct reads: -1 not set up yet, 0 off, 1 on */
+    void *ring;                /* struct io_uring * of the direct reads */
+    pid_t ring_pid;            /* the process that set the ring up */
+    uint8_t *dmem;             /* n_dbuf buffers of dcap bytes, page-aligned (mmap) */
+    size_t dcap;
+    uint32_t n_dbuf;
+    fs_dbuf_t dbuf[FS_DIRECT_BUFS];
+    uint64_t direct_reads;     /* objects served from a direct read (under mu) */
 };
 
 /* The ops table of the tier interface (fs_ops.c); set by create. */
@@ -132,12 +163,18 @@ int fs__read(cairn_cold_store_t *s, const cairn_tier_hash_t *hash, const cairn_t
  * checks its XXH3-128. Results and counters as fs__read's. */
 int fs__read_state(cairn_cold_store_t *s, const cairn_tier_object_t *want, cairn_tier_dest_fn dest, void *user);
 
-/* Prefetch (fs_ops.c): opens the object of h, hints the kernel to read it and keeps the
- * descriptor for its read. fs__take_ahead hands a kept descriptor over (-1: none);
- * fs__drop_ahead closes them all (destroy). */
+/* Prefetch (fs_ahead.c): opens the object of h and starts its direct read, or hints the
+ * kernel to read it, keeping either for its read. fs__take_ahead hands a kept one over
+ * (waiting for its direct read to complete; fd -1: none), fs__give_back returns its
+ * buffer and closes its descriptor; fs__drop_ahead retires them all and releases the
+ * ring and the buffers (destroy). Thread-safe (s->amu). */
 void fs__prefetch(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
-int fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+fs_taken_t fs__take_ahead(cairn_cold_store_t *s, const cairn_tier_hash_t *h);
+void fs__give_back(cairn_cold_store_t *s, fs_taken_t *t);
 void fs__drop_ahead(cairn_cold_store_t *s);
+
+/* Objects a read served from a direct read so far (tests: which path ran). */
+uint64_t fs__direct_reads(cairn_cold_store_t *s);
 
 /* Writer lifecycle (fs_writer.c). */
 int fs__writer_start(cairn_cold_store_t *s);

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "tier/tier_test_util.h"
+#include "tier/fs/fs_store_impl.h" /* fs__direct_reads */
 
 typedef struct {
     char *root;
@@ -39,6 +40,7 @@ static int setup(void **state)
     unsetenv("CAIRN_COLD_WRITE_BATCH");
     unsetenv("CAIRN_COLD_URING");
     unsetenv("CAIRN_COLD_QUEUE_DEPTH");
+    unsetenv("CAIRN_COLD_DIRECT");
     *state = f;
     return f->root ? 0 : -1;
 }
@@ -268,21 +270,6 @@ static void test_restore_chain(void **state)
     cairn_cold_store_destroy(s);
 }
 
-/* Flips one bit of a file at offset off (from the end when negative). */
-static void flip_bit(const char *path, long off)
-{
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    struct stat st;
-    fstat(fd, &st);
-    off_t o = off < 0 ? st.st_size + off : off;
-    uint8_t b;
-    assert_int_equal(pread(fd, &b, 1, o), 1);
-    b ^= 0x10;
-    assert_int_equal(pwrite(fd, &b, 1, o), 1);
-    close(fd);
-}
-
 static void write_file(const char *path, const void *data, size_t n)
 {
     FILE *fp = fopen(path, "wb");
@@ -300,6 +287,117 @@ static void copy_file(const char *from, const char *to)
     size_t n = fread(buf, 1, sizeof buf, in);
     fclose(in);
     write_file(to, buf, n);
+}
+
+/* Flips one bit of a file at offset off (from the end when negative). */
+static void flip_bit(const char *path, long off)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    fstat(fd, &st);
+    off_t o = off < 0 ? st.st_size + off : off;
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, o), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, o), 1);
+    close(fd);
+}
+
+
+/* Whether a file under dir opens with O_DIRECT (tmpfs before Linux 6.6 refuses it). */
+static bool has_o_direct(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/direct-probe", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(p);
+    return fd >= 0;
+}
+
+/* Cuts the last byte of a file (delta -1) or appends one (delta 1). */
+static void resize_by(const char *path, int delta)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    if (delta < 0) {
+        assert_int_equal(truncate(path, st.st_size - 1), 0);
+    } else {
+        int fd = open(path, O_WRONLY | O_APPEND);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "x", 1), 1);
+        close(fd);
+    }
+}
+
+/* The restore walk's reads ahead (fs_ahead.c): with liburing and a filesystem that has
+ * O_DIRECT, every block of a chain longer than the read buffers is served from a direct
+ * read, with the bytes written; a flipped payload bit, a byte appended, a byte cut and a
+ * flipped header bit (in the block hash) made after the store indexed the objects are
+ * each a corruption that stops the walk at that block and deletes it. With
+ * CAIRN_COLD_DIRECT=0 the same happens through the page cache, no direct read. */
+static void test_direct_reads(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 48 };
+    static uint8_t bufs[N][T_PAYLOAD];
+    cairn_tier_hash_t hs[N];
+    int32_t toks[N * T_TOKENS];
+    chain_hashes(11, N, hs, toks);
+#ifdef CAIRN_TEST_URING
+    const bool want_direct = has_o_direct(f->root);
+#else
+    const bool want_direct = false;
+#endif
+    for (int direct = 1; direct >= 0; direct--) {
+        if (!direct)
+            setenv("CAIRN_COLD_DIRECT", "0", 1);
+        cairn_cold_store_t *s = open_store(f->root, 0, 0);
+        write_chain(s, 11, N);
+        memset(bufs, 0, sizeof bufs);
+        dest_ctx_t d = {bufs, SIZE_MAX, NULL, 0, false};
+        size_t got = 0;
+        assert_int_equal(restore(s, hs, N, toks, 0, dest_cb, &d, &got), CAIRN_OK);
+        assert_int_equal(got, N);
+        for (size_t i = 0; i < N; i++) {
+            uint8_t want[T_PAYLOAD];
+            t_block(11, i, &hs[i], NULL, NULL, want);
+            assert_memory_equal(want, bufs[i], T_PAYLOAD);
+        }
+        assert_int_equal(fs__direct_reads(s), direct && want_direct ? N : 0);
+        /* Damage after indexing: the reads, not the open, must see it. All four before
+         * the walks: a walk's hints read objects ahead, as they are at that moment. */
+        const size_t at[4] = {10, 20, 30, 40};
+        char *paths[4];
+        for (int k = 0; k < 4; k++) {
+            paths[k] = obj_path(s, 11, at[k]);
+            if (k == 0)
+                flip_bit(paths[k], -1); /* the payload's last byte */
+            else if (k == 1)
+                resize_by(paths[k], 1); /* one byte more than the header says */
+            else if (k == 2)
+                resize_by(paths[k], -1); /* truncated */
+            else
+                flip_bit(paths[k], 60); /* the block hash in the header */
+        }
+        for (int k = 0; k < 4; k++) {
+            const size_t from = k ? at[k - 1] + 1 : 0;
+            assert_int_equal(restore(s, hs, N, toks, from, dest_cb, &d, &got), CAIRN_OK);
+            assert_int_equal(got, at[k] - from);
+            assert_int_equal(access(paths[k], F_OK), -1); /* deleted */
+            free(paths[k]);
+        }
+        cairn_tier_stats_t st;
+        cairn_cold_store_stats(s, &st);
+        assert_int_equal(st.corruptions, 4);
+        assert_int_equal(restore(s, hs, N, toks, 41, dest_cb, &d, &got), CAIRN_OK);
+        assert_int_equal(got, N - 41);
+        cairn_cold_store_clear(s, NULL);
+        cairn_cold_store_destroy(s);
+    }
+    unsetenv("CAIRN_COLD_DIRECT");
 }
 
 static void test_corruption_at_open(void **state)
@@ -1282,6 +1380,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_objects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_slots, setup, teardown),
