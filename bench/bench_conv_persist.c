@@ -227,10 +227,12 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] "
-                        "[--synthetic | --first-only] [--kv-dtype bf16|q8_0]\n");
-        return 2;
+    static const char usage[] = "usage: bench_conv_persist DIR [--threads N] [--turns T] [--tool R] [--gen G] "
+                                "[--synthetic | --first-only] [--kv-dtype bf16|q8_0]\n";
+    if (argc < 2 || argv[1][0] == '-') {
+        /* DIR first: an option there (--help) is not a directory to fill with gigabytes */
+        fputs(usage, argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr);
+        return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     const char *dir = argv[1];
     int threads = 2, turns = 3, tool = 256, gen = 8;
@@ -252,6 +254,11 @@ int main(int argc, char **argv)
             continue;
         }
         int v = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--threads") && strcmp(argv[i], "--turns") && strcmp(argv[i], "--tool") &&
+            strcmp(argv[i], "--gen")) {
+            fprintf(stderr, "bench_conv_persist: unknown option '%s'\n%s", argv[i], usage);
+            return 2;
+        }
         if (!strcmp(argv[i], "--threads"))
             threads = v;
         else if (!strcmp(argv[i], "--turns"))
