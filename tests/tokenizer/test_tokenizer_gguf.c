@@ -590,7 +590,7 @@ static void test_spm_specials_and_decoding(void **state)
 }
 
 /* A vocabulary without byte tokens: a character outside it becomes <unk> per byte. */
-static const char *const spm_small[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "\xE2\x96\x81" "a"};
+static const char *const spm_small[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "\xE2\x96\x81\x61"}; /* U+2581 then "a" (\x61: a literal a would extend the hex escape) */
 static void spm_nobytes(gw_t *w)
 {
     gw_kv_str(w, "tokenizer.ggml.model", "llama");
