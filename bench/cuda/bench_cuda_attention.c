@@ -274,17 +274,19 @@ int main(int argc, char **argv)
         }
         const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
         /* split (0: the invariant rule), then the tuning: run (0: the backend's choice),
-         * heads per block (-1: all; 4: the default), L2 prefetch (0: the default), full
+         * heads per block (-1: all, the default since session 6), L2 prefetch (0: the default), full
          * tile (1: the decode softmax over all 16 tile rows, the kernel before session 6;
          * 0: the default). Variant 0 is the invariant mode's default tuning; the last
          * repeats it. (Device run 16 ran variants 0-15 with {0, 0, -1, 1} first and last
-         * and the default at variant 3; session 6 added 16-21.) */
+         * and the default at variant 3; session 6 added 16-21; device run 19 had variants 0
+         * and 1 in the other order, {0, 0, 4, 0, 0} first and last, before the default
+         * became all heads.) */
         static const int variants[][5] = {
-            {0, 0, 4, 0, 0},    {0, 0, -1, 0, 0},    {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
+            {0, 0, -1, 0, 0},   {0, 0, 4, 0, 0},     {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
             {0, 0, 1, 1, 0},    {0, 0, 0, 1, 0},     {0, 0, 0, 0, 0},    {512, 0, -1, 1, 0},  {512, 0, -1, 0, 0},
             {512, 0, 4, 1, 0},  {1024, 0, -1, 1, 0}, {1024, 0, -1, 0, 0}, {2048, 0, -1, 1, 0}, {2048, 0, -1, 0, 0},
             {2048, 0, 4, 1, 0}, {0, 0, 4, 0, 1},     {0, 0, -1, 0, 1},   {0, 0, 1, 0, 0},     {0, 0, 1, 0, 1},
-            {512, 0, 1, 0, 0},  {512, 0, 1, 0, 1},   {0, 0, 4, 0, 0},
+            {512, 0, 1, 0, 0},  {512, 0, 1, 0, 1},   {0, 0, -1, 0, 0},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
