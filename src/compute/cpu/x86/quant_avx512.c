@@ -90,15 +90,6 @@ TV INLINE __m512i reduce16x16(const __m512i v[16])
     return reduce_level1_outputs(c);
 }
 
-/* Lane o = the sum of the 8 lanes of v[o]. */
-TV INLINE __m512i reduce16x8(const __m256i v[16])
-{
-    __m512i c[8];
-    for (int i = 0; i < 8; i++)
-        c[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * i]), v[2 * i + 1], 1);
-    return reduce_level1_outputs(c);
-}
-
 /* The 6-bit scales (sc) and mins (m) of a q4_k / q5_k scales[12], 8 bytes each (byte j =
  * sub-block j; quant_k4_scale_min's unpacking, four sub-blocks at a time). */
 INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
@@ -318,24 +309,50 @@ TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
                               _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
-/* vpshufb controls for row_q4_k: int16 lanes of the low 256 bits take scale j0, of the high
- * 256 bits scale j1, from 8 int16 scales repeated in every 128-bit lane. */
+/* vpshufb controls for row_q4_k, against the 8 scale bytes broadcast to every 64-bit lane:
+ * int16 lanes of the low 256 bits take scale byte j0, of the high 256 bits j1, zero-extended
+ * (control 0x80 zeroes the high byte). */
 TV INLINE __m512i k4_pick2(int j0, int j1)
 {
-    const __m512i lo = _mm512_set1_epi16((short)(2 * j0 | (2 * j0 + 1) << 8));
-    const __m512i hi = _mm512_set1_epi16((short)(2 * j1 | (2 * j1 + 1) << 8));
+    const __m512i lo = _mm512_set1_epi16((short)(j0 | 0x80 << 8));
+    const __m512i hi = _mm512_set1_epi16((short)(j1 | 0x80 << 8));
     return _mm512_mask_blend_epi16(0xffff0000u, lo, hi);
+}
+
+/*
+ * The mins term of a q4_k / q5_k super-block for 16 outputs at once: lane o =
+ * sum_j m[o][j] (bsums[2j] + bsums[2j + 1]), exact. mins[o] holds output o's 8 six-bit
+ * mins (u8), so a zmm of mins is 8 outputs x two dwords (sub-blocks 0-3, 4-7). The
+ * activation's sub-block sums s_j (|s_j| <= 4096) are split as s_j = 128 a_j + b_j with
+ * a_j = s_j >> 7 and b_j = s_j & 127, both int8, so two vpdpbusd (u8 mins x s8) give each
+ * dword's m . s; one pairwise add then puts output o in lane o. Replaces a widening and a
+ * 256-bit multiply per output plus a 16 x 8 transposing reduction.
+ */
+TV INLINE __m512i k4_mins16(const uint64_t mins[16], const int16_t bsums[16])
+{
+    const __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
+    const __m512i a = _mm512_broadcastq_epi64(_mm256_cvtepi32_epi8(_mm256_srai_epi32(s, 7)));
+    const __m512i b = _mm512_broadcastq_epi64(_mm256_cvtepi32_epi8(_mm256_and_si256(s, _mm256_set1_epi32(127))));
+    const __m512i m0 = _mm512_loadu_si512(mins), m1 = _mm512_loadu_si512(mins + 8);
+    __m512i t0 = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, a), 7);
+    __m512i t1 = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), m1, a), 7);
+    t0 = _mm512_dpbusd_epi32(t0, m0, b);
+    t1 = _mm512_dpbusd_epi32(t1, m1, b);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return pair_add(t0, t1, ev, od);
 }
 
 /*
  * q4_k / q5_k, one row against a tile of 16 outputs. The 128 qs bytes are read as two
  * 64-byte halves h: their low nibbles are sub-blocks 4h and 4h + 2 (256-bit halves), their
  * high nibbles 4h + 1 and 4h + 3, so the activations are regrouped once per block to match
- * (xa, xb) and each output costs two loads, four nibble masks and four vpshufb scale
- * broadcasts per super-block.
+ * (xa, xb) and each output costs two loads, the nibble masks, one broadcast of its 8 scale
+ * bytes and four vpshufb picking them per super-block; the mins term runs for the 16
+ * outputs together (k4_mins16). q5 is a constant once inlined (row_q4_k, row_q5_k).
  */
-TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
-                        bool q5, const pf_tile_t *pf)
+TV INLINE void row_k4_body(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                           const bool q5, const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
@@ -351,19 +368,15 @@ TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
             xa[h] = pair256(xb->q + 128 * h, xb->q + 128 * h + 64);
             xbv[h] = pair256(xb->q + 128 * h + 32, xb->q + 128 * h + 96);
         }
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
         __m512i S[16];
-        __m256i M[16];
-        _Alignas(32) uint16_t dw[16], dm[16];
+        _Alignas(64) uint64_t mins[16];
+        _Alignas(64) uint32_t dd[16]; /* d | dmin << 16 */
         for (int o = 0; o < 16; o++) {
             const unsigned char *blk = wr[o] + (size_t)b * bsz;
-            uint16_t d16[2];
-            memcpy(d16, blk, 4);
-            dw[o] = d16[0];
-            dm[o] = d16[1];
-            uint64_t sc8, m8;
-            k4_scales(blk + 4, &sc8, &m8);
-            const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            memcpy(&dd[o], blk, 4);
+            uint64_t sc8;
+            k4_scales(blk + 4, &sc8, &mins[o]);
+            const __m512i scb = _mm512_set1_epi64((long long)sc8);
             const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
             __m512i qh2 = _mm512_setzero_si512();
             if (q5)
@@ -380,16 +393,27 @@ TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
                 s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qb, xbv[h]), _mm512_shuffle_epi8(scb, pb[h]));
             }
             S[o] = s;
-            __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8));
-            __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m16, m16)),
-                                                   _mm_unpackhi_epi16(m16, m16), 1);
-            M[o] = _mm256_madd_epi16(mdup, bs);
         }
+        const __m512i ddv = _mm512_load_si512(dd);
         const __m512 dx = _mm512_set1_ps(xb->d);
-        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), dx), accv);
-        accv = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(reduce16x8(M)), _mm512_mul_ps(f16x16(dm), dx), accv);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(ddv));
+        const __m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(ddv, 16)));
+        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(dw, dx), accv);
+        accv = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(k4_mins16(mins, xb->bsums)), _mm512_mul_ps(dm, dx), accv);
     }
     _mm512_mask_storeu_ps(y, mask16(nv), accv);
+}
+
+TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        const pf_tile_t *pf)
+{
+    row_k4_body(y, x, nb, w, ldw, nv, acc, false, pf);
+}
+
+TV static void row_q5_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        const pf_tile_t *pf)
+{
+    row_k4_body(y, x, nb, w, ldw, nv, acc, true, pf);
 }
 
 /* int16 lane k < 32 of chunk c (64 elements) of a q6_k block takes scale 4c + k / 8. */
@@ -858,7 +882,7 @@ TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, con
         for (int r = 0; r < rows; r++)
             row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     false, r == 0 ? &pf : &PF_NONE);
+                     r == 0 ? &pf : &PF_NONE);
     }
 }
 
@@ -874,9 +898,9 @@ TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, con
     for (int o = o0; o < o1; o += 16) {
         const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
         for (int r = 0; r < rows; r++)
-            row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
+            row_q5_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     true, r == 0 ? &pf : &PF_NONE);
+                     r == 0 ? &pf : &PF_NONE);
     }
 }
 
