@@ -292,7 +292,14 @@ TV INLINE void pf_step(const pf_tile_t *t, int b)
     if (!t->p)
         return;
     const char *p = t->p + (size_t)b * t->slice;
-    for (size_t l = 0; l < t->slice; l += 64)
+    size_t l = 0;
+    for (; l + 256 <= t->slice; l += 256) { /* four lines per turn: the loop's own instructions were */
+        _mm_prefetch(p + l, _MM_HINT_T1); /* a tenth of the q4_k kernel's */
+        _mm_prefetch(p + l + 64, _MM_HINT_T1);
+        _mm_prefetch(p + l + 128, _MM_HINT_T1);
+        _mm_prefetch(p + l + 192, _MM_HINT_T1);
+    }
+    for (; l < t->slice; l += 64)
         _mm_prefetch(p + l, _MM_HINT_T1);
 }
 
