@@ -256,9 +256,24 @@ INLINE void tile_rows(const unsigned char *wr[16], const void *w, size_t ldw, in
 typedef struct {
     const char *p;  /* the next tile's first byte (NULL: none in this range) */
     size_t slice;   /* bytes per block step, whole cache lines */
+    size_t step;    /* bytes between two prefetches: 64 times CAIRN_QMM_PF_STRIDE */
 } pf_tile_t;
 
-static const pf_tile_t PF_NONE = {NULL, 0};
+static const pf_tile_t PF_NONE = {NULL, 0, 64};
+
+/* Lines per prefetch instruction (CAIRN_QMM_PF_STRIDE, 1..8, default 1: every line): a
+ * measuring knob for CPUs whose hardware streamer may fetch the lines between (on Intel a
+ * software prefetch holds a line fill buffer until its line arrives), read once. */
+static size_t pf_step_bytes(void)
+{
+    static _Atomic int cached = -1;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d < 0) {
+        d = (int)cairn_knob_int("CAIRN_QMM_PF_STRIDE", false, 0, 1, 1, 8);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return (size_t)d * 64;
+}
 
 /* How many tiles ahead the row kernel streams (CAIRN_QMM_PF_TILES, 0..4, default 1; 0 turns
  * the prefetch off): a measuring knob for CPUs whose memory wants a longer lead (the
@@ -277,13 +292,14 @@ static int pf_tiles(void)
 
 INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
 {
-    pf_tile_t t = {NULL, 0};
+    pf_tile_t t = {NULL, 0, 64};
     const int d = pf_tiles(), first = o + 16 * d;
     const int n = o1 - first < 16 ? o1 - first : 16;
     if (d == 0 || n <= 0 || nb <= 0)
         return t;
     t.p = (const char *)w + (size_t)first * ldw;
     t.slice = (((size_t)n * ldw + (size_t)nb - 1) / (size_t)nb + 63) & ~(size_t)63;
+    t.step = pf_step_bytes();
     return t;
 }
 
@@ -293,13 +309,14 @@ TV INLINE void pf_step(const pf_tile_t *t, int b)
         return;
     const char *p = t->p + (size_t)b * t->slice;
     size_t l = 0;
-    for (; l + 256 <= t->slice; l += 256) { /* four lines per turn: the loop's own instructions were */
-        _mm_prefetch(p + l, _MM_HINT_T1); /* a tenth of the q4_k kernel's */
-        _mm_prefetch(p + l + 64, _MM_HINT_T1);
-        _mm_prefetch(p + l + 128, _MM_HINT_T1);
-        _mm_prefetch(p + l + 192, _MM_HINT_T1);
+    const size_t s = t->step;
+    for (; l + 4 * s <= t->slice; l += 4 * s) { /* four per turn: the loop's own instructions were */
+        _mm_prefetch(p + l, _MM_HINT_T1);     /* a tenth of the q4_k kernel's */
+        _mm_prefetch(p + l + s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 2 * s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 3 * s, _MM_HINT_T1);
     }
-    for (; l < t->slice; l += 64)
+    for (; l < t->slice; l += s)
         _mm_prefetch(p + l, _MM_HINT_T1);
 }
 
