@@ -29,6 +29,9 @@
 # head at 2 threads (BENCH_QUANT_ONLY, 3 reps) with a prefetch every 1, 2, 4, 8 lines
 # (CAIRN_QMM_PF_STRIDE) in the order 1 2 4 8 8 4 2 1, then Q4_K_M tg128 at 2 threads with
 # strides 1, 4, 4, 1 (only the Q4_K_M file is made).
+# PLAN=order (next session): tg128 at 2 threads of both files, the row kernels' tile order
+# A/B in one binary: default (linear k-quants), CAIRN_QMM_ORDER=0 (session 5's column order),
+# llama.cpp, llama.cpp, column, default; then the vocab head kernels in both orders.
 # PLAN=repeat (run 2) skips the tests and 5-8 and repeats the decode figures instead, in
 # interleaved order (see below), with 2 threads on cores 0,1 and on cores 2,3.
 D=$(cd "$(dirname "$0")" && pwd)
@@ -94,7 +97,7 @@ NW=; $P/llama-bench --help 2>&1 | grep -q -- --no-warmup && NW=--no-warmup
 cairn() {
   local bin=$1 t=$2 th=$3; shift 3
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
-  step "$bin $t $th threads ${CAIRN_KERNELS:-amx}${CAIRN_QMM_PF_STRIDE:+ pf stride $CAIRN_QMM_PF_STRIDE} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
+  step "$bin $t $th threads ${CAIRN_KERNELS:-amx}${CAIRN_QMM_PF_STRIDE:+ pf stride $CAIRN_QMM_PF_STRIDE}${CAIRN_QMM_ORDER:+ order $CAIRN_QMM_ORDER} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
 }
 llama() {
   local t=$1 th=$2; shift 2
@@ -105,6 +108,22 @@ llama() {
 if [ "$PLAN" = pf ]; then
   for st in 1 4 4 1; do
     CAIRN_QMM_PF_STRIDE=$st cairn bench_engine Q4_K_M 2 --runs 1 --long 0 --only tg
+  done
+  el done
+  exit 0
+fi
+
+if [ "$PLAN" = order ]; then
+  for t in Q4_K_M Q8_0; do
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    CAIRN_QMM_ORDER=0 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    llama $t 2 -p 0 -n 128 -r 1
+    llama $t 2 -p 0 -n 128 -r 1
+    CAIRN_QMM_ORDER=0 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+  done
+  for o in 1 0 0 1; do
+    step "quantized kernels, 2 threads, order $o" 15 env CAIRN_QMM_ORDER=$o BENCH_QUANT_ONLY=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
   done
   el done
   exit 0
