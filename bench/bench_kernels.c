@@ -23,6 +23,14 @@
  * the read), and prefill of 512 rows x 1024 -> 3072 (GMAC/s, one int8 multiply-add each;
  * 1 and 2 threads, plus per thread-CPU second).
  *
+ * "quantized row kernels in L2" (BENCH_QUANT_L2=1 runs only it, after the pool figures): the
+ * decode row kernel of each quantized type called directly (qmatmul_range, one row, one
+ * thread) on a 1024 -> 256 matrix that stays in L2, many times over: ns and user-mode
+ * instructions (perf_event_open, "n/a" where the kernel or VM refuses it) per output and
+ * weight block (q8_0 / q4_0: 32 weights, k-quants: a 256-weight super-block), GB/s of
+ * weights and GMAC/s from the cache. That is the kernels' compute per byte, apart from
+ * the memory.
+ *
  * The pool's run overhead is measured first, at 1 and 2 threads or at the counts listed in
  * BENCH_POOL_THREADS (e.g. "2,16"), with one and four empty tasks per thread (wall clock and
  * the process CPU time, spinning included); BENCH_POOL_ONLY=1 stops after it.
@@ -39,6 +47,13 @@
 
 #include "compute/backend.h"
 #include "compute/cpu/kernels.h"
+#include "compute/cpu/kernels_impl.h"
+
+#ifdef __linux__
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#endif
 
 static double now_s(void)
 {
@@ -392,6 +407,87 @@ static void bench_quant(cairn_thread_pool_t *tps[2], int reps)
     free(y);
 }
 
+/* User-mode instructions retired by this thread from now on (-1: no counter). */
+static int insn_open(void)
+{
+#ifdef __linux__
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.type = PERF_TYPE_HARDWARE;
+    a.size = sizeof a;
+    a.config = PERF_COUNT_HW_INSTRUCTIONS;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+#else
+    return -1;
+#endif
+}
+
+static long long insn_read(int fd)
+{
+    long long v = -1;
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+        return -1;
+    return v;
+}
+
+/* The decode row kernels from L2 (see the file comment): per type, the median of 15 timed
+ * batches of `reps` calls of 1 row x 1024 -> 256. */
+static void bench_quant_l2(int reps)
+{
+    static const cairn_dtype_t types[] = {CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_Q4_0, CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q5_K,
+                                          CAIRN_DTYPE_Q6_K};
+    const kern_impl_t *k = kern__current();
+    const int in = 1024, out = 256;
+    float x[1024];
+    _Alignas(64) float y[256];
+    _Alignas(64) unsigned char xq[2048];
+    int32_t xsum[1024 / 32];
+    for (int i = 0; i < in; i++)
+        x[i] = rndf();
+    const int fd = insn_open();
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const cairn_dtype_t t = types[ti];
+        const kern_type_ops_t *ops = &k->types[t];
+        if (!ops->qmatmul_range)
+            continue;
+        const size_t ldw = cairn_dtype_row_bytes(t, in);
+        unsigned char *w = aligned_alloc(64, (ldw * out + 63) & ~(size_t)63);
+        if (!w)
+            exit(1);
+        fill_quant(w, t, (size_t)out, in);
+        k->types[ops->act].from_f32(xq, x, in);
+        if (ops->act == CAIRN_DTYPE_Q8_0)
+            kern__q8_0_sums(xsum, xq, in / 32);
+        const int nb = in / cairn_dtype_block_elems(t);
+        double ns[15], cpu[15];
+        long long ins[15];
+        for (int r = 0; r < 15; r++) {
+            double t0 = now_s(), c0 = thread_cpu_s();
+            long long i0 = insn_read(fd);
+            for (int i = 0; i < reps; i++)
+                ops->qmatmul_range(y, out, xq, 0, xsum, 1, in, w, ldw, 0, out, false);
+            long long i1 = insn_read(fd);
+            ns[r] = (now_s() - t0) / reps / out / nb * 1e9;
+            cpu[r] = (thread_cpu_s() - c0) / reps / out / nb * 1e9;
+            ins[r] = i0 >= 0 && i1 >= 0 ? i1 - i0 : -1;
+        }
+        const double cns = median(cpu, 15), blk = (double)ldw / nb;
+        char ib[32] = "n/a";
+        if (ins[0] >= 0)
+            snprintf(ib, sizeof ib, "%.1f", (double)ins[7] / reps / out / nb);
+        printf("quantized row kernel in L2 %-4s (%d x %d, %.0f KB): %6.2f ns (thread CPU %6.2f ns) and %s "
+               "instructions per output x block of %.0f B; %5.1f GB/s, %6.1f GMAC/s per thread-CPU second\n",
+               cairn_dtype_name(t), in, out, (double)ldw * out / 1e3, median(ns, 15), cns, ib, blk, blk / cns,
+               (double)cairn_dtype_block_elems(t) / cns);
+        (void)y;
+        free(w);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
 static void empty_task(void *ctx, int task, int n_tasks) { (void)ctx, (void)task, (void)n_tasks; }
 
 static void cpu_name(char *buf, size_t n)
@@ -467,6 +563,10 @@ int main(int argc, char **argv)
             return 0;
     }
 
+    if (getenv("BENCH_QUANT_L2")) {
+        bench_quant_l2(2000);
+        return 0;
+    }
     if (getenv("BENCH_QUANT_ONLY")) {
         bench_quant(tps, reps);
         return 0;

@@ -19,6 +19,19 @@
 #  7. pp512 at 2 threads: branch amx, llama.cpp;
 #  8. the 8K prompt at 16 threads (Q4_K_M, then Q8_0): branch amx, llama.cpp;
 #  and, after the tests, the AMX-BF16 characterization (bench_amx_bf16_probe).
+# PLAN=decode (session 6) skips the tests and 5-8: decode tg128 at 2 threads (taskset -c 0,1),
+# branch / base / llama.cpp / llama.cpp / base / branch per type; the branch's decode profiled
+# (perf record where perf exists, else the LD_PRELOAD sampler, lib/libxeon_sampler.so:
+# samples to $OUT/prof_TYPE.txt, symbolized afterwards by xeon_symbolize.py with bin/); the
+# row kernels from L2 (BENCH_QUANT_L2, one thread on core 0), this branch and
+# bench_kernels.before alternately.
+# PLAN=pf (session 6, run 2) skips the tests too: the quantized decode kernels over the vocab
+# head at 2 threads (BENCH_QUANT_ONLY, 3 reps) with a prefetch every 1, 2, 4, 8 lines
+# (CAIRN_QMM_PF_STRIDE) in the order 1 2 4 8 8 4 2 1, then Q4_K_M tg128 at 2 threads with
+# strides 1, 4, 4, 1 (only the Q4_K_M file is made).
+# PLAN=order (next session): tg128 at 2 threads of both files, the row kernels' tile order
+# A/B in one binary: default (linear k-quants), CAIRN_QMM_ORDER=0 (session 5's column order),
+# llama.cpp, llama.cpp, column, default; then the vocab head kernels in both orders.
 # PLAN=repeat (run 2) skips the tests and 5-8 and repeats the decode figures instead, in
 # interleaved order (see below), with 2 threads on cores 0,1 and on cores 2,3.
 D=$(cd "$(dirname "$0")" && pwd)
@@ -61,6 +74,12 @@ step "pool overhead, branch" 40 env BENCH_POOL_ONLY=1 BENCH_POOL_THREADS=2,16 "$
 step "pool overhead, base (1, 2 threads; then stopped)" 8 env BENCH_QUANT_ONLY=1 "$B/bench_kernels.base" 1
 fi
 
+if [ "$PLAN" = pf ]; then
+  for st in 1 2 4 8 8 4 2 1; do
+    step "quantized kernels, 2 threads, prefetch stride $st line(s)" 15 env CAIRN_QMM_PF_STRIDE=$st BENCH_QUANT_ONLY=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
+  done
+fi
+
 el models
 M=/tmp/amxm; mkdir -p $M
 tar -C /tmp -xJf "$D/llama.cpp-de3ff81-avx512.tar.xz" ||
@@ -69,7 +88,7 @@ P=/tmp/llama.cpp; [ -d $P/bin ] && P=$P/bin
 export LD_LIBRARY_PATH="$P:$LD_LIBRARY_PATH"
 step synth 60 "$B/cairn" synth $M/hf --preset qwen3-0.6b
 step hf2gguf 90 env -u LD_LIBRARY_PATH python3 "$D/hf2gguf.py" $M/hf -o $M/q06-bf16.gguf --type bf16
-step quantize-q8_0 60 $P/llama-quantize $M/q06-bf16.gguf $M/q06-Q8_0.gguf Q8_0 16 >/dev/null
+[ "$PLAN" = pf ] || step quantize-q8_0 60 $P/llama-quantize $M/q06-bf16.gguf $M/q06-Q8_0.gguf Q8_0 16 >/dev/null
 step quantize-q4_k_m 60 $P/llama-quantize $M/q06-bf16.gguf $M/q06-Q4_K_M.gguf Q4_K_M 16 >/dev/null
 rm -rf $M/hf; ls -la $M
 NW=; $P/llama-bench --help 2>&1 | grep -q -- --no-warmup && NW=--no-warmup
@@ -78,13 +97,69 @@ NW=; $P/llama-bench --help 2>&1 | grep -q -- --no-warmup && NW=--no-warmup
 cairn() {
   local bin=$1 t=$2 th=$3; shift 3
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
-  step "$bin $t $th threads ${CAIRN_KERNELS:-amx} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
+  step "$bin $t $th threads ${CAIRN_KERNELS:-amx}${CAIRN_QMM_PF_STRIDE:+ pf stride $CAIRN_QMM_PF_STRIDE}${CAIRN_QMM_ORDER:+ order $CAIRN_QMM_ORDER} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
 }
 llama() {
   local t=$1 th=$2; shift 2
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
   step "llama.cpp $t $th threads $*" 90 $ts $P/llama-bench -m $M/q06-$t.gguf -t $th "$@"
 }
+
+if [ "$PLAN" = pf ]; then
+  for st in 1 4 4 1; do
+    CAIRN_QMM_PF_STRIDE=$st cairn bench_engine Q4_K_M 2 --runs 1 --long 0 --only tg
+  done
+  el done
+  exit 0
+fi
+
+if [ "$PLAN" = order ]; then
+  for t in Q4_K_M Q8_0; do
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    CAIRN_QMM_ORDER=0 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    llama $t 2 -p 0 -n 128 -r 1
+    llama $t 2 -p 0 -n 128 -r 1
+    CAIRN_QMM_ORDER=0 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+  done
+  for o in 1 0 0 1; do
+    step "quantized kernels, 2 threads, order $o" 15 env CAIRN_QMM_ORDER=$o BENCH_QUANT_ONLY=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
+  done
+  el done
+  exit 0
+fi
+
+if [ "$PLAN" = decode ]; then
+  command -v perf && perf --version
+  for t in Q4_K_M Q8_0; do
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    llama $t 2 -p 0 -n 128 -r 1
+    llama $t 2 -p 0 -n 128 -r 1
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+  done
+  for k in 1 2; do
+    step "row kernels in L2, branch" 15 env BENCH_QUANT_L2=1 BENCH_POOL_THREADS=1 taskset -c 0 "$B/bench_kernels"
+    [ -x "$B/bench_kernels.before" ] && step "row kernels in L2, before" 15 env BENCH_QUANT_L2=1 BENCH_POOL_THREADS=1 taskset -c 0 "$B/bench_kernels.before"
+  done
+  for t in Q4_K_M Q8_0; do
+    # The 512-token warm-up prefill and the 16-token prompt take ~3 s of CPU: samples from 4 s on.
+    if command -v perf >/dev/null && perf record -e cpu-clock -o /tmp/perf.probe true >/dev/null 2>&1; then
+      step "profile (perf) bench_engine $t 2 threads" 40 perf record -e cpu-clock -F 2000 -D 3000 -o /tmp/perf_$t.data \
+        taskset -c 0,1 "$B/bench_engine" --gguf $M/q06-$t.gguf --threads 2 --runs 2 --long 0 --only tg
+      perf report -i /tmp/perf_$t.data --no-children --sort sym --stdio 2>/dev/null | grep -v '^#' | grep '%' | head -45 > "$O/prof_$t.txt"
+      head -45 "$O/prof_$t.txt"
+    else
+      step "profile (sampler) bench_engine $t 2 threads" 40 env LD_PRELOAD="$D/lib/libxeon_sampler.so" \
+        XEON_SAMPLER_OUT="$O/prof_$t.txt" XEON_SAMPLER_US=500 XEON_SAMPLER_SKIP_MS=4000 \
+        taskset -c 0,1 "$B/bench_engine" --gguf $M/q06-$t.gguf --threads 2 --runs 2 --long 0 --only tg
+      head -1 "$O/prof_$t.txt"
+    fi
+  done
+  el done
+  exit 0
+fi
 
 if [ "$PLAN" = repeat ]; then
   # Repeats of run 1's decode figures in interleaved order (branch, base, llama.cpp,

@@ -21,5 +21,11 @@ for b in bench_engine bench_kernels; do
   strip --strip-debug -o "$DEST/bin/$b.base" "$BASE/bench/$b"
 done
 [ -x "$BUILD/bench/bench_amx_bf16_probe" ] && strip --strip-debug -o "$DEST/bin/bench_amx_bf16_probe" "$BUILD/bench/bench_amx_bf16_probe"
+# Session 6 (PLAN=decode): the sampling profiler, and BEFORE_KERNELS_BENCH (optional) as
+# bench_kernels.before: a bench_kernels with the kernels before this branch's rework.
+cc -O2 -shared -fPIC -Wall -Wextra -Werror -o "$DEST/lib/libxeon_sampler.so" scripts/device/xeon_sampler.c
+if [ -n "${BEFORE_KERNELS_BENCH:-}" ]; then
+  strip --strip-debug -o "$DEST/bin/bench_kernels.before" "$BEFORE_KERNELS_BENCH"
+fi
 cp scripts/device/run_xeon.sh "$DEST/"
 du -sh "$DEST"

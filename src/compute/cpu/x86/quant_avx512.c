@@ -90,15 +90,6 @@ TV INLINE __m512i reduce16x16(const __m512i v[16])
     return reduce_level1_outputs(c);
 }
 
-/* Lane o = the sum of the 8 lanes of v[o]. */
-TV INLINE __m512i reduce16x8(const __m256i v[16])
-{
-    __m512i c[8];
-    for (int i = 0; i < 8; i++)
-        c[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * i]), v[2 * i + 1], 1);
-    return reduce_level1_outputs(c);
-}
-
 /* The 6-bit scales (sc) and mins (m) of a q4_k / q5_k scales[12], 8 bytes each (byte j =
  * sub-block j; quant_k4_scale_min's unpacking, four sub-blocks at a time). */
 INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
@@ -265,9 +256,50 @@ INLINE void tile_rows(const unsigned char *wr[16], const void *w, size_t ldw, in
 typedef struct {
     const char *p;  /* the next tile's first byte (NULL: none in this range) */
     size_t slice;   /* bytes per block step, whole cache lines */
+    size_t step;    /* bytes between two prefetches: 64 times CAIRN_QMM_PF_STRIDE */
+    size_t ldw;     /* bytes per weight row (the linear order prefetches row by row) */
+    int rows;       /* rows of the next tile */
 } pf_tile_t;
 
-static const pf_tile_t PF_NONE = {NULL, 0};
+static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0};
+
+/*
+ * The order a row kernel reads its tile in: "column" block column by block column, the 16
+ * outputs of one block at a time, as the reduction consumes them; "linear" output by
+ * output, each output's blocks in a row, so the tile is read front to back as the core's
+ * own streamers expect, the block products kept in a stack buffer (16 KiB at most) until
+ * the reduction and the float chain run in block order. The same integers and the same
+ * float operations in the same order: the bits do not depend on it (the tests run both).
+ * Default: linear for the k-quants (AMD dev VM, vocab head from DRAM: q6_k 0.88-0.95 of a
+ * raw read against 0.44-0.56, q4_k 0.75-0.85 against 0.62-0.73; Q4_K_M decode 1.19x),
+ * column for q8_0 / q4_0 (linear was no faster there). CAIRN_QMM_ORDER=0 (column) or 1
+ * (linear) sets every type, read once per process: a measuring knob for the device's Xeon
+ * (docs/PERFORMANCE.md, session 6).
+ */
+static bool qmm_linear(bool kquant)
+{
+    static _Atomic int cached = -2;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d == -2) {
+        d = (int)cairn_knob_int("CAIRN_QMM_ORDER", false, 0, -1, -1, 1);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return d < 0 ? kquant : d == 1;
+}
+
+/* Lines per prefetch instruction (CAIRN_QMM_PF_STRIDE, 1..8, default 1: every line): a
+ * measuring knob for CPUs whose hardware streamer may fetch the lines between (on Intel a
+ * software prefetch holds a line fill buffer until its line arrives), read once. */
+static size_t pf_step_bytes(void)
+{
+    static _Atomic int cached = -1;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d < 0) {
+        d = (int)cairn_knob_int("CAIRN_QMM_PF_STRIDE", false, 0, 1, 1, 8);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return (size_t)d * 64;
+}
 
 /* How many tiles ahead the row kernel streams (CAIRN_QMM_PF_TILES, 0..4, default 1; 0 turns
  * the prefetch off): a measuring knob for CPUs whose memory wants a longer lead (the
@@ -286,13 +318,15 @@ static int pf_tiles(void)
 
 INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
 {
-    pf_tile_t t = {NULL, 0};
+    pf_tile_t t = {NULL, 0, 64, ldw, 0};
     const int d = pf_tiles(), first = o + 16 * d;
     const int n = o1 - first < 16 ? o1 - first : 16;
     if (d == 0 || n <= 0 || nb <= 0)
         return t;
     t.p = (const char *)w + (size_t)first * ldw;
     t.slice = (((size_t)n * ldw + (size_t)nb - 1) / (size_t)nb + 63) & ~(size_t)63;
+    t.step = pf_step_bytes();
+    t.rows = n;
     return t;
 }
 
@@ -301,9 +335,36 @@ TV INLINE void pf_step(const pf_tile_t *t, int b)
     if (!t->p)
         return;
     const char *p = t->p + (size_t)b * t->slice;
-    for (size_t l = 0; l < t->slice; l += 64)
+    size_t l = 0;
+    const size_t s = t->step;
+    for (; l + 4 * s <= t->slice; l += 4 * s) { /* four per turn: the loop's own instructions were */
+        _mm_prefetch(p + l, _MM_HINT_T1);     /* a tenth of the q4_k kernel's */
+        _mm_prefetch(p + l + s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 2 * s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 3 * s, _MM_HINT_T1);
+    }
+    for (; l < t->slice; l += s)
         _mm_prefetch(p + l, _MM_HINT_T1);
 }
+
+/* The linear order's prefetch: bytes [off, off + len) of the next tile's row o. */
+TV INLINE void pf_row(const pf_tile_t *t, int o, size_t off, size_t len)
+{
+    if (!t->p || o >= t->rows)
+        return;
+    const char *a = t->p + (size_t)o * t->ldw + off;
+    const char *p = (const char *)((uintptr_t)a & ~(uintptr_t)63), *e = a + len;
+    for (; p + 4 * t->step <= e; p += 4 * t->step) {
+        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p + t->step, _MM_HINT_T1);
+        _mm_prefetch(p + 2 * t->step, _MM_HINT_T1);
+        _mm_prefetch(p + 3 * t->step, _MM_HINT_T1);
+    }
+    for (; p < e; p += t->step)
+        _mm_prefetch(p, _MM_HINT_T1);
+}
+
+enum { LIN_BLOCKS = 16 }; /* blocks per piece of the linear order (its buffers: 16 KiB) */
 
 TV INLINE __m512 acc_start(const float *y, int nv, bool acc)
 {
@@ -318,78 +379,155 @@ TV INLINE __m512i pair256(const int8_t *a, const int8_t *b)
                               _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
-/* vpshufb controls for row_q4_k: int16 lanes of the low 256 bits take scale j0, of the high
- * 256 bits scale j1, from 8 int16 scales repeated in every 128-bit lane. */
+/* vpshufb controls for row_q4_k, against the 8 scale bytes broadcast to every 64-bit lane:
+ * int16 lanes of the low 256 bits take scale byte j0, of the high 256 bits j1, zero-extended
+ * (control 0x80 zeroes the high byte). */
 TV INLINE __m512i k4_pick2(int j0, int j1)
 {
-    const __m512i lo = _mm512_set1_epi16((short)(2 * j0 | (2 * j0 + 1) << 8));
-    const __m512i hi = _mm512_set1_epi16((short)(2 * j1 | (2 * j1 + 1) << 8));
+    const __m512i lo = _mm512_set1_epi16((short)(j0 | 0x80 << 8));
+    const __m512i hi = _mm512_set1_epi16((short)(j1 | 0x80 << 8));
     return _mm512_mask_blend_epi16(0xffff0000u, lo, hi);
+}
+
+/*
+ * The mins term of a q4_k / q5_k super-block for 16 outputs at once: lane o =
+ * sum_j m[o][j] (bsums[2j] + bsums[2j + 1]), exact. mins[o] holds output o's 8 six-bit
+ * mins (u8), so a zmm of mins is 8 outputs x two dwords (sub-blocks 0-3, 4-7). The
+ * activation's sub-block sums s_j (|s_j| <= 4096) are split as s_j = 128 a_j + b_j with
+ * a_j = s_j >> 7 and b_j = s_j & 127, both int8, so two vpdpbusd (u8 mins x s8) give each
+ * dword's m . s; one pairwise add then puts output o in lane o. Replaces a widening and a
+ * 256-bit multiply per output plus a 16 x 8 transposing reduction.
+ */
+TV INLINE __m512i k4_mins16(const uint64_t mins[16], const int16_t bsums[16])
+{
+    const __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
+    const __m512i a = _mm512_broadcastq_epi64(_mm256_cvtepi32_epi8(_mm256_srai_epi32(s, 7)));
+    const __m512i b = _mm512_broadcastq_epi64(_mm256_cvtepi32_epi8(_mm256_and_si256(s, _mm256_set1_epi32(127))));
+    const __m512i m0 = _mm512_loadu_si512(mins), m1 = _mm512_loadu_si512(mins + 8);
+    __m512i t0 = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, a), 7);
+    __m512i t1 = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), m1, a), 7);
+    t0 = _mm512_dpbusd_epi32(t0, m0, b);
+    t1 = _mm512_dpbusd_epi32(t1, m1, b);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return pair_add(t0, t1, ev, od);
 }
 
 /*
  * q4_k / q5_k, one row against a tile of 16 outputs. The 128 qs bytes are read as two
  * 64-byte halves h: their low nibbles are sub-blocks 4h and 4h + 2 (256-bit halves), their
  * high nibbles 4h + 1 and 4h + 3, so the activations are regrouped once per block to match
- * (xa, xb) and each output costs two loads, four nibble masks and four vpshufb scale
- * broadcasts per super-block.
+ * (xa, xb) and each output costs two loads, the nibble masks, one broadcast of its 8 scale
+ * bytes and four vpshufb picking them per super-block; the mins term runs for the 16
+ * outputs together (k4_mins16). q5 is a constant once inlined (row_q4_k, row_q5_k).
  */
-TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
-                        bool q5, const pf_tile_t *pf)
+/* The activation of super-block xb regrouped to match the two 64-byte halves of qs. */
+TV INLINE void k4_xgroup(__m512i xg[4], const blk_q8_k_t *xb)
+{
+    for (int h = 0; h < 2; h++) {
+        xg[2 * h] = pair256(xb->q + 128 * h, xb->q + 128 * h + 64);
+        xg[2 * h + 1] = pair256(xb->q + 128 * h + 32, xb->q + 128 * h + 96);
+    }
+}
+
+/* One output's super-block blk against xg: the lane vector of its scaled sum S, its mins
+ * (*mins) and d | dmin << 16 (*dd). */
+TV INLINE __m512i k4_block(const unsigned char *blk, const __m512i xg[4], const bool q5, uint64_t *mins, uint32_t *dd)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i pa[2] = {k4_pick2(0, 2), k4_pick2(4, 6)}, pb[2] = {k4_pick2(1, 3), k4_pick2(5, 7)};
+    memcpy(dd, blk, 4);
+    uint64_t sc8;
+    k4_scales(blk + 4, &sc8, mins);
+    const __m512i scb = _mm512_set1_epi64((long long)sc8);
+    const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
+    __m512i qh2 = _mm512_setzero_si512();
+    if (q5)
+        qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
+    __m512i s = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+        __m512i qa = _mm512_and_si512(v, m4), qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (q5) { /* bit 4 of sub-block j is bit j of qh[l] */
+            qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h, 4 * h + 2)), one), 4));
+            qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h + 1, 4 * h + 3)), one), 4));
+        }
+        s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qa, xg[2 * h]), _mm512_shuffle_epi8(scb, pa[h]));
+        s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qb, xg[2 * h + 1]), _mm512_shuffle_epi8(scb, pb[h]));
+    }
+    return s;
+}
+
+/* The float chain of one super-block of 16 outputs: the S sums, then the mins term. */
+TV INLINE __m512 k4_fold(__m512 accv, const __m512i S[16], const uint64_t mins[16], const uint32_t dd[16],
+                         const blk_q8_k_t *xb)
+{
+    const __m512i ddv = _mm512_loadu_si512(dd);
+    const __m512 dx = _mm512_set1_ps(xb->d);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(ddv));
+    const __m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(ddv, 16)));
+    accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(dw, dx), accv);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(k4_mins16(mins, xb->bsums)), _mm512_mul_ps(dm, dx), accv);
+}
+
+/*
+ * q4_k / q5_k, one row against a tile of 16 outputs. The 128 qs bytes are read as two
+ * 64-byte halves h: their low nibbles are sub-blocks 4h and 4h + 2 (256-bit halves), their
+ * high nibbles 4h + 1 and 4h + 3, so the activations are regrouped once per block to match
+ * (k4_xgroup) and each output costs two loads, the nibble masks, one broadcast of its 8
+ * scale bytes and four vpshufb picking them per super-block; the mins term runs for the 16
+ * outputs together (k4_mins16). q5 is a constant once inlined (row_q4_k, row_q5_k). The
+ * tile is read in either order (qmm_linear), same operations.
+ */
+TV INLINE void row_k4_body(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                           const bool q5, const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q5 ? sizeof(blk_q5_k_t) : sizeof(blk_q4_k_t);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
-    const __m512i pa[2] = {k4_pick2(0, 2), k4_pick2(4, 6)}, pb[2] = {k4_pick2(1, 3), k4_pick2(5, 7)};
-    for (int b = 0; b < nb; b++) {
-        pf_step(pf, b);
-        const blk_q8_k_t *xb = x + b;
-        __m512i xa[2], xbv[2];
-        for (int h = 0; h < 2; h++) {
-            xa[h] = pair256(xb->q + 128 * h, xb->q + 128 * h + 64);
-            xbv[h] = pair256(xb->q + 128 * h + 32, xb->q + 128 * h + 96);
+    if (!qmm_linear(true)) {
+        for (int b = 0; b < nb; b++) {
+            pf_step(pf, b);
+            __m512i xg[4], S[16];
+            k4_xgroup(xg, x + b);
+            _Alignas(64) uint64_t mins[16];
+            _Alignas(64) uint32_t dd[16];
+            for (int o = 0; o < 16; o++)
+                S[o] = k4_block(wr[o] + (size_t)b * bsz, xg, q5, &mins[o], &dd[o]);
+            accv = k4_fold(accv, S, mins, dd, x + b);
         }
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-        __m512i S[16];
-        __m256i M[16];
-        _Alignas(32) uint16_t dw[16], dm[16];
-        for (int o = 0; o < 16; o++) {
-            const unsigned char *blk = wr[o] + (size_t)b * bsz;
-            uint16_t d16[2];
-            memcpy(d16, blk, 4);
-            dw[o] = d16[0];
-            dm[o] = d16[1];
-            uint64_t sc8, m8;
-            k4_scales(blk + 4, &sc8, &m8);
-            const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-            const uint8_t *qs = q5 ? ((const blk_q5_k_t *)blk)->qs : ((const blk_q4_k_t *)blk)->qs;
-            __m512i qh2 = _mm512_setzero_si512();
-            if (q5)
-                qh2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const blk_q5_k_t *)blk)->qh));
-            __m512i s = _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
-                const __m512i v = _mm512_loadu_si512(qs + 64 * h);
-                __m512i qa = _mm512_and_si512(v, m4), qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (q5) { /* bit 4 of sub-block j is bit j of qh[l] */
-                    qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h, 4 * h + 2)), one), 4));
-                    qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift_hi(4 * h + 1, 4 * h + 3)), one), 4));
-                }
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qa, xa[h]), _mm512_shuffle_epi8(scb, pa[h]));
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(qb, xbv[h]), _mm512_shuffle_epi8(scb, pb[h]));
+    } else {
+        for (int b0 = 0; b0 < nb; b0 += LIN_BLOCKS) {
+            const int nbc = nb - b0 < LIN_BLOCKS ? nb - b0 : LIN_BLOCKS;
+            _Alignas(64) __m512i xg[LIN_BLOCKS][4], S[LIN_BLOCKS][16];
+            _Alignas(64) uint64_t mins[LIN_BLOCKS][16];
+            _Alignas(64) uint32_t dd[LIN_BLOCKS][16];
+            for (int k = 0; k < nbc; k++)
+                k4_xgroup(xg[k], x + b0 + k);
+            for (int o = 0; o < 16; o++) {
+                pf_row(pf, o, (size_t)b0 * bsz, (size_t)nbc * bsz);
+                const unsigned char *row = wr[o] + (size_t)b0 * bsz;
+                for (int k = 0; k < nbc; k++)
+                    S[k][o] = k4_block(row + (size_t)k * bsz, xg[k], q5, &mins[k][o], &dd[k][o]);
             }
-            S[o] = s;
-            __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8));
-            __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m16, m16)),
-                                                   _mm_unpackhi_epi16(m16, m16), 1);
-            M[o] = _mm256_madd_epi16(mdup, bs);
+            for (int k = 0; k < nbc; k++)
+                accv = k4_fold(accv, S[k], mins[k], dd[k], x + b0 + k);
         }
-        const __m512 dx = _mm512_set1_ps(xb->d);
-        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), dx), accv);
-        accv = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(reduce16x8(M)), _mm512_mul_ps(f16x16(dm), dx), accv);
     }
     _mm512_mask_storeu_ps(y, mask16(nv), accv);
+}
+
+TV static void row_q4_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        const pf_tile_t *pf)
+{
+    row_k4_body(y, x, nb, w, ldw, nv, acc, false, pf);
+}
+
+TV static void row_q5_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
+                        const pf_tile_t *pf)
+{
+    row_k4_body(y, x, nb, w, ldw, nv, acc, true, pf);
 }
 
 /* int16 lane k < 32 of chunk c (64 elements) of a q6_k block takes scale 4c + k / 8. */
@@ -414,37 +552,62 @@ TV INLINE void k6_chunks(const blk_q6_k_t *blk, int h, __m512i *qa, __m512i *qb)
     *qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
 }
 
+/* One output's q6_k super-block against xb: the lane vector of its sum S (the -32 of
+ * every q included). */
+TV INLINE __m512i k6_block(const blk_q6_k_t *blk, const blk_q8_k_t *xb)
+{
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+    const __m512i scz = _mm512_zextsi256_si512(sc16);
+    /* The -32 of every q: -32 sum_j sc_j bsum_j, exact in int32. */
+    __m512i s = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32)), bs));
+    for (int h = 0; h < 2; h++) {
+        __m512i qa, qb;
+        k6_chunks(blk, h, &qa, &qb);
+        __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(xb->q + 128 * h));
+        __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(xb->q + 128 * h + 64));
+        s = _mm512_dpwssd_epi32(s, pa, _mm512_permutexvar_epi16(k6_scale_idx(2 * h), scz));
+        s = _mm512_dpwssd_epi32(s, pb, _mm512_permutexvar_epi16(k6_scale_idx(2 * h + 1), scz));
+    }
+    return s;
+}
+
 TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, size_t ldw, int nv, bool acc,
                         const pf_tile_t *pf)
 {
     const unsigned char *wr[16];
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
-    for (int b = 0; b < nb; b++) {
-        pf_step(pf, b);
-        const blk_q8_k_t *xb = x + b;
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-        __m512i S[16];
-        _Alignas(32) uint16_t dw[16];
-        for (int o = 0; o < 16; o++) {
-            const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
-            dw[o] = blk->d;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
-            const __m512i scz = _mm512_zextsi256_si512(sc16);
-            /* The -32 of every q: -32 sum_j sc_j bsum_j, exact in int32. */
-            __m512i s = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32)), bs));
-            for (int h = 0; h < 2; h++) {
-                __m512i qa, qb;
-                k6_chunks(blk, h, &qa, &qb);
-                __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(xb->q + 128 * h));
-                __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(xb->q + 128 * h + 64));
-                s = _mm512_dpwssd_epi32(s, pa, _mm512_permutexvar_epi16(k6_scale_idx(2 * h), scz));
-                s = _mm512_dpwssd_epi32(s, pb, _mm512_permutexvar_epi16(k6_scale_idx(2 * h + 1), scz));
+    if (!qmm_linear(true)) {
+        for (int b = 0; b < nb; b++) {
+            pf_step(pf, b);
+            __m512i S[16];
+            _Alignas(32) uint16_t dw[16];
+            for (int o = 0; o < 16; o++) {
+                const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
+                dw[o] = blk->d;
+                S[o] = k6_block(blk, x + b);
             }
-            S[o] = s;
+            accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), _mm512_set1_ps(x[b].d)),
+                                   accv);
         }
-        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), _mm512_set1_ps(xb->d)),
-                               accv);
+    } else {
+        for (int b0 = 0; b0 < nb; b0 += LIN_BLOCKS) {
+            const int nbc = nb - b0 < LIN_BLOCKS ? nb - b0 : LIN_BLOCKS;
+            _Alignas(64) __m512i S[LIN_BLOCKS][16];
+            _Alignas(32) uint16_t dw[LIN_BLOCKS][16];
+            for (int o = 0; o < 16; o++) {
+                pf_row(pf, o, (size_t)b0 * sizeof(blk_q6_k_t), (size_t)nbc * sizeof(blk_q6_k_t));
+                const blk_q6_k_t *row = (const blk_q6_k_t *)wr[o] + b0;
+                for (int k = 0; k < nbc; k++) {
+                    dw[k][o] = row[k].d;
+                    S[k][o] = k6_block(row + k, x + b0 + k);
+                }
+            }
+            for (int k = 0; k < nbc; k++)
+                accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S[k])),
+                                       _mm512_mul_ps(f16x16(dw[k]), _mm512_set1_ps(x[b0 + k].d)), accv);
+        }
     }
     _mm512_mask_storeu_ps(y, mask16(nv), accv);
 }
@@ -459,7 +622,33 @@ TV INLINE __m512i q4_0_pair(const blk_q4_0_t *b0, const blk_q4_0_t *b1)
     return _mm512_and_si512(_mm512_srlv_epi16(v, cnt), _mm512_set1_epi8(0x0f));
 }
 
-/* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step. */
+/* One block of outputs pa and pb (rows, at block b) against x's broadcast block xv: lanes 0-7
+ * output pa's partial sums of sum (q) x with the weights unsigned (q4_0's q, q8_0's w + 128),
+ * lanes 8-15 output pb's; their d to da[0], da[1]. */
+TV INLINE __m512i b32_block(const unsigned char *pa, const unsigned char *pb, __m512i xv, const bool q4,
+                            uint16_t da[2])
+{
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    memcpy(&da[0], pa, 2); /* d first in both layouts */
+    memcpy(&da[1], pb, 2);
+    const __m512i wv = q4 ? q4_0_pair((const blk_q4_0_t *)pa, (const blk_q4_0_t *)pb)
+                          : _mm512_xor_si512(pair256(((const blk_q8_0_t *)pa)->q, ((const blk_q8_0_t *)pb)->q), k80);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+}
+
+/* The float chain of block b for 16 outputs: S = the reduced sums less off times x's block
+ * sum, acc = fma((float)S, dw dx, acc). */
+TV INLINE __m512 b32_fold(__m512 accv, const __m512i c[8], const uint16_t d[16], const blk_q8_0_t *xb, int32_t xs,
+                          int off)
+{
+    const __m512i sa = _mm512_sub_epi32(reduce_level1_outputs(c), _mm512_set1_epi32(off * xs));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(d), _mm512_set1_ps(h2f(xb->d))), accv);
+}
+
+/* q8_0 and q4_0 weights: blocks of 32, two per 512-bit step (one block of two outputs per
+ * vector: lanes 0-7 output 2i, 8-15 output 2i + 1, the offset times x's block sum
+ * subtracted after the reduction; one reduction level fewer than a pair of blocks of one
+ * output). The tile is read in either order (qmm_linear), same operations. */
 TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int nb, const void *w, size_t ldw,
                        int nv, bool acc, bool q4, const pf_tile_t *pf)
 {
@@ -467,45 +656,43 @@ TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
     tile_rows(wr, w, ldw, nv);
     __m512 accv = acc_start(y, nv, acc);
     const size_t bsz = q4 ? sizeof(blk_q4_0_t) : sizeof(blk_q8_0_t);
-    const __m512i k80 = _mm512_set1_epi8((char)0x80);
     const int off = q4 ? 8 : 128; /* the unsigned weights' offset: sum (q) x = sum w x + off sum x */
-    for (int b = 0; b < nb; b += 2) {
-        pf_step(pf, b / 2);
-        const bool two = b + 1 < nb; /* an odd last block runs alone, its pair zero */
-        const int8_t *x1 = two ? x[b + 1].q : x[b].q;
-        /* One block of two outputs per vector (lanes 0-7 output 2i, 8-15 output 2i + 1):
-         * sum q x with the weights unsigned (q4_0's q, q8_0's w + 128), the offset times x's
-         * block sum subtracted below; one reduction level fewer than a pair of blocks of
-         * one output. */
-        const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
-        const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x1));
-        _Alignas(32) uint16_t da[16], db[16];
-        __m512i ca[8], cb[8];
-        for (int i = 0; i < 8; i++) {
-            const unsigned char *pa = wr[2 * i] + (size_t)b * bsz, *pb = wr[2 * i + 1] + (size_t)b * bsz;
-            const unsigned char *qa = two ? pa + bsz : pa, *qb = two ? pb + bsz : pb;
-            memcpy(&da[2 * i], pa, 2); /* d first in both layouts */
-            memcpy(&da[2 * i + 1], pb, 2);
-            memcpy(&db[2 * i], qa, 2);
-            memcpy(&db[2 * i + 1], qb, 2);
-            __m512i wa, wb;
-            if (q4) {
-                wa = q4_0_pair((const blk_q4_0_t *)pa, (const blk_q4_0_t *)pb);
-                wb = q4_0_pair((const blk_q4_0_t *)qa, (const blk_q4_0_t *)qb);
-            } else {
-                wa = _mm512_xor_si512(pair256(((const blk_q8_0_t *)pa)->q, ((const blk_q8_0_t *)pb)->q), k80);
-                wb = _mm512_xor_si512(pair256(((const blk_q8_0_t *)qa)->q, ((const blk_q8_0_t *)qb)->q), k80);
+    if (!qmm_linear(false)) {
+        for (int b = 0; b < nb; b += 2) {
+            pf_step(pf, b / 2);
+            const bool two = b + 1 < nb; /* an odd last block runs alone */
+            const __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].q));
+            const __m512i x1v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[two ? b + 1 : b].q));
+            _Alignas(32) uint16_t da[16], db[16];
+            __m512i ca[8], cb[8];
+            for (int i = 0; i < 8; i++) {
+                const unsigned char *pa = wr[2 * i] + (size_t)b * bsz, *pb = wr[2 * i + 1] + (size_t)b * bsz;
+                ca[i] = b32_block(pa, pb, x0, q4, &da[2 * i]);
+                if (two)
+                    cb[i] = b32_block(pa + bsz, pb + bsz, x1v, q4, &db[2 * i]);
             }
-            ca[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, x0);
-            cb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, x1v);
+            accv = b32_fold(accv, ca, da, &x[b], xsum[b], off);
+            if (two)
+                accv = b32_fold(accv, cb, db, &x[b + 1], xsum[b + 1], off);
         }
-        __m512i sa = reduce_level1_outputs(ca), sb = reduce_level1_outputs(cb);
-        sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(off * xsum[b]));
-        sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(two ? off * xsum[b + 1] : 0));
-        accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(f16x16(da), _mm512_set1_ps(h2f(x[b].d))), accv);
-        if (two)
-            accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(f16x16(db), _mm512_set1_ps(h2f(x[b + 1].d))),
-                                   accv);
+    } else {
+        enum { LIN_B32 = 2 * LIN_BLOCKS }; /* blocks per piece: 32 x 8 vectors, 16 KiB */
+        for (int b0 = 0; b0 < nb; b0 += LIN_B32) {
+            const int nbc = nb - b0 < LIN_B32 ? nb - b0 : LIN_B32;
+            _Alignas(64) __m512i xv[LIN_B32], c[LIN_B32][8];
+            _Alignas(32) uint16_t d[LIN_B32][16];
+            for (int k = 0; k < nbc; k++)
+                xv[k] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b0 + k].q));
+            for (int i = 0; i < 8; i++) {
+                pf_row(pf, 2 * i, (size_t)b0 * bsz, (size_t)nbc * bsz);
+                pf_row(pf, 2 * i + 1, (size_t)b0 * bsz, (size_t)nbc * bsz);
+                const unsigned char *pa = wr[2 * i] + (size_t)b0 * bsz, *pb = wr[2 * i + 1] + (size_t)b0 * bsz;
+                for (int k = 0; k < nbc; k++)
+                    c[k][i] = b32_block(pa + (size_t)k * bsz, pb + (size_t)k * bsz, xv[k], q4, &d[k][2 * i]);
+            }
+            for (int k = 0; k < nbc; k++)
+                accv = b32_fold(accv, c[k], d[k], &x[b0 + k], xsum[b0 + k], off);
+        }
     }
     _mm512_mask_storeu_ps(y, mask16(nv), accv);
 }
@@ -858,7 +1045,7 @@ TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, con
         for (int r = 0; r < rows; r++)
             row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     false, r == 0 ? &pf : &PF_NONE);
+                     r == 0 ? &pf : &PF_NONE);
     }
 }
 
@@ -874,9 +1061,9 @@ TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, con
     for (int o = o0; o < o1; o += 16) {
         const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
         for (int r = 0; r < rows; r++)
-            row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
+            row_q5_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
-                     true, r == 0 ? &pf : &PF_NONE);
+                     r == 0 ? &pf : &PF_NONE);
     }
 }
 
