@@ -5,9 +5,8 @@
  * of 1, 16 or all, 1 vs 3 threads, f32/bf16/f16/q8_0 K/V, and the generic vs the AVX2 and
  * AVX-512 implementations, for MHA, GQA and MQA shapes and a head_dim that is not a
  * multiple of 16.
- * The primitives are also held to their definitions: scores equal kern_dot * scale, the
- * vector exp equals kern__exp, and q8_0 rows widened straight into a transposed group
- * (kt_q8_0) equal rows_to_f32 then transpose16.
+ * The primitives are also held to their definitions: scores equal kern_dot * scale, and
+ * the vector exp equals kern__exp.
  *
  * `test_attention --bench` instead times a 4K-token prefill tile of the 8-layer Llama shape
  * (8/2 heads x 64, bf16 K/V) against the former per-(query, key, head) kern_dot/kern_axpy
@@ -28,8 +27,7 @@
 
 static const char *const impls[] = {"scalar", "avx2", "avx512"};
 static const cairn_dtype_t dtypes[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_BF16, CAIRN_DTYPE_F16};
-/* ... and q8_0 (8-bit K/V, blocks of 32: head_dim a multiple of 32), whose K rows the
- * AVX-512 tiles widen straight into their transposed groups (kt_q8_0). */
+/* ... and q8_0 (8-bit K/V, blocks of 32: head_dim a multiple of 32). */
 static const cairn_dtype_t dtypes_q8[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_BF16, CAIRN_DTYPE_F16, CAIRN_DTYPE_Q8_0};
 
 /* The K/V types to run a shape of head_dim hd with: q8_0 too where its blocks fit. */
@@ -324,40 +322,6 @@ static void test_primitives(void **state)
                             float want = kern_dot(qp + r * hdp, kb + (size_t)k * hd, CAIRN_DTYPE_F32, hd) * scale;
                             assert_memory_equal(&st[r * LDS + k], &want, sizeof(float));
                         }
-                }
-            }
-        }
-        /* q8_0 rows widened straight into a transposed group (where the implementation
-         * has it): the bits of rows_to_f32 then transpose16, for every row count 1..16,
-         * rows at a stride, scales subnormal to large and quants at both ends. */
-        if (ims[m]->kt_q8_0) {
-            const kern_type_ops_t *q8 = &kern__impl_by_name("avx512")->types[CAIRN_DTYPE_Q8_0];
-            const int hds_q[] = {32, 64, 128};
-            static const uint16_t scales[] = {0x0001, 0x03ff, 0x0400, 0x1400, 0x3c00, 0x7bff, 0x8001, 0xb555, 0x0000};
-            enum { BLK = 34, MAXB = 5 }; /* a q8_0 block; rows of up to 4 blocks and one more */
-            unsigned char rows[16 * MAXB * BLK];
-            float kt[128 * 16], want[128 * 16];
-            for (size_t hi = 0; hi < CAIRN_ARRAY_LEN(hds_q); hi++) {
-                const int hd = hds_q[hi];
-                const size_t stride = (size_t)(hd / 32 + 1) * BLK;
-                for (int n = 1; n <= 16; n++) {
-                    for (size_t i = 0; i < sizeof(rows); i++)
-                        rows[i] = (unsigned char)rnd32();
-                    for (int k = 0; k < 16; k++)
-                        for (int b = 0; b < hd / 32; b++) {
-                            unsigned char *blk = rows + k * stride + (size_t)b * BLK;
-                            const uint16_t d = scales[(size_t)(k * 4 + b + n) % CAIRN_ARRAY_LEN(scales)];
-                            memcpy(blk, &d, 2);
-                            blk[2] = 0x80; /* -128 */
-                            blk[3] = 0x7f; /* 127 */
-                        }
-                    memset(kb, 0, sizeof(kb));
-                    for (int k = 0; k < n; k++)
-                        q8->rows_to_f32(kb + (size_t)k * hd, rows + k * stride, stride, 1, hd);
-                    ims[m]->transpose16(want, kb, hd);
-                    memset(kt, 0xff, sizeof(kt));
-                    ims[m]->kt_q8_0(kt, rows, stride, n, hd);
-                    assert_memory_equal(kt, want, (size_t)hd * 16 * sizeof(float));
                 }
             }
         }

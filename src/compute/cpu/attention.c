@@ -28,11 +28,7 @@
  *    one is computed (4 blocks ahead for tiles of a few rows: decode), and 128 rows per
  *    unit read the span's K/V a quarter as often as the 32 rows before;
  *  - the score rows are padded by one group so that rows touched together do not alias
- *    in the caches' sets;
- *  - q8_0 K rows of a transposed tile go from the store straight into each group's kt
- *    (the implementation's kt_q8_0), not through the widened block and transpose16: a
- *    short chunk over a long context (the tail after a restore) spends a fifth of its
- *    attention widening and transposing K/V.
+ *    in the caches' sets.
  * Measured (bench/bench_attention, docs/PERFORMANCE.md "Attention"): ~60-70 GFLOP/s per
  * thread at 2K-8K context against ~30-44 before; scratch per slot is 128 score rows of
  * the longest span (128 * 4 * max_positions bytes: 4.2 MB at 8K, 21 MB at 40K), 64 or 32
@@ -128,7 +124,7 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL, NULL};
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -140,8 +136,7 @@ typedef struct {
     int layer;
     const attn_query_t *queries;
     int n_queries;
-    int tq;      /* queries per tile */
-    bool kt_q8;  /* q8_0 K rows go straight into the transposed groups (im->kt_q8_0) */
+    int tq; /* queries per tile */
 } attn_job_t;
 
 static int group_size(const attn_cfg_t *cfg) { return cfg->n_heads / cfg->n_kv_heads; }
@@ -245,24 +240,6 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
 }
 
 /*
- * The transposed group kt of the n <= 16 q8_0 K rows of kvh from position g0, widened
- * straight from the store (im->kt_q8_0) when the accessor serves them as one run with
- * storage and none is below lo_min; false (nothing written) otherwise, for the caller's
- * load_block + transpose16, which give the same bits.
- */
-static bool kt_direct(const attn_job_t *job, const attn_kv_t *kv, int g0, int n, int lo_min, int kvh, float *kt)
-{
-    const attn_cfg_t *cfg = job->cfg;
-    void *k = NULL, *v = NULL;
-    if (g0 < lo_min || kv->rows(kv->ctx, job->layer, g0, &k, &v) < n || !k)
-        return false;
-    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * cfg->head_dim);
-    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * cfg->head_dim);
-    job->im->kt_q8_0(kt, (const unsigned char *)k + head_off, row_bytes, n, cfg->head_dim);
-    return true;
-}
-
-/*
  * Asks the caches for the K (or V) rows of kvh at positions [k0, k1) (the next block),
  * into L2, while the current one is computed: a head's rows are a few cache lines every
  * n_kv_heads * hd elements, a pattern the hardware prefetchers follow poorly. Only reads
@@ -363,20 +340,11 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        /* q8_0 K rows of a transposed tile: widened group by group straight into kt
-         * (kt_direct), a group the store cannot serve so through load_block. */
-        const bool direct = transposed && job->kt_q8;
-        uint64_t missing = direct ? 0 : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
         if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
-                const int n = k0 + nk - g0 < 16 ? k0 + nk - g0 : 16;
-                float *kb = kvbuf + (size_t)(g0 - k0) * hd;
-                if (!direct || !kt_direct(job, kv, g0, n, lo_min, kvh, kt)) {
-                    if (direct)
-                        missing |= load_block(job, kv, g0, n, lo_min, kvh, false, kb) << (g0 - k0);
-                    im->transpose16(kt, kb, hd);
-                }
+                im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
                 /* Each run of consecutive queries whose keys [b0, pos] include the group
                  * (one run when the positions increase) in one call. */
                 for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
@@ -474,8 +442,7 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
-                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions),
-                      cfg->kv_dtype == CAIRN_DTYPE_Q8_0 && k->attn->kt_q8_0 && cfg->head_dim % 32 == 0};
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))

@@ -52,11 +52,6 @@ typedef struct attn_impl {
     void (*scores16_t)(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp, float scale);
     /* With scores16_t: kt [hdp][16] = the transpose of kb [16][hd] (zeros for d >= hd). */
     void (*transpose16)(float *kt, const float *kb, int hd);
-    /* Optional (NULL: rows_to_f32 then transpose16), with scores16_t: kt [hd][16] = the n
-     * <= 16 q8_0 rows at src (row k at src + k * stride, hd a multiple of 32) widened to f32
-     * and transposed, zeros for keys k >= n: the same bits as transpose16 of the rows
-     * widened by rows_to_f32 (d * q, exact in f32), without the widened block between. */
-    void (*kt_q8_0)(float *kt, const void *src, size_t stride, int n, int hd);
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel

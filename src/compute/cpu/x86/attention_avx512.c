@@ -18,17 +18,13 @@
  * vectors per row); 4 rows share each kt load and q is an embedded broadcast. Same
  * operations on the same operands as scores16, so the same bits.
  *
- * K/V rows are widened by the AVX-512 kernels' rows_to_f32, except q8_0 K rows of a tile
- * that scores transposed: kt_q8_0 widens each group of 16 straight into the transposed
- * layout (the widened values are exact products, so the same bits). The attention of the
+ * K/V rows are widened by the AVX-512 kernels' rows_to_f32. The attention of the
  * "avx512" and "avx512-emubf16" kernel implementations (kernels_avx512.c), which run only
  * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
  */
 #include "compute/cpu/attention_impl.h"
 
 #include <immintrin.h>
-
-#include "compute/quant_blocks.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -166,71 +162,42 @@ T512 static void avx512_pv(float *acc, int lda, const float *p, int ldp, int row
     }
 }
 
-/* o [16][16] = the transpose of the 16 vectors r (r[k] = 16 elements of key k): four
- * stages (pairs of rows, pairs of pairs, then 128-bit chunks twice). */
-T512 INLINE void transpose_store(float *o, const __m512 r[16])
-{
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);     /* chunk c: k[4c], k1[4c], k[4c+1], k1[4c+1] */
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]); /* chunk c: elements 4c+2, 4c+3 */
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 16; k += 4) {
-        /* u[k + i], chunk c: element 4c + i of keys k..k+3 */
-        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        /* v: elements i, i+8 (keys 0-3, 4-7); w: the same of keys 8-15; then i+4, i+12 */
-        __m512 v0 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88), v1 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
-        _mm512_storeu_ps(o + (size_t)i * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
-        _mm512_storeu_ps(o + (size_t)(i + 8) * 16, _mm512_shuffle_f32x4(v0, w0, 0xdd));
-        _mm512_storeu_ps(o + (size_t)(i + 4) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
-        _mm512_storeu_ps(o + (size_t)(i + 12) * 16, _mm512_shuffle_f32x4(v1, w1, 0xdd));
-    }
-}
-
 /* kt [hdp][16] = the transpose of kb [16][hd], zeros for d >= hd: per block of 16
- * dimensions a 16 x 16 transpose. */
+ * dimensions a 16 x 16 transpose in four stages (pairs of rows, pairs of pairs, then
+ * 128-bit chunks twice). */
 T512 static void avx512_transpose16(float *kt, const float *kb, int hd)
 {
     for (int d0 = 0; d0 < hd; d0 += 16) {
         const __mmask16 m = tail_mask(hd - d0);
-        __m512 r[16];
+        __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++)
             r[k] = _mm512_maskz_loadu_ps(m, kb + (size_t)k * hd + d0);
-        transpose_store(kt + (size_t)d0 * 16, r);
-    }
-}
-
-/* kt [hd][16] = the n <= 16 q8_0 rows at src (row k at src + k * stride, hd / 32 blocks)
- * widened and transposed, zeros for keys k >= n: each element is d * q with d the block's
- * f16 scale as f32, the product exact (11 x 8 significant bits), so these are the bits of
- * transpose16 after the widening of kern__avx512_rows_q8_0 (quant_avx512.c), without the
- * round trip through a widened block. hd is a multiple of 32. */
-T512 static void avx512_kt_q8_0(float *kt, const void *src, size_t stride, int n, int hd)
-{
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-        __m512 r[16];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            if (k < n) {
-                const blk_q8_0_t *b = (const blk_q8_0_t *)((const unsigned char *)src + (size_t)k * stride) + d0 / QK8_0;
-                const __m128i q = _mm_loadu_si128((const __m128i *)(b->q + d0 % QK8_0));
-                r[k] = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-            } else {
-                r[k] = _mm512_setzero_ps();
-            }
+#pragma GCC unroll 8
+        for (int k = 0; k < 16; k += 2) {
+            t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);     /* chunk c: k[4c], k1[4c], k[4c+1], k1[4c+1] */
+            t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]); /* chunk c: elements 4c+2, 4c+3 */
         }
-        transpose_store(kt + (size_t)d0 * 16, r);
+#pragma GCC unroll 4
+        for (int k = 0; k < 16; k += 4) {
+            /* u[k + i], chunk c: element 4c + i of keys k..k+3 */
+            u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+            u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+            u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+            u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        }
+        float *o = kt + (size_t)d0 * 16;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            /* v: elements i, i+8 (keys 0-3, 4-7); w: the same of keys 8-15; then i+4, i+12 */
+            __m512 v0 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88), v1 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
+            __m512 w0 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+            __m512 w1 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
+            _mm512_storeu_ps(o + (size_t)i * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
+            _mm512_storeu_ps(o + (size_t)(i + 8) * 16, _mm512_shuffle_f32x4(v0, w0, 0xdd));
+            _mm512_storeu_ps(o + (size_t)(i + 4) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
+            _mm512_storeu_ps(o + (size_t)(i + 12) * 16, _mm512_shuffle_f32x4(v1, w1, 0xdd));
+        }
     }
 }
 
@@ -312,5 +279,5 @@ T512 static void avx512_scores16_t(float *s, size_t lds, const float *q, int row
     }
 }
 
-const attn_impl_t attn__avx512 = {"avx512",           avx512_scores16,    avx512_softmax, avx512_pv,
-                                  avx512_scores16_t, avx512_transpose16, avx512_kt_q8_0};
+const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
+                                  avx512_transpose16};
