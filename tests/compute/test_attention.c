@@ -232,7 +232,8 @@ static void test_attention_all(void **state)
     assert_int_equal(cairn_thread_pool_create(1, &tp1), 0);
     assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
-        for (size_t di = 0; di < n_dtypes(shapes[si][2]); di++) {
+        /* q8_0 on the Qwen3 shape (the window and null-block tests take it on others) */
+        for (size_t di = 0; di < (shapes[si][2] == 128 ? n_dtypes(128) : CAIRN_ARRAY_LEN(dtypes)); di++) {
             problem_t p;
             problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], dtypes_q8[di]);
             const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
