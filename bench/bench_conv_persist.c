@@ -24,7 +24,13 @@
  *            tokens, restore MB/s (payload bytes / time in restores) and the restoring
  *            thread's CPU (cairn_seq_begin restores inline); bracketed by raw reads of the
  *            same object files, O_DIRECT before, read() through the dropped page cache and
- *            O_DIRECT after (raw MB/s); one `summary:` line with the figures;
+ *            O_DIRECT after (raw MB/s); the tail (the first step after the restore: the
+ *            prefill of the prompt tokens no block holds) in wall and process CPU time, and
+ *            the three CLOCK_MONOTONIC instants that bound the restore and the tail (to cut a
+ *            `perf record -k CLOCK_MONOTONIC` profile into the two); one `summary:` line;
+ *            TTFT's clock starts at cairn_seq_begin: the checkpoint (its weights copied into
+ *            anonymous memory at open, formats/weights_folder.c) and the engine + store open
+ *            come before it;
  *   replay   T turns of that session, a restart before each: turn t's prompt is the whole
  *            conversation (the previous prompt, its G-token greedy reply, an R-token tool
  *            result); per turn the tokens reusable from the previous turn (its computed
@@ -181,6 +187,8 @@ typedef struct {
     double ttft, ttft_cpu;
     double begin_s, begin_cpu; /* cairn_seq_begin alone: the restore (it runs inline), wall and
                                   this thread's CPU */
+    double tail_cpu;           /* the first step alone (the prefill of the tokens left): process CPU */
+    double mono[3];            /* CLOCK_MONOTONIC at begin, after begin, at the first logits */
     int restored, hot;
     int32_t reply[64];
 } turn_t;
@@ -198,6 +206,9 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
     }
     t->begin_s = cf_now() - t0;
     t->begin_cpu = cf_thread_cpu_now() - b0;
+    const double cb = cf_cpu_now();
+    t->mono[0] = t0;
+    t->mono[1] = t0 + t->begin_s;
     t->restored = cairn_seq_restored_tokens(s);
     for (int g = 0; g < gen; g++) {
         const float *lg = NULL;
@@ -209,8 +220,10 @@ static void run_turn(cairn_engine_t *e, const int32_t *prompt, int n, int gen, t
             exit(1);
         }
         if (g == 0) {
-            t->ttft = cf_now() - t0;
+            t->mono[2] = cf_now();
+            t->ttft = t->mono[2] - t0;
             t->ttft_cpu = cf_cpu_now() - c0;
+            t->tail_cpu = cf_cpu_now() - cb;
         }
         int best = 0;
         for (int v = 1; v < vocab; v++)
@@ -402,9 +415,12 @@ int main(int argc, char **argv)
            "restored (%.1f%%), %d hot; engine + store open %.2f s\n",
            t.ttft, t.ttft_cpu, t.restored, full, 100.0 * t.restored / full, t.hot, t_open);
     printf("  restore %.0f MB in %.2f s: %.0f MB/s (begin %.2f s wall, %.2f s CPU of the restoring thread); "
-           "prefill of the %d tokens left %.2f s wall\n",
+           "prefill of the %d tokens left %.2f s wall, %.2f s process CPU\n",
            c.store.bytes_restored / 1e6, c.restore_seconds, rest_mbs, t.begin_s, t.begin_cpu,
-           PROMPT_TOKENS - t.restored - t.hot, t.ttft - t.begin_s);
+           PROMPT_TOKENS - t.restored - t.hot, t.ttft - t.begin_s, t.tail_cpu);
+    printf("  windows (CLOCK_MONOTONIC s, for perf record -k CLOCK_MONOTONIC): begin %.6f, restored %.6f, first "
+           "logits %.6f\n",
+           t.mono[0], t.mono[1], t.mono[2]);
     printf("  raw read of the same object files (%s): O_DIRECT before %.0f MB/s, read() after %.0f MB/s, "
            "O_DIRECT after %.0f MB/s (%.0f MB each)\n",
            dropped ? "page cache dropped with drop_caches" : "page cache dropped per file with FADV_DONTNEED",
@@ -413,9 +429,11 @@ int main(int argc, char **argv)
            "restore's CPU that materialises its pool blocks)\n",
            c.store.bytes_restored / 1e6, fresh_cpu);
     printf("summary: %s K/V, TTFT %.2f s wall / %.2f s process CPU; restore %.0f MB at %.0f MB/s (%.2f s CPU, "
-           "fresh-memory probe %.2f s); raw read best %.0f MB/s (restore = %.0f%% of it)\n",
+           "fresh-memory probe %.2f s); raw read best %.0f MB/s (restore = %.0f%% of it); tail %d tokens %.2f s "
+           "wall / %.2f s CPU\n",
            cairn_dtype_name(g_kv_dtype), t.ttft, t.ttft_cpu, c.store.bytes_restored / 1e6, rest_mbs, t.begin_cpu,
-           fresh_cpu, raw_best, raw_best > 0 ? 100.0 * rest_mbs / raw_best : 0);
+           fresh_cpu, raw_best, raw_best > 0 ? 100.0 * rest_mbs / raw_best : 0, PROMPT_TOKENS - t.restored - t.hot,
+           t.ttft - t.begin_s, t.tail_cpu);
     fflush(stdout);
 
     /* replay: a restart before every turn. */

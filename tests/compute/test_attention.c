@@ -2,7 +2,7 @@
  * Tests for attention (src/engine/attention.c): the tiled attention against a textbook
  * double-precision reference (tolerance), and its determinism as bit identity — every
  * query computed alone vs inside tiles of any alignment and order, K/V rows served in runs
- * of 1, 16 or all, 1 vs 3 threads, f32/bf16/f16 K/V, and the generic vs the AVX2 and
+ * of 1, 16 or all, 1 vs 3 threads, f32/bf16/f16/q8_0 K/V, and the generic vs the AVX2 and
  * AVX-512 implementations, for MHA, GQA and MQA shapes and a head_dim that is not a
  * multiple of 16.
  * The primitives are also held to their definitions: scores equal kern_dot * scale, and
@@ -27,6 +27,11 @@
 
 static const char *const impls[] = {"scalar", "avx2", "avx512"};
 static const cairn_dtype_t dtypes[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_BF16, CAIRN_DTYPE_F16};
+/* ... and q8_0 (8-bit K/V, blocks of 32: head_dim a multiple of 32). */
+static const cairn_dtype_t dtypes_q8[] = {CAIRN_DTYPE_F32, CAIRN_DTYPE_BF16, CAIRN_DTYPE_F16, CAIRN_DTYPE_Q8_0};
+
+/* The K/V types to run a shape of head_dim hd with: q8_0 too where its blocks fit. */
+static size_t n_dtypes(int hd) { return hd % 32 ? CAIRN_ARRAY_LEN(dtypes) : CAIRN_ARRAY_LEN(dtypes_q8); }
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd32(void)
@@ -73,28 +78,34 @@ typedef struct {
     float *q;  /* [n_pos][n_heads * hd] */
     store_t st;
     attn_kv_t kv;
+    float *kf, *vf; /* [n_pos][n_kv_heads * hd] the stored rows widened (the reference's) */
 } problem_t;
 
 static void problem_init(problem_t *p, int n_heads, int n_kv_heads, int hd, int n_pos, cairn_dtype_t dt)
 {
-    *p = (problem_t){n_heads, n_kv_heads, hd, n_pos, dt, NULL, {0}, {0}};
+    *p = (problem_t){n_heads, n_kv_heads, hd, n_pos, dt, NULL, {0}, {0}, NULL, NULL};
     const int q_dim = n_heads * hd, kv_dim = n_kv_heads * hd;
     p->q = malloc((size_t)n_pos * q_dim * sizeof(float));
     for (size_t i = 0; i < (size_t)n_pos * q_dim; i++)
         p->q[i] = 2.0f * rndf();
-    p->st.row_bytes = (size_t)kv_dim * cairn_dtype_size(dt);
+    p->st.row_bytes = cairn_dtype_row_bytes(dt, kv_dim);
     p->st.k = malloc((size_t)n_pos * p->st.row_bytes);
     p->st.v = malloc((size_t)n_pos * p->st.row_bytes);
     p->st.n_pos = n_pos;
     p->st.run = n_pos;
+    p->kf = malloc((size_t)n_pos * kv_dim * sizeof(float));
+    p->vf = malloc((size_t)n_pos * kv_dim * sizeof(float));
     float *row = malloc((size_t)kv_dim * sizeof(float));
     for (int pos = 0; pos < n_pos; pos++) {
+        unsigned char *k = p->st.k + (size_t)pos * p->st.row_bytes, *v = p->st.v + (size_t)pos * p->st.row_bytes;
         for (int i = 0; i < kv_dim; i++)
             row[i] = 2.0f * rndf();
-        kern_row_from_f32(p->st.k + (size_t)pos * p->st.row_bytes, dt, row, kv_dim);
+        kern_row_from_f32(k, dt, row, kv_dim);
         for (int i = 0; i < kv_dim; i++)
             row[i] = rndf();
-        kern_row_from_f32(p->st.v + (size_t)pos * p->st.row_bytes, dt, row, kv_dim);
+        kern_row_from_f32(v, dt, row, kv_dim);
+        kern_row_to_f32(p->kf + (size_t)pos * kv_dim, k, dt, kv_dim);
+        kern_row_to_f32(p->vf + (size_t)pos * kv_dim, v, dt, kv_dim);
     }
     free(row);
     p->kv = (attn_kv_t){store_rows, &p->st};
@@ -102,6 +113,8 @@ static void problem_init(problem_t *p, int n_heads, int n_kv_heads, int hd, int 
 
 static void problem_fini(problem_t *p)
 {
+    free(p->kf);
+    free(p->vf);
     free(p->q);
     free(p->st.k);
     free(p->st.v);
@@ -124,11 +137,10 @@ static void run_attn(const problem_t *p, cairn_thread_pool_t *tp, const int *pos
     free(cfg.scratch);
 }
 
-static double elem(const problem_t *p, const unsigned char *rows, int pos, int i)
+/* Element i of the stored K (k true) or V row at pos, widened. */
+static double elem(const problem_t *p, bool k, int pos, int i)
 {
-    float f;
-    kern_row_to_f32(&f, rows + (size_t)pos * p->st.row_bytes + (size_t)i * cairn_dtype_size(p->dt), p->dt, 1);
-    return f;
+    return (k ? p->kf : p->vf)[(size_t)pos * p->n_kv_heads * p->hd + i];
 }
 
 /* The textbook formula in double for every position; against out (indexed by position). */
@@ -144,7 +156,7 @@ static void check_reference(const problem_t *p, const float *out)
             for (int j = 0; j <= pos; j++) {
                 double d = 0;
                 for (int i = 0; i < hd; i++)
-                    d += (double)q[i] * elem(p, p->st.k, j, kvh * hd + i);
+                    d += (double)q[i] * elem(p, true, j, kvh * hd + i);
                 s[j] = d / sqrt((double)hd);
                 mx = s[j] > mx ? s[j] : mx;
             }
@@ -153,7 +165,7 @@ static void check_reference(const problem_t *p, const float *out)
             for (int i = 0; i < hd; i++) {
                 double o = 0;
                 for (int j = 0; j <= pos; j++)
-                    o += s[j] / sum * elem(p, p->st.v, j, kvh * hd + i);
+                    o += s[j] / sum * elem(p, false, j, kvh * hd + i);
                 double got = out[((size_t)pos * p->n_heads + h) * hd + i];
                 if (!(fabs(got - o) <= 2e-5 + 2e-5 * fabs(o))) {
                     fprintf(stderr, "pos %d head %d dim %d: got %.9g want %.9g\n", pos, h, i, got, o);
@@ -220,9 +232,10 @@ static void test_attention_all(void **state)
     assert_int_equal(cairn_thread_pool_create(1, &tp1), 0);
     assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
-        for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+        /* q8_0 on the Qwen3 shape (the window and null-block tests take it on others) */
+        for (size_t di = 0; di < (shapes[si][2] == 128 ? n_dtypes(128) : CAIRN_ARRAY_LEN(dtypes)); di++) {
             problem_t p;
-            problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], dtypes[di]);
+            problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], dtypes_q8[di]);
             const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
             float *first = NULL;
             for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
@@ -386,7 +399,7 @@ static void check_reference_math(const problem_t *p, const float *out, const att
                     continue;
                 double d = 0;
                 for (int i = 0; i < hd; i++)
-                    d += (double)q[i] * elem(p, p->st.k, j, kvh * hd + i);
+                    d += (double)q[i] * elem(p, true, j, kvh * hd + i);
                 s[j] = d * scale;
                 if (m->softcap > 0)
                     s[j] = m->softcap * tanh(s[j] / m->softcap);
@@ -399,7 +412,7 @@ static void check_reference_math(const problem_t *p, const float *out, const att
                 double o = 0;
                 for (int j = lo; j <= pos; j++)
                     if (!(j >= p->st.null_lo && j < p->st.null_hi))
-                        o += s[j] / sum * elem(p, p->st.v, j, kvh * hd + i);
+                        o += s[j] / sum * elem(p, false, j, kvh * hd + i);
                 double got = out[((size_t)pos * p->n_heads + h) * hd + i];
                 if (!(fabs(got - o) <= 2e-5 + 2e-5 * fabs(o))) {
                     fprintf(stderr, "math window=%d scale=%g cap=%g: pos %d head %d dim %d: got %.9g want %.9g\n",
@@ -439,7 +452,7 @@ static void test_attention_window_scale_softcap(void **state)
             const attn_math_t *m = &cases[ci].m;
             problem_t p;
             problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
-                         dtypes[ci % CAIRN_ARRAY_LEN(dtypes)]);
+                         dtypes_q8[ci % n_dtypes(shapes[si][2])]);
             p.st.run = 16;
             const int n = p.n_pos;
             const size_t bytes = (size_t)n * p.n_heads * p.hd * sizeof(float);
@@ -498,7 +511,8 @@ static void test_attention_null_blocks(void **state)
     for (size_t ri = 0; ri < CAIRN_ARRAY_LEN(ranges); ri++)
         for (size_t mi = 0; mi < CAIRN_ARRAY_LEN(maths); mi++) {
             problem_t p;
-            problem_init(&p, 8, 2, 64, 97, dtypes[ri % CAIRN_ARRAY_LEN(dtypes)]);
+            /* q8_0 for a whole null group with a window and a null position inside a group */
+            problem_init(&p, 8, 2, 64, 97, dtypes_q8[(2 * ri + mi + ri / 2) % CAIRN_ARRAY_LEN(dtypes_q8)]);
             p.st.run = 16;
             p.st.null_lo = ranges[ri][0];
             p.st.null_hi = ranges[ri][1];

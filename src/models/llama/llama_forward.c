@@ -17,6 +17,11 @@
  *       x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
  *   logits = (rmsnorm(x) * norm) Wlm^T                lm_head, or embed when tied
  *
+ * Only the logits leave a step, so the last layer's attention, output projection and MLP
+ * run only for the rows that want logits (its K/V is stored for every row): a prefill
+ * chunk that samples nothing stops after the last layer's K/V, a chunk that samples its
+ * last token carries that row alone (host-memory backends).
+ *
  * Every operation is an op of the compute backend (compute/backend.h), never a kernel.
  * All rows of a call share each matrix product (compute_matmul over n_rows), whose
  * per-row bits do not depend on n_rows or the thread count (the backend's determinism
@@ -124,9 +129,13 @@ int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
     }
     compute_get_rows(f->be, f->x, mat(&w->embed), f->ids, n);
     compute_rope_angles(f->be, f->rope_cs, f->inv_freq, hd / 2, f->pos, n);
+    int n_out = 0; /* rows that want logits */
+    for (int r = 0; r < n; r++)
+        n_out += rows[r].out_row >= 0;
 
     for (int l = 0; l < c->n_layers; l++) {
         const llama_layer_weights_t *lw = &w->layers[l];
+        int na = n; /* rows this layer carries past its K/V stores */
 
         /* Attention block: pre-norm, projections, (qwen3) q/k norms, RoPE. */
         compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->attn_norm), c->rms_eps, false);
@@ -149,31 +158,53 @@ int llama_fwd_step(void *ctx, const cairn_fwd_batch_t *b)
             f->queries[r] = (attn_query_t){f->q + (size_t)r * q_dim, f->att + (size_t)r * q_dim, kv,
                                            rows[r].pos};
         }
-        compute_attention(f->be, f->attn, l, f->queries, n);
+        /* The last layer's attention and MLP feed only the logits: past its K/V stores
+         * they run for the rows that want logits alone, moved to the front of x and q
+         * (host memory; a device backend computes every row). Each row's bits are the
+         * same either way (every op is row-local or per-row exact in any batch). */
+        if (l == c->n_layers - 1 && n_out < n && f->be->ops->host_memory) {
+            na = 0;
+            for (int r = 0; r < n; r++) {
+                if (rows[r].out_row < 0)
+                    continue;
+                if (na != r) {
+                    memcpy(f->x + (size_t)na * dim, f->x + (size_t)r * dim, (size_t)dim * sizeof(float));
+                    memcpy(f->q + (size_t)na * q_dim, f->q + (size_t)r * q_dim, (size_t)q_dim * sizeof(float));
+                }
+                f->queries[na] = (attn_query_t){f->q + (size_t)na * q_dim, f->att + (size_t)na * q_dim,
+                                                &b->seqs[rows[r].seq].kv, rows[r].pos};
+                na++;
+            }
+            if (na == 0)
+                break;
+        }
+        compute_attention(f->be, f->attn, l, f->queries, na);
 
         /* Output projection and residual. */
-        matmul(f, f->xb2, f->att, n, &lw->wo);
-        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
+        matmul(f, f->xb2, f->att, na, &lw->wo);
+        compute_add(f->be, f->x, f->xb2, (size_t)na * dim);
 
         /* MLP block: pre-norm, SwiGLU, residual. */
-        compute_rmsnorm(f->be, f->xb, f->x, n, vec(&lw->ffn_norm), c->rms_eps, false);
-        matmul3(f, f->xb, n, f->hb, &lw->w_gate, f->hb2, &lw->w_up, NULL, NULL);
-        compute_glu(f->be, f->hb, f->hb, f->hb2, (size_t)n * c->ffn, COMPUTE_GLU_SILU);
-        matmul(f, f->xb2, f->hb, n, &lw->w_down);
-        compute_add(f->be, f->x, f->xb2, (size_t)n * dim);
+        compute_rmsnorm(f->be, f->xb, f->x, na, vec(&lw->ffn_norm), c->rms_eps, false);
+        matmul3(f, f->xb, na, f->hb, &lw->w_gate, f->hb2, &lw->w_up, NULL, NULL);
+        compute_glu(f->be, f->hb, f->hb, f->hb2, (size_t)na * c->ffn, COMPUTE_GLU_SILU);
+        matmul(f, f->xb2, f->hb, na, &lw->w_down);
+        compute_add(f->be, f->x, f->xb2, (size_t)na * dim);
     }
 
-    /* Final norm and lm_head, only for the rows that want logits (compacted into xb). */
-    int n_out = 0, first_out = -1;
-    for (int r = 0; r < n; r++) {
+    /* Final norm and lm_head, only for the rows that want logits (compacted into xb; in
+     * x they are rows 0..n_out-1 when the last layer carried them alone, else rows r). */
+    const bool compacted = n_out < n && f->be->ops->host_memory;
+    int first_out = -1;
+    for (int r = 0, j = 0; r < n; r++) {
         if (rows[r].out_row < 0)
             continue;
         if (first_out < 0)
             first_out = rows[r].out_row;
-        CAIRN_ASSERT(rows[r].out_row == first_out + n_out);
-        compute_rmsnorm(f->be, f->xb + (size_t)n_out * dim, f->x + (size_t)r * dim, 1, vec(&w->norm),
-                        c->rms_eps, false);
-        n_out++;
+        CAIRN_ASSERT(rows[r].out_row == first_out + j);
+        compute_rmsnorm(f->be, f->xb + (size_t)j * dim, f->x + (size_t)(compacted ? j : r) * dim, 1,
+                        vec(&w->norm), c->rms_eps, false);
+        j++;
     }
     if (n_out > 0) {
         const cairn_tensor_t *head = w->lm_head.data ? &w->lm_head : &w->embed;
