@@ -193,6 +193,18 @@ static void obj_fail(cairn_cold_store_t *s, obj_t *o, const char *what, int err)
     o->st = OBJ_SKIP;
 }
 
+/* The object's directory vanished after the rename: a store sharing the directory (another
+ * process, or another store of this one) cleared it, taking the object with it. Nothing of
+ * the object is left to withdraw and no write failed, so it is dropped without an error
+ * (it is not indexed; the next capture of the block writes it again). */
+static void obj_gone(obj_t *o)
+{
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+    o->st = OBJ_SKIP;
+}
+
 /* Step 1 of a commit: the temp file exists (O_EXCL, unique name), holds the whole object
  * and its writeback has started. An object already on disk is indexed and skipped. */
 static void obj_write(cairn_cold_store_t *s, obj_t *o)
@@ -211,8 +223,9 @@ static void obj_write(cairn_cold_store_t *s, obj_t *o)
         /* Already present (another process, or a duplicate that raced the index check):
          * objects are immutable, so it is not rewritten. */
         pthread_mutex_lock(&s->mu);
-        fs__insert_locked(s, &j->obj.key, &j->obj.parent, (uint64_t)st.st_size, j->obj.n_tokens,
-                          state ? j->obj.boundary : 0);
+        if (fs__insert_locked(s, &j->obj.key, &j->obj.parent, (uint64_t)st.st_size, j->obj.n_tokens,
+                              state ? j->obj.boundary : 0) == CAIRN_OK)
+            fs__evict_locked(s, s->quota, fs__find_locked(s, &j->obj.key)); /* as a commit does */
         pthread_mutex_unlock(&s->mu);
         return;
     }
@@ -392,7 +405,9 @@ static void commit_batch(cairn_cold_store_t *s, fs_job_t **jobs, uint32_t n, obj
             obj_t *q = &objs[j];
             if (q->st != OBJ_RENAMED || strcmp(q->shard, o->shard))
                 continue;
-            if (err)
+            if (err == ENOENT)
+                obj_gone(q);
+            else if (err)
                 obj_fail(s, q, "syncing directory of", err);
             else
                 q->st = OBJ_DONE;
