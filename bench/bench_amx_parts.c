@@ -5,7 +5,7 @@
  *
  *   full      the library's "amx" kernel (real tiles; skipped where AMX-INT8 is not granted);
  *   no tiles  quant_amx.c compiled into this file with every tile instruction a stub
- *             (a tile store writes its 1 KiB with vector stores, everything else is empty):
+ *             (a tile store writes its 1 KiB with 16 vector stores, everything else is empty):
  *             the weight packing, the folds of the tile sums into the float chains and the
  *             loops, without the tile products, loads and stores;
  *   pack      the packing alone (kq_pack / b32_pack of every 16 outputs x block);
@@ -26,10 +26,12 @@
 
 /* ---- quant_amx.c without its tile instructions -------------------------------------- */
 
-__attribute__((target("avx512f"))) static void stub_store(void *base, long stride)
+/* 16 rows of 64 bytes, as a tile store writes them (a pattern no memset can make). */
+__attribute__((target("avx512f"))) static inline void stub_store(void *base, long stride)
 {
+    const __m512i v = _mm512_set1_epi32(0x01020304);
     for (int r = 0; r < 16; r++)
-        _mm512_storeu_si512((unsigned char *)base + r * stride, _mm512_setzero_si512());
+        _mm512_storeu_si512((unsigned char *)base + r * stride, v);
 }
 #undef _tile_loadconfig
 #undef _tile_release

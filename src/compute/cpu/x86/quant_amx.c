@@ -217,17 +217,28 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     }
 }
 
-/* acc (16 floats, lanes o) of one row gets one super-block: S (exact), M from the bsums,
- * then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
-TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const kq_pack_t *pk, const blk_q8_k_t *x, bool q6)
+/* The mins term of one row and super-block, M = sum_p mp[p] . bsums pair p (lanes o; the
+ * VNNI kernel's integer), in two independent chains (exact int32 sums: any order gives the
+ * same M). */
+TA INLINE __m512i kq_mins(const __m512i mp[8], const blk_q8_k_t *x)
+{
+    __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p += 2) {
+        int32_t b0, b1;
+        memcpy(&b0, &x->bsums[2 * p], 4);
+        memcpy(&b1, &x->bsums[2 * p + 2], 4);
+        m0 = _mm512_dpwssd_epi32(m0, mp[p], _mm512_set1_epi32(b0));
+        m1 = _mm512_dpwssd_epi32(m1, mp[p + 1], _mm512_set1_epi32(b1));
+    }
+    return _mm512_add_epi32(m0, m1);
+}
+
+/* acc (16 floats, lanes o) of one row gets one super-block: S (exact) from the tile sums,
+ * M, then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
+TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, __m512i M, int s, const kq_pack_t *pk,
+                         const blk_q8_k_t *x, bool q6)
 {
     __m512i S = _mm512_add_epi32(_mm512_sll_epi32(ch, _mm_cvtsi32_si128(s)), cl);
-    __m512i M = _mm512_setzero_si512();
-    for (int p = 0; p < 8; p++) {
-        int32_t bp;
-        memcpy(&bp, &x->bsums[2 * p], 4);
-        M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pk->mp[p]), _mm512_set1_epi32(bp));
-    }
     const __m512 dx = _mm512_set1_ps(x->d);
     if (q6) {
         S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the -32 of every q */
@@ -244,7 +255,7 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    _Alignas(64) int32_t ch[2][16][16], cl[2][16][16];
+    _Alignas(64) int32_t ch[2][16][16], cl[2][16][16], mins[32][16];
     __m512 acc[32];
     for (int r = 0; r < 16 * nt; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
@@ -270,6 +281,13 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
                 _tile_dpbssd(3, 5, 7);
             }
         }
+        /* While the tiles work: every row's mins term, which needs no tile result. */
+        __m512i mp[8];
+        for (int p = 0; p < 8; p++)
+            mp[p] = _mm512_load_si512(pk[k].mp[p]);
+        for (int r = 0; r < 16 * nt; r++)
+            _mm512_store_si512(mins[r], kq_mins(mp, (const blk_q8_k_t *)((const unsigned char *)xq +
+                                                                         (size_t)(r0 + r) * ldq) + b0 + k));
         _tile_stored(0, ch[0], 64);
         _tile_stored(1, cl[0], 64);
         if (nt > 1) {
@@ -278,8 +296,8 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
         }
         for (int r = 0; r < 16 * nt; r++) {
             const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)(r0 + r) * ldq) + b0 + k;
-            acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[r / 16][r % 16]), _mm512_load_si512(cl[r / 16][r % 16]), s,
-                             &pk[k], x, q6);
+            acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[r / 16][r % 16]), _mm512_load_si512(cl[r / 16][r % 16]),
+                             _mm512_load_si512(mins[r]), s, &pk[k], x, q6);
         }
     }
     for (int r = 0; r < 16 * nt; r++)
@@ -343,6 +361,8 @@ TA static void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const in
                          const b32_pack_t *pk, int b0, int nbk, int nv, bool from_y, bool q4)
 {
     _Alignas(64) int32_t c[2][16][16];
+    _Alignas(64) float dd[32][16];
+    int32_t off[32];
     __m512 acc[32];
     for (int r = 0; r < 16 * nt; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
@@ -358,17 +378,23 @@ TA static void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const in
             _tile_loadd(5, xb0 + 16 * ldq, (long)ldq);
             _tile_dpbssd(1, 5, 6);
         }
-        _tile_stored(0, c[0], 64);
-        if (nt > 1)
-            _tile_stored(1, c[1], 64);
+        /* While the tile works: each row's scale product d_w d_x (and q4_0's 8 sum x). */
         const __m512 dw = _mm512_load_ps(pk[k].d);
         for (int r = 0; r < 16 * nt; r++) {
             const int rr = r0 + r;
             const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0 + k;
+            _mm512_store_ps(dd[r], _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x->d))));
+            if (q4)
+                off[r] = 8 * xsum[(size_t)rr * (size_t)nb + b0 + k];
+        }
+        _tile_stored(0, c[0], 64);
+        if (nt > 1)
+            _tile_stored(1, c[1], 64);
+        for (int r = 0; r < 16 * nt; r++) {
             __m512i s = _mm512_load_si512(c[r / 16][r % 16]);
             if (q4)
-                s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * xsum[(size_t)rr * (size_t)nb + b0 + k]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x->d))), acc[r]);
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(off[r]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(dd[r]), acc[r]);
         }
     }
     for (int r = 0; r < 16 * nt; r++)
