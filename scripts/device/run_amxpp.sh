@@ -15,7 +15,8 @@
 #     10,11 / 12,13 / 14,15 (the branch with CAIRN_OP_TIMES=1: attention's share), in the
 #     background while 5 and 6 run on cores 0-3;
 #  5. pp512 at 2 threads on cores 0,1, interleaved: branch, base, llama.cpp, llama.cpp, base,
-#     branch, for Q4_K_M then Q8_0 (the branch runs with CAIRN_OP_TIMES=1: per-op times);
+#     branch, for Q4_K_M then Q8_0 (the branch runs with CAIRN_OP_TIMES=1: per-op times),
+#     then the branch with CAIRN_KERNELS=avx512 (the VNNI rows, no tiles);
 #  6. bench_amx_parts on core 2 (one thread: the kernel with real tiles, without them, the
 #     packing alone, the activation rounding, the VNNI rows), before and after 5;
 #  then it waits for 4 until the budget ends.
@@ -91,6 +92,7 @@ for t in Q4_K_M Q8_0; do
   step "pp512 $t llama.cpp" 40 taskset -c 0,1 $P/llama-bench -m $f -t 2 -p 512 -n 0 -r 1
   step "pp512 $t base" 30 taskset -c 0,1 "$B/bench_engine.base" --gguf $f --threads 2 --runs 1 --long 0 --only pp
   step "pp512 $t branch" 30 env CAIRN_OP_TIMES=1 taskset -c 0,1 "$B/bench_engine" --gguf $f --threads 2 --runs 1 --long 0 --only pp
+  step "pp512 $t branch, CAIRN_KERNELS=avx512" 30 env CAIRN_KERNELS=avx512 taskset -c 0,1 "$B/bench_engine" --gguf $f --threads 2 --runs 1 --long 0 --only pp
 done
 step "bench_amx_parts (core 2)" 25 taskset -c 2 "$B/bench_amx_parts" 5
 
