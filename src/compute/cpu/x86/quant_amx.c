@@ -217,28 +217,17 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     }
 }
 
-/* The mins term of one row and super-block, M = sum_p mp[p] . bsums pair p (lanes o; the
- * VNNI kernel's integer), in two independent chains (exact int32 sums: any order gives the
- * same M). */
-TA INLINE __m512i kq_mins(const __m512i mp[8], const blk_q8_k_t *x)
-{
-    __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
-    for (int p = 0; p < 8; p += 2) {
-        int32_t b0, b1;
-        memcpy(&b0, &x->bsums[2 * p], 4);
-        memcpy(&b1, &x->bsums[2 * p + 2], 4);
-        m0 = _mm512_dpwssd_epi32(m0, mp[p], _mm512_set1_epi32(b0));
-        m1 = _mm512_dpwssd_epi32(m1, mp[p + 1], _mm512_set1_epi32(b1));
-    }
-    return _mm512_add_epi32(m0, m1);
-}
-
-/* acc (16 floats, lanes o) of one row gets one super-block: S (exact) from the tile sums,
- * M, then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
-TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, __m512i M, int s, const kq_pack_t *pk,
-                         const blk_q8_k_t *x, bool q6)
+/* acc (16 floats, lanes o) of one row gets one super-block: S (exact), M from the bsums,
+ * then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
+TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const kq_pack_t *pk, const blk_q8_k_t *x, bool q6)
 {
     __m512i S = _mm512_add_epi32(_mm512_sll_epi32(ch, _mm_cvtsi32_si128(s)), cl);
+    __m512i M = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p++) {
+        int32_t bp;
+        memcpy(&bp, &x->bsums[2 * p], 4);
+        M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pk->mp[p]), _mm512_set1_epi32(bp));
+    }
     const __m512 dx = _mm512_set1_ps(x->d);
     if (q6) {
         S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the -32 of every q */
@@ -255,57 +244,42 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    /* Two sets of tile sums and mins: super-block k's products run in the tiles while k - 1
-     * is folded (software pipelining; each row still folds its super-blocks in order). */
-    _Alignas(64) int32_t ch[2][2][16][16], cl[2][2][16][16], mins[2][32][16];
+    _Alignas(64) int32_t ch[2][16][16], cl[2][16][16];
     __m512 acc[32];
-    const unsigned char *xr0 = (const unsigned char *)xq + (size_t)r0 * ldq;
     for (int r = 0; r < 16 * nt; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
-    for (int k = 0; k <= nbk; k++) {
-        const int cur = k & 1, prev = cur ^ 1;
-        if (k < nbk) {
-            const unsigned char *xb0 = xr0 + (size_t)(b0 + k) * sizeof(blk_q8_k_t) + offsetof(blk_q8_k_t, q);
-            const unsigned char *xb1 = nt > 1 ? xb0 + 16 * ldq : xb0;
-            _tile_zero(0);
-            _tile_zero(1);
-            if (nt > 1) {
-                _tile_zero(2);
-                _tile_zero(3);
-            }
-            for (int g = 0; g < 4; g++) {
-                _tile_loadd(6, pk[k].hd[g], 64);
-                _tile_loadd(7, pk[k].ld[g], 64);
-                _tile_loadd(4, xb0 + 64 * g, (long)ldq);
-                _tile_dpbssd(0, 4, 6);
-                _tile_dpbssd(1, 4, 7);
-                if (nt > 1) {
-                    _tile_loadd(5, xb1 + 64 * g, (long)ldq);
-                    _tile_dpbssd(2, 5, 6);
-                    _tile_dpbssd(3, 5, 7);
-                }
-            }
-            /* While the tiles work: every row's mins term, which needs no tile result. */
-            __m512i mp[8];
-            for (int p = 0; p < 8; p++)
-                mp[p] = _mm512_load_si512(pk[k].mp[p]);
-            for (int r = 0; r < 16 * nt; r++)
-                _mm512_store_si512(mins[cur][r], kq_mins(mp, (const blk_q8_k_t *)(xr0 + (size_t)r * ldq) + b0 + k));
+    for (int k = 0; k < nbk; k++) {
+        const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)(b0 + k) * sizeof(blk_q8_k_t) +
+                                   offsetof(blk_q8_k_t, q);
+        const unsigned char *xb1 = nt > 1 ? xb0 + 16 * ldq : xb0;
+        _tile_zero(0);
+        _tile_zero(1);
+        if (nt > 1) {
+            _tile_zero(2);
+            _tile_zero(3);
         }
-        if (k > 0) /* ... and the previous super-block's folds */
-            for (int r = 0; r < 16 * nt; r++) {
-                const blk_q8_k_t *x = (const blk_q8_k_t *)(xr0 + (size_t)r * ldq) + b0 + k - 1;
-                acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[prev][r / 16][r % 16]),
-                                 _mm512_load_si512(cl[prev][r / 16][r % 16]), _mm512_load_si512(mins[prev][r]), s,
-                                 &pk[k - 1], x, q6);
-            }
-        if (k < nbk) {
-            _tile_stored(0, ch[cur][0], 64);
-            _tile_stored(1, cl[cur][0], 64);
+        for (int g = 0; g < 4; g++) {
+            _tile_loadd(6, pk[k].hd[g], 64);
+            _tile_loadd(7, pk[k].ld[g], 64);
+            _tile_loadd(4, xb0 + 64 * g, (long)ldq);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
             if (nt > 1) {
-                _tile_stored(2, ch[cur][1], 64);
-                _tile_stored(3, cl[cur][1], 64);
+                _tile_loadd(5, xb1 + 64 * g, (long)ldq);
+                _tile_dpbssd(2, 5, 6);
+                _tile_dpbssd(3, 5, 7);
             }
+        }
+        _tile_stored(0, ch[0], 64);
+        _tile_stored(1, cl[0], 64);
+        if (nt > 1) {
+            _tile_stored(2, ch[1], 64);
+            _tile_stored(3, cl[1], 64);
+        }
+        for (int r = 0; r < 16 * nt; r++) {
+            const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)(r0 + r) * ldq) + b0 + k;
+            acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[r / 16][r % 16]), _mm512_load_si512(cl[r / 16][r % 16]), s,
+                             &pk[k], x, q6);
         }
     }
     for (int r = 0; r < 16 * nt; r++)
@@ -368,49 +342,33 @@ TA static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b
 TA static void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int nb, int r0, int nt,
                          const b32_pack_t *pk, int b0, int nbk, int nv, bool from_y, bool q4)
 {
-    /* Two sets of tile sums and scale products: block k's products run in the tiles while
-     * k - 1 is folded (each row still folds its blocks in order). */
-    _Alignas(64) int32_t c[2][2][16][16];
-    _Alignas(64) float dd[2][32][16];
-    int32_t off[2][32];
+    _Alignas(64) int32_t c[2][16][16];
     __m512 acc[32];
     for (int r = 0; r < 16 * nt; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
-    for (int k = 0; k <= nbk; k++) {
-        const int cur = k & 1, prev = cur ^ 1;
-        if (k < nbk) {
-            const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq +
-                                       (size_t)(b0 + k) * sizeof(blk_q8_0_t) + offsetof(blk_q8_0_t, q);
-            _tile_loadd(6, pk[k].q, 64);
-            _tile_zero(0);
-            _tile_loadd(4, xb0, (long)ldq);
-            _tile_dpbssd(0, 4, 6);
-            if (nt > 1) {
-                _tile_zero(1);
-                _tile_loadd(5, xb0 + 16 * ldq, (long)ldq);
-                _tile_dpbssd(1, 5, 6);
-            }
-            /* While the tile works: each row's scale product d_w d_x (and q4_0's 8 sum x). */
-            const __m512 dw = _mm512_load_ps(pk[k].d);
-            for (int r = 0; r < 16 * nt; r++) {
-                const int rr = r0 + r;
-                const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0 + k;
-                _mm512_store_ps(dd[cur][r], _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x->d))));
-                if (q4)
-                    off[cur][r] = 8 * xsum[(size_t)rr * (size_t)nb + b0 + k];
-            }
+    for (int k = 0; k < nbk; k++) {
+        const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)(b0 + k) * sizeof(blk_q8_0_t) +
+                                   offsetof(blk_q8_0_t, q);
+        _tile_loadd(6, pk[k].q, 64);
+        _tile_zero(0);
+        _tile_loadd(4, xb0, (long)ldq);
+        _tile_dpbssd(0, 4, 6);
+        if (nt > 1) {
+            _tile_zero(1);
+            _tile_loadd(5, xb0 + 16 * ldq, (long)ldq);
+            _tile_dpbssd(1, 5, 6);
         }
-        if (k > 0) /* ... and the previous block's folds */
-            for (int r = 0; r < 16 * nt; r++) {
-                __m512i s = _mm512_load_si512(c[prev][r / 16][r % 16]);
-                if (q4)
-                    s = _mm512_sub_epi32(s, _mm512_set1_epi32(off[prev][r]));
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(dd[prev][r]), acc[r]);
-            }
-        if (k < nbk) {
-            _tile_stored(0, c[cur][0], 64);
-            if (nt > 1)
-                _tile_stored(1, c[cur][1], 64);
+        _tile_stored(0, c[0], 64);
+        if (nt > 1)
+            _tile_stored(1, c[1], 64);
+        const __m512 dw = _mm512_load_ps(pk[k].d);
+        for (int r = 0; r < 16 * nt; r++) {
+            const int rr = r0 + r;
+            const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0 + k;
+            __m512i s = _mm512_load_si512(c[r / 16][r % 16]);
+            if (q4)
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * xsum[(size_t)rr * (size_t)nb + b0 + k]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x->d))), acc[r]);
         }
     }
     for (int r = 0; r < 16 * nt; r++)
