@@ -7,7 +7,7 @@ weights. Python standard library only.
 
 The peer's converter (shared/peer/hf2gguf.py) knows Llama and Qwen3 only; this script
 reuses its GGUF writer pieces (metadata encoding, dtype conversion, safetensors reader,
-dummy SentencePiece vocabulary) and adds what Gemma 3 needs, as llama.cpp's own
+dummy SentencePiece vocabulary), writes the file through bench/gguf_writer.py, and adds what Gemma 3 needs, as llama.cpp's own
 convert_hf_to_gguf.py Gemma3Model does:
   * tensor names: token_embd, output_norm, blk.N.{attn_norm, attn_q, attn_q_norm, attn_k,
     attn_k_norm, attn_v, attn_output, post_attention_norm, ffn_norm (HF
@@ -31,9 +31,10 @@ Usage: python3 gemma3_hf2gguf.py HF_DIR -o OUT.gguf [--type f32|f16|bf16]
 import argparse
 import json
 import os
-import struct
 import sys
 from array import array
+
+import gguf_writer
 
 
 def main():
@@ -46,8 +47,7 @@ def main():
     ap.add_argument("--real-vocab", metavar="PRE", help="write the folder's tokenizer.json as llama.cpp's gpt2 BPE vocab "
                     "with this pre-tokenizer name, and its chat template (the peer's hf2gguf.py option)")
     a = ap.parse_args()
-    sys.path.insert(0, os.path.abspath(a.peer))
-    import hf2gguf as h  # noqa: E402  (the peer's GGUF writer pieces)
+    h = gguf_writer.load_peer(a.peer, "gemma3_hf2gguf")
 
     d = a.model_dir
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -115,9 +115,7 @@ def main():
         plan.append((g, hf, list(reversed(shape)), h.GGML_F32 if is_norm else wtype, is_norm))
 
     A = "gemma3"
-    kvs = [h.kv("general.architecture", h.T_STR, A), h.kv("general.name", h.T_STR, os.path.basename(os.path.normpath(d))),
-           h.kv("general.alignment", h.T_U32, h.ALIGN), h.kv("general.file_type", h.T_U32, ftype),
-           h.kv("general.quantization_version", h.T_U32, 2),
+    kvs = gguf_writer.general_kvs(P=h, arch=A, model_dir=d, ftype=ftype) + [
            h.kv(A + ".context_length", h.T_U32, cfg.get("max_position_embeddings", 131072)),
            h.kv(A + ".embedding_length", h.T_U32, E), h.kv(A + ".block_count", h.T_U32, L),
            h.kv(A + ".feed_forward_length", h.T_U32, F), h.kv(A + ".attention.head_count", h.T_U32, nh),
@@ -135,43 +133,16 @@ def main():
                       else h.tokenizer_kvs(d, cfg, V))
     kvs += tkvs
 
-    def pad(n):
-        return (n + h.ALIGN - 1) // h.ALIGN * h.ALIGN
-
-    infos, off = [], 0
-    for g, hf, ne, t, _ in plan:
-        n = 1
-        for x in ne:
-            n *= x
-        infos.append(h.gstr(g) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
-                     + struct.pack("<IQ", t, off))
-        off = pad(off + n * h.GGML_SIZE[t])
     stats = {}
-    tmp = a.out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(h.GGUF_MAGIC + struct.pack("<IQQ", h.GGUF_VERSION, len(plan), len(kvs)))
-        for x in kvs + infos:
-            f.write(x)
-        f.write(b"\0" * (pad(f.tell()) - f.tell()))
-        data0 = f.tell()
-        for g, hf, ne, t, is_norm in plan:
-            assert f.tell() - data0 == pad(f.tell() - data0)
-            start = f.tell()
-            src = st.index[hf][1]
-            if is_norm:  # float32 (1 + w), as HF's 1.0 + w.float()
-                w = array("f")
-                w.frombytes(bytes(h.convert(st.read(hf), src, h.GGML_F32, stats)))
-                f.write(array("f", [1.0 + x for x in w]).tobytes())
-            else:
-                es = h.ST_SIZE[src]
-                row, n_rows = ne[0], ne[1]
-                per = max(1, h.CHUNK // row)
-                for r in range(0, n_rows, per):
-                    nr = min(per, n_rows - r)
-                    f.write(h.convert(st.read(hf, r * row * es, nr * row * es), src, t, stats))
-            nbytes = f.tell() - start
-            f.write(b"\0" * (pad(nbytes) - nbytes))
-    os.replace(tmp, a.out)
+
+    def norm_plus_one(hf):  # float32 (1 + w), as HF's 1.0 + w.float()
+        w = array("f")
+        w.frombytes(bytes(h.convert(st.read(hf), st.index[hf][1], h.GGML_F32, stats)))
+        yield array("f", [1.0 + x for x in w]).tobytes()
+
+    gguf_writer.write(h, a.out, kvs, [(g, ne, t, (lambda hf=hf: norm_plus_one(hf)) if is_norm else
+                             (lambda hf=hf, ne=ne, t=t: gguf_writer.rows(h, st, hf, ne, t, stats)))
+                            for g, hf, ne, t, is_norm in plan])
     print("wrote %s: gemma3 type=%s layers=%d embd=%d heads=%d/%d head_dim=%d ff=%d vocab=%d window=%d; "
           "eos %s, llama.cpp end-of-generation %s" % (a.out, a.type, L, E, nh, nkv, hd, F, V, W, eos, eog))
 

@@ -7,7 +7,7 @@ be compared on identical numbers. Python standard library only.
 
 The peer's hf2gguf.py (../shared/peer, see its README) converts only Llama/Qwen3; this
 script reuses its GGUF writer pieces (key/value encoding, safetensors reader, dtype
-conversion, dummy vocab) and adds the LFM2 layout, as llama.cpp's convert_hf_to_gguf.py
+conversion, dummy vocab), writes the file through bench/gguf_writer.py, and adds the LFM2 layout, as llama.cpp's convert_hf_to_gguf.py
 LFM2Model writes it:
   * tensors: token_embd, token_embd_norm (the final norm, HF model.embedding_norm),
     output (untied only), blk.N.{attn_norm (operator_norm), ffn_norm, ffn_gate (w1),
@@ -26,17 +26,9 @@ Usage: python3 bench/lfm2_hf2gguf.py HF_DIR -o OUT.gguf [--type bf16|f16|f32]
 import argparse
 import json
 import os
-import struct
 import sys
 
-
-def load_peer(path):
-    sys.path.insert(0, path)
-    try:
-        import hf2gguf  # noqa: E402  (the peer's converter, used as a library)
-    except ImportError:
-        sys.exit("lfm2_hf2gguf: cannot import hf2gguf.py from %s (--peer)" % path)
-    return hf2gguf
+import gguf_writer
 
 
 def ffn_width(cfg):
@@ -95,7 +87,7 @@ def main():
     ap.add_argument("--real-vocab", metavar="PRE", help="write the folder's tokenizer.json as llama.cpp's gpt2 BPE vocab "
                     "with this pre-tokenizer name, and its chat template (the peer's hf2gguf.py option)")
     a = ap.parse_args()
-    P = load_peer(a.peer)
+    P = gguf_writer.load_peer(a.peer, "lfm2_hf2gguf")
 
     d = a.model_dir
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -145,12 +137,7 @@ def main():
 
     plan.sort(key=order)
     A = "lfm2"
-    kvs = [
-        P.kv("general.architecture", P.T_STR, A),
-        P.kv("general.name", P.T_STR, os.path.basename(os.path.normpath(d))),
-        P.kv("general.alignment", P.T_U32, P.ALIGN),
-        P.kv("general.file_type", P.T_U32, ftype),
-        P.kv("general.quantization_version", P.T_U32, 2),
+    kvs = gguf_writer.general_kvs(P, A, d, ftype) + [
         P.kv(A + ".context_length", P.T_U32, cfg.get("max_position_embeddings", 128000)),
         P.kv(A + ".embedding_length", P.T_U32, E),
         P.kv(A + ".block_count", P.T_U32, L),
@@ -169,41 +156,9 @@ def main():
                       else P.tokenizer_kvs(d, cfg, V))
     kvs += tkvs
 
-    def pad(n):
-        return (n + P.ALIGN - 1) // P.ALIGN * P.ALIGN
-
-    infos, off = [], 0
-    for g, hf, ne, t in plan:
-        n = 1
-        for x in ne:
-            n *= x
-        infos.append(P.gstr(g) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
-                     + struct.pack("<IQ", t, off))
-        off = pad(off + n * P.GGML_SIZE[t])
     stats = {}
-    tmp = a.out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(P.GGUF_MAGIC + struct.pack("<IQQ", P.GGUF_VERSION, len(plan), len(kvs)))
-        for x in kvs:
-            f.write(x)
-        for x in infos:
-            f.write(x)
-        f.write(b"\0" * (pad(f.tell()) - f.tell()))
-        for g, hf, ne, t in plan:
-            src = st.index[hf][1]
-            es = P.ST_SIZE[src]
-            row = ne[0]
-            rows = 1
-            for x in ne[1:]:
-                rows *= x
-            start = f.tell()
-            per = max(1, P.CHUNK // row)
-            for r in range(0, rows, per):
-                nr = min(per, rows - r)
-                f.write(P.convert(st.read(hf, r * row * es, nr * row * es), src, t, stats))
-            nbytes = f.tell() - start
-            f.write(b"\0" * (pad(nbytes) - nbytes))
-    os.replace(tmp, a.out)
+    gguf_writer.write(P, a.out, kvs, [(g, ne, t, lambda hf=hf, ne=ne, t=t: gguf_writer.rows(P, st, hf, ne, t, stats))
+                            for g, hf, ne, t in plan])
     print("wrote %s: lfm2 type=%s layers=%d (%d attention) embd=%d heads=%d/%d head_dim=%d ff=%d "
           "vocab=%d taps=%d tied=%s tensors=%d; eos %s, end-of-generation %s"
           % (a.out, a.type, L, sum(k != "conv" for k in kinds), E, nh, nkv, hd, ff, V, taps, tie,

@@ -7,7 +7,7 @@ compared on identical numbers. Python standard library only.
 
 The peer's hf2gguf.py (../shared/peer, see its README) converts only Llama/Qwen3; this
 script reuses its GGUF writer pieces (key/value encoding, safetensors reader, dtype
-conversion, dummy vocab) and adds the Qwen3.5 layout as llama.cpp's converter writes it
+conversion, dummy vocab), writes the file through bench/gguf_writer.py, and adds the Qwen3.5 layout as llama.cpp's converter writes it
 (conversion/qwen.py: Qwen3NextModel, _LinearAttentionVReorderBase, Qwen3_5TextModel):
   * tensors: token_embd, output_norm, output (untied only); blk.N.{attn_norm,
     post_attention_norm, ffn_gate, ffn_up, ffn_down}; full-attention layers blk.N.{attn_q
@@ -37,18 +37,10 @@ import argparse
 import json
 import math
 import os
-import struct
 import sys
 from array import array
 
-
-def load_peer(path):
-    sys.path.insert(0, path)
-    try:
-        import hf2gguf  # noqa: E402  (the peer's converter, used as a library)
-    except ImportError:
-        sys.exit("qwen35_hf2gguf: cannot import hf2gguf.py from %s (--peer)" % path)
-    return hf2gguf
+import gguf_writer
 
 
 LAYER = {
@@ -108,7 +100,7 @@ def main():
     ap.add_argument("--real-vocab", metavar="PRE", help="write the folder's tokenizer.json as llama.cpp's gpt2 BPE vocab "
                     "with this pre-tokenizer name, and its chat template (the peer's hf2gguf.py option)")
     a = ap.parse_args()
-    P = load_peer(a.peer)
+    P = gguf_writer.load_peer(a.peer, "qwen35_hf2gguf")
 
     d = a.model_dir
     top = json.load(open(os.path.join(d, "config.json")))
@@ -164,12 +156,7 @@ def main():
 
     plan.sort(key=key)
     A = "qwen35"
-    kvs = [
-        P.kv("general.architecture", P.T_STR, A),
-        P.kv("general.name", P.T_STR, os.path.basename(os.path.normpath(d))),
-        P.kv("general.alignment", P.T_U32, P.ALIGN),
-        P.kv("general.file_type", P.T_U32, ftype),
-        P.kv("general.quantization_version", P.T_U32, 2),
+    kvs = gguf_writer.general_kvs(P, A, d, ftype) + [
         P.kv(A + ".context_length", P.T_U32, cfg.get("max_position_embeddings", 32768)),
         P.kv(A + ".embedding_length", P.T_U32, E),
         P.kv(A + ".block_count", P.T_U32, L),
@@ -193,9 +180,6 @@ def main():
     tkvs, eos, eog = (P.real_vocab_kvs(d, cfg if "eos_token_id" in cfg else top, V, a.real_vocab) if a.real_vocab
                       else P.tokenizer_kvs(d, cfg if "eos_token_id" in cfg else top, V))
     kvs += tkvs
-
-    def pad(n):
-        return (n + P.ALIGN - 1) // P.ALIGN * P.ALIGN
 
     def rows_permuted(buf, es, row_len, perm_rows):
         """buf: [rows][row_len] elements of es bytes; the rows in the order perm_rows."""
@@ -242,44 +226,19 @@ def main():
             return bytes(out), src
         return buf, src
 
-    infos, off = [], 0
-    for g, hf, role, ne, t in plan:
-        n = 1
-        for x in ne:
-            n *= x
-        infos.append(P.gstr(g) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
-                     + struct.pack("<IQ", t, off))
-        off = pad(off + n * P.GGML_SIZE[t])
     stats = {}
-    tmp = a.out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(P.GGUF_MAGIC + struct.pack("<IQQ", P.GGUF_VERSION, len(plan), len(kvs)))
-        for x in kvs:
-            f.write(x)
-        for x in infos:
-            f.write(x)
-        f.write(b"\0" * (pad(f.tell()) - f.tell()))
-        for g, hf, role, ne, t in plan:
-            src = st.index[hf][1]
-            shape = st.index[hf][2]
-            start = f.tell()
-            if role is not None and (role.startswith("linear_attn.") or role in UNIT_OFFSET
-                                     or role == "norm.weight"):
-                buf, s2 = transform(role, st.read(hf), src, shape)
-                f.write(P.convert(buf, s2, t, stats))
-            else:
-                es = P.ST_SIZE[src]
-                row = ne[0]
-                rows = 1
-                for x in ne[1:]:
-                    rows *= x
-                per = max(1, P.CHUNK // row)
-                for r in range(0, rows, per):
-                    nr = min(per, rows - r)
-                    f.write(P.convert(st.read(hf, r * row * es, nr * row * es), src, t, stats))
-            nbytes = f.tell() - start
-            f.write(b"\0" * (pad(nbytes) - nbytes))
-    os.replace(tmp, a.out)
+
+    def transformed(hf, role, t):
+        buf, s2 = transform(role, st.read(hf), st.index[hf][1], st.index[hf][2])
+        yield P.convert(buf, s2, t, stats)
+
+    def chunks(hf, role, ne, t):
+        if role is not None and (role.startswith("linear_attn.") or role in UNIT_OFFSET
+                                 or role == "norm.weight"):
+            return lambda: transformed(hf, role, t)
+        return lambda: gguf_writer.rows(P, st, hf, ne, t, stats)
+
+    gguf_writer.write(P, a.out, kvs, [(g, ne, t, chunks(hf, role, ne, t)) for g, hf, role, ne, t in plan])
     print("wrote %s: qwen35 type=%s layers=%d (%d full, interval %d) embd=%d heads=%d/%d head_dim=%d "
           "rope_dim=%d ff=%d gdn=%d/%d x %d/%d conv=%d vocab=%d tied=%s tensors=%d%s; eos %s, "
           "end-of-generation %s"

@@ -11,7 +11,8 @@
  * mode fitted to the batch would choose; `split` is the one this shape's rows get; the
  * tuning: decode splits per work item, `run`, 0 = the backend's choice; `hd` K/V heads per
  * decode block (0: blocks of 4 warps each streaming its own head); `l2` 1: the copies'
- * L2 prefetch hint of 256 bytes), the kernels
+ * L2 prefetch hint of 256 bytes; `ft` 1: the full tile, the decode softmax also over the
+ * empty tile rows 8-15 as before session 6), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -225,8 +226,8 @@ int main(int argc, char **argv)
     const bool contiguous = getenv("CAIRN_BENCH_CONTIGUOUS") != NULL;
     if (!getenv("CAIRN_BENCH_VARIANTS"))
         copy_ceiling();
-    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split", "run",
-           "item", "hd", "l2", "iso_ms", "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
+    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split", "run",
+           "item", "hd", "l2", "ft", "iso_ms", "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;
@@ -273,14 +274,19 @@ int main(int argc, char **argv)
         }
         const double bytes = 2.0 * B * (double)ctx * NKV * HD * 2;
         /* split (0: the invariant rule), then the tuning: run (0: the backend's choice),
-         * heads per block (-1: all; 4: the default), L2 prefetch (0: the default). Variant 0
-         * is the invariant mode's default tuning; the last repeats it. (Device run 16 ran
-         * this list with {0, 0, -1, 1} first and last and the default at variant 3.) */
-        static const int variants[][4] = {
-            {0, 0, 4, 0},     {0, 0, -1, 0},   {0, 0, 4, 1},     {0, 0, -1, 1},    {0, 0, 2, 1},
-            {0, 0, 1, 1},     {0, 0, 0, 1},    {0, 0, 0, 0},     {512, 0, -1, 1},  {512, 0, -1, 0},
-            {512, 0, 4, 1},   {1024, 0, -1, 1}, {1024, 0, -1, 0}, {2048, 0, -1, 1}, {2048, 0, -1, 0},
-            {2048, 0, 4, 1},  {0, 0, 4, 0},
+         * heads per block (-1: all, the default since session 6), L2 prefetch (0: the default), full
+         * tile (1: the decode softmax over all 16 tile rows, the kernel before session 6;
+         * 0: the default). Variant 0 is the invariant mode's default tuning; the last
+         * repeats it. (Device run 16 ran variants 0-15 with {0, 0, -1, 1} first and last
+         * and the default at variant 3; session 6 added 16-21; device run 19 had variants 0
+         * and 1 in the other order, {0, 0, 4, 0, 0} first and last, before the default
+         * became all heads.) */
+        static const int variants[][5] = {
+            {0, 0, -1, 0, 0},   {0, 0, 4, 0, 0},     {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
+            {0, 0, 1, 1, 0},    {0, 0, 0, 1, 0},     {0, 0, 0, 0, 0},    {512, 0, -1, 1, 0},  {512, 0, -1, 0, 0},
+            {512, 0, 4, 1, 0},  {1024, 0, -1, 1, 0}, {1024, 0, -1, 0, 0}, {2048, 0, -1, 1, 0}, {2048, 0, -1, 0, 0},
+            {2048, 0, 4, 1, 0}, {0, 0, 4, 0, 1},     {0, 0, -1, 0, 1},   {0, 0, 1, 0, 0},     {0, 0, 1, 0, 1},
+            {512, 0, 1, 0, 0},  {512, 0, 1, 0, 1},   {0, 0, -1, 0, 0},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
@@ -306,7 +312,7 @@ int main(int argc, char **argv)
                 cuda__attn_set_split(a, vr[0], vr[0], 0);
             else
                 cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_AT);
-            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3]});
+            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4]});
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
@@ -331,8 +337,8 @@ int main(int argc, char **argv)
                 memcpy(refs[n_refs], got, out_bytes);
                 ref_split[n_refs++] = split;
             } else if (memcmp(refs[ri], got, out_bytes)) {
-                fprintf(stderr, "variant %d (split %d run %d heads %d l2 %d): output bits differ from the first of "
-                        "that split\n", i, split, vr[1], vr[2], vr[3]);
+                fprintf(stderr, "variant %d (split %d run %d heads %d l2 %d full %d): output bits differ from the "
+                        "first of that split\n", i, split, vr[1], vr[2], vr[3], vr[4]);
                 failed = true;
             }
             double opm = 0;
@@ -356,8 +362,8 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, i,
-                   vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], iso, qd, dec,
+            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, i,
+                   vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4], iso, qd, dec,
                    bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode, default tuning)" : i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {

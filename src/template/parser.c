@@ -478,78 +478,63 @@ static int parse_unary(parser *P, bool with_filter, tnode **out)
 
 typedef int (*level_fn)(parser *P, tnode **out);
 
-static int binop(parser *P, tnode **node, tnode_kind kind, top op, const ttok *at, level_fn next)
+/* One left-associative binary level of the grammar: the operators it accepts (a token of
+ * the given type and text, building a node of the given kind and op) and the tighter level
+ * that parses each operand. `a op b op c` parses as `(a op b) op c`. */
+typedef struct {
+    ttok_type type;
+    const char *text;
+    tnode_kind kind;
+    top op;
+} binop_spec;
+
+typedef struct {
+    const binop_spec *ops;
+    size_t n_ops;
+    level_fn next;
+} binop_level;
+
+static int parse_chain(parser *P, const binop_level *L, tnode **out)
 {
-    tnode *n;
-    TRY(deeper(P));
-    NEW(n, kind, at);
-    n->op = op;
-    n->a = *node;
-    TRY(next(P, &n->b));
-    *node = n;
+    int saved = P->depth;
+    TRY(L->next(P, out));
+    for (;;) {
+        const binop_spec *hit = NULL;
+        for (size_t k = 0; k < L->n_ops && !hit; k++)
+            if (tok_is(cur(P), L->ops[k].type, L->ops[k].text))
+                hit = &L->ops[k];
+        if (!hit)
+            break;
+        const ttok *at = cur(P);
+        adv(P);
+        tnode *n;
+        TRY(deeper(P));
+        NEW(n, hit->kind, at);
+        n->op = hit->op;
+        n->a = *out;
+        TRY(L->next(P, &n->b));
+        *out = n;
+    }
+    P->depth = saved;
     return 0;
 }
+
+#define LEVEL(name, next_fn, ...)                                                          \
+    static const binop_spec name##_ops[] = {__VA_ARGS__};                                  \
+    static const binop_level name##_level = {name##_ops,                                   \
+                                             sizeof name##_ops / sizeof name##_ops[0],     \
+                                             next_fn};                                     \
+    static int name(parser *P, tnode **out) { return parse_chain(P, &name##_level, out); }
 
 static int parse_unary_f(parser *P, tnode **out) { return parse_unary(P, true, out); }
 
-static int parse_pow(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_unary_f(P, out));
-    while (is_op(P, "**")) {
-        const ttok *at = cur(P);
-        adv(P);
-        TRY(binop(P, out, E_BINOP, OP_POW, at, parse_unary_f));
-    }
-    P->depth = saved;
-    return 0;
-}
-
-static int parse_math2(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_pow(P, out));
-    for (;;) {
-        const ttok *at = cur(P);
-        top op;
-        if (is_op(P, "*")) op = OP_MUL;
-        else if (is_op(P, "/")) op = OP_DIV;
-        else if (is_op(P, "//")) op = OP_FLOORDIV;
-        else if (is_op(P, "%")) op = OP_MOD;
-        else break;
-        adv(P);
-        TRY(binop(P, out, E_BINOP, op, at, parse_pow));
-    }
-    P->depth = saved;
-    return 0;
-}
-
-static int parse_concat(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_math2(P, out));
-    while (is_op(P, "~")) {
-        const ttok *at = cur(P);
-        adv(P);
-        TRY(binop(P, out, E_CONCAT, OP_ADD, at, parse_math2));
-    }
-    P->depth = saved;
-    return 0;
-}
-
-static int parse_math1(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_concat(P, out));
-    while (is_op(P, "+") || is_op(P, "-")) {
-        const ttok *at = cur(P);
-        top op = is_op(P, "+") ? OP_ADD : OP_SUB;
-        adv(P);
-        TRY(binop(P, out, E_BINOP, op, at, parse_concat));
-    }
-    P->depth = saved;
-    return 0;
-}
+/* Tightest first, so each level names the one below it. */
+LEVEL(parse_pow, parse_unary_f, {TK_OP, "**", E_BINOP, OP_POW})
+LEVEL(parse_math2, parse_pow,
+      {TK_OP, "*", E_BINOP, OP_MUL}, {TK_OP, "/", E_BINOP, OP_DIV},
+      {TK_OP, "//", E_BINOP, OP_FLOORDIV}, {TK_OP, "%", E_BINOP, OP_MOD})
+LEVEL(parse_concat, parse_math2, {TK_OP, "~", E_CONCAT, OP_ADD})
+LEVEL(parse_math1, parse_concat, {TK_OP, "+", E_BINOP, OP_ADD}, {TK_OP, "-", E_BINOP, OP_SUB})
 
 static int parse_compare(parser *P, tnode **out)
 {
@@ -606,31 +591,9 @@ static int parse_not(parser *P, tnode **out)
     return parse_compare(P, out);
 }
 
-static int parse_and(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_not(P, out));
-    while (is_name(P, "and")) {
-        const ttok *at = cur(P);
-        adv(P);
-        TRY(binop(P, out, E_AND, OP_ADD, at, parse_not));
-    }
-    P->depth = saved;
-    return 0;
-}
-
-static int parse_or(parser *P, tnode **out)
-{
-    int saved = P->depth;
-    TRY(parse_and(P, out));
-    while (is_name(P, "or")) {
-        const ttok *at = cur(P);
-        adv(P);
-        TRY(binop(P, out, E_OR, OP_ADD, at, parse_and));
-    }
-    P->depth = saved;
-    return 0;
-}
+LEVEL(parse_and, parse_not, {TK_NAME, "and", E_AND, OP_ADD})
+LEVEL(parse_or, parse_and, {TK_NAME, "or", E_OR, OP_ADD})
+#undef LEVEL
 
 static int parse_expr(parser *P, tnode **out)
 {

@@ -342,6 +342,10 @@ static void test_errors(void **state)
     expect_error("{{ missing.attr }}", NULL, CAIRN_ETEMPLATE, "'missing' is undefined");
     expect_error("{{ m.content.startswith('x') }}", "{\"m\": {}}", CAIRN_ETEMPLATE, "'content' is undefined");
     expect_error("{{ 'a' + 1 }}", NULL, CAIRN_ETEMPLATE, "unsupported operand");
+    /* '~' binds tighter than '+' / '-' (jinja2 raises on both; with the levels swapped they
+     * would render 'x2' and '2x'), the only precedence the rendered cases cannot show */
+    expect_error("{{ 'x' ~ 5 - 3 }}", NULL, CAIRN_ETEMPLATE, "unsupported operand");
+    expect_error("{{ 5 - 3 ~ 'x' }}", NULL, CAIRN_ETEMPLATE, "unsupported operand");
     expect_error("{{ 1 / 0 }}", NULL, CAIRN_ETEMPLATE, "division by zero");
     expect_error("{{ x | tojson }}", "{}", CAIRN_ETEMPLATE, "not JSON serializable");
     expect_error("{% break %}", NULL, CAIRN_ETEMPLATE, "outside of a loop");

@@ -156,9 +156,13 @@ __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __
 /*
  * One chunk for one warp's tile: S = Q K^T, mask (rows g and g+8 at positions pg, pg8),
  * online softmax, acc += P V. key0 is the chunk's first key; ks, vs its K and V
- * [16][hd] in shared memory.
+ * [16][hd] in shared memory. LO: rows g+8 hold no query (decode with at most 8 query heads
+ * per K/V head): their softmax is not computed and their P is zero, which is what the
+ * full path gives them (no visible key: max -inf, p = 0), so rows g keep the same bits and
+ * the warp issues fewer instructions (each decode warp is bound by its own instruction
+ * stream: device run 18).
  */
-template <int HD>
+template <int HD, bool LO = false>
 __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsigned char *vs,
                                            const uint32_t (&qf)[HD / 16][4], Tile<HD> &t, int key0, int pg, int pg8,
                                            const cuda_attn_args_t &a, int lane)
@@ -180,11 +184,12 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
     }
 
     /* Scale (soft-cap), mask, row max over the 16 keys (4 here, then the quad). */
+    constexpr int NH = LO ? 1 : 2; /* tile row halves holding queries */
     float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < NH; h++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int key = key0 + 8 * i + 2 * c + e, p = h ? pg8 : pg;
@@ -200,10 +205,10 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
                 s[i][2 * h + e] = x;
                 mx[h] = fmaxf(mx[h], x);
             }
-    float alpha[2];
-    bool rescale[2];
+    float alpha[2] = {1.0f, 1.0f};
+    bool rescale[2] = {false, false};
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < NH; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
         const float mo = t.m[h], mn = fmaxf(mo, mx[h]);
@@ -215,12 +220,12 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
     }
 
     /* P (bf16, the A fragment of the PV product) and its row sums. */
-    uint32_t pa[4];
+    uint32_t pa[4] = {0u, 0u, 0u, 0u}; /* LO: rows g+8 stay +0 (bf16 zeros) */
     float psum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < NH; h++) {
             const bool none = t.m[h] == kNegInf;
             const float p0 = none ? 0.0f : ex2(__fsub_rn(s[i][2 * h], t.m[h]));
             const float p1 = none ? 0.0f : ex2(__fsub_rn(s[i][2 * h + 1], t.m[h]));
@@ -230,7 +235,7 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
             psum[h] = __fadd_rn(psum[h], __fadd_rn(pf.x, pf.y));
         }
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < NH; h++)
         t.l[h] = __fadd_rn(__fmul_rn(t.l[h], alpha[h]), psum[h]);
     /* Rescaling by exactly 1, or +0 by anything finite, changes nothing: each half of the
      * accumulators (rows g, g+8) is rescaled only where its row's max moved from a finite
@@ -243,7 +248,7 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
             t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
         }
     }
-    if (rescale[1]) {
+    if (!LO && rescale[1]) {
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
@@ -453,9 +458,10 @@ template <int M> constexpr int mode_threads()
  * (programmatic dependent launch), so the merge's blocks are scheduled while the last
  * ones here still stream. PF: cp_async16's L2 prefetch hint (no bit changes).
  */
-template <int HD, int MODE, int PF>
+template <int HD, int MODE, int PF, bool LO>
 __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
 {
+    static_assert(!LO || MODE != PREFILL, "LO: decode only (one query token per item)");
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
     dep_launch();
@@ -558,6 +564,8 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
             store_partial<HD>(t, 0, a.rows[qi_g], split, head * G + g % G, a, lane);
         else
             store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+        if constexpr (LO) /* no row g+8 holds a query in any lane */
+            return;
         if (qi_g8 >= 0)
             store_partial<HD>(t, 1, a.rows[qi_g8], split, head * G + (g + 8) % G, a, lane);
         else
@@ -592,7 +600,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         }
         if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
             const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
-            tile_chunk<HD>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+            tile_chunk<HD, LO>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
         }
     }
     cp_wait<0>();
@@ -601,7 +609,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, int MODE, int PF> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE, int PF, bool LO> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
@@ -613,7 +621,7 @@ template <int HD, int MODE, int PF> int launch(const cuda_attn_args_t *a, int n_
                                         : (size_t)warps * PART;
     static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF, LO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return (int)e;
@@ -622,22 +630,29 @@ template <int HD, int MODE, int PF> int launch(const cuda_attn_args_t *a, int n_
     const size_t blocks = MODE == HEADS     ? (size_t)n_items * (a->n_kv_heads / a->heads)
                           : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
                                             : (size_t)n_items * (a->n_kv_heads / warps);
-    attn_kernel<HD, MODE, PF><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
+    attn_kernel<HD, MODE, PF, LO><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
-template <int MODE, int PF> int dispatch_hd(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
+template <int MODE, int PF, bool LO = false>
+int dispatch_hd(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     switch (hd) {
-    case 32: return launch<32, MODE, PF>(a, n_items, s);
-    case 64: return launch<64, MODE, PF>(a, n_items, s);
-    case 128: return launch<128, MODE, PF>(a, n_items, s);
+    case 32: return launch<32, MODE, PF, LO>(a, n_items, s);
+    case 64: return launch<64, MODE, PF, LO>(a, n_items, s);
+    case 128: return launch<128, MODE, PF, LO>(a, n_items, s);
     }
     return (int)cudaErrorInvalidValue;
 }
 
+/* HEADS without the L2 hint (the default decode tuning) and at most 8 query heads per K/V
+ * head: the LO kernels (tile_chunk); the others keep the full tile (the same bits; each
+ * instantiation adds ~0.4 MiB to every binary). */
 template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
+    if constexpr (MODE == HEADS)
+        if (!a->l2_prefetch && !a->full_tile && a->group_size <= 8)
+            return dispatch_hd<MODE, 0, true>(a, hd, n_items, s);
     return a->l2_prefetch ? dispatch_hd<MODE, 1>(a, hd, n_items, s) : dispatch_hd<MODE, 0>(a, hd, n_items, s);
 }
 

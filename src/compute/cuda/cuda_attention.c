@@ -17,7 +17,7 @@
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
  * cuda_backend.h; with CAIRN_CUDA_LONG_SPLITS=0 the short split at every position), so a
  * row's splits, and therefore its bits, depend on its own position only; the tuning (run,
- * heads per block, L2 prefetch) changes no bit.
+ * heads per block, L2 prefetch, full tile) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
 #include <limits.h>
@@ -107,7 +107,8 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
     const cuda_attn_tuning_t def = CUDA_ATTN_TUNING_DEFAULT;
     if (!t)
         t = &def;
-    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1));
+    CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1) &&
+                 (t->full_tile == 0 || t->full_tile == 1));
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
@@ -341,6 +342,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .n_rows = n,
         .heads = nh,
         .l2_prefetch = a->tune.l2_prefetch,
+        .full_tile = a->tune.full_tile,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;

@@ -136,12 +136,15 @@ typedef struct {
     int heads;       /* K/V heads per decode block (-1: all; 0: blocks of 4 warps each streaming its
                       * own head); lowered to the nearest count that divides n_kv_heads and fits */
     int l2_prefetch; /* 1: the K/V copies ask the L2 for whole 256-byte blocks */
+    int full_tile;   /* 1: the decode softmax over all 16 tile rows even where 8-15 are empty (the
+                      * kernel before session 6; for benchmarks) */
 } cuda_attn_tuning_t;
-/* The default tuning (device run 16, chosen after it; no bit changes): decode blocks of up to
- * 4 K/V heads, fewer (down to one) when the batch does not fill the device, no L2 hint
- * (3.71 / 4.13 / 3.99 TB/s at 32 x 4K / 64 x 8K / 8 x 32K, against 3.67 / 4.02 / 3.96 with
- * blocks of all 8 heads and the hint; blocks of 4 heads with the hint were the slowest). */
-#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, 4, 0})
+/* The default tuning (no bit changes): decode blocks of all K/V heads, fewer (down to one)
+ * when the batch does not fill the device, no L2 hint, the decode tile that skips its
+ * empty rows. Device run 19 (session 6), queued: 3.86 / 4.24 / 4.24 TB/s at 32 x 4K /
+ * 64 x 8K / 8 x 32K, against 3.76 / 4.17 / 4.07 with blocks of up to 4 heads (session 5's
+ * default, chosen when the tile was full: 3.69 / 3.86 / 3.70 in the same run). */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);

@@ -96,6 +96,9 @@ typedef struct {
                                * h consecutive K/V heads of one item sharing each chunk (n_kv_heads % h == 0,
                                * cuda_attn_heads_fit) */
     int l2_prefetch;          /* 1: the K/V copies ask the L2 for 256-byte blocks (attention.cu's PF; no bit changes) */
+    int full_tile;            /* 1: decode computes the softmax of all 16 tile rows even when rows 8-15 hold no
+                               * query (attention.cu's LO off; no bit changes; for benchmarks) */
+    int pad;
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
