@@ -18,7 +18,7 @@
  * not depend on the split or the thread count.
  *
  * Op times (CAIRN_OP_TIMES=1): every op's wall-clock time is summed per kind (matmuls by
- * weight kind and row count, the vocab-sized head apart) and printed to stderr when the
+ * weight kind and row count, the vocab-sized head apart) and logged (CAIRN_LOG_INFO) when the
  * backend is destroyed: a profiling aid for prefill (docs/PERFORMANCE.md); off, it costs one
  * branch per op.
  *
@@ -84,25 +84,27 @@ struct compute_attn {
 static cpu_backend_t *cpu(compute_backend_t *be) { return (cpu_backend_t *)be; }
 static const cpu_backend_t *cpu_c(const compute_backend_t *be) { return (const cpu_backend_t *)be; }
 
-static void print_times(const cpu_backend_t *c)
+/* The op times through the log (CAIRN_LOG_INFO, one line each): the application's
+ * handler decides where they go (bench_engine prints them to stderr). */
+static void log_times(const cpu_backend_t *c)
 {
     double total = 0;
     for (int i = 0; i < T_COUNT; i++)
         total += c->t_sum[i];
-    fprintf(stderr, "cpu backend op times (%s, %d threads): %.3f s in ops\n", c->k->name,
-            cairn_thread_pool_size(c->tp), total);
+    cairn_log(CAIRN_LOG_INFO, "cpu backend op times (%s, %d threads): %.3f s in ops", c->k->name,
+              cairn_thread_pool_size(c->tp), total);
     for (int i = 0; i < T_COUNT; i++)
         if (c->t_calls[i])
-            fprintf(stderr, "  %-28s %9.3f s %5.1f%%  %8ld calls  %.1f rows/call\n", t_names[i], c->t_sum[i],
-                    total > 0 ? 100.0 * c->t_sum[i] / total : 0.0, c->t_calls[i],
-                    c->t_rows[i] / (double)c->t_calls[i]);
+            cairn_log(CAIRN_LOG_INFO, "  %-28s %9.3f s %5.1f%%  %8ld calls  %.1f rows/call", t_names[i], c->t_sum[i],
+                      total > 0 ? 100.0 * c->t_sum[i] / total : 0.0, c->t_calls[i],
+                      c->t_rows[i] / (double)c->t_calls[i]);
 }
 
 static void cpu_destroy(compute_backend_t *be)
 {
     cpu_backend_t *c = cpu(be);
     if (c->timed)
-        print_times(c);
+        log_times(c);
     if (c->owns_tp)
         cairn_thread_pool_destroy(c->tp);
     cairn_free(c);
