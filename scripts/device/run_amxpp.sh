@@ -20,6 +20,9 @@
 #  6. bench_amx_parts on core 2 (one thread: the kernel with real tiles, without them, the
 #     packing alone, the activation rounding, the VNNI rows), before and after 5;
 #  then it waits for 4 until the budget ends.
+# Six 8K runs at once slow every core: in session 6 a one-thread kernel on core 2 took 2.06x
+# the CPU time while they ran (docs/PERFORMANCE.md). With SEQ8K=1 (needs BUDGET ~700: each
+# 8K run is 100-180 s at 2 threads) they run one after another after 5 and 6 instead.
 D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 BUDGET=${BUDGET:-285}
@@ -74,15 +77,18 @@ long8k() { # NAME CORES CMD...
   ( echo "--- [$(( $(date +%s) - T0 )) s] start 8K: $name (cores $cores)"; timeout $l taskset -c $cores "$@"
     echo "rc $? at $(( $(date +%s) - T0 )) s" ) >"/tmp/8k-$name.log" 2>&1 &
   PIDS+=($!)
+  [ "${SEQ8K:-0}" = 1 ] && wait $! # one after another
 }
-el "8K prompts start"
-long8k branch-Q4_K_M 4,5 env CAIRN_OP_TIMES=1 "$B/bench_engine" --gguf $M/q06-Q4_K_M.gguf --threads 2 --runs 1 --long 8192 --only pp
-long8k base-Q4_K_M 6,7 "$B/bench_engine.base" --gguf $M/q06-Q4_K_M.gguf --threads 2 --runs 1 --long 8192 --only pp
-long8k llama-Q4_K_M 8,9 $P/llama-bench -m $M/q06-Q4_K_M.gguf -t 2 -p 8192 -n 0 -r 1 $NW
-long8k branch-Q8_0 10,11 env CAIRN_OP_TIMES=1 "$B/bench_engine" --gguf $M/q06-Q8_0.gguf --threads 2 --runs 1 --long 8192 --only pp
-long8k base-Q8_0 12,13 "$B/bench_engine.base" --gguf $M/q06-Q8_0.gguf --threads 2 --runs 1 --long 8192 --only pp
-long8k llama-Q8_0 14,15 $P/llama-bench -m $M/q06-Q8_0.gguf -t 2 -p 8192 -n 0 -r 1 $NW
-
+run_8k_all() {
+  el "8K prompts start"
+  long8k branch-Q4_K_M 4,5 env CAIRN_OP_TIMES=1 "$B/bench_engine" --gguf $M/q06-Q4_K_M.gguf --threads 2 --runs 1 --long 8192 --only pp
+  long8k base-Q4_K_M 6,7 "$B/bench_engine.base" --gguf $M/q06-Q4_K_M.gguf --threads 2 --runs 1 --long 8192 --only pp
+  long8k llama-Q4_K_M 8,9 $P/llama-bench -m $M/q06-Q4_K_M.gguf -t 2 -p 8192 -n 0 -r 1 $NW
+  long8k branch-Q8_0 10,11 env CAIRN_OP_TIMES=1 "$B/bench_engine" --gguf $M/q06-Q8_0.gguf --threads 2 --runs 1 --long 8192 --only pp
+  long8k base-Q8_0 12,13 "$B/bench_engine.base" --gguf $M/q06-Q8_0.gguf --threads 2 --runs 1 --long 8192 --only pp
+  long8k llama-Q8_0 14,15 $P/llama-bench -m $M/q06-Q8_0.gguf -t 2 -p 8192 -n 0 -r 1 $NW
+}
+[ "${SEQ8K:-0}" = 1 ] || run_8k_all
 step "bench_amx_parts (core 2)" 25 taskset -c 2 "$B/bench_amx_parts" 5
 for t in Q4_K_M Q8_0; do
   f=$M/q06-$t.gguf
@@ -96,6 +102,7 @@ for t in Q4_K_M Q8_0; do
 done
 step "bench_amx_parts (core 2)" 25 taskset -c 2 "$B/bench_amx_parts" 5
 
+[ "${SEQ8K:-0}" = 1 ] && run_8k_all
 el "waiting for the 8K prompts"
 [ ${#PIDS[@]} -gt 0 ] && wait "${PIDS[@]}"
 for f in /tmp/8k-*.log; do [ -f "$f" ] && { echo "=== $f"; cat "$f"; }; done
