@@ -17,6 +17,9 @@
  * with recurrent layers (--model lfm2-1.2b) also what their state checkpoints cost: CPU
  * time per save and per restore, and pp512 with checkpoints off.
  *
+ * CAIRN_OP_TIMES=1 prints the CPU backend's time per op kind (matmuls, attention, norms, ...)
+ * to stderr as each engine closes (the log, which this bench then sends to stderr).
+ *
  * --gguf FILE measures an existing checkpoint instead (a .gguf file, e.g. a llama-quantize'd
  * Q4_K_M of the 0.6B shape, or an HF folder): pp512, tg128 and a --long N-token prompt
  * (default 8192, prefilled in 512-token steps), K/V --kv-dtype (default bf16).
@@ -378,8 +381,17 @@ static void rm_tree(const char *root)
         fprintf(stderr, "bench_engine: could not remove %s\n", root);
 }
 
+/* With CAIRN_OP_TIMES=1 the CPU backend logs its per-op times when an engine closes: shown. */
+static void log_to_stderr(cairn_log_level_t level, const char *msg, void *user)
+{
+    (void)level, (void)user;
+    fprintf(stderr, "%s\n", msg);
+}
+
 int main(int argc, char **argv)
 {
+    if (getenv("CAIRN_OP_TIMES"))
+        cairn_log_set_handler(log_to_stderr, NULL);
     struct bench_opts bo = {.threads = 2, .runs = 3, .ttft = true, .do_pp = true, .do_tg = true, .weights = 3};
     bool big = false;
     const char *only_model = NULL, *file = NULL;

@@ -8,6 +8,9 @@
  *    double: same logits bit for bit, and the same bits as the pass written against the
  *    kernels (kern_*) the engine called before the interface existed;
  *  - prefill in one call vs token by token through the backend: same bits;
+ *  - the row-parallel ops (RMSNorm, RoPE and its angles, the GLUs, add / mul / scale) on
+ *    pools of 2, 3 and 5 threads give the 1-thread backend's bits, lengths not a multiple
+ *    of 16 and in-place calls included;
  *  - registry, options, numerics ids, capabilities and buffers.
  */
 #include <stdarg.h>
@@ -423,6 +426,93 @@ static void test_forward_through_backends(void **state)
 }
 
 /* Registry, options, numerics ids and capabilities. */
+static uint32_t rp_rng = 0x12345678u;
+static float rp_rnd(void)
+{
+    rp_rng = rp_rng * 1664525u + 1013904223u;
+    return (float)(int32_t)(rp_rng >> 8 & 0xffff) / 8192.0f - 4.0f;
+}
+
+/* One run of every row-parallel op on backend be into out[] (fresh copies of the inputs). */
+enum { RP_ROWS = 70, RP_COLS = 1000, RP_N = 100003, RP_HEADS = 16, RP_HD = 128, RP_POS = 300,
+       RP_X = 100 * RP_HEADS * RP_HD /* x: the largest input (RoPE's 100 rows) */ };
+typedef struct {
+    float norm[RP_ROWS * RP_COLS], norm_bf[RP_ROWS * RP_COLS], norm_inplace[RP_ROWS * RP_COLS];
+    float angles[RP_POS * RP_HD], rope[100 * RP_HEADS * RP_HD];
+    float glu[COMPUTE_GLU_COUNT][RP_N], add[RP_N], mul[RP_N], scale[RP_N];
+} rp_out_t;
+
+static void rp_run(compute_backend_t *be, rp_out_t *o, const float *x, const float *y, const float *w,
+                   const uint16_t *wb, const float *inv_freq, const int *pos)
+{
+    compute_mat_t wf = {w, CAIRN_DTYPE_F32, 1, RP_COLS}, wbf = {wb, CAIRN_DTYPE_BF16, 1, RP_COLS};
+    compute_rmsnorm(be, o->norm, x, RP_ROWS, wf, 1e-6f, false);
+    compute_rmsnorm(be, o->norm_bf, x, RP_ROWS, wbf, 1e-6f, true);
+    memcpy(o->norm_inplace, x, sizeof o->norm_inplace);
+    compute_rmsnorm(be, o->norm_inplace, o->norm_inplace, RP_ROWS, wf, 1e-6f, false);
+    compute_rope_angles(be, o->angles, inv_freq, RP_HD / 2, pos, RP_POS);
+    memcpy(o->rope, x, sizeof o->rope);
+    compute_rope(be, o->rope, 100, RP_HEADS, RP_HD, RP_HD - 32, o->angles);
+    for (int a = 0; a < COMPUTE_GLU_COUNT; a++)
+        compute_glu(be, o->glu[a], x, y, RP_N, (compute_glu_t)a);
+    memcpy(o->add, x, sizeof o->add);
+    compute_add(be, o->add, y, RP_N);
+    compute_mul(be, o->mul, x, y, RP_N);
+    memcpy(o->scale, y, sizeof o->scale);
+    compute_scale(be, o->scale, 0.37f, RP_N);
+}
+
+static void test_row_ops_any_thread_count(void **state)
+{
+    (void)state;
+    char err[200];
+    float *x = malloc(sizeof(float) * RP_X), *y = malloc(sizeof(float) * RP_N),
+          *w = malloc(sizeof(float) * RP_COLS), inv_freq[RP_HD / 2];
+    uint16_t *wb = malloc(sizeof(uint16_t) * RP_COLS);
+    int pos[RP_POS];
+    rp_out_t *want = malloc(sizeof *want), *got = malloc(sizeof *got);
+    assert_true(x && y && w && wb && want && got);
+    for (int i = 0; i < RP_X; i++)
+        x[i] = rp_rnd();
+    for (int i = 0; i < RP_N; i++)
+        y[i] = rp_rnd();
+    for (int i = 0; i < RP_COLS; i++) {
+        w[i] = rp_rnd() * 0.25f;
+        wb[i] = kern_f32_to_bf16(w[i]);
+    }
+    for (int i = 0; i < RP_HD / 2; i++)
+        inv_freq[i] = powf(1e6f, -2.0f * (float)i / RP_HD);
+    for (int i = 0; i < RP_POS; i++)
+        pos[i] = 37 * i + 5;
+    compute_backend_t *be = NULL;
+    compute_backend_options_t o = {.n_threads = 1};
+    assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_OK);
+    rp_run(be, want, x, y, w, wb, inv_freq, pos);
+    compute_backend_destroy(be);
+    static const int threads[] = {2, 3, 5};
+    for (size_t t = 0; t < CAIRN_ARRAY_LEN(threads); t++) {
+        o.n_threads = threads[t];
+        assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_OK);
+        memset(got, 0xff, sizeof *got);
+        rp_run(be, got, x, y, w, wb, inv_freq, pos);
+        compute_backend_destroy(be);
+        if (memcmp(want, got, sizeof *want)) {
+            const unsigned char *a = (const unsigned char *)want, *b = (const unsigned char *)got;
+            size_t i = 0;
+            while (a[i] == b[i])
+                i++;
+            fail_msg("%d threads: row-parallel ops differ from 1 thread at byte %zu of %zu", threads[t], i,
+                     sizeof *want);
+        }
+    }
+    free(x);
+    free(y);
+    free(w);
+    free(wb);
+    free(want);
+    free(got);
+}
+
 static void test_registry_and_capabilities(void **state)
 {
     (void)state;
@@ -523,6 +613,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_through_backends),
+        cmocka_unit_test(test_row_ops_any_thread_count),
         cmocka_unit_test(test_registry_and_capabilities),
         cmocka_unit_test(test_buffers),
     };

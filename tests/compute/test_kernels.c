@@ -624,6 +624,35 @@ static void test_rmsnorm_unit_offset(void **state)
     kern_set_impl("scalar");
 }
 
+/* Every implementation's bf16 row rounding (the K/V store's) equals the traits' reference
+ * bit for bit: ties either way, NaNs (quieted), infinities, denormals, random bits, and a
+ * length that leaves a partial vector. */
+static void test_bf16_from_f32_all_impls(void **state)
+{
+    (void)state;
+    enum { N = 1037 };
+    static const uint32_t edge[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u,
+                                    0x00018000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu,
+                                    0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fffffffu,
+                                    0x7f80ffffu, 0x47ff8000u, 0x00ff7fffu};
+    float src[N];
+    uint16_t want[N], got[N + 8];
+    for (int i = 0; i < N; i++) {
+        uint32_t b = i < (int)CAIRN_ARRAY_LEN(edge) ? edge[i] : i % 3 ? rnd32() << 16 | rnd32() : (rnd32() << 16) | 0x8000u;
+        memcpy(&src[i], &b, 4);
+        want[i] = compute_f32_to_bf16(src[i]);
+    }
+    for (size_t im = 0; im < CAIRN_ARRAY_LEN(impls); im++) {
+        const kern_impl_t *k = kern__impl_by_name(impls[im]);
+        if (!k || !kern_impl_available(impls[im]))
+            continue;
+        memset(got, 0xa5, sizeof got);
+        k->types[CAIRN_DTYPE_BF16].from_f32(got, src, N);
+        assert_memory_equal(got, want, sizeof want);
+        assert_int_equal(got[N], 0xa5a5); /* nothing written past n */
+    }
+}
+
 static void test_dispatch(void **state)
 {
     (void)state;
@@ -656,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_glu_all_impls),
         cmocka_unit_test(test_rope_partial),
         cmocka_unit_test(test_rmsnorm_unit_offset),
+        cmocka_unit_test(test_bf16_from_f32_all_impls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -817,6 +817,14 @@ void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void 
         }
         return;
     }
+    if (wt == CAIRN_DTYPE_F32) { /* the same two products, without load_elem's switch per element */
+        const float *wf = w;
+        for (int i = 0; i < n; i++) {
+            float h = x[i] * scale;
+            out[i] = wf[i] * h;
+        }
+        return;
+    }
     for (int i = 0; i < n; i++) {
         float h = x[i] * scale; /* HF: (x * rsqrt(var + eps)), then weight * that */
         out[i] = load_elem(w, wt, (size_t)i) * h;

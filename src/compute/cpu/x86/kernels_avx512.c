@@ -439,6 +439,24 @@ AVX512_GLU(avx512_silu_mul, silu16)
 AVX512_GLU(avx512_gelu_tanh_mul, gelu_tanh16)
 AVX512_GLU(avx512_sigmoid_mul, sigmoid16)
 
+/* f32 -> bf16 as compute_f32_to_bf16, 16 lanes: round to nearest even on the bits, a NaN
+ * kept quiet with its upper payload; no DAZ (the K/V store's rounding, bit for bit). */
+T512 static void avx512_from_f32_bf16(void *dst, const float *src, int n)
+{
+    uint16_t *d = dst;
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), abs = _mm512_set1_epi32(0x7fffffff),
+                  inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
+    for (int k = 0; k < n; k += 16) {
+        const __mmask16 m = mask16((size_t)(n - k));
+        const __m512i b = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + k));
+        const __m512i hi = _mm512_srli_epi32(b, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs), inf);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_mask_storeu_epi16(d + k, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+
 extern const struct attn_impl attn__avx512;
 
 #define AVX512_ROW(MM, SUF) \
@@ -448,7 +466,9 @@ extern const struct attn_impl attn__avx512;
         .name = NAME, .available = AVAILABLE, .stand_in = STAND_IN,                                    \
         .types = {[CAIRN_DTYPE_F32] = AVX512_ROW(matmul_f32w, f32),                                    \
                   [CAIRN_DTYPE_F16] = AVX512_ROW(matmul_f16w, f16),                                    \
-                  [CAIRN_DTYPE_BF16] = AVX512_ROW(BF16MM, bf16), QROWS},                               \
+                  [CAIRN_DTYPE_BF16] = {.matmul_range = BF16MM, .dot = avx512_dot_bf16, .axpy = avx512_axpy_bf16, \
+                                        .rows_to_f32 = avx512_rows_bf16, .from_f32 = avx512_from_f32_bf16},  \
+                  QROWS},                               \
         .sumsq = avx512_sumsq,                                                                         \
         .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
                 [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
