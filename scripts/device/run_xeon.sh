@@ -31,7 +31,8 @@
 # strides 1, 4, 4, 1 (only the Q4_K_M file is made).
 # PLAN=order (next session): tg128 at 2 threads of both files, the row kernels' tile order
 # A/B in one binary: default (linear k-quants), CAIRN_QMM_ORDER=0 (session 5's column order),
-# llama.cpp, llama.cpp, column, default; then the vocab head kernels in both orders.
+# llama.cpp, llama.cpp, column, default; with PP=1 then pp512 at 2 threads (this build, the
+# base build, llama.cpp, this build per type); then the vocab head kernels in both orders.
 # PLAN=repeat (run 2) skips the tests and 5-8 and repeats the decode figures instead, in
 # interleaved order (see below), with 2 threads on cores 0,1 and on cores 2,3.
 D=$(cd "$(dirname "$0")" && pwd)
@@ -122,6 +123,14 @@ if [ "$PLAN" = order ]; then
     CAIRN_QMM_ORDER=0 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
     cairn bench_engine $t 2 --runs 1 --long 0 --only tg
   done
+  if [ "${PP:-0}" = 1 ]; then # pp512 at 2 threads: this build, the base build, llama.cpp
+    for t in Q4_K_M Q8_0; do
+      cairn bench_engine $t 2 --runs 1 --long 0 --only pp
+      cairn bench_engine.base $t 2 --runs 1 --long 0 --only pp
+      llama $t 2 -p 512 -n 0 -r 1
+      cairn bench_engine $t 2 --runs 1 --long 0 --only pp
+    done
+  fi
   for o in 1 0 0 1; do
     step "quantized kernels, 2 threads, order $o" 15 env CAIRN_QMM_ORDER=$o BENCH_QUANT_ONLY=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
   done
