@@ -4,7 +4,7 @@
  * Owns nothing beyond the mapping it hands out: reserve() maps the maximum range once as
  * PROT_NONE with MAP_NORESERVE (address space only, no commit charge), commit() flips a
  * growing prefix to PROT_READ|PROT_WRITE with mprotect (the kernel then charges and
- * materialises pages on first touch; the range asks for transparent huge pages), release()
+ * materialises pages on first touch; 4 KiB pages unless CAIRN_KV_HUGEPAGES=1), release()
  * unmaps the whole range. Growing never
  * copies or moves data. Stateless, so thread-safe; a given range belongs to one cache.
  */
@@ -31,15 +31,17 @@ static int host_reserve(void *ctx, size_t max_bytes, uint8_t **base)
                   strerror(errno));
         return CAIRN_ENOMEM;
     }
-    /* Best effort: transparent huge pages where the system allows them. A block's first
-     * touch then maps 2 MiB at once instead of faulting 4 KiB at a time, which matters
-     * where page faults are expensive (virtual machines: tens of microseconds each).
-     * CAIRN_KV_HUGEPAGES=0 asks for 4 KiB pages instead: on a VM whose host reclaims the
-     * guest's free memory, fresh huge pages cost several times more to materialise than
-     * fresh 4 KiB pages (docs/PERFORMANCE.md, issue 17). */
+    /* 4 KiB pages by default (MADV_NOHUGEPAGE, so a system whose transparent huge pages are
+     * "always" does not hand the pool 2 MiB pages); CAIRN_KV_HUGEPAGES=1 asks for huge pages.
+     * Measured on the 2-core development VM (docs/PERFORMANCE.md, session 6's idle window):
+     * fresh huge pages cost 1.9-3.0 s of CPU per GiB to materialise there (its host reclaims
+     * the guest's free memory), which made a restore's speed swing between 34% and 153% of
+     * the disk's (TTFT after a restart 1.16-3.33 s) against 83-135% with 4 KiB pages
+     * (1.09-2.23 s); an 8K-token prefill was 12% faster with 4 KiB pages (means of two) and decode the
+     * same. Huge pages still save page faults where those are dear and fresh memory cheap. */
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, max_bytes,
-                  cairn_knob_bool("CAIRN_KV_HUGEPAGES", false, false, true) ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+                  cairn_knob_bool("CAIRN_KV_HUGEPAGES", false, false, false) ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
     *base = p;
     return CAIRN_OK;
