@@ -46,7 +46,9 @@
  * K/V block, never what is added to what, so flat, paged, chunked, batched and decode
  * runs agree bit for bit. The primitives (generic, AVX2 or AVX-512) are those of the
  * kernel implementation the call runs (its `attn` entry, resolved once), and all give the
- * same bits.
+ * same bits. bf16 K/V under the pair order (kern__attn_pair_on) run that entry's `pair`
+ * rendition instead (attention_pair.c; AVX-512 emulation or AMX-BF16 tiles), with the
+ * same driver: only the primitives and the packing of q change.
  *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
@@ -124,7 +126,7 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL};
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL, NULL, &attn__generic_pair};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -333,7 +335,12 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
     if (transposed)
         for (int r = 0; r < rows; r++) {
-            memcpy(qpad + (size_t)r * hdp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, (size_t)hd * sizeof(float));
+            const float *q = qs[r / G].q + (size_t)(kvh * G + r % G) * hd;
+            if (im->pack_q) {
+                im->pack_q(qpad + (size_t)r * hdp, q, hd, hdp);
+                continue;
+            }
+            memcpy(qpad + (size_t)r * hdp, q, (size_t)hd * sizeof(float));
             memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
         }
 
@@ -441,7 +448,11 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
     for (int i = 0; i < n_queries; i++)
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
-    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, k->attn, &k->types[cfg->kv_dtype], layer,
+    /* bf16 K/V under the pair order (attention_impl.h): the implementation's rendition of it. */
+    const attn_impl_t *im = k->attn;
+    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on())
+        im = im->pair ? im->pair : &attn__generic_pair;
+    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
     int units = 0;

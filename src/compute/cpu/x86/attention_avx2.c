@@ -113,4 +113,4 @@ T256 static void avx2_pv(float *acc, int lda, const float *p, int ldp, int rows,
     }
 }
 
-const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL};
+const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL, NULL, NULL};
