@@ -102,6 +102,11 @@ float attn__bf16_round(float x);
  * makes its numerics id lie: tests set it before they create one. */
 bool kern__attn_pair_on(void);
 void kern__attn_pair_set(int mode);
+/* The pair order's AMX-BF16 tiles (x86/attention_amx.c) allowed (the default) or not (the
+ * emulation computes every row: benchmarks, tests); and what serves the pair order on
+ * this CPU, in words. No-ops / "no tiles in this build" without x86. */
+void kern__attn_pair_tiles_allow(bool allow);
+const char *kern__attn_pair_tiles_state(void);
 
 /* attn_forward on an explicit kernel implementation (the CPU backend's) with window,
  * scale and soft-cap (math NULL: all zero). */

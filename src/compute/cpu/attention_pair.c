@@ -137,3 +137,21 @@ bool kern__attn_pair_on(void)
 }
 
 void kern__attn_pair_set(int mode) { __atomic_store_n(&pair_forced, mode < 0 ? -1 : mode ? 1 : 0, __ATOMIC_RELEASE); }
+
+void kern__attn_pair_tiles_allow(bool allow)
+{
+#ifdef CAIRN_HAVE_X86
+    kern__attn_amx_allow(allow);
+#else
+    (void)allow;
+#endif
+}
+
+const char *kern__attn_pair_tiles_state(void)
+{
+#ifdef CAIRN_HAVE_X86
+    return kern__attn_amx_state();
+#else
+    return "no tiles in this build";
+#endif
+}
