@@ -25,6 +25,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compute/cpu/attention_impl.h"
@@ -125,11 +126,16 @@ bool kern__attn_pair_on(void)
         return m == PAIR_ON;
     pthread_mutex_lock(&pair_lock);
     if ((m = pair_mode) == PAIR_UNDECIDED) {
-        bool tiles = false;
+        /* The variable first: with it set, the tiles (and their self-check) are not asked. */
+        const char *env = getenv("CAIRN_ATTN_BF16PAIR");
+        bool on = false;
+        if (env && env[0])
+            on = cairn_knob_bool("CAIRN_ATTN_BF16PAIR", false, false, false);
 #ifdef CAIRN_HAVE_X86
-        tiles = kern__attn_amx_on();
+        else
+            on = kern__attn_amx_on();
 #endif
-        m = cairn_knob_bool("CAIRN_ATTN_BF16PAIR", false, false, tiles) ? PAIR_ON : PAIR_OFF;
+        m = on ? PAIR_ON : PAIR_OFF;
         __atomic_store_n(&pair_mode, m, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&pair_lock);

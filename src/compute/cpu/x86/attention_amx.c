@@ -46,6 +46,10 @@ enum {
     MAX_CNT = 64,  /* positions per p.v call (attention.c's KEY_BLOCK) */
 };
 
+/* GCC's tileloadd (amxtileintrin.h) is an asm that declares no memory input: without this
+ * barrier the compiler may sink or drop the stores of a packed operand it then loads. */
+#define PACKED_BARRIER() __asm__ volatile("" : : : "memory")
+
 /* ldtilecfg's 64-byte operand (palette 1). */
 typedef struct {
     uint8_t palette, start_row;
@@ -65,6 +69,10 @@ TB static void load_cfg(void)
         c.rows[t] = 16, c.colsb[t] = 4;
     for (int t = 6; t < 8; t++) /* B: one pair of 16 columns */
         c.rows[t] = 1, c.colsb[t] = 64;
+    /* GCC's _tile_loadconfig tells the compiler it reads 8 bytes of c, which let it drop
+     * the stores above (device run, session 7: every tile unconfigured, #UD): make all 64
+     * bytes visible to it. */
+    PACKED_BARRIER();
     _tile_loadconfig(&c);
 }
 
@@ -87,6 +95,7 @@ void kern__attn_amx_scores(float *s, size_t lds, const float *q, int rows, const
         _mm512_store_si512(kp + (size_t)i * 16,
                            pair16(_mm512_loadu_ps(kt + (size_t)(2 * i) * 16), _mm512_loadu_ps(kt + (size_t)(2 * i + 1) * 16)));
     const long qstride = (long)hdp * 4;
+    PACKED_BARRIER();
     load_cfg();
     for (int r0 = 0; r0 < rows; r0 += 64) {
         const int nt = (rows - r0) / 16 < 4 ? (rows - r0) / 16 : 4;
@@ -141,6 +150,7 @@ void kern__attn_amx_pv(float *acc, int lda, const float *p, int ldp, int rows, i
                                pair16(_mm512_loadu_ps(v0 + d), two ? _mm512_loadu_ps(v1 + d) : _mm512_setzero_ps()));
     }
     const long lstride = (long)lda * 4;
+    PACKED_BARRIER();
     load_cfg();
     for (int r0 = 0; r0 < rows; r0 += 16) {
         for (int r = 0; r < 16; r++) {
@@ -153,6 +163,7 @@ void kern__attn_amx_pv(float *acc, int lda, const float *p, int ldp, int rows, i
                 pb[r][i] = (lo >> 16) | (hi & 0xffff0000u);
             }
         }
+        PACKED_BARRIER();
         for (int d0 = 0; d0 < hd; d0 += 64) {
             const int nd = (hd - d0) / 16 < 4 ? (hd - d0) / 16 : 4;
             float *c = acc + (size_t)r0 * lda + d0;
