@@ -819,7 +819,11 @@ static void test_attention_pair(void **state)
             } else {
                 assert_memory_equal(alone, first, bytes);
             }
-            check_determinism(&p, tp1, tp3, first);
+            /* Every layout, order, run length and thread count: on the fastest rendition
+             * (the AVX-512 emulation, and the tiles inside it where they serve), to keep
+             * the test short; the others are held to it query by query above. */
+            if (!strcmp(impls[ii], "avx512") || !kern_impl_available("avx512"))
+                check_determinism(&p, tp1, tp3, first);
             if (alone != first)
                 free(alone);
         }
