@@ -35,9 +35,9 @@
 
 /* ---- the pair order, scalar ---------------------------------------------------------- */
 
-/* x read denormals-as-zero; also a result flushed to zero (the same test). */
+/* An operand read denormals-as-zero; a result flushed to zero (the same test). */
 static inline float daz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
-#define ftz daz
+static inline float ftz(float x) { return daz(x); }
 
 float attn__bf16_round(float x)
 {

@@ -46,9 +46,11 @@ enum {
     MAX_CNT = 64,  /* positions per p.v call (attention.c's KEY_BLOCK) */
 };
 
-/* GCC's tileloadd (amxtileintrin.h) is an asm that declares no memory input: without this
- * barrier the compiler may sink or drop the stores of a packed operand it then loads. */
-#define PACKED_BARRIER() __asm__ volatile("" : : : "memory")
+/* GCC's tileloadd (amxtileintrin.h) is an asm that declares no memory input, and its
+ * ldtilecfg one that reads 8 bytes: without this barrier, which names the whole object as
+ * read, the compiler may sink or drop the stores of a packed operand (or of the
+ * configuration) that the tiles then load. */
+#define PACKED_BARRIER(obj) __asm__ volatile("" : : "m"(obj) : "memory")
 
 /* ldtilecfg's 64-byte operand (palette 1). */
 typedef struct {
@@ -72,7 +74,7 @@ TB static void load_cfg(void)
     /* GCC's _tile_loadconfig tells the compiler it reads 8 bytes of c, which let it drop
      * the stores above (device run, session 7: every tile unconfigured, #UD): make all 64
      * bytes visible to it. */
-    PACKED_BARRIER();
+    PACKED_BARRIER(c);
     _tile_loadconfig(&c);
 }
 
@@ -95,7 +97,7 @@ void kern__attn_amx_scores(float *s, size_t lds, const float *q, int rows, const
         _mm512_store_si512(kp + (size_t)i * 16,
                            pair16(_mm512_loadu_ps(kt + (size_t)(2 * i) * 16), _mm512_loadu_ps(kt + (size_t)(2 * i + 1) * 16)));
     const long qstride = (long)hdp * 4;
-    PACKED_BARRIER();
+    PACKED_BARRIER(kp);
     load_cfg();
     for (int r0 = 0; r0 < rows; r0 += 64) {
         const int nt = (rows - r0) / 16 < 4 ? (rows - r0) / 16 : 4;
@@ -150,7 +152,7 @@ void kern__attn_amx_pv(float *acc, int lda, const float *p, int ldp, int rows, i
                                pair16(_mm512_loadu_ps(v0 + d), two ? _mm512_loadu_ps(v1 + d) : _mm512_setzero_ps()));
     }
     const long lstride = (long)lda * 4;
-    PACKED_BARRIER();
+    PACKED_BARRIER(vp);
     load_cfg();
     for (int r0 = 0; r0 < rows; r0 += 16) {
         for (int r = 0; r < 16; r++) {
@@ -163,7 +165,7 @@ void kern__attn_amx_pv(float *acc, int lda, const float *p, int ldp, int rows, i
                 pb[r][i] = (lo >> 16) | (hi & 0xffff0000u);
             }
         }
-        PACKED_BARRIER();
+        PACKED_BARRIER(pb);
         for (int d0 = 0; d0 < hd; d0 += 64) {
             const int nd = (hd - d0) / 16 < 4 ? (hd - d0) / 16 : 4;
             float *c = acc + (size_t)r0 * lda + d0;
