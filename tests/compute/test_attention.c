@@ -839,6 +839,57 @@ static void test_attention_pair(void **state)
     kern_init();
 }
 
+/* The pair order with a window, a scale, a soft-cap and null blocks (bf16 K/V): each query
+ * alone = all at once on 3 threads = every implementation, bit for bit. */
+static void test_attention_pair_masks(void **state)
+{
+    (void)state;
+    static const int ranges[][2] = {{16, 48}, {3, 5}, {0, 0}};
+    static const attn_math_t maths[] = {{60, 0.0f, 0.0f}, {0, 0.1f, 30.0f}, {37, 0.0f, 50.0f}};
+    cairn_thread_pool_t *tp3 = NULL;
+    assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
+    kern__attn_pair_set(1);
+    for (size_t ri = 0; ri < CAIRN_ARRAY_LEN(ranges); ri++)
+        for (size_t mi = 0; mi < CAIRN_ARRAY_LEN(maths); mi++) {
+            problem_t p;
+            problem_init(&p, 8, 2, 64, 97, CAIRN_DTYPE_BF16);
+            p.st.run = 16;
+            p.st.null_lo = ranges[ri][0];
+            p.st.null_hi = ranges[ri][1];
+            int *pos = malloc((size_t)p.n_pos * sizeof(int)), n = 0;
+            for (int i = 0; i < p.n_pos; i++)
+                if (i < p.st.null_lo || i >= p.st.null_hi)
+                    pos[n++] = i;
+            const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
+            float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
+            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
+                if (!kern_impl_available(impls[ii]))
+                    continue;
+                assert_int_equal(kern_set_impl(impls[ii]), 0);
+                for (int i = 0; i < n; i++)
+                    run_attn_math(&p, NULL, &pos[i], 1, alone, &maths[mi]);
+                if (!first) {
+                    first = malloc(bytes);
+                    memcpy(first, alone, bytes);
+                } else {
+                    assert_memory_equal(alone, first, bytes);
+                }
+                memcpy(out, first, bytes);
+                run_attn_math(&p, tp3, pos, n, out, &maths[mi]);
+                assert_memory_equal(out, first, bytes);
+            }
+            free(alone);
+            free(first);
+            free(out);
+            free(pos);
+            problem_fini(&p);
+        }
+    kern__attn_pair_set(0);
+    cairn_thread_pool_destroy(tp3);
+    kern_set_impl(NULL);
+    kern_init();
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--bench"))
@@ -853,6 +904,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_attention_null_blocks),
         cmocka_unit_test(test_pair_primitives),
         cmocka_unit_test(test_attention_pair),
+        cmocka_unit_test(test_attention_pair_masks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
