@@ -34,8 +34,8 @@
 # llama.cpp, llama.cpp, column, default; with PP=1 then pp512 at 2 threads (this build, the
 # base build, llama.cpp, this build per type); then the vocab head kernels in both orders.
 # PLAN=xdec2 (session 7, branch xdec2): the vCPU topology (lscpu -e, thread siblings); tg128
-# at 2 threads, this build (its default: column order on Intel), the base build (main:
-# linear k-quants), llama.cpp, llama.cpp, base, this build per type; the 28 layers' matmuls
+# at 2 threads, this build (as staged for the run: column order on Intel), the base build
+# (main: linear k-quants), llama.cpp, llama.cpp, base, this build per type; the 28 layers' matmuls
 # of the 0.6B shape (BENCH_QUANT_LAYERS bench_kernels, 2 threads) with the prefetch knobs
 # (default, CAIRN_QMM_ORDER=1, =1 with CAIRN_QMM_PF_TILES=0, CAIRN_QMM_PF_FIRST=1,
 # CAIRN_QMM_PF_TILES=2, CAIRN_QMM_TASKS=8 tasks per thread, default); Q4_K_M tg128 with PF_FIRST=1 and with ORDER=1 PF_TILES=0;

@@ -27,7 +27,6 @@
  */
 #include "compute/cpu/x86/x86_impls.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -271,26 +270,14 @@ static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0};
  * own streamers expect, the block products kept in a stack buffer (16 KiB at most) until
  * the reduction and the float chain run in block order. The same integers and the same
  * float operations in the same order: the bits do not depend on it (the tests run both).
- * The default is a per-CPU choice (qmm_cpu_intel): on AMD linear for the k-quants (dev VM,
- * vocab head from DRAM: q6_k 0.88-0.95 of a raw read against 0.44-0.56, q4_k 0.75-0.85
- * against 0.62-0.73; Q4_K_M decode 1.19x) and column for q8_0 / q4_0 (linear was no faster
- * there); on Intel column for every type (the device's Xeon, session 6: Q4_K_M decode
- * 1.41x against 1.35x llama.cpp, the vocab head's q4_k 17.8-20.2 against 15.0-16.5 GB/s;
- * docs/PERFORMANCE.md, session 7). CAIRN_QMM_ORDER=0 (column) or 1 (linear) sets every
- * type, read once per process.
+ * Default: linear for the k-quants (AMD dev VM, vocab head from DRAM: q6_k 0.88-0.95 of a
+ * raw read against 0.44-0.56, q4_k 0.75-0.85 against 0.62-0.73; Q4_K_M decode 1.19x),
+ * column for q8_0 / q4_0 (linear was no faster there). On the device's Xeon the two orders
+ * decode alike (sessions 6 and 7: Q4_K_M tg128 within that machine's +-15% either way, the
+ * 28 layers' matmuls q4_k 13.3-14.3 GB/s in both), so the default is not per CPU.
+ * CAIRN_QMM_ORDER=0 (column) or 1 (linear) sets every type, read once per process
+ * (docs/PERFORMANCE.md, sessions 6 and 7).
  */
-static bool qmm_cpu_intel(void)
-{
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        v = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* GenuineIntel */
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v == 1;
-}
-
 static bool qmm_linear(bool kquant)
 {
     static _Atomic int cached = -2;
@@ -299,7 +286,7 @@ static bool qmm_linear(bool kquant)
         d = (int)cairn_knob_int("CAIRN_QMM_ORDER", false, 0, -1, -1, 1);
         atomic_store_explicit(&cached, d, memory_order_relaxed);
     }
-    return d < 0 ? kquant && !qmm_cpu_intel() : d == 1;
+    return d < 0 ? kquant : d == 1;
 }
 
 /* Lines per prefetch instruction (CAIRN_QMM_PF_STRIDE, 1..8, default 1: every line): a
@@ -334,7 +321,9 @@ static int pf_tiles(void)
 /* Whether a range's first tiles are prefetched when it starts (CAIRN_QMM_PF_FIRST, 0 or 1,
  * default 0), read once per process: a decode matmul is cut into 8 tasks per 2 threads, and
  * the streaming above only covers the tile after the one being computed, so every task's
- * first tile (and, at a lead of d tiles, the d - 1 after it) came from demand misses. */
+ * first tile (and, at a lead of d tiles, the d - 1 after it) came from demand misses. On the
+ * device's Xeon (session 7) it gave the 28 layers' matmuls 16.0-16.6 GB/s against 13.4-14.5
+ * (one run each) but Q4_K_M decode 33.6 against 32.4-34.3 tok/s: off by default. */
 static bool pf_first(void)
 {
     static _Atomic int cached = -1;
