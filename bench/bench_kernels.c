@@ -21,7 +21,9 @@
  * q6_k weights, decode over the 0.6B shape's vocab head (1024 -> 151936, larger than the
  * caches) alternated with a raw read of the same bytes (GB/s of weights and the ratio to
  * the read), and prefill of 512 rows x 1024 -> 3072 (GMAC/s, one int8 multiply-add each;
- * 1 and 2 threads, plus per thread-CPU second).
+ * 1 and 2 threads, plus per thread-CPU second; BENCH_QUANT_NO_PREFILL=1 leaves the prefill
+ * out). "quantized layers" (BENCH_QUANT_LAYERS=1 runs only it): the 28 layers of one 0.6B
+ * decode token in q8_0, q4_k and q6_k beside a raw read (bench_quant_layers).
  *
  * "quantized row kernels in L2" (BENCH_QUANT_L2=1 runs only it, after the pool figures): the
  * decode row kernel of each quantized type called directly (qmatmul_range, one row, one
