@@ -113,4 +113,5 @@ T256 static void avx2_pv(float *acc, int lda, const float *p, int ldp, int rows,
     }
 }
 
-const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL};
+/* Step 1q (q8_0 K): the generic's (exact integers: the same bits). */
+const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL, NULL, NULL, NULL};
