@@ -39,6 +39,14 @@
  * positions the accessor reports without storage (k = v = NULL) is widened as zeros and
  * masked, like keys before the window.
  *
+ * q8_0 K (step 1q of attention_impl.h, the integer q.k): the tile's query rows are rounded
+ * to q8_0 once (qq, qd, qsum in the padded queries' room); each key block is split into
+ * int8 q (kq) and f32 block scales grouped by 16 keys (kd) instead of widened, each group
+ * of 16 keys transposed to dwords (q8_transpose16) and scored for every visible run of
+ * rows (scores_q8t), whatever the tile's row count; V is widened to f32 as for every type.
+ * The primitives are the implementation's where it has them (AVX-512 VNNI where
+ * available, AVX2), else the generic ones: all compute the same exact integers.
+ *
  * Invariant (determinism): every row follows the canonical order of attention_impl.h,
  * whose steps depend only on the row's position, the window and head_dim: scores in
  * blocks of 16 keys aligned to position 0, the max and exp-sum in 16 lanes over the same
