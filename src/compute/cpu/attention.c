@@ -167,8 +167,21 @@ static void gen_scores_q8t(float *s, size_t lds, const int8_t *qq, const float *
         }
 }
 
+static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0)
+{
+    const int nb = hd / QK8_0;
+    for (int r = 0; r < rows; r++) {
+        const blk_q8_0_t *blk = (const blk_q8_0_t *)((const unsigned char *)src + (size_t)r * stride);
+        const int key = key0 + r;
+        for (int b = 0; b < nb; b++) {
+            memcpy(kq + (size_t)key * hd + b * QK8_0, blk[b].q, QK8_0);
+            kd[(size_t)(key / 16) * nb * 16 + b * 16 + key % 16] = compute_f16_to_f32(blk[b].d);
+        }
+    }
+}
+
 const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
-                                   NULL, gen_q8_transpose16, gen_scores_q8t};
+                                   NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -298,6 +311,8 @@ static uint64_t load_block_q8(const attn_job_t *job, const attn_kv_t *kv, int k0
     const int hd = cfg->head_dim, nb = hd / QK8_0, padded = (nk + 15) / 16 * 16;
     const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd);
     const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    void (*const split_fn)(int8_t *, float *, const void *, size_t, int, int, int) =
+        job->q8->q8_split ? job->q8->q8_split : attn__generic.q8_split;
     uint64_t missing = 0;
     memset(kd, 0, (size_t)padded * nb * sizeof(float));
     int i = 0;
@@ -316,14 +331,7 @@ static uint64_t load_block_q8(const attn_job_t *job, const attn_kv_t *kv, int k0
             memset(kq + (size_t)i * hd, 0, (size_t)run * hd);
             missing |= bit_run(i, run);
         } else {
-            for (int r = 0; r < run; r++) {
-                const blk_q8_0_t *blk = (const blk_q8_0_t *)((const unsigned char *)k + head_off + (size_t)r * row_bytes);
-                const int key = i + r;
-                for (int b = 0; b < nb; b++) {
-                    memcpy(kq + (size_t)key * hd + b * QK8_0, blk[b].q, QK8_0);
-                    kd[(size_t)(key / 16) * nb * 16 + b * 16 + key % 16] = compute_f16_to_f32(blk[b].d);
-                }
-            }
+            split_fn(kq, kd, (const unsigned char *)k + head_off, row_bytes, run, hd, i);
         }
         i += run;
     }

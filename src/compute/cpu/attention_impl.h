@@ -73,6 +73,11 @@ typedef struct attn_impl {
     void (*q8_transpose16)(int32_t *kt, const int8_t *kq, int hd);
     void (*scores_q8t)(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum, int rows,
                        const int32_t *kt, const float *kdt, int hd, float scale);
+    /* Optional (NULL: attn__generic's): the q8_0 K rows src[r * stride] (hd elements of
+     * one head, r < rows) split into kq [key0 + r][hd] int8 and their block scales widened
+     * from f16 into kd[((key0 + r) / 16) * nb * 16 + b * 16 + (key0 + r) % 16]. Moves and
+     * exact conversions only. */
+    void (*q8_split)(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0);
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel

@@ -367,7 +367,26 @@ TVNNI static void avx512_scores_q8t(float *s, size_t lds, const int8_t *qq, cons
     }
 }
 
+/* The q8_0 K rows split into int8 q and f32 scales: 32-byte moves and F16C's exact
+ * widening (vcvtph2ps; a NaN scale stays a NaN, quieted). */
+T512 static void avx512_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0)
+{
+    const int nb = hd / 32;
+    for (int r = 0; r < rows; r++) {
+        const unsigned char *blk = (const unsigned char *)src + (size_t)r * stride; /* nb blocks of 34 bytes */
+        const int key = key0 + r;
+        float *d = kd + (size_t)(key / 16) * nb * 16 + key % 16;
+        for (int b = 0; b < nb; b++) {
+            uint16_t h;
+            memcpy(&h, blk + 34 * b, sizeof(h));
+            _mm256_storeu_si256((__m256i *)(kq + (size_t)key * hd + 32 * b),
+                                _mm256_loadu_si256((const __m256i *)(blk + 34 * b + 2)));
+            d[b * 16] = _cvtsh_ss(h);
+        }
+    }
+}
+
 /* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */
 const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
                                   avx512_transpose16, kern__x86_has_avx512_vnni, avx512_q8_transpose16,
-                                  avx512_scores_q8t};
+                                  avx512_scores_q8t, avx512_q8_split};
