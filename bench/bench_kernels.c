@@ -21,7 +21,9 @@
  * q6_k weights, decode over the 0.6B shape's vocab head (1024 -> 151936, larger than the
  * caches) alternated with a raw read of the same bytes (GB/s of weights and the ratio to
  * the read), and prefill of 512 rows x 1024 -> 3072 (GMAC/s, one int8 multiply-add each;
- * 1 and 2 threads, plus per thread-CPU second).
+ * 1 and 2 threads, plus per thread-CPU second; BENCH_QUANT_NO_PREFILL=1 leaves the prefill
+ * out). "quantized layers" (BENCH_QUANT_LAYERS=1 runs only it): the 28 layers of one 0.6B
+ * decode token in q8_0, q4_k and q6_k beside a raw read (bench_quant_layers).
  *
  * "quantized row kernels in L2" (BENCH_QUANT_L2=1 runs only it, after the pool figures): the
  * decode row kernel of each quantized type called directly (qmatmul_range, one row, one
@@ -171,28 +173,40 @@ struct model_shape {
     int layers, hidden, q_dim, kv_dim, ffn, vocab;
 };
 
-/* One decode token of a model shape. */
+/* One decode token of a model shape (vocab 0: the layers only). Weights of any type, plain
+ * or quantized: each matrix takes out rows of cairn_dtype_row_bytes(wt, in) bytes. */
 static void model_token(cairn_thread_pool_t *tp, const struct model_shape *m, const unsigned char *w,
                         cairn_dtype_t wt, float *x, float *y, cairn_math_t math)
 {
-    const size_t es = cairn_dtype_size(wt);
+    const size_t rh = cairn_dtype_row_bytes(wt, m->hidden), rq = cairn_dtype_row_bytes(wt, m->q_dim),
+                 rf = cairn_dtype_row_bytes(wt, m->ffn);
     const unsigned char *p = w;
     for (int l = 0; l < m->layers; l++) {
-        const void *wq = p, *wk = (p += (size_t)m->q_dim * m->hidden * es),
-                   *wv = (p += (size_t)m->kv_dim * m->hidden * es);
-        p += (size_t)m->kv_dim * m->hidden * es;
+        const void *wq = p, *wk = (p += (size_t)m->q_dim * rh), *wv = (p += (size_t)m->kv_dim * rh);
+        p += (size_t)m->kv_dim * rh;
         kern_mm_out_t qkv[3] = {{y, wq, m->q_dim}, {y + m->q_dim, wk, m->kv_dim},
                                 {y + m->q_dim + m->kv_dim, wv, m->kv_dim}};
         kern_matmul_n(tp, x, 1, m->hidden, wt, qkv, 3, math);
         kern_matmul(tp, y, x, 1, m->q_dim, p, wt, m->hidden, math); /* wo */
-        p += (size_t)m->q_dim * m->hidden * es;
-        kern_mm_out_t gu[2] = {{y, p, m->ffn}, {y + m->ffn, p + (size_t)m->ffn * m->hidden * es, m->ffn}};
+        p += (size_t)m->hidden * rq;
+        kern_mm_out_t gu[2] = {{y, p, m->ffn}, {y + m->ffn, p + (size_t)m->ffn * rh, m->ffn}};
         kern_matmul_n(tp, x, 1, m->hidden, wt, gu, 2, math);
-        p += 2 * (size_t)m->ffn * m->hidden * es;
+        p += 2 * (size_t)m->ffn * rh;
         kern_matmul(tp, y, x, 1, m->ffn, p, wt, m->hidden, math); /* w_down */
-        p += (size_t)m->ffn * m->hidden * es;
+        p += (size_t)m->hidden * rf;
     }
-    kern_matmul(tp, y, x, 1, m->hidden, p, wt, m->vocab, math);
+    if (m->vocab > 0)
+        kern_matmul(tp, y, x, 1, m->hidden, p, wt, m->vocab, math);
+}
+
+/* Bytes of model_token's weights. */
+static size_t model_bytes(const struct model_shape *m, cairn_dtype_t wt)
+{
+    const size_t rh = cairn_dtype_row_bytes(wt, m->hidden), rq = cairn_dtype_row_bytes(wt, m->q_dim),
+                 rf = cairn_dtype_row_bytes(wt, m->ffn);
+    const size_t layer = rh * ((size_t)m->q_dim + 2 * (size_t)m->kv_dim + 2 * (size_t)m->ffn) + rq * m->hidden +
+                         rf * m->hidden;
+    return layer * (size_t)m->layers + rh * (size_t)m->vocab;
 }
 
 /* model_token through the compute backend interface (what a family's forward pass
@@ -392,7 +406,7 @@ static void bench_quant(cairn_thread_pool_t *tps[2], int reps)
                    "GB/s; ratio %.2f\n", cairn_dtype_name(t), hb / 1e6, th + 1, median(tk, reps) * 1e3,
                    hb / median(tk, reps) / 1e9, hb / median(rd, reps) / 1e9, median(ratio, reps));
         }
-        for (int th = 0; th < 2; th++) {
+        for (int th = 0; th < 2 && !getenv("BENCH_QUANT_NO_PREFILL"); th++) {
             double sec = time_matmul(tps[th], reps < 5 ? reps : 5, y, x, rows, pin, wp, t, pout, CAIRN_MATH_F32);
             printf("quantized prefill %d x %d -> %d %-4s, %d thread(s): %7.2f ms %6.1f GMAC/s", rows, pin, pout,
                    cairn_dtype_name(t), th + 1, sec * 1e3, (double)rows * pin * pout / sec / 1e9);
@@ -402,6 +416,56 @@ static void bench_quant(cairn_thread_pool_t *tps[2], int reps)
         }
         free(wh);
         free(wp);
+    }
+    free(x);
+    free(y);
+}
+
+/*
+ * "quantized layers" (BENCH_QUANT_LAYERS=1 runs only it): the 28 layers of one decode token
+ * of the Qwen3-0.6B shape (q/k/v fused, o, gate/up fused, down: model_token, no vocab head)
+ * in q8_0, q4_k and q6_k weights (a Q4_K_M file mixes the last two), alternated with a raw
+ * read of the same bytes, 1 and 2 threads: the small matrices a decode token is made of,
+ * cut into the pool's tasks as the engine cuts them (each task's first tile starts cold),
+ * where the vocab head above measures one long stream.
+ */
+static void bench_quant_layers(cairn_thread_pool_t *tps[2], int reps)
+{
+    static const struct model_shape m = {"qwen3-0.6b layers", 28, 1024, 2048, 1024, 3072, 0};
+    static const cairn_dtype_t types[] = {CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q6_K};
+    if (reps > 64)
+        reps = 64;
+    float *x = aligned_alloc(64, sizeof(float) * 4096), *y = aligned_alloc(64, sizeof(float) * 8192);
+    if (!x || !y)
+        exit(1);
+    for (int i = 0; i < 4096; i++)
+        x[i] = rndf();
+    for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+        const cairn_dtype_t t = types[k];
+        const size_t n = model_bytes(&m, t);
+        unsigned char *w = aligned_alloc(64, (n + 255) & ~(size_t)255);
+        if (!w)
+            exit(1);
+        /* Whole rows of 1024 inputs: every matrix's rows are whole blocks of either width. */
+        fill_quant(w, t, n / cairn_dtype_row_bytes(t, 1024), 1024);
+        for (int th = 0; th < 2; th++) {
+            struct read_job rj = {w, n & ~(size_t)255, {0, 0}};
+            double rd[64], tk[64], ratio[64];
+            model_token(tps[th], &m, w, t, x, y, CAIRN_MATH_F32);
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                cairn_thread_pool_run(tps[th], read_task, &rj, th + 1);
+                double t1 = now_s();
+                model_token(tps[th], &m, w, t, x, y, CAIRN_MATH_F32);
+                rd[r] = t1 - t0;
+                tk[r] = now_s() - t1;
+                ratio[r] = rd[r] / tk[r];
+            }
+            printf("quantized layers, 28 x 0.6B decode %-4s (%.0f MB), %d thread(s): %6.2f ms %5.1f GB/s; raw read "
+                   "%5.1f GB/s; ratio %.2f\n", cairn_dtype_name(t), n / 1e6, th + 1, median(tk, reps) * 1e3,
+                   n / median(tk, reps) / 1e9, n / median(rd, reps) / 1e9, median(ratio, reps));
+        }
+        free(w);
     }
     free(x);
     free(y);
@@ -565,6 +629,10 @@ int main(int argc, char **argv)
 
     if (getenv("BENCH_QUANT_L2")) {
         bench_quant_l2(2000);
+        return 0;
+    }
+    if (getenv("BENCH_QUANT_LAYERS")) {
+        bench_quant_layers(tps, reps);
         return 0;
     }
     if (getenv("BENCH_QUANT_ONLY")) {

@@ -33,6 +33,14 @@
 # A/B in one binary: default (linear k-quants), CAIRN_QMM_ORDER=0 (session 5's column order),
 # llama.cpp, llama.cpp, column, default; with PP=1 then pp512 at 2 threads (this build, the
 # base build, llama.cpp, this build per type); then the vocab head kernels in both orders.
+# PLAN=xdec2 (session 7, branch xdec2): the vCPU topology (lscpu -e, thread siblings); tg128
+# at 2 threads, this build (as staged for the run: column order on Intel), the base build
+# (main: linear k-quants), llama.cpp, llama.cpp, base, this build per type; the 28 layers' matmuls
+# of the 0.6B shape (BENCH_QUANT_LAYERS bench_kernels, 2 threads) with the prefetch knobs
+# (default, CAIRN_QMM_ORDER=1, =1 with CAIRN_QMM_PF_TILES=0, CAIRN_QMM_PF_FIRST=1,
+# CAIRN_QMM_PF_TILES=2, CAIRN_QMM_TASKS=8 tasks per thread, default); Q4_K_M tg128 with PF_FIRST=1 and with ORDER=1 PF_TILES=0;
+# the sampler's profile of Q4_K_M; and, if vCPUs 0 and 1 are SMT siblings, tg128 of this
+# build and llama.cpp on cores 0,2.
 # PLAN=repeat (run 2) skips the tests and 5-8 and repeats the decode figures instead, in
 # interleaved order (see below), with 2 threads on cores 0,1 and on cores 2,3.
 D=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +68,10 @@ exec > >(tee "$O/log") 2>&1
 el cpu
 grep -m1 'model name' /proc/cpuinfo; grep -m1 -E '^(cpu family|model)\s' /proc/cpuinfo; grep -m1 '^model\s' /proc/cpuinfo
 nproc; lscpu 2>/dev/null | grep -E 'Thread|Core|Socket|NUMA|L2|L3|MHz' | head -12
+if [ "${PLAN:-}" = xdec2 ]; then
+  lscpu -e 2>/dev/null | head -20
+  for c in 0 1 2; do echo "cpu$c siblings $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null) core_id $(cat /sys/devices/system/cpu/cpu$c/topology/core_id 2>/dev/null)"; done
+fi
 grep -m1 -o -w -E 'amx_[a-z0-9]+|avx512_bf16|avx512_vnni|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 uname -r; free -g | head -2; head -1 /proc/stat
 env -u LD_LIBRARY_PATH python3 -c "import ctypes, os; l = ctypes.CDLL(None, use_errno=True); r = l.syscall(158, 0x1023, 18); print('arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) =', r, os.strerror(ctypes.get_errno()) if r else 'granted')"
@@ -98,12 +110,14 @@ NW=; $P/llama-bench --help 2>&1 | grep -q -- --no-warmup && NW=--no-warmup
 cairn() {
   local bin=$1 t=$2 th=$3; shift 3
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
-  step "$bin $t $th threads ${CAIRN_KERNELS:-amx}${CAIRN_QMM_PF_STRIDE:+ pf stride $CAIRN_QMM_PF_STRIDE}${CAIRN_QMM_ORDER:+ order $CAIRN_QMM_ORDER} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
+  [ "$th" = 2 ] && [ -n "${CORES:-}" ] && ts="taskset -c $CORES"
+  step "$bin $t $th threads ${CAIRN_KERNELS:-amx}${CAIRN_QMM_PF_STRIDE:+ pf stride $CAIRN_QMM_PF_STRIDE}${CAIRN_QMM_ORDER:+ order $CAIRN_QMM_ORDER}${CAIRN_QMM_PF_TILES:+ pf tiles $CAIRN_QMM_PF_TILES}${CAIRN_QMM_PF_FIRST:+ pf first $CAIRN_QMM_PF_FIRST}${CORES:+ cores $CORES} $*" 60 $ts "$B/$bin" --gguf $M/q06-$t.gguf --threads $th "$@"
 }
 llama() {
   local t=$1 th=$2; shift 2
   local ts=; [ "$th" = 2 ] && ts="taskset -c 0,1"
-  step "llama.cpp $t $th threads $*" 90 $ts $P/llama-bench -m $M/q06-$t.gguf -t $th "$@"
+  [ "$th" = 2 ] && [ -n "${CORES:-}" ] && ts="taskset -c $CORES"
+  step "llama.cpp $t $th threads${CORES:+ cores $CORES} $*" 90 $ts $P/llama-bench -m $M/q06-$t.gguf -t $th "$@"
 }
 
 if [ "$PLAN" = pf ]; then
@@ -134,6 +148,34 @@ if [ "$PLAN" = order ]; then
   for o in 1 0 0 1; do
     step "quantized kernels, 2 threads, order $o" 15 env CAIRN_QMM_ORDER=$o BENCH_QUANT_ONLY=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
   done
+  el done
+  exit 0
+fi
+
+if [ "$PLAN" = xdec2 ]; then
+  for t in Q4_K_M Q8_0; do
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    llama $t 2 -p 0 -n 128 -r 1
+    llama $t 2 -p 0 -n 128 -r 1
+    cairn bench_engine.base $t 2 --runs 1 --long 0 --only tg
+    cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+  done
+  for kv in "" "CAIRN_QMM_ORDER=1" "CAIRN_QMM_ORDER=1 CAIRN_QMM_PF_TILES=0" "CAIRN_QMM_PF_FIRST=1" "CAIRN_QMM_PF_TILES=2" "CAIRN_QMM_TASKS=8" ""; do
+    step "28 layers' matmuls, 2 threads, ${kv:-default}" 12 env $kv BENCH_QUANT_LAYERS=1 BENCH_POOL_THREADS=2 taskset -c 0,1 "$B/bench_kernels" 3
+  done
+  CAIRN_QMM_PF_FIRST=1 cairn bench_engine Q4_K_M 2 --runs 1 --long 0 --only tg
+  CAIRN_QMM_ORDER=1 CAIRN_QMM_PF_TILES=0 cairn bench_engine Q4_K_M 2 --runs 1 --long 0 --only tg
+  step "profile (sampler) bench_engine Q4_K_M 2 threads" 25 env LD_PRELOAD="$D/lib/libxeon_sampler.so" \
+    XEON_SAMPLER_OUT="$O/prof_Q4_K_M.txt" XEON_SAMPLER_US=500 XEON_SAMPLER_SKIP_MS=4000 \
+    taskset -c 0,1 "$B/bench_engine" --gguf $M/q06-Q4_K_M.gguf --threads 2 --runs 2 --long 0 --only tg
+  head -1 "$O/prof_Q4_K_M.txt"
+  if grep -qE '^(0[,-]1|0,1)$' /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null; then
+    for t in Q4_K_M; do
+      CORES=0,2 cairn bench_engine $t 2 --runs 1 --long 0 --only tg
+      CORES=0,2 llama $t 2 -p 0 -n 128 -r 1
+    done
+  fi
   el done
   exit 0
 fi

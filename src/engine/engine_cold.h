@@ -50,6 +50,23 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
                      kv_paged_t *kp, const cairn_layer_cache_t *layers, size_t state_bytes,
                      seq_ckpts_t *ckpts, engine_cold_t **out);
 
+/*
+ * The numerics id that enters the fingerprint of a K/V type's stores: `numerics` (the
+ * backend's, may be NULL) as it is, except for q8_0 K/V, whose attention computes q.k in
+ * integers (numerics revision 3 of the CPU attention): "<numerics>+qk8.3" written into buf
+ * (len >= 64), so q8_0 K/V written by earlier builds is never restored into it. Returns
+ * numerics or buf. Pure; thread-safe.
+ */
+const char *engine_cold_numerics(const char *numerics, cairn_dtype_t kv_dtype, char *buf, size_t len);
+
+/*
+ * The model fingerprint that names the engine's store directory (docs/FORMAT.md 1.4) for
+ * the checkpoint, options, numerics id (as it enters the fingerprint: see
+ * engine_cold_numerics) and block size. Returns CAIRN_OK or the hash's error. Thread-safe.
+ */
+int engine_cold_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
+                            uint32_t block_tokens, cairn_tier_hash_t *fp);
+
 /* Waits up to the drain deadline for queued writes, then closes the store it opened (a
  * lent store is left to its owner). NULL: no-op. */
 void engine_cold_close(engine_cold_t *c);

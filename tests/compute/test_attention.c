@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "compute/cpu/attention_impl.h"
+#include "compute/quant_blocks.h"
 
 static const char *const impls[] = {"scalar", "avx2", "avx512"};
 /* The K/V types: the first N_FLOAT_DTYPES for every shape, then q8_0 (8-bit K/V, blocks of
@@ -144,14 +145,28 @@ static double elem(const problem_t *p, bool k, int pos, int i)
     return (k ? p->kf : p->vf)[(size_t)pos * p->n_kv_heads * p->hd + i];
 }
 
+/* The query the attention multiplies with K: q itself, or with q8_0 K (step 1q of
+ * attention_impl.h) q rounded to q8_0 and widened back. buf holds hd floats. */
+static const float *ref_query(const problem_t *p, const float *q, float *buf)
+{
+    if (p->dt != CAIRN_DTYPE_Q8_0)
+        return q;
+    blk_q8_0_t b[128 / QK8_0];
+    assert_true(p->hd <= 128);
+    quant_q8_0_round_act(b, q, p->hd);
+    quant_q8_0_to_f32(buf, b, p->hd);
+    return buf;
+}
+
 /* The textbook formula in double for every position; against out (indexed by position). */
 static void check_reference(const problem_t *p, const float *out)
 {
     const int hd = p->hd, G = p->n_heads / p->n_kv_heads;
     double *s = malloc((size_t)p->n_pos * sizeof(double));
+    float qbuf[128];
     for (int pos = 0; pos < p->n_pos; pos++)
         for (int h = 0; h < p->n_heads; h++) {
-            const float *q = p->q + ((size_t)pos * p->n_heads + h) * hd;
+            const float *q = ref_query(p, p->q + ((size_t)pos * p->n_heads + h) * hd, qbuf);
             const int kvh = h / G;
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j <= pos; j++) {
@@ -350,6 +365,83 @@ static void test_primitives(void **state)
     }
 }
 
+/*
+ * Step 1q (q8_0 K) of every implementation against its definition: kern__qdot(Q8_0, key,
+ * q8(q), hd, +0) * scale, bit for bit, for head_dim 32..128, every row count 1..9, keys
+ * and queries at the int8 extremes (-128 in K, +-127 in q: the sign trick's worst case)
+ * and blocks whose scales differ by orders of magnitude (a wrong block scale or a wrong
+ * block order changes bits).
+ */
+static void test_q8_scores(void **state)
+{
+    (void)state;
+    const attn_impl_t *ims[3] = {&attn__generic,
+                                 kern_impl_available("avx2") ? kern__impl_by_name("avx2")->attn : NULL,
+                                 kern_impl_available("avx512") ? kern__impl_by_name("avx512")->attn : NULL};
+    enum { MAXR = 9, LDS = 21, NB = 4 };
+    const int hds[] = {32, 64, 96, 128};
+    blk_q8_0_t kb[16][NB], qb[MAXR][NB];
+    int8_t kq[16 * 128], qq[MAXR * 128];
+    float qd[MAXR * NB], kdt[NB * 16], s[MAXR * LDS];
+    int32_t qsum[MAXR * NB], kt[32 * 16];
+    float x[128];
+    int tested = 0;
+    for (int m = 0; m < 3; m++) {
+        const attn_impl_t *im = ims[m];
+        if (!im)
+            continue;
+        if (!im->scores_q8t || (im->q8_usable && !im->q8_usable()))
+            im = &attn__generic; /* what the driver runs */
+        for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++) {
+            const int hd = hds[hi], nb = hd / QK8_0;
+            for (int rows = 1; rows <= MAXR; rows++) {
+                for (int k = 0; k < 16; k++) {
+                    for (int i = 0; i < hd; i++) /* block scales 1e-3 .. 1e3 apart */
+                        x[i] = rndf() * powf(10.0f, (float)((i / QK8_0 + k) % 7) - 3.0f);
+                    quant_q8_0_round_act(kb[k], x, hd);
+                    if (rows % 3 == 0)
+                        for (int b = 0; b < nb; b++)
+                            for (int i = 0; i < QK8_0; i++)
+                                kb[k][b].q[i] = (i + k) % 2 ? -128 : 127; /* extremes */
+                    for (int b = 0; b < nb; b++) {
+                        memcpy(kq + k * hd + b * QK8_0, kb[k][b].q, QK8_0);
+                        kdt[b * 16 + k] = compute_f16_to_f32(kb[k][b].d);
+                    }
+                }
+                for (int r = 0; r < rows; r++) {
+                    for (int i = 0; i < hd; i++)
+                        x[i] = rndf() * powf(10.0f, (float)((i / QK8_0 * 3 + r) % 5) - 2.0f);
+                    if (rows % 3 == 0)
+                        for (int i = 0; i < hd; i++)
+                            x[i] = (i + r) % 3 ? 1.0f : -1.0f; /* q = +-127 */
+                    quant_q8_0_round_act(qb[r], x, hd);
+                    for (int b = 0; b < nb; b++) {
+                        memcpy(qq + r * hd + b * QK8_0, qb[r][b].q, QK8_0);
+                        qd[r * nb + b] = compute_f16_to_f32(qb[r][b].d);
+                    }
+                    kern__q8_0_sums(qsum + r * nb, qb[r], nb);
+                }
+                memset(kt, 0xa5, sizeof(kt));
+                im->q8_transpose16(kt, kq, hd);
+                const float scale = 1.0f / sqrtf((float)hd);
+                memset(s, 0xff, sizeof(s));
+                im->scores_q8t(s, LDS, qq, qd, qsum, rows, kt, kdt, hd, scale);
+                for (int r = 0; r < rows; r++)
+                    for (int k = 0; k < 16; k++) {
+                        float want = kern__qdot(CAIRN_DTYPE_Q8_0, kb[k], qb[r], hd, 0.0f) * scale;
+                        if (memcmp(&s[r * LDS + k], &want, sizeof(float))) {
+                            fprintf(stderr, "%s hd %d rows %d: row %d key %d: got %.9g want %.9g\n", im->name, hd,
+                                    rows, r, k, (double)s[r * LDS + k], (double)want);
+                            fail();
+                        }
+                    }
+                tested++;
+            }
+        }
+    }
+    assert_true(tested >= 36);
+}
+
 /* ---- window, scale, soft-cap and positions without storage ---- */
 
 typedef struct {
@@ -390,9 +482,10 @@ static void check_reference_math(const problem_t *p, const float *out, const att
     const int hd = p->hd, G = p->n_heads / p->n_kv_heads;
     const double scale = m->scale != 0.0f ? m->scale : 1.0 / sqrt((double)hd);
     double *s = malloc((size_t)p->n_pos * sizeof(double));
+    float qbuf[128];
     for (int pos = 0; pos < p->n_pos; pos++)
         for (int h = 0; h < p->n_heads && !(pos >= p->st.null_lo && pos < p->st.null_hi); h++) {
-            const float *q = p->q + ((size_t)pos * p->n_heads + h) * hd;
+            const float *q = ref_query(p, p->q + ((size_t)pos * p->n_heads + h) * hd, qbuf);
             const int kvh = h / G, lo = lo_of(m, pos);
             double mx = -INFINITY, sum = 0;
             for (int j = lo; j <= pos; j++) {
@@ -899,6 +992,7 @@ int main(int argc, char **argv)
     kern__attn_pair_set(0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_primitives),
+        cmocka_unit_test(test_q8_scores),
         cmocka_unit_test(test_attention_all),
         cmocka_unit_test(test_attention_window_scale_softcap),
         cmocka_unit_test(test_attention_null_blocks),

@@ -38,6 +38,7 @@
 
 #include "cairn/engine.h"
 #include "compute/cpu/kernels.h"
+#include "engine/engine_cold.h"
 #include "engine/engine_fixtures.h"
 
 #define VOCAB 4096
@@ -291,6 +292,30 @@ static void test_cold_restore(void **state)
              kvs[k]);
         free(x);
         free(ref);
+    }
+    /* The fingerprints: q8_0 K/V under numerics revision 3 of its attention (the integer
+     * q.k), in a directory other than the one earlier builds wrote q8_0 K/V to (their
+     * objects are never found); fp8 K/V's directory as before. */
+    for (size_t k = 0; k < 2; k++) {
+        cairn_engine_options_t o;
+        cairn_engine_options_default(&o);
+        o.kv_dtype = kvs[k];
+        o.math = math;
+        char num[96];
+        const char *now = engine_cold_numerics("f32.2", kvs[k], num, sizeof num);
+        assert_string_equal(now, kvs[k] == CAIRN_DTYPE_Q8_0 ? "f32.2+qk8.3" : "f32.2");
+        cairn_tier_hash_t fp_now, fp_before;
+        assert_int_equal(engine_cold_fingerprint(ck, &o, now, 16, &fp_now), 0);
+        assert_int_equal(engine_cold_fingerprint(ck, &o, "f32.2", 16, &fp_before), 0);
+        char dir_now[512], dir_before[512];
+        int at = snprintf(dir_now, sizeof dir_now, "%s/", root), at2 = snprintf(dir_before, sizeof dir_before, "%s/", root);
+        for (int i = 0; i < CAIRN_TIER_HASH_BYTES; i++) {
+            at += snprintf(dir_now + at, sizeof dir_now - (size_t)at, "%02x", fp_now.bytes[i]);
+            at2 += snprintf(dir_before + at2, sizeof dir_before - (size_t)at2, "%02x", fp_before.bytes[i]);
+        }
+        assert_int_equal(access(dir_now, F_OK), 0); /* where this build wrote */
+        if (kvs[k] == CAIRN_DTYPE_Q8_0)
+            assert_int_not_equal(access(dir_before, F_OK), 0);
     }
     /* f32 K/V over the same root: another fingerprint, nothing restored. */
     cairn_engine_t *c = engine(ck, CAIRN_DTYPE_F32, CAIRN_KV_PAGED, 2, root);

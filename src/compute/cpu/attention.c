@@ -39,6 +39,14 @@
  * positions the accessor reports without storage (k = v = NULL) is widened as zeros and
  * masked, like keys before the window.
  *
+ * q8_0 K (step 1q of attention_impl.h, the integer q.k): the tile's query rows are rounded
+ * to q8_0 once (qq, qd, qsum in the padded queries' room); each key block is split into
+ * int8 q (kq) and f32 block scales grouped by 16 keys (kd) instead of widened, each group
+ * of 16 keys transposed to dwords (q8_transpose16) and scored for every visible run of
+ * rows (scores_q8t), whatever the tile's row count; V is widened to f32 as for every type.
+ * The primitives are the implementation's where it has them (AVX-512 VNNI where
+ * available, AVX2), else the generic ones: all compute the same exact integers.
+ *
  * Invariant (determinism): every row follows the canonical order of attention_impl.h,
  * whose steps depend only on the row's position, the window and head_dim: scores in
  * blocks of 16 keys aligned to position 0, the max and exp-sum in 16 lanes over the same
@@ -57,6 +65,7 @@
 #include <string.h>
 
 #include "compute/cpu/attention_impl.h"
+#include "compute/quant_blocks.h"
 
 enum {
     TILE_ROWS = 128, /* rows (query x head) per tile: bounds the score rows of one unit */
@@ -126,7 +135,56 @@ static void gen_pv(float *acc, int lda, const float *p, int ldp, int rows, int c
     }
 }
 
-const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL, NULL, &attn__generic_pair};
+/* Step 1q's key layout: kt [hd4p][16] int32, dword d4 of key k at kt[d4*16 + k]. */
+static void gen_q8_transpose16(int32_t *kt, const int8_t *kq, int hd)
+{
+    const int n4 = hd / 4, n4p = (n4 + 15) / 16 * 16;
+    for (int d4 = 0; d4 < n4p; d4++)
+        for (int k = 0; k < 16; k++) {
+            int32_t w = 0;
+            if (d4 < n4)
+                memcpy(&w, kq + (size_t)k * hd + 4 * d4, sizeof(w));
+            kt[d4 * 16 + k] = w;
+        }
+}
+
+/* Step 1q spelled out: per key, the exact int32 of each block, folded in block order. */
+static void gen_scores_q8t(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum, int rows,
+                           const int32_t *kt, const float *kdt, int hd, float scale)
+{
+    (void)qsum; /* the integers are computed from the bytes themselves */
+    const int nb = hd / QK8_0;
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < 16; k++) {
+            float d = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int32_t S = 0;
+                for (int i = b * QK8_0; i < (b + 1) * QK8_0; i++) {
+                    const int8_t kb = (int8_t)(((uint32_t)kt[(i / 4) * 16 + k] >> (8 * (i % 4))) & 0xff);
+                    S += (int32_t)qq[(size_t)r * hd + i] * kb;
+                }
+                d = fmaf((float)S, kdt[b * 16 + k] * qd[(size_t)r * nb + b], d);
+            }
+            s[(size_t)r * lds + k] = d * scale;
+        }
+}
+
+static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0)
+{
+    const int nb = hd / QK8_0;
+    for (int r = 0; r < rows; r++) {
+        const blk_q8_0_t *blk = (const blk_q8_0_t *)((const unsigned char *)src + (size_t)r * stride);
+        const int key = key0 + r;
+        for (int b = 0; b < nb; b++) {
+            memcpy(kq + (size_t)key * hd + b * QK8_0, blk[b].q, QK8_0);
+            kd[(size_t)(key / 16) * nb * 16 + b * 16 + key % 16] = compute_f16_to_f32(blk[b].d);
+        }
+    }
+}
+
+const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
+                                   NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split,
+                                   NULL, &attn__generic_pair};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -134,6 +192,7 @@ typedef struct {
     const attn_cfg_t *cfg;
     attn_math_t m;
     const attn_impl_t *im;
+    const attn_impl_t *q8; /* step 1q's primitives (q8_0 K), else NULL */
     const kern_type_ops_t *kv; /* the kernels of the K/V type */
     int layer;
     const attn_query_t *queries;
@@ -242,6 +301,65 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
 }
 
 /*
+ * load_block for q8_0 K rows (step 1q): the int8 q of the rows [k0, k0 + nk) of kvh into
+ * kq [KEY_BLOCK][hd] and their block scales into kd, grouped by 16 keys: key i's scale of
+ * block b at kd[(i / 16) * nb * 16 + b * 16 + i % 16] (the kdt of each group). Rows before
+ * lo_min, without storage, or after nk up to the next multiple of 16 are zero (and, but
+ * for the padding, flagged in the result as load_block does).
+ */
+static uint64_t load_block_q8(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
+                              int8_t *kq, float *kd)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const int hd = cfg->head_dim, nb = hd / QK8_0, padded = (nk + 15) / 16 * 16;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd);
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    void (*const split_fn)(int8_t *, float *, const void *, size_t, int, int, int) =
+        job->q8->q8_split ? job->q8->q8_split : attn__generic.q8_split;
+    uint64_t missing = 0;
+    memset(kd, 0, (size_t)padded * nb * sizeof(float));
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(kq, 0, (size_t)i * hd);
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
+        CAIRN_ASSERT(run > 0);
+        if (run > nk - i)
+            run = nk - i;
+        if (!k) {
+            memset(kq + (size_t)i * hd, 0, (size_t)run * hd);
+            missing |= bit_run(i, run);
+        } else {
+            split_fn(kq, kd, (const unsigned char *)k + head_off, row_bytes, run, hd, i);
+        }
+        i += run;
+    }
+    memset(kq + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd);
+    return missing;
+}
+
+/* Step 1q's query rows: each of the tile's rows rounded to q8_0 by the kernels' from_f32
+ * (the canonical rounding) and split into qq [rows][hd], qd and qsum [rows][nb]; tmp holds
+ * one row's blocks. */
+static void quantize_queries(const attn_job_t *job, const attn_query_t *qs, int rows, int kvh, int8_t *qq,
+                             float *qd, int32_t *qsum, blk_q8_0_t *tmp)
+{
+    const int hd = job->cfg->head_dim, nb = hd / QK8_0, G = group_size(job->cfg);
+    for (int r = 0; r < rows; r++) {
+        job->kv->from_f32(tmp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, hd);
+        for (int b = 0; b < nb; b++) {
+            memcpy(qq + (size_t)r * hd + b * QK8_0, tmp[b].q, QK8_0);
+            qd[(size_t)r * nb + b] = compute_f16_to_f32(tmp[b].d);
+        }
+        kern__q8_0_sums(qsum + (size_t)r * nb, tmp, nb);
+    }
+}
+
+/*
  * Asks the caches for the K (or V) rows of kvh at positions [k0, k1) (the next block),
  * into L2, while the current one is computed: a head's rows are a few cache lines every
  * n_kv_heads * hd elements, a pattern the hardware prefetchers follow poorly. Only reads
@@ -333,7 +451,16 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
     /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
-    if (transposed)
+    /* Step 1q (q8_0 K): the query rows rounded once, in the padded queries' room (hd + 8 nb
+     * bytes a row, below 4 hdp); the keys as int8 in the K/V block's room. */
+    const attn_impl_t *q8 = job->q8;
+    const int nb = hd / QK8_0;
+    int8_t *qq = (int8_t *)qpad, *kq = (int8_t *)kvbuf;
+    float *qd = (float *)(qq + max_rows * hd), *kd = (float *)(kq + (size_t)KEY_BLOCK * hd);
+    int32_t *qsum = (int32_t *)(qd + max_rows * nb), *kt8 = (int32_t *)kt;
+    if (q8)
+        quantize_queries(job, qs, rows, kvh, qq, qd, qsum, (blk_q8_0_t *)kt);
+    if (transposed && !q8)
         for (int r = 0; r < rows; r++) {
             const float *q = qs[r / G].q + (size_t)(kvh * G + r % G) * hd;
             if (im->pack_q) {
@@ -347,9 +474,25 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        uint64_t missing = load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        uint64_t missing = q8 ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
+                              : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
-        if (transposed) {
+        if (q8) {
+            for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
+                q8->q8_transpose16(kt8, kq + (size_t)(g0 - k0) * hd, hd);
+                const float *kdt = kd + (size_t)(g0 - k0) * nb;
+                for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
+                    while (t0 < nt && !group_visible(m, qs[t0].pos, g0))
+                        t0++;
+                    for (t1 = t0; t1 < nt && group_visible(m, qs[t1].pos, g0);)
+                        t1++;
+                    if (t1 > t0)
+                        q8->scores_q8t(S + (size_t)t0 * G * ld + g0, ld, qq + (size_t)t0 * G * hd,
+                                       qd + (size_t)t0 * G * nb, qsum + (size_t)t0 * G * nb, (t1 - t0) * G, kt8,
+                                       kdt, hd, scale);
+                }
+            }
+        } else if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
                 im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
                 /* Each run of consecutive queries whose keys [b0, pos] include the group
@@ -371,7 +514,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             for (int g = 0; g < G; g++) {
                 const float *q = qs[t].q + (size_t)(kvh * G + g) * hd;
                 float *s = S + (size_t)(t * G + g) * ld;
-                for (int j = j0; j < j1 && !transposed; j += 16)
+                for (int j = j0; j < j1 && !transposed && !q8; j += 16)
                     im->scores16(s + j, q, kvbuf + (size_t)(j - k0) * hd, hd, scale);
                 if ((masks || missing) && j0 < j1)
                     finish_scores(m, s, j0, j1, lo, k0, missing);
@@ -448,11 +591,15 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
     for (int i = 0; i < n_queries; i++)
         CAIRN_ASSERT(queries[i].pos < cfg->max_positions);
     CAIRN_ASSERT((unsigned)cfg->kv_dtype < COMPUTE_DTYPE_COUNT && k->types[cfg->kv_dtype].rows_to_f32);
+    const attn_impl_t *im = k->attn, *q8 = NULL;
+    if (cfg->kv_dtype == CAIRN_DTYPE_Q8_0) { /* step 1q: the integer q.k (numerics revision 3) */
+        CAIRN_ASSERT(cfg->head_dim % QK8_0 == 0 && k->types[CAIRN_DTYPE_Q8_0].from_f32);
+        q8 = im->scores_q8t && (!im->q8_usable || im->q8_usable()) ? im : &attn__generic;
+    }
     /* bf16 K/V under the pair order (attention_impl.h): the implementation's rendition of it. */
-    const attn_impl_t *im = k->attn;
     if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on())
         im = im->pair ? im->pair : &attn__generic_pair;
-    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, &k->types[cfg->kv_dtype], layer,
+    attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
     int units = 0;

@@ -19,6 +19,16 @@
  *     fixed tree.
  *  4. acc[d] = fma(e_j, v_j[d], acc[d]) from acc = +0, for j = b0..p in increasing order
  *     (a key without storage has v_j = 0); out[d] = acc[d] / l.
+ * With q8_0 K (numerics revision 3, "q8 q.k") step 1's dot is an integer one instead:
+ *  1q. the query row is rounded to q8_0 once (quant_q8_0_round_act: per block of 32 one
+ *     f16 scale qd_b and int8 q), and s_j = D * scale with D = kern__qdot(Q8_0, k_j, q8(q),
+ *     head_dim, +0) (quant_kernels.c): for each block b = 0, 1, ... in order, the exact
+ *     int32 S_b = sum of q8(q)_i * k_i over the block's 32 elements, then
+ *     D = fmaf((float)S_b, kd_b * qd_b, D) (kd_b, qd_b widened from f16, one rounded
+ *     product). Every implementation computes the same integers (by any grouping: integer
+ *     sums are exact) and the same float chain, so they agree bit for bit; the soft-cap,
+ *     mask and steps 2-4 are unchanged (V stays widened to f32). head_dim is a multiple
+ *     of 32 (a q8_0 head is whole blocks).
  * Starting at b0 instead of 0 changes no bit: the blocks before b0 hold only -inf scores
  * (max unchanged) and +0 terms. Without a window and without missing storage this is the
  * plain causal order over 0..p. Every step depends only on p, the window, head_dim and
@@ -74,6 +84,22 @@ typedef struct attn_impl {
     void (*scores16_t)(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp, float scale);
     /* With scores16_t: kt [hdp][16] = the transpose of kb [16][hd] (zeros for d >= hd). */
     void (*transpose16)(float *kt, const float *kb, int hd);
+    /* Step 1q (q8_0 K), optional (NULL, or q8_usable() false: attn__generic's). The 16 keys
+     * of a group come as int8 q, kq [16][hd], and are transposed by q8_transpose16 into
+     * kt [hd4p][16] int32 (hd4p = hd / 4 rounded up to 16; kt[d4*16 + k] = bytes
+     * 4*d4 .. 4*d4 + 3 of key k, zero for d4 >= hd / 4); their block scales kdt [nb][16]
+     * (nb = hd / 32, kdt[b*16 + k] = kd_b of key k). The query rows: qq [rows][hd] int8,
+     * qd [rows][nb] f32 scales, qsum [rows][nb] = the sum of qq over each block.
+     * scores_q8t writes s[r*lds + k] = step 1q's score of row r and key k. */
+    bool (*q8_usable)(void);
+    void (*q8_transpose16)(int32_t *kt, const int8_t *kq, int hd);
+    void (*scores_q8t)(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum, int rows,
+                       const int32_t *kt, const float *kdt, int hd, float scale);
+    /* Optional (NULL: attn__generic's): the q8_0 K rows src[r * stride] (hd elements of
+     * one head, r < rows) split into kq [key0 + r][hd] int8 and their block scales widened
+     * from f16 into kd[((key0 + r) / 16) * nb * 16 + b * 16 + (key0 + r) % 16]. Moves and
+     * exact conversions only. */
+    void (*q8_split)(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0);
     /* Optional (NULL: a copy, zero-padded): writes one query row for scores16_t into its
      * slot of hdp floats (the pair order's: hdp bf16 values, q rounded, zero past hd). */
     void (*pack_q)(float *slot, const float *q, int hd, int hdp);

@@ -106,8 +106,8 @@ static void pair_pv(float *acc, int lda, const float *p, int ldp, int rows, int 
     }
 }
 
-const attn_impl_t attn__generic_pair = {"generic-pair", pair_scores16, pair_softmax, pair_pv,
-                                        NULL, NULL, attn__pair_pack_q, NULL};
+const attn_impl_t attn__generic_pair = {.name = "generic-pair", .scores16 = pair_scores16, .softmax = pair_softmax,
+                                        .pv = pair_pv, .pack_q = attn__pair_pack_q};
 
 /* ---- the choice ---------------------------------------------------------------------- */
 

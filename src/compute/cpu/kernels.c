@@ -612,12 +612,27 @@ static void act_run(cairn_thread_pool_t *tp, struct act_job *a)
         cairn_thread_pool_run(tp, act_task, a, n_tasks);
 }
 
+/* Tasks per participant of a quantized product (CAIRN_QMM_TASKS, 1..32, default
+ * MATMUL_TASKS_PER_THREAD), read once per process: a measuring knob for decode, where each
+ * task's first weight tile starts cold and the last task's tail is the others' wait. */
+static long qmm_max_tasks(const cairn_thread_pool_t *tp)
+{
+    static _Atomic int cached = -1;
+    int per = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (per < 0) {
+        per = (int)cairn_knob_int("CAIRN_QMM_TASKS", false, 0, MATMUL_TASKS_PER_THREAD, 1, 32);
+        atomic_store_explicit(&cached, per, memory_order_relaxed);
+    }
+    const int n = cairn_thread_pool_size(tp);
+    return n > 1 ? (long)n * per : 1;
+}
+
 static void qmatmul_run(cairn_thread_pool_t *tp, struct qmatmul_job *j, long out_total)
 {
     long work = (long)j->rows * j->n * out_total / 4; /* int8 products are ~4x cheaper */
     long n_tasks = work / 65536 + 1;
-    if (n_tasks > max_tasks(tp))
-        n_tasks = max_tasks(tp);
+    if (n_tasks > qmm_max_tasks(tp))
+        n_tasks = qmm_max_tasks(tp);
     if (n_tasks > j->units)
         n_tasks = j->units;
     if (n_tasks >= 1)

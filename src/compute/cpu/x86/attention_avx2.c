@@ -13,6 +13,7 @@
 #include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -113,4 +114,48 @@ T256 static void avx2_pv(float *acc, int lda, const float *p, int ldp, int rows,
     }
 }
 
-const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL, NULL, NULL};
+/* ---- step 1q (q8_0 K): the integer q.k ------------------------------------------------- */
+
+/* The generic transpose (a plain dword copy; the AVX2 scores read its layout). */
+static void avx2_q8_transpose16(int32_t *kt, const int8_t *kq, int hd) { attn__generic.q8_transpose16(kt, kq, hd); }
+
+/* Key dword x query dword -> 8 int32 (keys of the half): vpmaddubsw multiplies u8 by s8,
+ * so the sign trick gives it |k| (-128 included: 128 as u8) and q with k's sign
+ * (q8_0's q is within +-127, so negating it is exact); each pair sum is at most
+ * 2 * 128 * 127 < 2^15 (no saturation), and vpmaddwd adds the pairs into int32. */
+T256 INLINE __m256i dot4(__m256i k, __m256i q, __m256i ones)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(k), _mm256_sign_epi8(q, k)), ones);
+}
+
+/* One row of step 1q against the transposed group, keys 0-7 and 8-15 in two halves: the
+ * exact block sums, then the canonical float chain block by block. */
+T256 static void avx2_scores_q8t(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum,
+                                 int rows, const int32_t *kt, const float *kdt, int hd, float scale)
+{
+    (void)qsum; /* the sign trick needs no offset */
+    const int nb = hd / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < rows; r++) {
+        const int8_t *q = qq + (size_t)r * hd;
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            __m256i slo = _mm256_setzero_si256(), shi = _mm256_setzero_si256();
+            for (int d = 8 * b; d < 8 * b + 8; d++) {
+                int32_t w;
+                memcpy(&w, q + 4 * d, sizeof(w));
+                const __m256i qv = _mm256_set1_epi32(w);
+                slo = _mm256_add_epi32(slo, dot4(_mm256_loadu_si256((const __m256i *)(kt + d * 16)), qv, ones));
+                shi = _mm256_add_epi32(shi, dot4(_mm256_loadu_si256((const __m256i *)(kt + d * 16 + 8)), qv, ones));
+            }
+            const __m256 f = _mm256_set1_ps(qd[(size_t)r * nb + b]);
+            lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(_mm256_loadu_ps(kdt + b * 16), f), lo);
+            hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(_mm256_loadu_ps(kdt + b * 16 + 8), f), hi);
+        }
+        _mm256_storeu_ps(s + (size_t)r * lds, _mm256_mul_ps(lo, _mm256_set1_ps(scale)));
+        _mm256_storeu_ps(s + (size_t)r * lds + 8, _mm256_mul_ps(hi, _mm256_set1_ps(scale)));
+    }
+}
+
+const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL, NULL,
+                                avx2_q8_transpose16, avx2_scores_q8t, NULL, NULL, NULL};

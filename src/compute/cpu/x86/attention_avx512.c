@@ -30,9 +30,11 @@
  * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
  */
 #include "compute/cpu/attention_impl.h"
-#include "compute/cpu/x86/x86_impls.h"
 
 #include <immintrin.h>
+#include <string.h>
+
+#include "compute/cpu/x86/x86_impls.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -287,6 +289,110 @@ T512 static void avx512_scores16_t(float *s, size_t lds, const float *q, int row
     }
 }
 
+/* ---- step 1q (q8_0 K): the integer q.k, AVX-512 VNNI ---------------------------------- */
+
+#define TVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+/* kt [hd4p][16] int32: the 16 x hd / 4 dwords of the group transposed, by the float
+ * transpose (moves only: the bits are carried, never computed on). */
+T512 static void avx512_q8_transpose16(int32_t *kt, const int8_t *kq, int hd)
+{
+    avx512_transpose16((float *)kt, (const float *)(const void *)kq, hd / 4);
+}
+
+/* R rows (R <= 4) of step 1q against one transposed group. vpdpbusd multiplies u8 by s8,
+ * so the keys' bytes are flipped to k + 128 (xor 0x80) and 128 * qsum_b taken off after:
+ * sum (k + 128) q - 128 sum q = sum k q, exactly (|S| <= 32 * 128 * 255 fits int32). Each
+ * block's 8 dwords run as two chains (even, odd dwords) added after: integer adds, so the
+ * grouping changes nothing. Lane k of every vector is key k throughout; the float chain
+ * is the canonical one, block by block. */
+TVNNI INLINE void q8_rows(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum,
+                          const int32_t *kt, const float *kdt, int hd, float scale, const int R)
+{
+    const int nb = hd / 32;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i e[4], o[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            e[r] = o[r] = _mm512_setzero_si512();
+        const int32_t *kb = kt + (size_t)b * 8 * 16;
+#pragma GCC unroll 4
+        for (int d = 0; d < 8; d += 2) {
+            const __m512i k0 = _mm512_xor_si512(_mm512_loadu_si512(kb + d * 16), flip);
+            const __m512i k1 = _mm512_xor_si512(_mm512_loadu_si512(kb + (d + 1) * 16), flip);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                int32_t w0, w1;
+                memcpy(&w0, qq + (size_t)r * hd + 32 * b + 4 * d, sizeof(w0));
+                memcpy(&w1, qq + (size_t)r * hd + 32 * b + 4 * d + 4, sizeof(w1));
+                e[r] = _mm512_dpbusd_epi32(e[r], k0, _mm512_set1_epi32(w0));
+                o[r] = _mm512_dpbusd_epi32(o[r], k1, _mm512_set1_epi32(w1));
+            }
+        }
+        const __m512 kd = _mm512_loadu_ps(kdt + b * 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i S = _mm512_sub_epi32(_mm512_add_epi32(e[r], o[r]),
+                                               _mm512_set1_epi32(qsum[(size_t)r * nb + b] * 128));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(kd, _mm512_set1_ps(qd[(size_t)r * nb + b])),
+                                     acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(s + (size_t)r * lds, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
+}
+
+TVNNI static void avx512_scores_q8t(float *s, size_t lds, const int8_t *qq, const float *qd, const int32_t *qsum,
+                                    int rows, const int32_t *kt, const float *kdt, int hd, float scale)
+{
+    const int nb = hd / 32;
+    int r = 0;
+    for (; r + 4 <= rows; r += 4)
+        q8_rows(s + (size_t)r * lds, lds, qq + (size_t)r * hd, qd + (size_t)r * nb, qsum + (size_t)r * nb, kt, kdt,
+                hd, scale, 4);
+    switch (rows - r) {
+    case 3:
+        q8_rows(s + (size_t)r * lds, lds, qq + (size_t)r * hd, qd + (size_t)r * nb, qsum + (size_t)r * nb, kt, kdt,
+                hd, scale, 3);
+        break;
+    case 2:
+        q8_rows(s + (size_t)r * lds, lds, qq + (size_t)r * hd, qd + (size_t)r * nb, qsum + (size_t)r * nb, kt, kdt,
+                hd, scale, 2);
+        break;
+    case 1:
+        q8_rows(s + (size_t)r * lds, lds, qq + (size_t)r * hd, qd + (size_t)r * nb, qsum + (size_t)r * nb, kt, kdt,
+                hd, scale, 1);
+        break;
+    default: /* rows is a multiple of 4 */
+        break;
+    }
+}
+
+/* The q8_0 K rows split into int8 q and f32 scales: 32-byte moves and F16C's exact
+ * widening (vcvtph2ps; a NaN scale stays a NaN, quieted). */
+T512 static void avx512_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0)
+{
+    const int nb = hd / 32;
+    for (int r = 0; r < rows; r++) {
+        const unsigned char *blk = (const unsigned char *)src + (size_t)r * stride; /* nb blocks of 34 bytes */
+        const int key = key0 + r;
+        float *d = kd + (size_t)(key / 16) * nb * 16 + key % 16;
+        for (int b = 0; b < nb; b++) {
+            uint16_t h;
+            memcpy(&h, blk + 34 * b, sizeof(h));
+            _mm256_storeu_si256((__m256i *)(kq + (size_t)key * hd + 32 * b),
+                                _mm256_loadu_si256((const __m256i *)(blk + 34 * b + 2)));
+            d[b * 16] = _cvtsh_ss(h);
+        }
+    }
+}
+
 /* ---- the pair order (attention_impl.h, steps 1' and 4'): the emulation of the tiles ---- */
 
 /* MXCSR with DAZ (bit 6) and FTZ (bit 15) for the pair order's arithmetic. The vector work
@@ -477,7 +583,9 @@ T512 static void pair_pv(float *acc, int lda, const float *p, int ldp, int rows,
 }
 
 const attn_impl_t attn__avx512_pair = {"avx512-pair", pair_scores16, pair_softmax, pair_pv, pair_scores16_t,
-                                       avx512_transpose16, attn__pair_pack_q, NULL};
+                                       avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL};
 
+/* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */
 const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
-                                  avx512_transpose16, NULL, &attn__avx512_pair};
+                                  avx512_transpose16, kern__x86_has_avx512_vnni, avx512_q8_transpose16,
+                                  avx512_scores_q8t, avx512_q8_split, NULL, &attn__avx512_pair};

@@ -272,9 +272,11 @@ static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0};
  * float operations in the same order: the bits do not depend on it (the tests run both).
  * Default: linear for the k-quants (AMD dev VM, vocab head from DRAM: q6_k 0.88-0.95 of a
  * raw read against 0.44-0.56, q4_k 0.75-0.85 against 0.62-0.73; Q4_K_M decode 1.19x),
- * column for q8_0 / q4_0 (linear was no faster there). CAIRN_QMM_ORDER=0 (column) or 1
- * (linear) sets every type, read once per process: a measuring knob for the device's Xeon
- * (docs/PERFORMANCE.md, session 6).
+ * column for q8_0 / q4_0 (linear was no faster there). On the device's Xeon the two orders
+ * decode alike (sessions 6 and 7: Q4_K_M tg128 within that machine's +-15% either way, the
+ * 28 layers' matmuls q4_k 13.3-14.3 GB/s in both), so the default is not per CPU.
+ * CAIRN_QMM_ORDER=0 (column) or 1 (linear) sets every type, read once per process
+ * (docs/PERFORMANCE.md, sessions 6 and 7).
  */
 static bool qmm_linear(bool kquant)
 {
@@ -314,6 +316,37 @@ static int pf_tiles(void)
         atomic_store_explicit(&cached, d, memory_order_relaxed);
     }
     return d;
+}
+
+/* Whether a range's first tiles are prefetched when it starts (CAIRN_QMM_PF_FIRST, 0 or 1,
+ * default 0), read once per process: a decode matmul is cut into 8 tasks per 2 threads, and
+ * the streaming above only covers the tile after the one being computed, so every task's
+ * first tile (and, at a lead of d tiles, the d - 1 after it) came from demand misses. On the
+ * device's Xeon (session 7) it gave the 28 layers' matmuls 16.0-16.6 GB/s against 13.4-14.5
+ * (one run each) but Q4_K_M decode 33.6 against 32.4-34.3 tok/s: off by default. */
+static bool pf_first(void)
+{
+    static _Atomic int cached = -1;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d < 0) {
+        d = (int)cairn_knob_int("CAIRN_QMM_PF_FIRST", false, 0, 0, 0, 1);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return d == 1;
+}
+
+/* At a range's start: the tiles [o0, o0 + 16 max(d, 1)) that pf_next_tile's lead of d
+ * tiles will not stream, in one linear pass (every pf_step_bytes()). Prefetches only. */
+TV INLINE void pf_range_start(const void *w, size_t ldw, int o0, int o1)
+{
+    if (!pf_first() || o0 >= o1)
+        return;
+    const int d = pf_tiles() > 1 ? pf_tiles() : 1;
+    const int n = o1 - o0 < 16 * d ? o1 - o0 : 16 * d;
+    const char *p = (const char *)w + (size_t)o0 * ldw;
+    const size_t len = (size_t)n * ldw, s = pf_step_bytes();
+    for (size_t l = 0; l < len; l += s)
+        _mm_prefetch(p + l, _MM_HINT_T1);
 }
 
 INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
@@ -1040,6 +1073,7 @@ TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, con
         return;
     }
     /* Tile by tile, every row against the tile while it is in the cache. */
+    pf_range_start(w, ldw, o0, o1);
     for (int o = o0; o < o1; o += 16) {
         const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
         for (int r = 0; r < rows; r++)
@@ -1058,6 +1092,7 @@ TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, con
         return;
     }
     /* Tile by tile, every row against the tile while it is in the cache. */
+    pf_range_start(w, ldw, o0, o1);
     for (int o = o0; o < o1; o += 16) {
         const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
         for (int r = 0; r < rows; r++)
@@ -1075,6 +1110,7 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
         packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K);
         return;
     }
+    pf_range_start(w, ldw, o0, o1);
     for (int o = o0; o < o1; o += 16) {
         const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
         for (int r = 0; r < rows; r++)
@@ -1093,6 +1129,7 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
             return;                                                                                    \
         }                                                                                              \
         const int nb = n / QK8_0;                                                                      \
+        pf_range_start(w, ldw, o0, o1);                                                                \
         for (int o = o0; o < o1; o += 16) {                                                            \
             const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, (nb + 1) / 2);                            \
             for (int r = 0; r < rows; r++)                                                             \
