@@ -7,12 +7,13 @@
 #  1. the CPU, AMX flags, the tile permission;
 #  2. tests: test_attention_amx (real tiles = emulation, bit for bit), the emulated-tile
 #     test, test_attention (the f32 order, then the pair order), test_attn_pair_engine,
-#     test_determinism (under this CPU's default: the pair order with tiles, if they passed);
+#     test_determinism (CAIRN_ATTN_BF16PAIR=auto, exported for every step: the pair order
+#     with tiles where they passed);
 #  3. bench_attention on core 2 in the background (512-query chunks at 2K and 8K context,
 #     f32 / pair on the tiles / pair emulated, interleaved in one process, thread CPU time);
 #  4. the Qwen3-0.6B shape (cairn synth, hf2gguf.py to bf16, llama-quantize Q8_0, Q4_K_M) and
-#     check-reference on the dense fixtures under the default (the pair order, tiles);
-#  5. the 8K prompt at 2 threads, all at once on their own core pairs: pair order (default)
+#     check-reference on the dense fixtures under auto (the pair order, tiles);
+#  5. the 8K prompt at 2 threads, all at once on their own core pairs: pair order (auto)
 #     Q4_K_M 4,5, f32 order (CAIRN_ATTN_BF16PAIR=0: main's attention) 6,7, Q8_0 8,9 / 10,11,
 #     llama.cpp Q4_K_M 12,13 and Q8_0 14,15 (these may not finish within the budget);
 #  6. pp512 at 2 threads on cores 0,1: pair, f32, llama.cpp, llama.cpp, f32, pair per type;
@@ -32,7 +33,8 @@ step() {
   el "$name"
   timeout "$max" $SB "$@"; echo "rc $?"
 }
-export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
+# The pair order where the tiles pass their check (off by default until verified there).
+export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures" CAIRN_ATTN_BF16PAIR=auto
 exec > >(tee "$O/log") 2>&1
 
 el cpu

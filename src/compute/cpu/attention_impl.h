@@ -120,9 +120,10 @@ void attn__pair_pack_q(float *slot, const float *q, int hd, int hdp);
 float attn__bf16_round(float x);
 
 /* Whether bf16 K/V attention runs the pair order in this process (attention_pair.c):
- * CAIRN_ATTN_BF16PAIR=1 forces it (the AVX-512 emulation, or the scalar reference without
- * AVX-512), =0 forbids it; unset, it runs where the CPU's AMX-BF16 tiles passed their
- * self-check against the emulation (x86/attention_amx.c), and nowhere else. Decided once,
+ * off by default (not yet verified on AMX hardware); CAIRN_ATTN_BF16PAIR=auto: where the
+ * CPU's AMX-BF16 tiles passed their self-check against the emulation (x86/attention_amx.c)
+ * (the intended default); =1 everywhere (the tiles where they passed, else the AVX-512
+ * emulation, or the scalar reference without AVX-512). Decided once,
  * on the first call; thread-safe. kern__attn_pair_set (tests only): 1 / 0 forces the mode
  * from now on, -1 returns to the decision above. Changing it while a backend exists
  * makes its numerics id lie: tests set it before they create one. */

@@ -10,10 +10,10 @@
  * (x86/attention_avx512.c) and the tiles are held to it bit for bit (test_attention,
  * test_attention_amx). The softmax (steps 2 and 3) is the canonical f32 one.
  *
- * The choice (kern__attn_pair_on): bf16 K/V attention runs the pair order where the
- * CPU's AMX-BF16 tiles pass their self-check (so it is fast), or where
- * CAIRN_ATTN_BF16PAIR=1 forces it (tests on machines without AMX); every other machine
- * keeps the f32 order of attention_impl.h. The pair order enters the numerics id
+ * The choice (kern__attn_pair_on): off by default (the f32 order of attention_impl.h) until
+ * the tiles have been verified on AMX hardware; CAIRN_ATTN_BF16PAIR=auto runs the pair
+ * order where the CPU's AMX-BF16 tiles pass their self-check (the intended default), =1
+ * everywhere (the emulation where there are no tiles: tests on machines without AMX). The pair order enters the numerics id
  * (cpu_backend.c: "cpu-attnpair1-f32.2" / "cpu-attnpair1-bf16.2"), so a cache written under one order is never restored under
  * the other. The id changes for every K/V type while the pair order is on, although only
  * bf16 K/V attention computes differently (conservative: the id does not know the K/V
@@ -126,15 +126,18 @@ bool kern__attn_pair_on(void)
         return m == PAIR_ON;
     pthread_mutex_lock(&pair_lock);
     if ((m = pair_mode) == PAIR_UNDECIDED) {
-        /* The variable first: with it set, the tiles (and their self-check) are not asked. */
+        /* Off unless asked for: the tiles have not yet run on real AMX hardware with this
+         * code (docs/PERFORMANCE.md, session 7). "auto" is the intended default: on where
+         * the tiles pass their self-check. Only "auto" asks the tiles. */
         const char *env = getenv("CAIRN_ATTN_BF16PAIR");
         bool on = false;
-        if (env && env[0])
-            on = cairn_knob_bool("CAIRN_ATTN_BF16PAIR", false, false, false);
+        if (env && !strcmp(env, "auto")) {
 #ifdef CAIRN_HAVE_X86
-        else
             on = kern__attn_amx_on();
 #endif
+        } else {
+            on = cairn_knob_bool("CAIRN_ATTN_BF16PAIR", false, false, false);
+        }
         m = on ? PAIR_ON : PAIR_OFF;
         __atomic_store_n(&pair_mode, m, __ATOMIC_RELEASE);
     }
