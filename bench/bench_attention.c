@@ -17,8 +17,16 @@
  * (every 512-token chunk, all 28 layers, the linear layers excluded) at the last chunk's
  * GFLOP/s for every chunk: timing each chunk at its own context would take minutes.
  *
+ * --numerics f32,pair,emu (bf16 K/V; default: this process's choice, "auto") times each
+ * listed attention order in turn within every repetition, rotating which goes first (so
+ * the orders see the same machine): f32 the canonical order, pair the pair order of
+ * attention_impl.h (on AMX-BF16 tiles where they passed their check), emu the pair order
+ * with the tiles off (the AVX-512 emulation). Each order's medians, then each one's time
+ * over the first's.
+ *
  * Usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] [--kv bf16|f32|q8_0]
- *                        [--threads T]. Kernels: the dispatched ones (CAIRN_KERNELS overrides).
+ *                        [--threads T] [--numerics LIST]. Kernels: the dispatched ones
+ *                        (CAIRN_KERNELS overrides).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +34,7 @@
 #include <time.h>
 
 #include "compute/cpu/attention.h"
+#include "compute/cpu/attention_impl.h"
 #include "compute/cpu/kernels.h"
 #include "util/thread_pool.h"
 
@@ -85,6 +94,35 @@ static int store_rows(void *ctx, int layer, int pos, void **k, void **v)
     return left < in_run ? left : in_run;
 }
 
+/* The attention orders --numerics names. */
+enum { NUM_AUTO = -1, NUM_F32, NUM_PAIR, NUM_EMU, NUM_KINDS };
+static const char *const num_names[NUM_KINDS] = {"f32", "pair", "emu"};
+
+static void set_numerics(int m)
+{
+    kern__attn_pair_set(m == NUM_AUTO ? -1 : m != NUM_F32);
+    kern__attn_pair_tiles_allow(m != NUM_EMU);
+}
+
+static int parse_numerics(const char *s, int *list, int *n)
+{
+    *n = 0;
+    while (*s && *n < NUM_KINDS) {
+        int k = 0;
+        while (k < NUM_KINDS && strncmp(s, num_names[k], strlen(num_names[k])))
+            k++;
+        if (k == NUM_KINDS)
+            return -1;
+        list[(*n)++] = k;
+        s += strlen(num_names[k]);
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return *n ? 0 : -1;
+}
+
 static int parse_dtype(const char *s, cairn_dtype_t *out)
 {
     if (!strcmp(s, "bf16"))
@@ -110,6 +148,7 @@ static double time_call(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, attn_que
 int main(int argc, char **argv)
 {
     int ctxs[16] = {2048, 8192, 18432}, n_ctx = 3, chunk = 512, reps = 5, threads = 1;
+    int nums[NUM_KINDS] = {NUM_AUTO}, n_num = 1;
     cairn_dtype_t dt = CAIRN_DTYPE_BF16;
     const char *dt_name = "bf16";
     for (int i = 1; i < argc; i++) {
@@ -126,11 +165,13 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--numerics") && i + 1 < argc && !parse_numerics(argv[i + 1], nums, &n_num)) {
+            i++;
         } else if (!strcmp(argv[i], "--kv") && i + 1 < argc && !parse_dtype(argv[i + 1], &dt)) {
             dt_name = argv[++i];
         } else {
             fprintf(stderr, "usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] "
-                            "[--kv bf16|f32|q8_0] [--threads T]\n");
+                            "[--kv bf16|f32|q8_0] [--threads T] [--numerics f32,pair,emu]\n");
             return 2;
         }
     }
@@ -147,6 +188,8 @@ int main(int argc, char **argv)
     printf("attention, kernels %s, %d/%d heads x %d, %s K/V in runs of %d, %s, median of %d\n",
            kern_impl_name(), N_HEADS, N_KV_HEADS, HEAD_DIM, dt_name, RUN,
            tp ? "wall time of a pool" : "1 thread CPU time", reps);
+    printf("pair order: %s by default here; its tiles: %s\n", kern__attn_pair_on() ? "on" : "off",
+           kern__attn_pair_tiles_state());
     const int q_dim = N_HEADS * HEAD_DIM, kv_dim = N_KV_HEADS * HEAD_DIM;
     int rc = 0;
     for (int c = 0; c < n_ctx; c++) {
@@ -183,20 +226,35 @@ int main(int argc, char **argv)
             for (int i = 0; i < nq; i++)
                 keys += qs[i].pos + 1;
             const double flops = keys * N_HEADS * 4.0 * HEAD_DIM;
-            double tpre[64], tdec[64];
-            time_call(tp, &cfg, qs, nq); /* warm: pages, caches */
-            for (int r = 0; r < reps; r++) {
-                tpre[r] = time_call(tp, &cfg, qs, nq);
-                tdec[r] = time_call(tp, &cfg, qs + nq - 1, 1);
+            double tpre[NUM_KINDS][64], tdec[NUM_KINDS][64], pre[NUM_KINDS], dec[NUM_KINDS];
+            for (int m = 0; m < n_num; m++) { /* warm: pages, caches, the tiles' self-check */
+                set_numerics(nums[m]);
+                time_call(tp, &cfg, qs, nq);
             }
-            const double pre = median(tpre, reps), dec = median(tdec, reps);
+            for (int r = 0; r < reps; r++)
+                for (int i = 0; i < n_num; i++) {
+                    const int m = (i + r) % n_num; /* each order first in turn */
+                    set_numerics(nums[m]);
+                    tpre[m][r] = time_call(tp, &cfg, qs, nq);
+                    tdec[m][r] = time_call(tp, &cfg, qs + nq - 1, 1);
+                }
             const double dflops = (double)n_pos * N_HEADS * 4.0 * HEAD_DIM;
             /* All chunks of the prompt, all layers: pairs n(n+1)/2 per head. */
             const double prompt_flops = (double)n_pos * (n_pos + 1) / 2 * N_HEADS * 4.0 * HEAD_DIM * N_LAYERS;
-            printf("  ctx %6d  prefill %4d queries %8.2f ms  %6.1f GFLOP/s | decode %7.3f ms  %6.1f GFLOP/s"
-                   " | whole prompt, %d layers ~%.1f s (%.2f GFLOP/token)\n",
-                   n_pos, nq, pre * 1e3, flops / pre * 1e-9, dec * 1e3, dflops / dec * 1e-9, N_LAYERS,
-                   prompt_flops / (flops / pre), prompt_flops / n_pos * 1e-9);
+            for (int m = 0; m < n_num; m++) {
+                pre[m] = median(tpre[m], reps);
+                dec[m] = median(tdec[m], reps);
+                printf("  ctx %6d %-4s prefill %4d queries %8.2f ms  %6.1f GFLOP/s | decode %7.3f ms  %6.1f GFLOP/s"
+                       " | whole prompt, %d layers ~%.1f s (%.2f GFLOP/token)",
+                       n_pos, nums[m] == NUM_AUTO ? "auto" : num_names[nums[m]], nq, pre[m] * 1e3,
+                       flops / pre[m] * 1e-9, dec[m] * 1e3, dflops / dec[m] * 1e-9, N_LAYERS,
+                       prompt_flops / (flops / pre[m]), prompt_flops / n_pos * 1e-9);
+                if (m)
+                    printf(" | %.2fx the %s time (decode %.2fx)", pre[m] / pre[0], num_names[nums[0]],
+                           dec[m] / dec[0]);
+                printf("\n");
+            }
+            set_numerics(NUM_AUTO);
         }
         free(q);
         free(out);

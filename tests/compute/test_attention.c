@@ -718,17 +718,287 @@ static int bench(void)
     return 0;
 }
 
+/* ---- the pair order of bf16 K/V (attention_impl.h, steps 1' and 4') ------------------ */
+
+/* The pair order, written independently of attention_pair.c: each pair's exact sum in
+ * double (exact for these magnitudes: products of 8-bit significands within 2^36 of each
+ * other) rounded once to float, then a float add (no denormals arise at these values).
+ * `perturbed` computes what a kernel that lost the pair rounding would: the two products
+ * added one after the other (vdpbf16ps's order). */
+static float pair_sum_ref(float acc, float a0, float b0, float a1, float b1, bool perturbed)
+{
+    if (perturbed)
+        return fmaf(a1, b1, fmaf(a0, b0, acc));
+    return acc + (float)((double)a0 * b0 + (double)a1 * b1);
+}
+
+static float pair_dot_ref(const float *q, const float *k, int hd, bool perturbed)
+{
+    float acc = 0.0f;
+    for (int d = 0; d < hd; d += 2)
+        acc = pair_sum_ref(acc, attn__bf16_round(q[d]), k[d], d + 1 < hd ? attn__bf16_round(q[d + 1]) : 0.0f,
+                           d + 1 < hd ? k[d + 1] : 0.0f, perturbed);
+    return acc;
+}
+
+/* A value with a bf16's bits (as the K/V store holds). */
+static float bf16_rndf(float scale) { return attn__bf16_round(scale * rndf()); }
+
+/* The pair renditions each implementation runs (scalar, AVX2: the generic one; AVX-512:
+ * the emulation, and the tiles inside it where they passed their check). */
+static const attn_impl_t *pair_impl(const char *name)
+{
+    const attn_impl_t *a = kern__impl_by_name(name)->attn;
+    return a->pair ? a->pair : &attn__generic_pair;
+}
+
+/* Every pair rendition's primitives equal the independent definition above, and the
+ * definition is sensitive to the pair rounding: on the same inputs the perturbed order
+ * gives other bits for some scores (so a kernel that lost the rounding fails here). */
+static void test_pair_primitives(void **state)
+{
+    (void)state;
+    const int hds[] = {16, 24, 64, 128, 40};
+    static float q[128], kb[16 * 128], kt[128 * 16], qslot[9 * 128], s[9 * 16], p[9 * 70], vb[70 * 128],
+        acc[9 * 128], want[9 * 128];
+    int perturbed_differs = 0;
+    for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+        if (!kern_impl_available(impls[ii]))
+            continue;
+        const attn_impl_t *im = pair_impl(impls[ii]);
+        for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++) {
+            const int hd = hds[hi], hdp = (hd + 15) / 16 * 16;
+            for (int rep = 0; rep < 10; rep++) {
+                for (int i = 0; i < hd; i++)
+                    q[i] = 4.0f * rndf();
+                for (int i = 0; i < 16 * hd; i++)
+                    kb[i] = bf16_rndf(2.0f);
+                const float scale = 1.0f / sqrtf((float)hd);
+                im->scores16(s, q, kb, hd, scale);
+                for (int k = 0; k < 16; k++) {
+                    const float w = pair_dot_ref(q, kb + (size_t)k * hd, hd, false) * scale;
+                    assert_memory_equal(&s[k], &w, sizeof(float));
+                    const float x = pair_dot_ref(q, kb + (size_t)k * hd, hd, true) * scale;
+                    perturbed_differs += memcmp(&w, &x, sizeof(float)) != 0;
+                }
+                /* The transposed scores, 1..9 rows (the tiles' 16-row blocks are
+                 * test_attention_amx's). */
+                if (im->scores16_t) {
+                    const int rows = 1 + rep % 9;
+                    for (int r = 0; r < rows; r++) {
+                        for (int i = 0; i < hd; i++)
+                            q[i] = 4.0f * rndf();
+                        im->pack_q(qslot + (size_t)r * hdp, q, hd, hdp);
+                        memcpy(acc + (size_t)r * hd, q, sizeof(float) * (size_t)hd); /* keep the row */
+                    }
+                    im->transpose16(kt, kb, hd);
+                    im->scores16_t(s, 16, qslot, rows, kt, hdp, scale);
+                    for (int r = 0; r < rows; r++)
+                        for (int k = 0; k < 16; k++) {
+                            const float w = pair_dot_ref(acc + (size_t)r * hd, kb + (size_t)k * hd, hd, false) * scale;
+                            assert_memory_equal(&s[r * 16 + k], &w, sizeof(float));
+                        }
+                }
+                /* p.v over an odd and an even count, rows 1..9, continuing acc. */
+                const int rows = 1 + (rep * 5) % 9, cnt = rep % 2 ? 37 : 64;
+                for (int i = 0; i < rows * 70; i++)
+                    p[i] = attn__bf16_round(fabsf(rndf()) * 0.1f);
+                for (int i = 0; i < cnt * hd; i++)
+                    vb[i] = bf16_rndf(1.0f);
+                for (int i = 0; i < rows * hd; i++)
+                    acc[i] = want[i] = rndf();
+                im->pv(acc, hd, p, 70, rows, cnt, vb, hd);
+                for (int r = 0; r < rows; r++)
+                    for (int d = 0; d < hd; d++) {
+                        float w = want[r * hd + d];
+                        for (int j = 0; j < cnt; j += 2)
+                            w = pair_sum_ref(w, p[r * 70 + j], vb[(size_t)j * hd + d], j + 1 < cnt ? p[r * 70 + j + 1] : 0.0f,
+                                             j + 1 < cnt ? vb[(size_t)(j + 1) * hd + d] : 0.0f, false);
+                        want[r * hd + d] = w;
+                    }
+                assert_memory_equal(acc, want, sizeof(float) * (size_t)rows * hd);
+            }
+        }
+        /* The softmax: the canonical one, then e_j rounded to bf16; l unrounded. */
+        float sm[70], sm2[70];
+        for (int i = 0; i < 70; i++)
+            sm[i] = sm2[i] = 8.0f * rndf();
+        const float l = im->softmax(sm, 53), l2 = attn__generic.softmax(sm2, 53);
+        assert_memory_equal(&l, &l2, sizeof l);
+        for (int i = 0; i < 53; i++) {
+            const float w = attn__bf16_round(sm2[i]);
+            assert_memory_equal(&sm[i], &w, sizeof w);
+        }
+    }
+    assert_true(perturbed_differs > 0);
+    /* The rounding of q and p: nearest even, denormals to signed zero, NaN quieted. */
+    const uint32_t in[] = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x00400000u, 0x80000001u, 0x7f800001u, 0x7f7fffffu};
+    const uint32_t out[] = {0x3f800000u, 0x3f820000u, 0x3f810000u, 0x00000000u, 0x80000000u, 0x7fc00000u, 0x7f800000u};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(in); i++) {
+        float x, y;
+        memcpy(&x, &in[i], 4);
+        y = attn__bf16_round(x);
+        uint32_t u;
+        memcpy(&u, &y, 4);
+        assert_int_equal(u, out[i]);
+    }
+}
+
+/* The textbook formula in double, at the pair order's tolerance: q and p rounded to bf16
+ * (relative 2^-9 each) move an output by up to ~1e-2 of the V scale here. */
+static void check_reference_pair(const problem_t *p, const float *out, double tol, double *max_err)
+{
+    const int hd = p->hd, G = p->n_heads / p->n_kv_heads;
+    double *s = malloc((size_t)p->n_pos * sizeof(double));
+    for (int pos = 0; pos < p->n_pos; pos++)
+        for (int h = 0; h < p->n_heads; h++) {
+            const float *q = p->q + ((size_t)pos * p->n_heads + h) * hd;
+            const int kvh = h / G;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= pos; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[i] * elem(p, true, j, kvh * hd + i);
+                s[j] = d / sqrt((double)hd);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j <= pos; j++)
+                sum += (s[j] = exp(s[j] - mx));
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int j = 0; j <= pos; j++)
+                    o += s[j] / sum * elem(p, false, j, kvh * hd + i);
+                const double e = fabs(out[((size_t)pos * p->n_heads + h) * hd + i] - o);
+                *max_err = e > *max_err ? e : *max_err;
+                if (!(e <= tol)) {
+                    fprintf(stderr, "pair order: pos %d head %d dim %d: err %.3g > %.3g\n", pos, h, i, e, tol);
+                    fail();
+                }
+            }
+        }
+    free(s);
+}
+
+/* bf16 K/V under the pair order: every query alone = in tiles of any alignment and order =
+ * every run length = 1 and 3 threads = every implementation, bit for bit; near the
+ * textbook formula; and not the f32 order's bits (the switch does switch). */
+static void test_attention_pair(void **state)
+{
+    (void)state;
+    cairn_thread_pool_t *tp1 = NULL, *tp3 = NULL;
+    assert_int_equal(cairn_thread_pool_create(1, &tp1), 0);
+    assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
+    double max_err = 0;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        problem_t p;
+        problem_init(&p, shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], CAIRN_DTYPE_BF16);
+        const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
+        float *first = NULL, *f32 = malloc(bytes);
+        kern__attn_pair_set(0);
+        for (int i = 0; i < p.n_pos; i++)
+            run_attn(&p, tp1, &i, 1, f32);
+        kern__attn_pair_set(1);
+        for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+            if (!kern_impl_available(impls[ii]))
+                continue;
+            assert_int_equal(kern_set_impl(impls[ii]), 0);
+            float *alone = malloc(bytes);
+            for (int i = 0; i < p.n_pos; i++)
+                run_attn(&p, tp1, &i, 1, alone);
+            if (!first) {
+                check_reference_pair(&p, alone, 2e-2, &max_err);
+                assert_memory_not_equal(alone, f32, bytes);
+                first = alone;
+            } else {
+                assert_memory_equal(alone, first, bytes);
+            }
+            /* Every layout, order, run length and thread count: on the fastest rendition
+             * (the AVX-512 emulation, and the tiles inside it where they serve), to keep
+             * the test short; the others are held to it query by query above. */
+            if (!strcmp(impls[ii], "avx512") || !kern_impl_available("avx512"))
+                check_determinism(&p, tp1, tp3, first);
+            if (alone != first)
+                free(alone);
+        }
+        free(first);
+        free(f32);
+        problem_fini(&p);
+    }
+    printf("pair order: max |out - textbook| %.3g\n", max_err);
+    kern__attn_pair_set(0);
+    cairn_thread_pool_destroy(tp1);
+    cairn_thread_pool_destroy(tp3);
+    kern_set_impl(NULL);
+    kern_init();
+}
+
+/* The pair order with a window, a scale, a soft-cap and null blocks (bf16 K/V): each query
+ * alone = all at once on 3 threads = every implementation, bit for bit. */
+static void test_attention_pair_masks(void **state)
+{
+    (void)state;
+    static const int ranges[][2] = {{16, 48}, {3, 5}, {0, 0}};
+    static const attn_math_t maths[] = {{60, 0.0f, 0.0f}, {0, 0.1f, 30.0f}, {37, 0.0f, 50.0f}};
+    cairn_thread_pool_t *tp3 = NULL;
+    assert_int_equal(cairn_thread_pool_create(3, &tp3), 0);
+    kern__attn_pair_set(1);
+    for (size_t ri = 0; ri < CAIRN_ARRAY_LEN(ranges); ri++)
+        for (size_t mi = 0; mi < CAIRN_ARRAY_LEN(maths); mi++) {
+            problem_t p;
+            problem_init(&p, 8, 2, 64, 97, CAIRN_DTYPE_BF16);
+            p.st.run = 16;
+            p.st.null_lo = ranges[ri][0];
+            p.st.null_hi = ranges[ri][1];
+            int *pos = malloc((size_t)p.n_pos * sizeof(int)), n = 0;
+            for (int i = 0; i < p.n_pos; i++)
+                if (i < p.st.null_lo || i >= p.st.null_hi)
+                    pos[n++] = i;
+            const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
+            float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
+            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
+                if (!kern_impl_available(impls[ii]))
+                    continue;
+                assert_int_equal(kern_set_impl(impls[ii]), 0);
+                for (int i = 0; i < n; i++)
+                    run_attn_math(&p, NULL, &pos[i], 1, alone, &maths[mi]);
+                if (!first) {
+                    first = malloc(bytes);
+                    memcpy(first, alone, bytes);
+                } else {
+                    assert_memory_equal(alone, first, bytes);
+                }
+                memcpy(out, first, bytes);
+                run_attn_math(&p, tp3, pos, n, out, &maths[mi]);
+                assert_memory_equal(out, first, bytes);
+            }
+            free(alone);
+            free(first);
+            free(out);
+            free(pos);
+            problem_fini(&p);
+        }
+    kern__attn_pair_set(0);
+    cairn_thread_pool_destroy(tp3);
+    kern_set_impl(NULL);
+    kern_init();
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--bench"))
         return bench();
     kern_init();
+    /* The f32 order's tests, whatever this CPU or CAIRN_ATTN_BF16PAIR would choose. */
+    kern__attn_pair_set(0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_primitives),
         cmocka_unit_test(test_q8_scores),
         cmocka_unit_test(test_attention_all),
         cmocka_unit_test(test_attention_window_scale_softcap),
         cmocka_unit_test(test_attention_null_blocks),
+        cmocka_unit_test(test_pair_primitives),
+        cmocka_unit_test(test_attention_pair),
+        cmocka_unit_test(test_attention_pair_masks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

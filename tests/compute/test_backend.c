@@ -24,6 +24,7 @@
 
 #include "compute/backend.h"
 #include "compute/cpu/attention.h"
+#include "compute/cpu/attention_impl.h"
 #include "compute/cpu/kernels.h"
 
 /* ---- the test double: records and forwards ----------------------------------------- */
@@ -536,6 +537,15 @@ static void test_registry_and_capabilities(void **state)
     assert_non_null(strstr(err, "nonsense"));
     o = (compute_backend_options_t){.n_threads = -3};
     assert_int_equal(compute_backend_create("cpu", &o, &be, err, sizeof(err)), CAIRN_EINVAL);
+    /* The f32 attention order (whatever the CPU would choose), then the pair order of bf16
+     * K/V (attention_impl.h), which has ids of its own: a cache written under one is never
+     * restored under the other (the ids name the cold tier's directories). */
+    kern__attn_pair_set(1);
+    assert_int_equal(compute_backend_create("cpu", NULL, &be, err, sizeof(err)), CAIRN_OK);
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "cpu-attnpair1-f32.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "cpu-attnpair1-bf16.2");
+    compute_backend_destroy(be);
+    kern__attn_pair_set(0);
     const char *x86[] = {"avx2", "avx512", "avx512-emubf16", "amx"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(x86); i++) {
         o = (compute_backend_options_t){.impl = x86[i]};
@@ -611,6 +621,7 @@ static void test_buffers(void **state)
 
 int main(void)
 {
+    kern__attn_pair_set(0); /* the f32 attention order's ids and bits, on any CPU */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_through_backends),
         cmocka_unit_test(test_row_ops_any_thread_count),

@@ -54,7 +54,9 @@
  * K/V block, never what is added to what, so flat, paged, chunked, batched and decode
  * runs agree bit for bit. The primitives (generic, AVX2 or AVX-512) are those of the
  * kernel implementation the call runs (its `attn` entry, resolved once), and all give the
- * same bits.
+ * same bits. bf16 K/V under the pair order (kern__attn_pair_on) run that entry's `pair`
+ * rendition instead (attention_pair.c; AVX-512 emulation or AMX-BF16 tiles), with the
+ * same driver: only the primitives and the packing of q change.
  *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
@@ -181,7 +183,8 @@ static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, 
 }
 
 const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
-                                   NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split};
+                                   NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split,
+                                   NULL, &attn__generic_pair};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -459,7 +462,12 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
         quantize_queries(job, qs, rows, kvh, qq, qd, qsum, (blk_q8_0_t *)kt);
     if (transposed && !q8)
         for (int r = 0; r < rows; r++) {
-            memcpy(qpad + (size_t)r * hdp, qs[r / G].q + (size_t)(kvh * G + r % G) * hd, (size_t)hd * sizeof(float));
+            const float *q = qs[r / G].q + (size_t)(kvh * G + r % G) * hd;
+            if (im->pack_q) {
+                im->pack_q(qpad + (size_t)r * hdp, q, hd, hdp);
+                continue;
+            }
+            memcpy(qpad + (size_t)r * hdp, q, (size_t)hd * sizeof(float));
             memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
         }
 
@@ -588,6 +596,9 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(cfg->head_dim % QK8_0 == 0 && k->types[CAIRN_DTYPE_Q8_0].from_f32);
         q8 = im->scores_q8t && (!im->q8_usable || im->q8_usable()) ? im : &attn__generic;
     }
+    /* bf16 K/V under the pair order (attention_impl.h): the implementation's rendition of it. */
+    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on())
+        im = im->pair ? im->pair : &attn__generic_pair;
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 

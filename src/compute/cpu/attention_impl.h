@@ -34,6 +34,28 @@
  * plain causal order over 0..p. Every step depends only on p, the window, head_dim and
  * the stored K/V bytes, never on which other rows or keys share a tile, so decode,
  * chunked prefill and batches give the same bits.
+ *
+ * THE PAIR ORDER ("bf16 pair" attention numerics; bf16 K/V only; attention_pair.c spells
+ * it out in scalar code). What AMX-BF16 tiles of one pair per step compute on the device's
+ * Xeon (RNE(c + RNE(a0 b0 + a1 b1)), docs/PERFORMANCE.md "AMX-BF16: what tdpbf16ps
+ * computes there"), so that tiles, their AVX-512 emulation and the scalar reference agree
+ * bit for bit. Steps 2 and 3 are the canonical ones above; 1 and 4 become:
+ *  1'. q rounded to bf16 (round to nearest even, an input denormal to signed zero, NaN
+ *      quieted: vcvtneps2bf16). hp = head_dim rounded up to even (zero-padded). For each
+ *      key, acc = +0; for pair i = 0 .. hp/2 - 1 in increasing order:
+ *        t = ftz(fma(q[2i+1], k[2i+1], ftz(q[2i] * k[2i])));  acc = ftz(acc + t)
+ *      (q[2i] k[2i] is exact in f32 for bf16 operands, so t is the pair's exact sum
+ *      rounded once); then s_j = ftz(acc * scale), and the soft-cap as in step 1.
+ *  4'. p_j = e_j rounded to bf16 as q was (l stays the sum of the unrounded e_j). Per
+ *      output d, acc[d] = +0 and for the pairs of positions (j, j+1), j even, from b0 to
+ *      pos in increasing order: t = ftz(fma(p_{j+1}, v_{j+1}[d], ftz(p_j * v_j[d])));
+ *      acc[d] = ftz(acc[d] + t), where a position after pos contributes p = v = 0 (never
+ *      read); out[d] = acc[d] / l.
+ * Every operand is read denormals-as-zero (daz: |x| < FLT_MIN reads as a zero of its
+ * sign) and ftz flushes a result below FLT_MIN to a zero of its sign: the tiles' DAZ/FTZ,
+ * MXCSR.DAZ|FTZ in the AVX-512 emulation. A product below FLT_MIN (operands near 2^-63)
+ * is flushed before the pair's sum here; whether the tiles do the same was not
+ * characterized (no attention input is that small).
  */
 #ifndef CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
 #define CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
@@ -78,12 +100,40 @@ typedef struct attn_impl {
      * from f16 into kd[((key0 + r) / 16) * nb * 16 + b * 16 + (key0 + r) % 16]. Moves and
      * exact conversions only. */
     void (*q8_split)(int8_t *kq, float *kd, const void *src, size_t stride, int rows, int hd, int key0);
+    /* Optional (NULL: a copy, zero-padded): writes one query row for scores16_t into its
+     * slot of hdp floats (the pair order's: hdp bf16 values, q rounded, zero past hd). */
+    void (*pack_q)(float *slot, const float *q, int hd, int hdp);
+    /* The rendition of the pair order of this implementation (NULL: attn__generic_pair). */
+    const struct attn_impl *pair;
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel
  * implementation names its attention rendition (kern_impl_t.attn): x86/attention_avx2.c,
  * x86/attention_avx512.c. */
 extern const attn_impl_t attn__generic;
+
+/* The pair order spelled out in scalar code (attention_pair.c): scores16, softmax (the
+ * canonical one, then e_j rounded to bf16), pv; pack_q for any rendition's scores16_t. */
+extern const attn_impl_t attn__generic_pair;
+void attn__pair_pack_q(float *slot, const float *q, int hd, int hdp);
+/* x rounded to bf16 as step 1' says, returned as f32 (exposed for tests). */
+float attn__bf16_round(float x);
+
+/* Whether bf16 K/V attention runs the pair order in this process (attention_pair.c):
+ * off by default (not yet verified on AMX hardware); CAIRN_ATTN_BF16PAIR=auto: where the
+ * CPU's AMX-BF16 tiles passed their self-check against the emulation (x86/attention_amx.c)
+ * (the intended default); =1 everywhere (the tiles where they passed, else the AVX-512
+ * emulation, or the scalar reference without AVX-512). Decided once,
+ * on the first call; thread-safe. kern__attn_pair_set (tests only): 1 / 0 forces the mode
+ * from now on, -1 returns to the decision above. Changing it while a backend exists
+ * makes its numerics id lie: tests set it before they create one. */
+bool kern__attn_pair_on(void);
+void kern__attn_pair_set(int mode);
+/* The pair order's AMX-BF16 tiles (x86/attention_amx.c) allowed (the default) or not (the
+ * emulation computes every row: benchmarks, tests); and what serves the pair order on
+ * this CPU, in words. No-ops / "no tiles in this build" without x86. */
+void kern__attn_pair_tiles_allow(bool allow);
+const char *kern__attn_pair_tiles_state(void);
 
 /* attn_forward on an explicit kernel implementation (the CPU backend's) with window,
  * scale and soft-cap (math NULL: all zero). */

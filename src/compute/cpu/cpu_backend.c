@@ -116,6 +116,10 @@ static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t mat
      * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
      * an earlier build wrote to disk, under the bare math name, is never restored into it. */
     (void)be;
+    /* bf16 K/V attention in the pair order (attention_impl.h; AMX-BF16 machines, or
+     * CAIRN_ATTN_BF16PAIR=1) is another numerics: its own ids, for every K/V type. */
+    if (kern__attn_pair_on())
+        return math == CAIRN_MATH_BF16 ? "cpu-attnpair1-bf16.2" : "cpu-attnpair1-f32.2";
     return math == CAIRN_MATH_BF16 ? "bf16.2" : "f32.2";
 }
 

@@ -18,6 +18,13 @@
  * vectors per row); 4 rows share each kt load and q is an embedded broadcast. Same
  * operations on the same operands as scores16, so the same bits.
  *
+ * attn__avx512_pair is the pair order of bf16 K/V (attention_impl.h, steps 1' and 4'):
+ * per pair of elements (scores: over 16 transposed keys, q an f32 broadcast of its packed
+ * bf16) or of positions (p.v) one multiply, one fma and one add, under MXCSR.DAZ|FTZ,
+ * which is what one AMX-BF16 tile step computes on the device's Xeon; where the tiles
+ * passed their self-check (x86/attention_amx.c) it hands them the rows of whole 16-row
+ * tiles and computes the rest (decode, leftover rows) itself, with the same bits.
+ *
  * K/V rows are widened by the AVX-512 kernels' rows_to_f32. The attention of the
  * "avx512" and "avx512-emubf16" kernel implementations (kernels_avx512.c), which run only
  * where AVX-512F/BW/VL/DQ are present. Pure functions; thread-safe.
@@ -386,7 +393,199 @@ T512 static void avx512_q8_split(int8_t *kq, float *kd, const void *src, size_t 
     }
 }
 
+/* ---- the pair order (attention_impl.h, steps 1' and 4'): the emulation of the tiles ---- */
+
+/* MXCSR with DAZ (bit 6) and FTZ (bit 15) for the pair order's arithmetic. The vector work
+ * runs in a separate (noinline) function between the two ldmxcsr, so that the compiler
+ * cannot move any of it across them. */
+enum { CSR_DAZ_FTZ = 0x8040 };
+static inline unsigned csr_enter(void)
+{
+    const unsigned c = _mm_getcsr();
+    _mm_setcsr(c | CSR_DAZ_FTZ);
+    return c;
+}
+static inline void csr_leave(unsigned c) { _mm_setcsr(c); }
+
+/* One bf16 value of a packed q slot, as an f32 broadcast. */
+T512 INLINE __m512 bcast_bf16(const uint16_t *b) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)*b << 16))); }
+
+/* R rows (R <= 4) of the pair order's scores against the 16 transposed keys kt [hdp][16]:
+ * q rows of packed bf16 (row r at q + r * hdp floats); acc (unscaled) into s rows. */
+T512 INLINE void pair_scores_rows(float *s, size_t lds, const float *q, const float *kt, int hdp, const int R)
+{
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int d = 0; d < hdp; d += 2) {
+        const __m512 k0 = _mm512_loadu_ps(kt + (size_t)d * 16), k1 = _mm512_loadu_ps(kt + (size_t)(d + 1) * 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint16_t *qr = (const uint16_t *)(q + (size_t)r * hdp) + d;
+            __m512 t = _mm512_mul_ps(bcast_bf16(qr), k0);
+            t = _mm512_fmadd_ps(bcast_bf16(qr + 1), k1, t);
+            acc[r] = _mm512_add_ps(acc[r], t);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(s + (size_t)r * lds, acc[r]);
+}
+
+/* Unscaled pair-order scores of `rows` rows (under DAZ/FTZ: the caller's csr_enter). */
+T512 __attribute__((noinline)) static void pair_scores_emu(float *s, size_t lds, const float *q, int rows,
+                                                           const float *kt, int hdp)
+{
+    int r = 0;
+    for (; r + 4 <= rows; r += 4)
+        pair_scores_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, 4);
+    for (; r < rows; r++)
+        pair_scores_rows(s + (size_t)r * lds, lds, q + (size_t)r * hdp, kt, hdp, 1);
+}
+
+/* s rows *= scale (one rounded product each, under DAZ/FTZ). */
+T512 __attribute__((noinline)) static void pair_scale(float *s, size_t lds, int rows, float scale)
+{
+    for (int r = 0; r < rows; r++)
+        _mm512_storeu_ps(s + (size_t)r * lds, _mm512_mul_ps(_mm512_loadu_ps(s + (size_t)r * lds), _mm512_set1_ps(scale)));
+}
+
+void kern__avx512_pair_scores(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp)
+{
+    const unsigned c = csr_enter();
+    pair_scores_emu(s, lds, q, rows, kt, hdp);
+    csr_leave(c);
+}
+
+T512 static void pair_scores16_t(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp,
+                                 float scale)
+{
+    int tiled = 0;
+    if (kern__attn_amx_on() && rows >= 16) {
+        tiled = rows / 16 * 16;
+        kern__attn_amx_scores(s, lds, q, tiled, kt, hdp);
+    }
+    const unsigned c = csr_enter();
+    if (rows > tiled)
+        pair_scores_emu(s + (size_t)tiled * lds, lds, q + (size_t)tiled * hdp, rows - tiled, kt, hdp);
+    pair_scale(s, lds, rows, scale);
+    csr_leave(c);
+}
+
+/* Decode rows: the key group transposed and q packed here, then the same kernel. */
+T512 static void pair_scores16(float *s, const float *q, const float *kb, int hd, float scale)
+{
+    enum { MAX_HDP = 512 };
+    CAIRN_ASSERT(hd <= MAX_HDP);
+    const int hdp = (hd + 15) / 16 * 16;
+    _Alignas(64) float kt[MAX_HDP * 16];
+    _Alignas(64) float qs[MAX_HDP];
+    avx512_transpose16(kt, kb, hd);
+    attn__pair_pack_q(qs, q, hd, hdp);
+    const unsigned c = csr_enter();
+    pair_scores_emu(s, 16, qs, 1, kt, hdp);
+    pair_scale(s, 16, 1, scale);
+    csr_leave(c);
+}
+
+/* x rounded to bf16 as attn__bf16_round, 16 lanes. */
+T512 INLINE __m512 round_bf16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_and_si512(r, hi);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi));
+    r = _mm512_mask_mov_epi32(r, den, _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
+    return _mm512_castsi512_ps(r);
+}
+
+T512 static float pair_softmax(float *s, int n)
+{
+    const float l = avx512_softmax(s, n);
+    for (int k = 0; k < n; k += 16) {
+        const __mmask16 m = tail_mask(n - k);
+        _mm512_mask_storeu_ps(s + k, m, round_bf16(_mm512_maskz_loadu_ps(m, s + k)));
+    }
+    return l;
+}
+
+/* R rows (R <= 4) x dimensions [d0, d0 + 64) of step 4' (under DAZ/FTZ). */
+T512 INLINE void pair_pv_tile(float *acc, int lda, const float *p, int ldp, int R, int cnt, const float *vb, int hd,
+                              int d0, const __mmask16 mk[4])
+{
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            a[i][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)i * lda + d0 + 16 * c);
+    for (int j = 0; j < cnt; j += 2) {
+        const bool two = j + 1 < cnt; /* past the range: p = v = 0 */
+        const float *v = vb + (size_t)j * hd + d0;
+        __m512 v0[4], v1[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            v0[c] = _mm512_maskz_loadu_ps(mk[c], v + 16 * c);
+            v1[c] = two ? _mm512_maskz_loadu_ps(mk[c], v + hd + 16 * c) : _mm512_setzero_ps();
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const __m512 p0 = _mm512_set1_ps(p[(size_t)i * ldp + j]);
+            const __m512 p1 = two ? _mm512_set1_ps(p[(size_t)i * ldp + j + 1]) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                a[i][c] = _mm512_add_ps(a[i][c], _mm512_fmadd_ps(p1, v1[c], _mm512_mul_ps(p0, v0[c])));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(acc + (size_t)i * lda + d0 + 16 * c, mk[c], a[i][c]);
+}
+
+T512 __attribute__((noinline)) static void pair_pv_emu(float *acc, int lda, const float *p, int ldp, int rows,
+                                                       int cnt, const float *vb, int hd)
+{
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        __mmask16 mk[4];
+        for (int c = 0; c < 4; c++)
+            mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4)
+            pair_pv_tile(acc + (size_t)r * lda, lda, p + (size_t)r * ldp, ldp, 4, cnt, vb, hd, d0, mk);
+        for (; r < rows; r++)
+            pair_pv_tile(acc + (size_t)r * lda, lda, p + (size_t)r * ldp, ldp, 1, cnt, vb, hd, d0, mk);
+    }
+}
+
+void kern__avx512_pair_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt, const float *vb, int hd)
+{
+    const unsigned c = csr_enter();
+    pair_pv_emu(acc, lda, p, ldp, rows, cnt, vb, hd);
+    csr_leave(c);
+}
+
+T512 static void pair_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt, const float *vb, int hd)
+{
+    int tiled = 0;
+    if (rows >= 16 && kern__attn_amx_pv_fits(hd, cnt) && kern__attn_amx_on()) {
+        tiled = rows / 16 * 16;
+        kern__attn_amx_pv(acc, lda, p, ldp, tiled, cnt, vb, hd);
+    }
+    if (rows > tiled)
+        kern__avx512_pair_pv(acc + (size_t)tiled * lda, lda, p + (size_t)tiled * ldp, ldp, rows - tiled, cnt, vb, hd);
+}
+
+const attn_impl_t attn__avx512_pair = {"avx512-pair", pair_scores16, pair_softmax, pair_pv, pair_scores16_t,
+                                       avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL};
+
 /* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */
 const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
                                   avx512_transpose16, kern__x86_has_avx512_vnni, avx512_q8_transpose16,
-                                  avx512_scores_q8t, avx512_q8_split};
+                                  avx512_scores_q8t, avx512_q8_split, NULL, &attn__avx512_pair};

@@ -64,6 +64,27 @@ void kern__avx2_qmm_q6_k(KERN_QMM_ARGS);
     [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__avx2_qmm_q5_k},                                       \
     [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__avx2_qmm_q6_k}
 
+/* attention_avx512.c: the pair order's AVX-512 emulation (attention_impl.h, steps 1' and
+ * 4'; the contracts of kern__attn_amx_scores / _pv, any row count, under DAZ/FTZ). */
+void kern__avx512_pair_scores(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp);
+void kern__avx512_pair_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt, const float *vb, int hd);
+
+/* attention_amx.c: the pair order on AMX-BF16 tiles. kern__attn_amx_on: the CPU has
+ * AMX-BF16 and the tiles passed their self-check against the emulation (decided once;
+ * CAIRN_ATTN_TILES=0 keeps them off). kern__attn_amx_state: that decision in words.
+ * kern__attn_amx_allow(false) (tests) keeps them off from now on.
+ * kern__attn_amx_scores: s[r * lds + k] = the unscaled pair-order dot of packed q row r
+ * (q + r * hdp floats, bf16) with key k of kt [hdp][16] (f32 values of bf16), rows a
+ * multiple of 16. kern__attn_amx_pv: step 4' for rows (a multiple of 16) of p [rows][ldp]
+ * (bf16 values) over cnt positions of vb [cnt][hd], into acc [rows][lda]; only where
+ * kern__attn_amx_pv_fits(hd, cnt). */
+bool kern__attn_amx_on(void);
+const char *kern__attn_amx_state(void);
+void kern__attn_amx_allow(bool allow);
+void kern__attn_amx_scores(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp);
+bool kern__attn_amx_pv_fits(int hd, int cnt);
+void kern__attn_amx_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt, const float *vb, int hd);
+
 /* CPU features (cpuid + the OS saving the registers), read once; thread-safe. */
 bool kern__x86_has_avx2(void);        /* AVX2 + FMA + F16C, OS saves YMM */
 bool kern__x86_has_avx512(void);      /* F + BW + VL + DQ on top, OS saves ZMM */
