@@ -46,11 +46,8 @@ enum {
     MAX_CNT = 64,  /* positions per p.v call (attention.c's KEY_BLOCK) */
 };
 
-/* GCC's tileloadd (amxtileintrin.h) is an asm that declares no memory input, and its
- * ldtilecfg one that reads 8 bytes: without this barrier, which names the whole object as
- * read, the compiler may sink or drop the stores of a packed operand (or of the
- * configuration) that the tiles then load. */
-#define PACKED_BARRIER(obj) __asm__ volatile("" : : "m"(obj) : "memory")
+/* PACKED_BARRIER: x86_impls.h's AMX_BARRIER (why GCC's tile intrinsics need it). */
+#define PACKED_BARRIER(obj) AMX_BARRIER(obj)
 
 /* ldtilecfg's 64-byte operand (palette 1). */
 typedef struct {
@@ -127,6 +124,7 @@ void kern__attn_amx_scores(float *s, size_t lds, const float *q, int rows, const
         _tile_stored(1, c[1], 64);
         _tile_stored(2, c[2], 64);
         _tile_stored(3, c[3], 64);
+        PACKED_BARRIER(c);
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < 16; r++)
                 memcpy(s + (size_t)(r0 + 16 * t + r) * lds, c[t][r], sizeof c[t][r]);

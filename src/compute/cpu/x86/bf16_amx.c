@@ -79,6 +79,7 @@ TB INLINE void bf16_load_cfg(void)
         c.rows[t] = 16;
         c.colsb[t] = 64;
     }
+    AMX_BARRIER(c);
     _tile_loadconfig(&c);
 }
 
@@ -198,6 +199,7 @@ TB static void tiles(float *y, int ldy, const uint32_t *xa, const uint32_t *cons
         _tile_stored(1, l + 16, 128);
         _tile_stored(2, l + 16 * 32, 128);
         _tile_stored(3, l + 16 * 32 + 16, 128);
+        AMX_BARRIER(*l);
         /* The last blocks (fewer than 16) with vdpbf16ps on the stored accumulators. */
         for (int b = nb16; b < nb; b++)
             for (int r = 0; r < 16 * nt; r++) {
@@ -250,6 +252,7 @@ TB static bool amx_bf16_rows(float *y, const float *x, int rows, int in, const u
     for (int r0 = 0; r0 < rows; r0 += XPIECE) {
         const int nt = rows - r0 >= 32 ? 2 : 1;
         pack_x(xa, x + (size_t)r0 * in, 16 * nt, in, nb, swap);
+        AMX_BARRIER(*xa); /* and wp's packing above: the barrier clobbers all memory */
         for (int g = 0; g < ngr; g += 2) {
             const int ng = ngr - g >= 2 ? 2 : 1, o = o0 + 16 * (g + ng - 1), nv = o1 - o < 16 ? o1 - o : 16;
             const uint32_t *wg[2] = {wp + (size_t)g * LANES * nb * 16, wp + (size_t)(g + ng - 1) * LANES * nb * 16};
@@ -293,11 +296,14 @@ TB static int probe_order(void)
     a[3][0] = BF_2M63, b[0][6] = BF_2M64;
     a[4][0] = BF_2P100, b[0][8] = BF_DENORM;
     bf16_load_cfg();
+    AMX_BARRIER(a);
+    AMX_BARRIER(b);
     _tile_zero(0);
     _tile_loadd(4, a, 64);
     _tile_loadd(6, b, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_stored(0, c, 64);
+    AMX_BARRIER(c);
     _tile_release();
     uint32_t r[5];
     for (int t = 0; t < 5; t++)

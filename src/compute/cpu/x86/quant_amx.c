@@ -65,6 +65,7 @@ TA INLINE void load_cfg(int acolsb, int brows)
     }
     c.colsb[4] = c.colsb[5] = (uint16_t)acolsb;
     c.rows[6] = c.rows[7] = (uint8_t)brows;
+    AMX_BARRIER(c);
     _tile_loadconfig(&c);
 }
 
@@ -276,6 +277,7 @@ TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
             _tile_stored(2, ch[1], 64);
             _tile_stored(3, cl[1], 64);
         }
+        AMX_BARRIER(ch);
         for (int r = 0; r < 16 * nt; r++) {
             const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)(r0 + r) * ldq) + b0 + k;
             acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[r / 16][r % 16]), _mm512_load_si512(cl[r / 16][r % 16]), s,
@@ -301,6 +303,7 @@ TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
             const int nbk = nb - b0 < KQ_PIECE ? nb - b0 : KQ_PIECE;
             for (int k = 0; k < nbk; k++)
                 kq_pack(&pk[k], wr, b0 + k, t);
+            AMX_BARRIER(pk);
             for (int tt = 0; tt < tiles; tt += 2)
                 kq_tiles(y + o, ldy, xq, ldq, 16 * tt, tiles - tt >= 2 ? 2 : 1, pk, b0, nbk, nv, acc || b0 > 0, t);
         }
@@ -361,6 +364,7 @@ TA static void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const in
         _tile_stored(0, c[0], 64);
         if (nt > 1)
             _tile_stored(1, c[1], 64);
+        AMX_BARRIER(c);
         const __m512 dw = _mm512_load_ps(pk[k].d);
         for (int r = 0; r < 16 * nt; r++) {
             const int rr = r0 + r;
@@ -390,6 +394,7 @@ TA static void amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int3
             const int nbk = nb - b0 < B32_PIECE ? nb - b0 : B32_PIECE;
             for (int k = 0; k < nbk; k++)
                 b32_pack(&pk[k], wr, b0 + k, q4);
+            AMX_BARRIER(pk);
             for (int tt = 0; tt < tiles; tt += 2)
                 b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, tiles - tt >= 2 ? 2 : 1, pk, b0, nbk, nv,
                           acc || b0 > 0, q4);

@@ -16,6 +16,17 @@ extern const kern_impl_t kern__avx512;         /* native AVX512_BF16 dot product
 extern const kern_impl_t kern__avx512_emubf16; /* same bits, BF16 dot emulated with AVX-512F */
 extern const kern_impl_t kern__amx; /* "avx512" with AMX-INT8 tiles for quantized prefill, AMX-BF16 for bf16 */
 
+/* GCC's AMX intrinsics (amxtileintrin.h) are asm statements that tell the compiler less
+ * than the instructions do: ldtilecfg's operand is declared as 8 bytes read (the
+ * configuration is 64), tileloadd declares no memory read at all and tilestored no memory
+ * write. Without a barrier the compiler may drop or sink the stores of a configuration or
+ * a packed operand that the tiles then read, or read a tile's stored output before (or
+ * instead of) what tilestored wrote. AMX_BARRIER(obj) names the object as read and all
+ * memory as clobbered: put it after an operand's (or the configuration's) stores and
+ * before the tile instructions that read it, and after the tilestored of an output before
+ * its first read. It emits no instruction. */
+#define AMX_BARRIER(obj) __asm__ volatile("" : : "m"(obj) : "memory")
+
 /* The x86 implementations, best first, for the registry. */
 extern const kern_impl_t *const kern__x86_impls[];
 extern const int kern__x86_n_impls;
