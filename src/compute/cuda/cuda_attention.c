@@ -133,7 +133,10 @@ static int run_end(const compute_attn_t *a, const attn_query_t *q, int j, int en
     return i;
 }
 
-/* Warps per head of decode blocks of nh heads: the tuning's where the kernel has them. */
+/* Warps per head of decode blocks of nh heads: the tuning's where the kernel has them.
+ * cuda__attn_plan applies them only where the call's blocks of single splits are fewer
+ * than the device's SMs (device run 21: 4 warps per head gain 1.49x at 1 x 32K, 16
+ * splits of 8 heads, 1.52x at 1 x 8K, but lose 20% at 4 x 32K, 512 such blocks). */
 static int head_warps(const compute_attn_t *a, int nh)
 {
     const int w = a->tune.head_warps; /* the kernels have them with the tile that skips its empty rows */
@@ -356,7 +359,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .heads = nh,
         .l2_prefetch = a->tune.l2_prefetch,
         .full_tile = a->tune.full_tile,
-        .head_warps = nh ? head_warps(a, nh) : 1,
+        .head_warps = nh && dec_k[0] * (size_t)(a->p.n_kv_heads / nh) < (size_t)b->sm_count ? head_warps(a, nh) : 1,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;
