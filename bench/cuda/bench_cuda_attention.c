@@ -277,7 +277,8 @@ int main(int argc, char **argv)
     if (!getenv("CAIRN_BENCH_VARIANTS"))
         copy_ceiling();
     printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split",
-           "run", "item", "hd", "l2", "ft", "hw", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s", "op_ms");
+           "run", "item", "hd", "l2", "ft", "hw", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s",
+           "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;

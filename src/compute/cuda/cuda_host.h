@@ -147,6 +147,9 @@ typedef struct {
  * empty rows. Device run 19 (session 6), queued: 3.86 / 4.24 / 4.24 TB/s at 32 x 4K /
  * 64 x 8K / 8 x 32K, against 3.76 / 4.17 / 4.07 with blocks of up to 4 heads (session 5's
  * default, chosen when the tile was full: 3.69 / 3.86 / 3.70 in the same run). */
+/* Session 7 (device runs 21-22): 4 warps per head where a call's blocks of single splits
+ * are fewer than the SMs: 1 x 32K 0.83 -> 1.24 TB/s, 1 x 8K 0.21 -> 0.32, other shapes
+ * unchanged (the same blocks). */
 #define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0, 4})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
