@@ -18,7 +18,7 @@
  *    query computed alone (decode), in one prefill call with other sequences, in chunks
  *    of 1, 5 and 17, and batched decode, and under every decode tuning (1, 2 or 4 splits
  *    per work item; blocks of all K/V heads, of some of them or of 4 warps with their own
- *    heads; with and without the L2 prefetch hint). Positions not yet stored hold NaN, so a key
+ *    heads; with and without the L2 prefetch hint; 2 or 4 warps per K/V head). Positions not yet stored hold NaN, so a key
  *    past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies;
