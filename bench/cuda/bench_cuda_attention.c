@@ -12,7 +12,8 @@
  * tuning: decode splits per work item, `run`, 0 = the backend's choice; `hd` K/V heads per
  * decode block (0: blocks of 4 warps each streaming its own head); `l2` 1: the copies'
  * L2 prefetch hint of 256 bytes; `ft` 1: the full tile, the decode softmax also over the
- * empty tile rows 8-15 as before session 6), the kernels
+ * empty tile rows 8-15 as before session 6; `hw` warps per K/V head in blocks of heads,
+ * 2 or 4: each computes part of the PV product's output dims, session 7), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -21,7 +22,10 @@
  *            5 such batches (how a decode step issues attention: the launches queue
  *            behind the previous kernels);
  *   dec_ms   the same with the decode kernel alone (no merge): q_ms - dec_ms is the
- *            merge's share.
+ *            merge's share;
+ *   graph_ms with CAIRN_BENCH_GRAPH=1 (else 0): the 20 runs captured in one CUDA graph,
+ *            per-run mean, median of 5 launches (q_ms - graph_ms: the host launches'
+ *            share, session 7).
  * TB/s is the K+V bytes over q_ms. Every variant of a split size must give the same output
  * bits as the first of that size (memcmp; the bench fails otherwise). For the invariant configuration
  * the whole op is also timed once planned each time (op_ms: host work lists from the
@@ -157,6 +161,52 @@ static float time_queued(cuda_backend_t *b, const cuda_attn_plan_t *plan, int re
     return ms[2];
 }
 
+/* CAIRN_BENCH_GRAPH=1: the per-run mean of `reps` runs captured in one CUDA graph and
+ * launched as one (no host launch between kernels), median of 5 launches; 0 when the
+ * capture fails (reported). */
+static float time_graph(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaEvent_t e0, e1;
+    float ms[5], med = 0.0f;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        for (int i = 0; i < reps; i++)
+            cuda__attn_run(b, plan);
+        e = cudaStreamEndCapture(b->stream, &g);
+    }
+    if (e == cudaSuccess && !b->error)
+        e = cudaGraphInstantiate(&x, g, 0);
+    if (e != cudaSuccess || b->error) {
+        fprintf(stderr, "graph capture failed (%s)\n", cudaGetErrorString(e));
+        b->error = 0;
+        (void)cudaGetLastError();
+        goto done;
+    }
+    CK(cudaGraphLaunch(x, b->stream)); /* warm-up */
+    for (int k = 0; k < 5; k++) {
+        CK(cudaEventRecord(e0, b->stream));
+        CK(cudaGraphLaunch(x, b->stream));
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[k], e0, e1));
+        ms[k] /= (float)reps;
+    }
+    qsort(ms, 5, sizeof(float), cmp_f);
+    med = ms[2];
+done:
+    if (x)
+        cudaGraphExecDestroy(x);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return med;
+}
+
 static float time_plan(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps)
 {
     cudaEvent_t e0, e1;
@@ -226,8 +276,9 @@ int main(int argc, char **argv)
     const bool contiguous = getenv("CAIRN_BENCH_CONTIGUOUS") != NULL;
     if (!getenv("CAIRN_BENCH_VARIANTS"))
         copy_ceiling();
-    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split", "run",
-           "item", "hd", "l2", "ft", "iso_ms", "q_ms", "dec_ms", "iso_TB/s", "q_TB/s", "op_ms");
+    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split",
+           "run", "item", "hd", "l2", "ft", "hw", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s",
+           "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;
@@ -281,12 +332,15 @@ int main(int argc, char **argv)
          * and the default at variant 3; session 6 added 16-21; device run 19 had variants 0
          * and 1 in the other order, {0, 0, 4, 0, 0} first and last, before the default
          * became all heads.) */
-        static const int variants[][5] = {
-            {0, 0, -1, 0, 0},   {0, 0, 4, 0, 0},     {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
+        static const int variants[][6] = {
+            {0, 0, -1, 0, 0, 4}, {0, 0, 4, 0, 0},     {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
             {0, 0, 1, 1, 0},    {0, 0, 0, 1, 0},     {0, 0, 0, 0, 0},    {512, 0, -1, 1, 0},  {512, 0, -1, 0, 0},
             {512, 0, 4, 1, 0},  {1024, 0, -1, 1, 0}, {1024, 0, -1, 0, 0}, {2048, 0, -1, 1, 0}, {2048, 0, -1, 0, 0},
             {2048, 0, 4, 1, 0}, {0, 0, 4, 0, 1},     {0, 0, -1, 0, 1},   {0, 0, 1, 0, 0},     {0, 0, 1, 0, 1},
-            {512, 0, 1, 0, 0},  {512, 0, 1, 0, 1},   {0, 0, -1, 0, 0},
+            {512, 0, 1, 0, 0},  {512, 0, 1, 0, 1},
+            /* session 7: warps per head (the 6th field; 2 or 4: the PV product's dims spread) */
+            {0, 0, -1, 0, 0, 1}, {0, 0, 2, 0, 0, 4}, {0, 0, 1, 0, 0, 4}, {0, 0, 2, 0, 0, 2}, {0, 0, 1, 0, 0, 2},
+            {1024, 0, 2, 0, 0, 4}, {1024, 0, 1, 0, 0, 4}, {0, 0, -1, 0, 0, 4},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
@@ -312,7 +366,7 @@ int main(int argc, char **argv)
                 cuda__attn_set_split(a, vr[0], vr[0], 0);
             else
                 cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_AT);
-            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4]});
+            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4], vr[5]});
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
@@ -322,6 +376,7 @@ int main(int argc, char **argv)
             float iso = time_plan(b, &plan, reps);
             float qd = time_queued(b, &plan, reps, false);
             float dec = time_queued(b, &plan, reps, true);
+            const float gq = getenv("CAIRN_BENCH_GRAPH") ? time_graph(b, &plan, reps) : 0.0f;
             CK(cudaStreamSynchronize(b->stream));
             CK(cudaMemcpy(got, dout, out_bytes, cudaMemcpyDeviceToHost));
             for (size_t e = 0; e < out_bytes / 4; e++)
@@ -362,8 +417,9 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape, i,
-                   vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4], iso, qd, dec,
+            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %2d %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape,
+                   i, vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4],
+                   plan.args.head_warps, iso, qd, dec, gq,
                    bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode, default tuning)" : i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {

@@ -3,7 +3,9 @@
 # info stripped), the non-system shared libraries they load, the dense fixtures, the SDPA
 # baseline and the run scripts. Usage:
 #   scripts/device/stage.sh BUILD_DIR DEST [MODEL ...]
-# MODEL: the fixture models to copy (default: llama llama31 qwen3 qwen3_f32 gemma3). The
+# MODEL: the fixture models to copy (default: llama llama31 qwen3 qwen3_f32 gemma3).
+# EXTRA_BIN=DIR: also DIR's files into bin/ under the same relative names (bin/r4/...).
+# PACK=1: see below. The
 # device tool carries at most 64 MiB with the checkout (~8 MiB tracked in session 5), and
 # the six binaries alone are ~30 MiB since the attention kernels doubled (session 5): name
 # fewer models (qwen3 gemma3 for the engine test and check-reference qwen3) when the
@@ -35,6 +37,13 @@ for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -
 for m in $MODELS; do cp -r ../shared/fixtures/models/$m "$DEST/fixtures/models/"; done
 chmod -R u+w "$DEST/fixtures"
 cp bench/cuda/sdpa_decode.py scripts/device/run_*.sh "$DEST/"
+if [ -n "${EXTRA_BIN:-}" ]; then cp -r "$EXTRA_BIN"/. "$DEST/bin/"; fi
+if [ -n "${PACK:-}" ]; then
+  # PACK=1: everything but the run scripts in one pack.tar.xz (the binaries compress ~4x;
+  # a run script unpacks it into /tmp/c and runs from there: run_21.sh and later).
+  tar -C "$DEST" -cJf "$DEST/pack.tar.xz" bin lib fixtures sdpa_decode.py
+  rm -rf "$DEST/bin" "$DEST/lib" "$DEST/fixtures" "$DEST/sdpa_decode.py"
+fi
 du -sh "$DEST"
 if [ "$(du -sm "$DEST" | cut -f1)" -gt 55 ]; then
   echo "warning: $DEST holds more than 55 MiB; with the checkout it may pass the device tool's 64 MiB (name fewer models)" >&2

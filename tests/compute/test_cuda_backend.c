@@ -18,7 +18,7 @@
  *    query computed alone (decode), in one prefill call with other sequences, in chunks
  *    of 1, 5 and 17, and batched decode, and under every decode tuning (1, 2 or 4 splits
  *    per work item; blocks of all K/V heads, of some of them or of 4 warps with their own
- *    heads; with and without the L2 prefetch hint). Positions not yet stored hold NaN, so a key
+ *    heads; with and without the L2 prefetch hint; 2 or 4 warps per K/V head). Positions not yet stored hold NaN, so a key
  *    past a query's end that leaked into its sum would show;
  *  - the device K/V pool: reserve, commit in steps (the base never moves), staging both
  *    ways, block copies;
@@ -519,14 +519,16 @@ static void run_attention_config(const attn_cfg_t *c)
             fail_msg("batched decode of sequence %d differs", s);
     }
     /* 5. The decode tuning (splits per work item; blocks of all heads, of half of them or
-     * of 4 warps; the L2 prefetch hint; the full tile against the one that skips rows 8-15)
+     * of 4 warps; the L2 prefetch hint; the full tile against the one that skips rows 8-15;
+     * 2 or 4 warps per head sharing the PV product, where the shape has them: head_dim 128)
      * changes no bit: the batched last
      * queries, the prefill call and every seventh query alone (CAIRN_TEST_SMALL: every
      * 23rd; race: none), under each. */
     const cuda_attn_tuning_t tunings[] = {
-        {1, 0, 0, 0}, {2, 0, 1, 0}, {4, 0, 0, 0}, {1, -1, 0, 0}, {2, -1, 1, 0}, {4, -1, 1, 0}, {1, 4, 1, 0},
-        {2, 4, 0, 0}, {0, 4, 0, 0}, {0, 2, 1, 0}, {0, -1, 0, 0}, {1, 1, 0, 0}, {0, 1, 1, 0}, {4, 1, 0, 0},
-        {0, 4, 0, 1}, {1, 1, 0, 1}, {2, -1, 0, 1},
+        {1, 0, 0, 0, 0}, {2, 0, 1, 0, 0}, {4, 0, 0, 0, 0}, {1, -1, 0, 0, 0}, {2, -1, 1, 0, 0}, {4, -1, 1, 0, 0},
+        {1, 4, 1, 0, 0}, {2, 4, 0, 0, 0}, {0, 4, 0, 0, 0}, {0, 2, 1, 0, 0}, {0, -1, 0, 0, 0}, {1, 1, 0, 0, 0},
+        {0, 1, 1, 0, 0}, {4, 1, 0, 0, 0}, {0, 4, 0, 1, 0}, {1, 1, 0, 1, 0}, {2, -1, 0, 1, 0}, {0, 2, 0, 0, 2},
+        {2, 2, 0, 0, 4}, {1, 1, 0, 0, 2}, {0, 1, 0, 0, 4}, {4, 1, 0, 0, 2}, {0, -1, 0, 0, 4},
     };
     const int every = race ? nq : small ? 23 : 7;
     for (size_t ti = 0; ti < CAIRN_ARRAY_LEN(tunings); ti++) {

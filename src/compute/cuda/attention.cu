@@ -95,15 +95,18 @@ template <int U> __device__ __forceinline__ int swz(int row, int unit)
         return unit;
 }
 
-template <int HD> struct Tile {
-    float acc[HD / 8][4]; /* n-tile j: (row g: dims D(2c)+j, D(2c+1)+j), (row g+8: same), D = hd/8 */
-    float m[2], l[2];     /* rows g, g+8: running max (base 2) and this thread's part of the sum */
+/* NT: the n-tiles of the PV product (output dims) this warp holds, HD / 8 unless the
+ * tile's output columns are spread over HD / 8 / NT warps (each holds n-tiles j0 ..
+ * j0 + NT - 1; acc[j] is n-tile j0 + j). */
+template <int HD, int NT = HD / 8> struct Tile {
+    float acc[NT][4]; /* n-tile j0 + j: (row g: dims D(2c)+j0+j, D(2c+1)+j0+j), (row g+8: same), D = hd/8 */
+    float m[2], l[2]; /* rows g, g+8: running max (base 2) and this thread's part of the sum */
 };
 
-template <int HD> __device__ __forceinline__ void tile_reset(Tile<HD> &t)
+template <int HD, int NT> __device__ __forceinline__ void tile_reset(Tile<HD, NT> &t)
 {
 #pragma unroll
-    for (int j = 0; j < HD / 8; j++)
+    for (int j = 0; j < NT; j++)
         t.acc[j][0] = t.acc[j][1] = t.acc[j][2] = t.acc[j][3] = 0.0f;
     t.m[0] = t.m[1] = kNegInf;
     t.l[0] = t.l[1] = 0.0f;
@@ -134,16 +137,18 @@ __device__ __forceinline__ void issue_chunk(unsigned char *stage, const __nv_bfl
  * Layout: K [n_kv][16][hd] then V [n_kv][16][hd], each head's [16][hd] swizzled as
  * issue_chunk's, so a warp sees its head's part exactly as a per-warp stage. Each thread
  * keeps one 16-byte column (x) of the rows and takes every (32 / U)th tensor row. */
-template <int HD, int PF>
+template <int HD, int PF, int W>
 __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __nv_bfloat16 *kp,
                                                   const __nv_bfloat16 *vp, int key0, int kmax, int kv_stride,
                                                   int n_kv, int tid)
 {
-    constexpr int U = HD / 8, STEP = 32 / U;
+    /* W warps per head: 32 W n_kv threads, each takes U / W of the 32 tensor rows. */
+    constexpr int U = HD / 8, STEP = 32 * W / U;
+    static_assert(U % W == 0, "W divides the units of a row");
     const int RU = n_kv * U, x = tid % RU, head = x / U, unit = x % U, tr0 = tid / RU;
     const size_t half = (size_t)n_kv * 16 * HD * 2;
 #pragma unroll
-    for (int k = 0; k < U; k++) {
+    for (int k = 0; k < U / W; k++) {
         const int tr = tr0 + k * STEP, tensor = tr >> 4, row = tr & 15;
         const __nv_bfloat16 *base = tensor ? vp : kp;
         const bool valid = key0 + row <= kmax;
@@ -160,13 +165,17 @@ __device__ __forceinline__ void issue_chunk_heads(unsigned char *stage, const __
  * per K/V head): their softmax is not computed and their P is zero, which is what the
  * full path gives them (no visible key: max -inf, p = 0), so rows g keep the same bits and
  * the warp issues fewer instructions (each decode warp is bound by its own instruction
- * stream: device run 18).
+ * stream: device run 18). NT < HD / 8: the warp computes the PV product for its n-tiles
+ * j0 .. j0 + NT - 1 only (S, the softmax, m and l in full, as every warp of its head
+ * does: the same bits in each), so W = HD / 8 / NT warps share one head's chunk and each
+ * output element is the same mma of the same operands as with one warp.
  */
-template <int HD, bool LO = false>
+template <int HD, bool LO = false, int NT = HD / 8>
 __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsigned char *vs,
-                                           const uint32_t (&qf)[HD / 16][4], Tile<HD> &t, int key0, int pg, int pg8,
-                                           const cuda_attn_args_t &a, int lane)
+                                           const uint32_t (&qf)[HD / 16][4], Tile<HD, NT> &t, int key0, int pg,
+                                           int pg8, const cuda_attn_args_t &a, int lane, int j0 = 0)
 {
+    static_assert(NT == HD / 8 || (NT >= 4 && NT % 4 == 0 && HD >= 64), "a warp's n-tiles: whole 8-byte V words");
     constexpr int U = HD / 8, DPT = HD / 8;
     const int g = lane >> 2, c = lane & 3;
 
@@ -243,25 +252,40 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
      * bits either way. */
     if (rescale[0]) {
 #pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
+        for (int j = 0; j < NT; j++) {
             t.acc[j][0] = __fmul_rn(t.acc[j][0], alpha[0]);
             t.acc[j][1] = __fmul_rn(t.acc[j][1], alpha[0]);
         }
     }
     if (!LO && rescale[1]) {
 #pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
+        for (int j = 0; j < NT; j++) {
             t.acc[j][2] = __fmul_rn(t.acc[j][2], alpha[1]);
             t.acc[j][3] = __fmul_rn(t.acc[j][3], alpha[1]);
         }
     }
 
-    /* V rows 2c, 2c+1, 2c+8, 2c+9, dims DPT g .. DPT g + DPT - 1 (DPT / 2 words each). */
-    uint32_t vw[4][DPT / 2];
+    /* V rows 2c, 2c+1, 2c+8, 2c+9, dims DPT g + j0 .. DPT g + j0 + NT - 1 (NT / 2 words each). */
+    uint32_t vw[4][NT / 2];
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
         const int key = (kk < 2 ? 2 * c : 2 * c + 8) + (kk & 1);
-        if constexpr (HD >= 64) {
+        if constexpr (NT < DPT && NT % 8) { /* NT = 4: 8 bytes, half of 16-byte unit (g DPT + j0) / 8 */
+            const int unit = g * (DPT / 8) + j0 / 8;
+            const uint2 v = *reinterpret_cast<const uint2 *>(vs + key * HD * 2 + swz<U>(key, unit) * 16 + (j0 % 8) * 2);
+            vw[kk][0] = v.x;
+            vw[kk][1] = v.y;
+        } else if constexpr (NT < DPT) {
+#pragma unroll
+            for (int u = 0; u < NT / 8; u++) {
+                const uint4 v = *reinterpret_cast<const uint4 *>(vs + key * HD * 2 +
+                                                                 swz<U>(key, g * (DPT / 8) + j0 / 8 + u) * 16);
+                vw[kk][4 * u] = v.x;
+                vw[kk][4 * u + 1] = v.y;
+                vw[kk][4 * u + 2] = v.z;
+                vw[kk][4 * u + 3] = v.w;
+            }
+        } else if constexpr (HD >= 64) {
 #pragma unroll
             for (int u = 0; u < DPT / 8; u++) {
                 const uint4 v = *reinterpret_cast<const uint4 *>(vs + key * HD * 2 +
@@ -278,7 +302,7 @@ __device__ __forceinline__ void tile_chunk(const unsigned char *ks, const unsign
         }
     }
 #pragma unroll
-    for (int j = 0; j < DPT; j++) {
+    for (int j = 0; j < NT; j++) { /* j0 is even: n-tile j0 + j has j's parity */
         const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(vw[0][j / 2], vw[1][j / 2], sel);
         const uint32_t b1 = __byte_perm(vw[2][j / 2], vw[3][j / 2], sel);
@@ -303,10 +327,11 @@ __device__ __forceinline__ void load_q(uint32_t (&qf)[HD / 16][4], const float *
     }
 }
 
-/* Writes the split's partial of tile row (g or g+8) for query row `qi`, head `head`. */
-template <int HD>
-__device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cuda_attn_row_t &row, int split,
-                                              int head, const cuda_attn_args_t &a, int lane)
+/* Writes the split's partial of tile row (g or g+8) for query row `qi`, head `head`: the
+ * accumulators of n-tiles j0 .. j0 + NT - 1, and m and l from the warp of n-tile 0. */
+template <int HD, int NT>
+__device__ __forceinline__ void store_partial(const Tile<HD, NT> &t, int h, const cuda_attn_row_t &row, int split,
+                                              int head, const cuda_attn_args_t &a, int lane, int j0 = 0)
 {
     constexpr int DPT = HD / 8;
     const int c = lane & 3;
@@ -316,10 +341,10 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
     if (split < row.s_first || split >= row.s_first + row.n_splits)
         return;
     float *rec = a.partials + ((size_t)(row.part + split - row.s_first) * a.n_heads + head) * CUDA_ATTN_REC(HD);
-    float *o = rec + (HD / 4) * c;
-    if constexpr (DPT >= 4) {
+    float *o = rec + (HD / 4) * c + j0;
+    if constexpr (NT >= 4) {
 #pragma unroll
-        for (int k = 0; k < DPT / 4; k++) {
+        for (int k = 0; k < NT / 4; k++) {
             *reinterpret_cast<float4 *>(o + 4 * k) =
                 make_float4(t.acc[4 * k][2 * h], t.acc[4 * k + 1][2 * h], t.acc[4 * k + 2][2 * h],
                             t.acc[4 * k + 3][2 * h]);
@@ -329,12 +354,12 @@ __device__ __forceinline__ void store_partial(const Tile<HD> &t, int h, const cu
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < DPT; j++) {
+        for (int j = 0; j < NT; j++) {
             o[j] = t.acc[j][2 * h];
             o[DPT + j] = t.acc[j][2 * h + 1];
         }
     }
-    if (c == 0) {
+    if (c == 0 && j0 == 0) {
         rec[HD] = t.m[h];
         rec[HD + 1] = l;
     }
@@ -458,15 +483,19 @@ template <int M> constexpr int mode_threads()
  * (programmatic dependent launch), so the merge's blocks are scheduled while the last
  * ones here still stream. PF: cp_async16's L2 prefetch hint (no bit changes).
  */
-template <int HD, int MODE, int PF, bool LO>
-__global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) attn_kernel(const cuda_attn_args_t a)
+template <int HD, int MODE, int PF, bool LO, int W = 1>
+__global__ void __launch_bounds__(W > 1 ? 32 * CUDA_ATTN_HEAD_WARPS_MAX(W) : mode_threads<MODE>(),
+                                  W > 1 ? CUDA_ATTN_HEAD_WARPS_BLOCKS(W) : MODE == HEADS ? 1 : 2)
+    attn_kernel(const cuda_attn_args_t a)
 {
     static_assert(!LO || MODE != PREFILL, "LO: decode only (one query token per item)");
+    static_assert(W == 1 || MODE == HEADS, "W warps per head: HEADS only");
+    constexpr int NT = HD / 8 / W; /* this warp's n-tiles of the PV product: j0 = sub * NT */
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int HSTAGE = 2 * 16 * HD * 2; /* one head's chunk: K then V */
     dep_launch();
     const int stage_bytes = MODE == HEADS ? a.heads * HSTAGE : HSTAGE;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32 / W, lane = threadIdx.x % 32, j0 = (threadIdx.x / 32) % W * NT;
     int item_idx, head, head0 = 0, tok0, ntok, tid, nthr;
     unsigned char *ring;
     if constexpr (MODE == PREFILL) {
@@ -526,8 +555,8 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
     }
     uint32_t qf[HD / 16][4];
     load_q<HD>(qf, qp_g, qp_g8, lane);
-    Tile<HD> t;
-    tile_reset<HD>(t);
+    Tile<HD, NT> t;
+    tile_reset<HD, NT>(t);
 
     /* The chunk pointers, read from the block table once per item (the copies then never
      * wait on a dependent load). */
@@ -545,7 +574,7 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         if (!kp)
             return;
         if constexpr (MODE == HEADS)
-            issue_chunk_heads<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi,
+            issue_chunk_heads<HD, PF, W>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi,
                                       a.kv_stride, a.heads, tid);
         else
             issue_chunk<HD, PF>(ring + st * stage_bytes, kp, vp, ci * CUDA_ATTN_CHUNK, it.pos_hi, a.kv_stride, tid,
@@ -561,15 +590,15 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         if (ntok <= 0)
             return;
         if (qi_g >= 0)
-            store_partial<HD>(t, 0, a.rows[qi_g], split, head * G + g % G, a, lane);
+            store_partial<HD, NT>(t, 0, a.rows[qi_g], split, head * G + g % G, a, lane, j0);
         else
-            store_partial<HD>(t, 0, a.rows[it.row0], -1, 0, a, lane); /* keeps the quad's shuffles matched */
+            store_partial<HD, NT>(t, 0, a.rows[it.row0], -1, 0, a, lane, j0); /* keeps the quad's shuffles matched */
         if constexpr (LO) /* no row g+8 holds a query in any lane */
             return;
         if (qi_g8 >= 0)
-            store_partial<HD>(t, 1, a.rows[qi_g8], split, head * G + (g + 8) % G, a, lane);
+            store_partial<HD, NT>(t, 1, a.rows[qi_g8], split, head * G + (g + 8) % G, a, lane, j0);
         else
-            store_partial<HD>(t, 1, a.rows[it.row0], -1, 0, a, lane);
+            store_partial<HD, NT>(t, 1, a.rows[it.row0], -1, 0, a, lane, j0);
     };
     /* This warp's K and V [16][hd] within a stage. */
     const int k_off = MODE == HEADS ? warp * 16 * HD * 2 : 0;
@@ -594,13 +623,13 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
         cp_commit();
         if (ci == boundary) { /* decode runs only: prefill items hold one split */
             store(split);
-            tile_reset<HD>(t);
+            tile_reset<HD, NT>(t);
             split++;
             boundary += chunks_per_split;
         }
         if (ntok > 0 && cptr[2 * (ci - c_lo)]) {
             const unsigned char *st = ring + ((ci - c_lo) % kStages) * stage_bytes;
-            tile_chunk<HD, LO>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane);
+            tile_chunk<HD, LO, NT>(st + k_off, st + v_off, qf, t, ci * CUDA_ATTN_CHUNK, pg, pg8, a, lane, j0);
         }
     }
     cp_wait<0>();
@@ -609,20 +638,21 @@ __global__ void __launch_bounds__(mode_threads<MODE>(), MODE == HEADS ? 1 : 2) a
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }
 
-template <int HD, int MODE, int PF, bool LO> int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
+template <int HD, int MODE, int PF, bool LO, int W = 1>
+int launch(const cuda_attn_args_t *a, int n_items, cudaStream_t s)
 {
     if (n_items <= 0)
         return 0;
     constexpr int PART = kStages * 2 * 16 * HD * 2 + kPtrBytes;
-    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->heads : decode_wpc(a->n_kv_heads);
+    const int warps = MODE == PREFILL ? CUDA_ATTN_WARPS : MODE == HEADS ? a->heads * W : decode_wpc(a->n_kv_heads);
     /* PREFILL and HEADS: one ring of (the block's heads') stages per block; DECODE: one per warp. */
     const size_t smem = MODE == PREFILL ? (size_t)PART
                         : MODE == HEADS ? cuda_attn_heads_smem(a->heads, HD)
                                         : (size_t)warps * PART;
     static size_t attr = 0; /* per instantiation: the largest dynamic size set so far (one device) */
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF, LO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, MODE, PF, LO, W>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return (int)e;
         attr = smem;
@@ -630,7 +660,7 @@ template <int HD, int MODE, int PF, bool LO> int launch(const cuda_attn_args_t *
     const size_t blocks = MODE == HEADS     ? (size_t)n_items * (a->n_kv_heads / a->heads)
                           : MODE == PREFILL ? (size_t)n_items * a->n_kv_heads
                                             : (size_t)n_items * (a->n_kv_heads / warps);
-    attn_kernel<HD, MODE, PF, LO><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
+    attn_kernel<HD, MODE, PF, LO, W><<<(unsigned)blocks, warps * 32, smem, s>>>(*a);
     return (int)cudaGetLastError();
 }
 
@@ -651,8 +681,18 @@ int dispatch_hd(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 template <int MODE> int dispatch(const cuda_attn_args_t *a, int hd, int n_items, cudaStream_t s)
 {
     if constexpr (MODE == HEADS)
-        if (!a->l2_prefetch && !a->full_tile && a->group_size <= 8)
+        if (!a->l2_prefetch && !a->full_tile && a->group_size <= 8) {
+            /* W warps per head: head_dim 128 only (cuda_attn_head_warps_ok) */
+            if (a->head_warps == 2 && hd == 128)
+                return launch<128, MODE, 0, true, 2>(a, n_items, s);
+            if (a->head_warps == 4 && hd == 128)
+                return launch<128, MODE, 0, true, 4>(a, n_items, s);
+            if (a->head_warps > 1)
+                return (int)cudaErrorInvalidValue;
             return dispatch_hd<MODE, 0, true>(a, hd, n_items, s);
+        }
+    if (MODE == HEADS && a->head_warps > 1) /* PREFILL ignores head_warps; DECODE has none (heads 0) */
+        return (int)cudaErrorInvalidValue;
     return a->l2_prefetch ? dispatch_hd<MODE, 1>(a, hd, n_items, s) : dispatch_hd<MODE, 0>(a, hd, n_items, s);
 }
 
@@ -663,6 +703,8 @@ extern "C" {
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s)
 {
     if (a->heads && (!cuda_attn_heads_fit(a->heads, head_dim) || a->n_kv_heads % a->heads))
+        return (int)cudaErrorInvalidValue;
+    if (a->heads && a->head_warps > 1 && !cuda_attn_head_warps_ok(a->head_warps, a->heads, head_dim, a->group_size))
         return (int)cudaErrorInvalidValue;
     return a->heads ? dispatch<HEADS>(a, head_dim, n_items, s) : dispatch<DECODE>(a, head_dim, n_items, s);
 }

@@ -108,7 +108,8 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
     if (!t)
         t = &def;
     CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1) &&
-                 (t->full_tile == 0 || t->full_tile == 1));
+                 (t->full_tile == 0 || t->full_tile == 1) && t->head_warps >= 0 && t->head_warps <= 4 &&
+                 t->head_warps != 3);
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
@@ -132,11 +133,26 @@ static int run_end(const compute_attn_t *a, const attn_query_t *q, int j, int en
     return i;
 }
 
-/* Decode blocks of nh heads one SM holds at once (shared memory; registers: up to 255 per
- * thread, 8 warps). */
-static int heads_per_sm(int nh, int hd)
+/* Warps per head of decode blocks of nh heads: the tuning's where the kernel has them.
+ * cuda__attn_plan applies them only where the call's blocks of single splits are fewer
+ * than the device's SMs (device run 21: 4 warps per head gain 1.49x at 1 x 32K, 16
+ * splits of 8 heads, 1.52x at 1 x 8K, but lose 20% at 4 x 32K, 512 such blocks). */
+static int head_warps(const compute_attn_t *a, int nh)
 {
-    int by_smem = (int)(CUDA_ATTN_SMEM_MAX / (cuda_attn_heads_smem(nh, hd) + 1024)), by_regs = 8 / nh;
+    const int w = a->tune.head_warps; /* the kernels have them with the tile that skips its empty rows */
+    return w > 1 && !a->tune.l2_prefetch && !a->tune.full_tile &&
+                   cuda_attn_head_warps_ok(w, nh, a->p.head_dim, a->group_size)
+               ? w
+               : 1;
+}
+
+/* Decode blocks of nh heads (w warps each) one SM holds at once (shared memory;
+ * registers: up to 255 per thread and 8 warps with w = 1; w > 1: the kernel's cap,
+ * CUDA_ATTN_HEAD_WARPS_BLOCKS(w) blocks of the most warps). */
+static int heads_per_sm(int nh, int w, int hd)
+{
+    int by_smem = (int)(CUDA_ATTN_SMEM_MAX / (cuda_attn_heads_smem(nh, hd) + 1024));
+    int by_regs = w > 1 ? CUDA_ATTN_HEAD_WARPS_BLOCKS(w) * CUDA_ATTN_HEAD_WARPS_MAX(w) / (nh * w) : 8 / nh;
     int n = by_smem < by_regs ? by_smem : by_regs;
     return n < 1 ? 1 : n;
 }
@@ -146,7 +162,7 @@ static int heads_per_sm(int nh, int hd)
  * device run 7b). */
 static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
 {
-    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, a->p.head_dim);
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, head_warps(a, nh), a->p.head_dim);
     return n - n / 8;
 }
 
@@ -343,6 +359,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .heads = nh,
         .l2_prefetch = a->tune.l2_prefetch,
         .full_tile = a->tune.full_tile,
+        .head_warps = nh && dec_k[0] * (size_t)(a->p.n_kv_heads / nh) < (size_t)b->sm_count ? head_warps(a, nh) : 1,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;

@@ -138,13 +138,19 @@ typedef struct {
     int l2_prefetch; /* 1: the K/V copies ask the L2 for whole 256-byte blocks */
     int full_tile;   /* 1: the decode softmax over all 16 tile rows even where 8-15 are empty (the
                       * kernel before session 6; for benchmarks) */
+    int head_warps;  /* decode blocks of heads: warps per K/V head (0 or 1: one; 2 or 4: the PV
+                      * product's output dims spread over them, two blocks per SM at <= 128
+                      * registers); 1 where cuda_attn_head_warps_ok refuses the call's blocks */
 } cuda_attn_tuning_t;
 /* The default tuning (no bit changes): decode blocks of all K/V heads, fewer (down to one)
  * when the batch does not fill the device, no L2 hint, the decode tile that skips its
  * empty rows. Device run 19 (session 6), queued: 3.86 / 4.24 / 4.24 TB/s at 32 x 4K /
  * 64 x 8K / 8 x 32K, against 3.76 / 4.17 / 4.07 with blocks of up to 4 heads (session 5's
  * default, chosen when the tile was full: 3.69 / 3.86 / 3.70 in the same run). */
-#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0})
+/* Session 7 (device runs 21-22): 4 warps per head where a call's blocks of single splits
+ * are fewer than the SMs: 1 x 32K 0.83 -> 1.24 TB/s, 1 x 8K 0.21 -> 0.32, other shapes
+ * unchanged (the same blocks). */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0, 4})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);

@@ -98,7 +98,9 @@ typedef struct {
     int l2_prefetch;          /* 1: the K/V copies ask the L2 for 256-byte blocks (attention.cu's PF; no bit changes) */
     int full_tile;            /* 1: decode computes the softmax of all 16 tile rows even when rows 8-15 hold no
                                * query (attention.cu's LO off; no bit changes; for benchmarks) */
-    int pad;
+    int head_warps;           /* decode blocks of heads: warps per K/V head (0 or 1: one; 2 or 4: each computes
+                               * 1/head_warps of the PV product's output dims; cuda_attn_head_warps_ok; no bit
+                               * changes) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -124,6 +126,21 @@ static inline size_t cuda_attn_heads_smem(int nh, int hd)
 static inline int cuda_attn_heads_fit(int nh, int hd)
 {
     return nh >= 1 && nh <= CUDA_ATTN_MAX_HEADS_WARPS && cuda_attn_heads_smem(nh, hd) <= CUDA_ATTN_SMEM_MAX;
+}
+
+/* Decode blocks of heads with w > 1 warps per head: at most CUDA_ATTN_HEAD_WARPS_MAX(w)
+ * warps a block, and the kernel's registers capped so that CUDA_ATTN_HEAD_WARPS_BLOCKS(w)
+ * such blocks fit an SM (w 4: 8 warps, 2 blocks, <= 128 registers, 16 warps an SM; w 2:
+ * 4 warps, 3 blocks, <= 168 registers, 12 warps: at 128 registers its kernel spilled). */
+#define CUDA_ATTN_HEAD_WARPS_MAX(w) ((w) == 2 ? 4 : 8)
+#define CUDA_ATTN_HEAD_WARPS_BLOCKS(w) ((w) == 2 ? 3 : 2)
+
+/* Whether decode blocks of nh heads can run w warps per head (w > 1): head_dim 128, at
+ * most 8 query heads per K/V head (the tile that skips its empty rows), no L2 hint, and
+ * at most CUDA_ATTN_HEAD_WARPS_MAX(w) warps per block. */
+static inline int cuda_attn_head_warps_ok(int w, int nh, int hd, int group_size)
+{
+    return (w == 2 || w == 4) && hd == 128 && group_size <= 8 && nh >= 1 && nh * w <= CUDA_ATTN_HEAD_WARPS_MAX(w);
 }
 
 /* The decode kernel (a.heads = h: blocks of h K/V heads of one work item; 0: one
