@@ -23,60 +23,9 @@
 #include <cmocka.h>
 #include <immintrin.h>
 
-static struct {
-    int rows, colsb;
-    unsigned char d[16][64];
-} tmm[8];
-static bool configured;
+#include "amx_tile_model.h"
+
 static int model; /* 0: one rounding per pair (the Xeon's); 1: one per product */
-
-static void emu_loadconfig(const void *cfg)
-{
-    const unsigned char *b = cfg;
-    assert_int_equal(b[0], 1);
-    for (int t = 0; t < 8; t++) {
-        uint16_t colsb;
-        memcpy(&colsb, b + 16 + 2 * t, 2);
-        tmm[t].colsb = colsb;
-        tmm[t].rows = b[48 + t];
-        assert_true(tmm[t].rows <= 16 && tmm[t].colsb <= 64);
-    }
-    configured = true;
-}
-
-static void emu_load(int t, const void *base, long stride)
-{
-    assert_true(configured);
-    for (int r = 0; r < tmm[t].rows; r++)
-        memcpy(tmm[t].d[r], (const unsigned char *)base + r * stride, (size_t)tmm[t].colsb);
-}
-
-static void emu_store(int t, void *base, long stride)
-{
-    assert_true(configured);
-    for (int r = 0; r < tmm[t].rows; r++)
-        memcpy((unsigned char *)base + r * stride, tmm[t].d[r], (size_t)tmm[t].colsb);
-}
-
-static void emu_zero(int t)
-{
-    assert_true(configured);
-    memset(tmm[t].d, 0, sizeof tmm[t].d);
-}
-
-static float bf16_in(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    uint32_t u = (uint32_t)h << 16;
-    if (!(u & 0x7f800000u))
-        u &= 0x80000000u;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static float flush(float f) { return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f; }
 
 static void emu_dpbf16ps(int c, int a, int b)
 {
@@ -101,17 +50,7 @@ static void emu_dpbf16ps(int c, int a, int b)
 }
 
 #undef _tile_dpbf16ps
-#undef _tile_loadconfig
-#undef _tile_release
-#undef _tile_zero
-#undef _tile_loadd
-#undef _tile_stored
 #define _tile_dpbf16ps(c, a, b) emu_dpbf16ps(c, a, b)
-#define _tile_loadconfig(c) emu_loadconfig(c)
-#define _tile_release() (configured = false)
-#define _tile_zero(t) emu_zero(t)
-#define _tile_loadd(t, base, stride) emu_load(t, base, stride)
-#define _tile_stored(t, base, stride) emu_store(t, base, stride)
 /* The library has the real tiles under these names; the modelled ones get others. */
 #define kern__attn_amx_on emu_attn_amx_on
 #define kern__attn_amx_state emu_attn_amx_state

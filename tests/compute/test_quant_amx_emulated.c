@@ -36,45 +36,7 @@
 
 /* ---- the tile model ---------------------------------------------------------------------- */
 
-static struct {
-    int rows, colsb;
-    unsigned char d[16][64];
-} tmm[8];
-static bool configured;
-
-static void emu_loadconfig(const void *cfg)
-{
-    const unsigned char *b = cfg;
-    assert_int_equal(b[0], 1); /* palette 1 */
-    for (int t = 0; t < 8; t++) {
-        uint16_t colsb;
-        memcpy(&colsb, b + 16 + 2 * t, 2);
-        tmm[t].colsb = colsb;
-        tmm[t].rows = b[48 + t];
-        assert_true(tmm[t].rows <= 16 && tmm[t].colsb <= 64);
-    }
-    configured = true;
-}
-
-static void emu_load(int t, const void *base, long stride)
-{
-    assert_true(configured);
-    for (int r = 0; r < tmm[t].rows; r++)
-        memcpy(tmm[t].d[r], (const unsigned char *)base + r * stride, (size_t)tmm[t].colsb);
-}
-
-static void emu_store(int t, void *base, long stride)
-{
-    assert_true(configured);
-    for (int r = 0; r < tmm[t].rows; r++)
-        memcpy((unsigned char *)base + r * stride, tmm[t].d[r], (size_t)tmm[t].colsb);
-}
-
-static void emu_zero(int t)
-{
-    assert_true(configured);
-    memset(tmm[t].d, 0, sizeof tmm[t].d);
-}
+#include "amx_tile_model.h"
 
 static void emu_dpbssd(int c, int a, int b)
 {
@@ -96,20 +58,6 @@ static void emu_dpbssd(int c, int a, int b)
 /* tdpbf16ps: 0 the SDM's order (even element first), 1 odd first, 2 each pair summed once,
  * 3 the SDM's order rounding toward zero (passes the probe, fails the self-check). */
 static int bf16_model;
-
-static float bf16_in(const unsigned char *p) /* a bf16 operand, denormals read as zero */
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    uint32_t u = (uint32_t)h << 16;
-    if (!(u & 0x7f800000u))
-        u &= 0x80000000u;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static float flush(float f) { return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f; }
 
 static void emu_dpbf16ps(int c, int a, int b)
 {
@@ -143,17 +91,7 @@ static void emu_dpbf16ps(int c, int a, int b)
 
 #undef _tile_dpbf16ps
 #define _tile_dpbf16ps(c, a, b) emu_dpbf16ps(c, a, b)
-#undef _tile_loadconfig
-#undef _tile_release
-#undef _tile_zero
-#undef _tile_loadd
-#undef _tile_stored
 #undef _tile_dpbssd
-#define _tile_loadconfig(c) emu_loadconfig(c)
-#define _tile_release() (configured = false)
-#define _tile_zero(t) emu_zero(t)
-#define _tile_loadd(t, base, stride) emu_load(t, base, stride)
-#define _tile_stored(t, base, stride) emu_store(t, base, stride)
 #define _tile_dpbssd(c, a, b) emu_dpbssd(c, a, b)
 /* The library has the real kernels under these names; the emulated ones get others. */
 #define kern__amx_qmm_q8_0 emu_amx_qmm_q8_0
