@@ -14,8 +14,8 @@
  * L2 prefetch hint of 256 bytes; `ft` 1: the full tile, the decode softmax also over the
  * empty tile rows 8-15 as before session 6; `hw` warps per K/V head in blocks of heads,
  * 2 or 4: each computes part of the PV product's output dims, session 7; `fm` 1: the
- * split merge fused into the decode kernel, the default since session 7's branch cuda6,
- * 0: the separate merge kernel, variant 30), the kernels
+ * split merge fused into the decode kernel, variant 30, session 7's branch cuda6; 0: the
+ * merge kernel, the default), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -344,8 +344,9 @@ int main(int argc, char **argv)
             /* session 7: warps per head (the 6th field; 2 or 4: the PV product's dims spread) */
             {0, 0, -1, 0, 0, 1}, {0, 0, 2, 0, 0, 4}, {0, 0, 1, 0, 0, 4}, {0, 0, 2, 0, 0, 2}, {0, 0, 1, 0, 0, 2},
             {1024, 0, 2, 0, 0, 4}, {1024, 0, 1, 0, 0, 4}, {0, 0, -1, 0, 0, 4},
-            /* session 7, cuda6: the default with the separate merge kernel (the 7th field: 1),
-             * then the default (the fused merge) again */
+            /* session 7, cuda6: the default with the split merge fused into the decode kernel
+             * (the 7th field: 1), then the default (the merge kernel) again. Device run 23 had
+             * them the other way round (its 0 and 31 fused, 30 the merge kernel). */
             {0, 0, -1, 0, 0, 4, 1}, {0, 0, -1, 0, 0, 4},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));

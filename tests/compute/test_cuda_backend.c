@@ -521,20 +521,20 @@ static void run_attention_config(const attn_cfg_t *c)
     /* 5. The decode tuning (splits per work item; blocks of all heads, of half of them or
      * of 4 warps; the L2 prefetch hint; the full tile against the one that skips rows 8-15;
      * 2 or 4 warps per head sharing the PV product, where the shape has them: head_dim 128;
-     * the split merge fused into the decode kernel, the default, or the merge kernel's,
-     * the 6th field) changes no bit: the batched last
+     * the split merge fused into the decode kernel, the 6th field 1, or the merge kernel's,
+     * 0, the default) changes no bit: the batched last
      * queries, the prefill call and every seventh query alone (CAIRN_TEST_SMALL: every
      * 23rd; race: none), under each. The output is overwritten with NaN before every
      * decode call, so a merge that does not run (a fused merge counter not back at 0
      * from the call before) fails. */
     const cuda_attn_tuning_t tunings[] = {
-        {1, 0, 0, 0, 0, 0}, {2, 0, 1, 0, 0, 0}, {4, 0, 0, 0, 0, 0}, {1, -1, 0, 0, 0, 0}, {2, -1, 1, 0, 0, 0},
-        {4, -1, 1, 0, 0, 0}, {1, 4, 1, 0, 0, 0}, {2, 4, 0, 0, 0, 0}, {0, 4, 0, 0, 0, 0}, {0, 2, 1, 0, 0, 0},
-        {0, -1, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, {0, 1, 1, 0, 0, 0}, {4, 1, 0, 0, 0, 0}, {0, 4, 0, 1, 0, 0},
-        {1, 1, 0, 1, 0, 0}, {2, -1, 0, 1, 0, 0}, {0, 2, 0, 0, 2, 0}, {2, 2, 0, 0, 4, 0}, {1, 1, 0, 0, 2, 0},
-        {0, 1, 0, 0, 4, 0}, {4, 1, 0, 0, 2, 0}, {0, -1, 0, 0, 4, 0},
-        /* the merge kernel (separate_merge 1) */
-        {0, -1, 0, 0, 4, 1}, {1, 0, 0, 0, 0, 1}, {2, 4, 1, 0, 0, 1}, {1, 1, 0, 1, 0, 1},
+        {1, 0, 0, 0, 0, 1}, {2, 0, 1, 0, 0, 1}, {4, 0, 0, 0, 0, 1}, {1, -1, 0, 0, 0, 1}, {2, -1, 1, 0, 0, 1},
+        {4, -1, 1, 0, 0, 1}, {1, 4, 1, 0, 0, 1}, {2, 4, 0, 0, 0, 1}, {0, 4, 0, 0, 0, 1}, {0, 2, 1, 0, 0, 1},
+        {0, -1, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 1}, {0, 1, 1, 0, 0, 1}, {4, 1, 0, 0, 0, 1}, {0, 4, 0, 1, 0, 1},
+        {1, 1, 0, 1, 0, 1}, {2, -1, 0, 1, 0, 1}, {0, 2, 0, 0, 2, 1}, {2, 2, 0, 0, 4, 1}, {1, 1, 0, 0, 2, 1},
+        {0, 1, 0, 0, 4, 1}, {4, 1, 0, 0, 2, 1}, {0, -1, 0, 0, 4, 1},
+        /* the merge kernel (fused_merge 0, the default) */
+        {0, -1, 0, 0, 4, 0}, {1, 0, 0, 0, 0, 0}, {2, 4, 1, 0, 0, 0}, {1, 1, 0, 1, 0, 0},
     };
     const int every = race ? nq : small ? 23 : 7;
     float *nan_out = malloc((size_t)nq * q_dim * 4);
@@ -549,8 +549,8 @@ static void run_attention_config(const attn_cfg_t *c)
         for (int s = 0; s < 3; s++) {
             size_t r = (size_t)(qs[s] + qn[s] - 1);
             if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
-                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d merge %d)", s,
-                         ti, t->run, t->heads, t->l2_prefetch, t->separate_merge);
+                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d fused %d)", s,
+                         ti, t->run, t->heads, t->l2_prefetch, t->fused_merge);
         }
         compute_attention(gpu, a, 0, aq, nq);
         down(&dout, got, (size_t)nq * q_dim * 4);

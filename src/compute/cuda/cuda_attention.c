@@ -12,8 +12,8 @@
  * `heads` K/V heads, or one warp), a group of several rows (prefill) one item per split
  * and per run of at most 4 * tokens_per_warp rows of one split size (one block each).
  * Everything is written into one pinned slot and copied to the device in one transfer,
- * then the decode kernel, the prefill kernel and the merge run (a call of decode rows
- * only: the decode kernel merges, no merge kernel; tuning separate_merge keeps it).
+ * then the decode kernel, the prefill kernel and the merge run (tuning fused_merge, in a
+ * call of decode rows only: the decode kernel merges, no merge kernel).
  *
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
  * cuda_backend.h; with CAIRN_CUDA_LONG_SPLITS=0 the short split at every position), so a
@@ -110,7 +110,7 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
         t = &def;
     CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1) &&
                  (t->full_tile == 0 || t->full_tile == 1) && t->head_warps >= 0 && t->head_warps <= 4 &&
-                 t->head_warps != 3 && (t->separate_merge == 0 || t->separate_merge == 1));
+                 t->head_warps != 3 && (t->fused_merge == 0 || t->fused_merge == 1));
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
@@ -340,8 +340,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
     if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
         return false;
-    /* The fused merge (decode rows only): its counters, zeroed when (re)allocated. */
-    const bool fused = !a->tune.separate_merge && n_pre == 0;
+    /* The fused merge (tuning fused_merge; decode rows only): its counters, zeroed when
+     * (re)allocated. */
+    const bool fused = a->tune.fused_merge && n_pre == 0;
     if (fused) {
         const size_t t_bytes = (size_t)n * a->p.n_kv_heads * sizeof(int), had = b->tickets_cap;
         if (!cuda__grow(b, (void **)&b->tickets, &b->tickets_cap, t_bytes))
