@@ -12,7 +12,8 @@
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
  * in split order; with a.fused_merge (a tuning, off by default: 3-5% slower in device run
  * 23), in a call of decode rows only, the decode kernel's last block of each (row, K/V head
- * group) does that itself instead (merge_last: the same fold, the same bits). K/V chunks are staged through shared memory by cp.async (three stages).
+ * group) does that itself instead (merge_last: the same fold, the same bits). K/V chunks
+ * are staged through shared memory by cp.async (three stages).
  * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
  * own item (a run of consecutive splits of one sequence; the warps of a block are
  * consecutive K/V heads); HEADS, blocks of a.heads consecutive K/V heads (all of them, or
