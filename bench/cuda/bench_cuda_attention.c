@@ -13,7 +13,9 @@
  * decode block (0: blocks of 4 warps each streaming its own head); `l2` 1: the copies'
  * L2 prefetch hint of 256 bytes; `ft` 1: the full tile, the decode softmax also over the
  * empty tile rows 8-15 as before session 6; `hw` warps per K/V head in blocks of heads,
- * 2 or 4: each computes part of the PV product's output dims, session 7), the kernels
+ * 2 or 4: each computes part of the PV product's output dims, session 7; `fm` 1: the
+ * split merge fused into the decode kernel, variant 30, session 7's branch cuda6; 0: the
+ * merge kernel, the default), the kernels
  * alone (decode kernel + split merge; work lists planned once), timed two ways after 3
  * warm-ups with CUDA events:
  *   iso_ms   one run between two events, median of 20 (the GPU idles while the host
@@ -21,8 +23,9 @@
  *   q_ms     20 runs queued back to back between two events, the per-run mean, median of
  *            5 such batches (how a decode step issues attention: the launches queue
  *            behind the previous kernels);
- *   dec_ms   the same with the decode kernel alone (no merge): q_ms - dec_ms is the
- *            merge's share;
+ *   dec_ms   the same with the decode kernel alone (no merge kernel): q_ms - dec_ms is
+ *            the merge kernel's share (where `fm` is 1, the fused merge of session 7, the
+ *            decode kernel merges itself: dec_ms = q_ms but for the host's work);
  *   graph_ms with CAIRN_BENCH_GRAPH=1 (else 0): the 20 runs captured in one CUDA graph,
  *            per-run mean, median of 5 launches (q_ms - graph_ms: the host launches'
  *            share, session 7).
@@ -276,8 +279,8 @@ int main(int argc, char **argv)
     const bool contiguous = getenv("CAIRN_BENCH_CONTIGUOUS") != NULL;
     if (!getenv("CAIRN_BENCH_VARIANTS"))
         copy_ceiling();
-    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule", "split",
-           "run", "item", "hd", "l2", "ft", "hw", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s",
+    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %2s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule",
+           "split", "run", "item", "hd", "l2", "ft", "hw", "fm", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s",
            "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
@@ -332,7 +335,7 @@ int main(int argc, char **argv)
          * and the default at variant 3; session 6 added 16-21; device run 19 had variants 0
          * and 1 in the other order, {0, 0, 4, 0, 0} first and last, before the default
          * became all heads.) */
-        static const int variants[][6] = {
+        static const int variants[][7] = {
             {0, 0, -1, 0, 0, 4}, {0, 0, 4, 0, 0},     {0, 0, 4, 1, 0},    {0, 0, -1, 1, 0},    {0, 0, 2, 1, 0},
             {0, 0, 1, 1, 0},    {0, 0, 0, 1, 0},     {0, 0, 0, 0, 0},    {512, 0, -1, 1, 0},  {512, 0, -1, 0, 0},
             {512, 0, 4, 1, 0},  {1024, 0, -1, 1, 0}, {1024, 0, -1, 0, 0}, {2048, 0, -1, 1, 0}, {2048, 0, -1, 0, 0},
@@ -341,6 +344,10 @@ int main(int argc, char **argv)
             /* session 7: warps per head (the 6th field; 2 or 4: the PV product's dims spread) */
             {0, 0, -1, 0, 0, 1}, {0, 0, 2, 0, 0, 4}, {0, 0, 1, 0, 0, 4}, {0, 0, 2, 0, 0, 2}, {0, 0, 1, 0, 0, 2},
             {1024, 0, 2, 0, 0, 4}, {1024, 0, 1, 0, 0, 4}, {0, 0, -1, 0, 0, 4},
+            /* session 7, cuda6: the default with the split merge fused into the decode kernel
+             * (the 7th field: 1), then the default (the merge kernel) again. Device run 23 had
+             * them the other way round (its 0 and 31 fused, 30 the merge kernel). */
+            {0, 0, -1, 0, 0, 4, 1}, {0, 0, -1, 0, 0, 4},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
@@ -366,7 +373,7 @@ int main(int argc, char **argv)
                 cuda__attn_set_split(a, vr[0], vr[0], 0);
             else
                 cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_AT);
-            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4], vr[5]});
+            cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4], vr[5], vr[6]});
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
                 fprintf(stderr, "plan failed\n");
@@ -417,9 +424,9 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %2d %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n", shape,
-                   i, vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4],
-                   plan.args.head_warps, iso, qd, dec, gq,
+            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %2d %2d %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n",
+                   shape, i, vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4],
+                   plan.args.head_warps, plan.args.fused_merge, iso, qd, dec, gq,
                    bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode, default tuning)" : i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {

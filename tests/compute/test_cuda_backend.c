@@ -520,33 +520,44 @@ static void run_attention_config(const attn_cfg_t *c)
     }
     /* 5. The decode tuning (splits per work item; blocks of all heads, of half of them or
      * of 4 warps; the L2 prefetch hint; the full tile against the one that skips rows 8-15;
-     * 2 or 4 warps per head sharing the PV product, where the shape has them: head_dim 128)
-     * changes no bit: the batched last
+     * 2 or 4 warps per head sharing the PV product, where the shape has them: head_dim 128;
+     * the split merge fused into the decode kernel, the 6th field 1, or the merge kernel's,
+     * 0, the default) changes no bit: the batched last
      * queries, the prefill call and every seventh query alone (CAIRN_TEST_SMALL: every
-     * 23rd; race: none), under each. */
+     * 23rd; race: none), under each. The output is overwritten with NaN before every
+     * decode call, so a merge that does not run (a fused merge counter not back at 0
+     * from the call before) fails. */
     const cuda_attn_tuning_t tunings[] = {
-        {1, 0, 0, 0, 0}, {2, 0, 1, 0, 0}, {4, 0, 0, 0, 0}, {1, -1, 0, 0, 0}, {2, -1, 1, 0, 0}, {4, -1, 1, 0, 0},
-        {1, 4, 1, 0, 0}, {2, 4, 0, 0, 0}, {0, 4, 0, 0, 0}, {0, 2, 1, 0, 0}, {0, -1, 0, 0, 0}, {1, 1, 0, 0, 0},
-        {0, 1, 1, 0, 0}, {4, 1, 0, 0, 0}, {0, 4, 0, 1, 0}, {1, 1, 0, 1, 0}, {2, -1, 0, 1, 0}, {0, 2, 0, 0, 2},
-        {2, 2, 0, 0, 4}, {1, 1, 0, 0, 2}, {0, 1, 0, 0, 4}, {4, 1, 0, 0, 2}, {0, -1, 0, 0, 4},
+        {1, 0, 0, 0, 0, 1}, {2, 0, 1, 0, 0, 1}, {4, 0, 0, 0, 0, 1}, {1, -1, 0, 0, 0, 1}, {2, -1, 1, 0, 0, 1},
+        {4, -1, 1, 0, 0, 1}, {1, 4, 1, 0, 0, 1}, {2, 4, 0, 0, 0, 1}, {0, 4, 0, 0, 0, 1}, {0, 2, 1, 0, 0, 1},
+        {0, -1, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 1}, {0, 1, 1, 0, 0, 1}, {4, 1, 0, 0, 0, 1}, {0, 4, 0, 1, 0, 1},
+        {1, 1, 0, 1, 0, 1}, {2, -1, 0, 1, 0, 1}, {0, 2, 0, 0, 2, 1}, {2, 2, 0, 0, 4, 1}, {1, 1, 0, 0, 2, 1},
+        {0, 1, 0, 0, 4, 1}, {4, 1, 0, 0, 2, 1}, {0, -1, 0, 0, 4, 1},
+        /* the merge kernel (fused_merge 0, the default) */
+        {0, -1, 0, 0, 4, 0}, {1, 0, 0, 0, 0, 0}, {2, 4, 1, 0, 0, 0}, {1, 1, 0, 1, 0, 0},
     };
     const int every = race ? nq : small ? 23 : 7;
+    float *nan_out = malloc((size_t)nq * q_dim * 4);
+    for (size_t i = 0; i < (size_t)nq * q_dim; i++)
+        nan_out[i] = NAN;
     for (size_t ti = 0; ti < CAIRN_ARRAY_LEN(tunings); ti++) {
         const cuda_attn_tuning_t *t = &tunings[ti];
         cuda__attn_set_tuning(a, t);
+        assert_int_equal(compute_buffer_write(gpu, &dout, 0, nan_out, (size_t)nq * q_dim * 4), 0);
         compute_attention(gpu, a, 0, last, 3);
         down(&dout, got, (size_t)nq * q_dim * 4);
         for (int s = 0; s < 3; s++) {
             size_t r = (size_t)(qs[s] + qn[s] - 1);
             if (memcmp(got + r * q_dim, pre + r * q_dim, (size_t)q_dim * 4))
-                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d)", s, ti,
-                         t->run, t->heads, t->l2_prefetch);
+                fail_msg("batched decode of sequence %d differs under tuning %zu (run %d heads %d l2 %d fused %d)", s,
+                         ti, t->run, t->heads, t->l2_prefetch, t->fused_merge);
         }
         compute_attention(gpu, a, 0, aq, nq);
         down(&dout, got, (size_t)nq * q_dim * 4);
         if (memcmp(got, pre, (size_t)nq * q_dim * 4))
             fail_msg("the prefill call differs under tuning %zu (l2 %d)", ti, t->l2_prefetch);
         for (int r = 0; r < nq; r += every) {
+            assert_int_equal(compute_buffer_write(gpu, &dout, 0, nan_out, (size_t)nq * q_dim * 4), 0);
             compute_attention(gpu, a, 0, &aq[r], 1);
             down(&dout, got, (size_t)nq * q_dim * 4);
             if (memcmp(got + (size_t)r * q_dim, pre + (size_t)r * q_dim, (size_t)q_dim * 4))
@@ -554,6 +565,7 @@ static void run_attention_config(const attn_cfg_t *c)
                          ti, t->run, t->heads, t->l2_prefetch);
         }
     }
+    free(nan_out);
     cuda__attn_set_tuning(a, NULL);
     compute_attn_destroy(gpu, a);
     compute_buffer_free(gpu, &dk);

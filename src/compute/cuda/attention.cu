@@ -10,7 +10,10 @@
  * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
  * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
- * in split order. K/V chunks are staged through shared memory by cp.async (three stages).
+ * in split order; with a.fused_merge (a tuning, off by default: 3-5% slower in device run
+ * 23), in a call of decode rows only, the decode kernel's last block of each (row, K/V head
+ * group) does that itself instead (merge_last: the same fold, the same bits). K/V chunks
+ * are staged through shared memory by cp.async (three stages).
  * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
  * own item (a run of consecutive splits of one sequence; the warps of a block are
  * consecutive K/V heads); HEADS, blocks of a.heads consecutive K/V heads (all of them, or
@@ -458,6 +461,39 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
         merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, w % a.n_heads, lane);
 }
 
+/*
+ * The fused merge, at the end of a decode block (a.fused_merge): the block has stored the
+ * partials of its splits of row it.row0 for K/V heads [kv0, kv0 + n_kv); the last of the
+ * row's n_items blocks of those heads to finish merges the row's query heads of them, one
+ * warp per (row, head) at a time, with merge_row_head (the merge kernel's fold: the same
+ * splits in the same order, the same operations, so the same bits). The ticket: every
+ * thread fences its partial stores, then one atomicInc per block on the (row, kv0) counter,
+ * which wraps to 0 at the last one (so it is 0 again for the next call, also in a replayed
+ * CUDA graph); the last block fences again before it reads (the reads go through the L2:
+ * __ldcg). A row of one work item needs no ticket: its block is the only one.
+ */
+template <int HD> __device__ __forceinline__ void merge_last(const cuda_attn_args_t &a, int row_idx, int kv0, int n_kv)
+{
+    const cuda_attn_row_t row = a.rows[row_idx];
+    bool last = true;
+    if (row.n_items > 1) {
+        __threadfence();
+        bool mine = false;
+        if (threadIdx.x == 0)
+            mine = atomicInc(reinterpret_cast<unsigned *>(a.tickets + (size_t)row_idx * a.n_kv_heads + kv0),
+                             (unsigned)row.n_items - 1) == (unsigned)row.n_items - 1;
+        last = __syncthreads_or(mine);
+        if (!last)
+            return;
+        __threadfence();
+    } else {
+        __syncthreads(); /* the other warps' partial stores are visible in the block */
+    }
+    const int nw = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32, G = a.group_size;
+    for (int h = kv0 * G + w; h < (kv0 + n_kv) * G; h += nw)
+        merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, h, lane);
+}
+
 /* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
 enum Mode { DECODE, PREFILL, HEADS };
 
@@ -634,6 +670,9 @@ __global__ void __launch_bounds__(W > 1 ? 32 * CUDA_ATTN_HEAD_WARPS_MAX(W) : mod
     }
     cp_wait<0>();
     store(split);
+    if constexpr (MODE != PREFILL)
+        if (a.fused_merge)
+            merge_last<HD>(a, it.row0, MODE == HEADS ? head0 : head - warp, MODE == HEADS ? a.heads : blockDim.x / 32);
 }
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }

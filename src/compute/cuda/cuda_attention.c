@@ -12,12 +12,13 @@
  * `heads` K/V heads, or one warp), a group of several rows (prefill) one item per split
  * and per run of at most 4 * tokens_per_warp rows of one split size (one block each).
  * Everything is written into one pinned slot and copied to the device in one transfer,
- * then the decode kernel, the prefill kernel and the merge run.
+ * then the decode kernel, the prefill kernel and the merge run (tuning fused_merge, in a
+ * call of decode rows only: the decode kernel merges, no merge kernel).
  *
  * Invariant: the split size is cuda_attn_split_for(pos) in both modes (see
  * cuda_backend.h; with CAIRN_CUDA_LONG_SPLITS=0 the short split at every position), so a
  * row's splits, and therefore its bits, depend on its own position only; the tuning (run,
- * heads per block, L2 prefetch, full tile) changes no bit.
+ * heads per block, L2 prefetch, full tile, separate or fused merge) changes no bit.
  * Thread-safety: one thread at a time per backend object.
  */
 #include <limits.h>
@@ -109,7 +110,7 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
         t = &def;
     CAIRN_ASSERT(t->run >= 0 && (t->run & (t->run - 1)) == 0 && (t->l2_prefetch == 0 || t->l2_prefetch == 1) &&
                  (t->full_tile == 0 || t->full_tile == 1) && t->head_warps >= 0 && t->head_warps <= 4 &&
-                 t->head_warps != 3);
+                 t->head_warps != 3 && (t->fused_merge == 0 || t->fused_merge == 1));
     a->tune = *t;
     const int n_kv = a->p.n_kv_heads;
     int h = t->heads < 0 ? n_kv : t->heads;
@@ -315,8 +316,10 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         if (cnt == 1) {
             const int end = rows[f].s_first + rows[f].n_splits, S = split_of(a, q[f].pos);
             const int r = split_run < CUDA_ATTN_MAX_SPLIT / S ? split_run : CUDA_ATTN_MAX_SPLIT / S;
-            for (int s = rows[f].s_first; s < end; s += r)
+            for (int s = rows[f].s_first; s < end; s += r) {
                 dec[di++] = (cuda_attn_item_t){f, 1, s, q[f].pos, q[f].pos, end - s < r ? end - s : r, S, 0};
+                rows[f].n_items++;
+            }
         } else {
             for (int j = f, je; j < f + cnt; j = je) {
                 je = run_end(a, q, j, f + cnt, T);
@@ -337,6 +340,17 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     const size_t rec_bytes = n_records * (size_t)a->p.n_heads * CUDA_ATTN_REC(a->p.head_dim) * sizeof(float);
     if (!d || !cuda__grow(b, (void **)&b->partials, &b->partials_cap, rec_bytes))
         return false;
+    /* The fused merge (tuning fused_merge; decode rows only): its counters, zeroed when
+     * (re)allocated. */
+    const bool fused = a->tune.fused_merge && n_pre == 0;
+    if (fused) {
+        const size_t t_bytes = (size_t)n * a->p.n_kv_heads * sizeof(int), had = b->tickets_cap;
+        if (!cuda__grow(b, (void **)&b->tickets, &b->tickets_cap, t_bytes))
+            return false;
+        if (b->tickets_cap != had &&
+            !cuda__check(b, cudaMemsetAsync(b->tickets, 0, b->tickets_cap, b->stream), "zeroing the merge counters"))
+            return false;
+    }
 
     plan->args = (cuda_attn_args_t){
         .rows = (const cuda_attn_row_t *)d,
@@ -360,6 +374,8 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .l2_prefetch = a->tune.l2_prefetch,
         .full_tile = a->tune.full_tile,
         .head_warps = nh && dec_k[0] * (size_t)(a->p.n_kv_heads / nh) < (size_t)b->sm_count ? head_warps(a, nh) : 1,
+        .fused_merge = fused,
+        .tickets = fused ? b->tickets : NULL,
     };
     plan->items_pre = (const cuda_attn_item_t *)(d + off_pre);
     plan->n_dec = (int)n_dec;
@@ -380,7 +396,8 @@ void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan)
         !cuda__check(b, cuda_attn_prefill(&args, plan->head_dim, plan->n_pre, b->stream),
                      "the prefill attention kernel"))
         return;
-    cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
+    if (!args.fused_merge)
+        cuda__check(b, cuda_attn_merge(&args, plan->head_dim, b->stream), "the attention merge kernel");
 }
 
 void cuda__attention(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n)

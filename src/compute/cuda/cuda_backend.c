@@ -394,6 +394,8 @@ static void cuda_destroy(compute_backend_t *be)
         cudaFree(b->xbf);
     if (b->partials)
         cudaFree(b->partials);
+    if (b->tickets)
+        cudaFree(b->tickets);
     for (int i = 0; i < CUDA_SLOTS; i++) {
         if (b->slots[i].host)
             cudaFreeHost(b->slots[i].host);

@@ -83,6 +83,8 @@ struct cuda_backend {
     cuda_gemm_cache_t *gemm;
     float *partials;             /* device attention split partials */
     size_t partials_cap;
+    int *tickets;                /* device: the fused merge's counters (cuda_attn_args_t), all 0 between calls */
+    size_t tickets_cap;          /* bytes */
     cuda_kv_storage_t kvs;
     char numerics[64];
 };
@@ -141,6 +143,10 @@ typedef struct {
     int head_warps;  /* decode blocks of heads: warps per K/V head (0 or 1: one; 2 or 4: the PV
                       * product's output dims spread over them, two blocks per SM at <= 128
                       * registers); 1 where cuda_attn_head_warps_ok refuses the call's blocks */
+    int fused_merge; /* 1: in a call of decode rows only, the decode kernel's last block per (row, K/V
+                      * head group) merges the splits (no merge kernel; the same bits); 0: the merge
+                      * kernel (device run 23: the fused merge was 3-5% slower, its merges run in the
+                      * kernel's tail, 8 warps per row instead of one warp per (row, head)) */
 } cuda_attn_tuning_t;
 /* The default tuning (no bit changes): decode blocks of all K/V heads, fewer (down to one)
  * when the batch does not fill the device, no L2 hint, the decode tile that skips its
@@ -150,7 +156,10 @@ typedef struct {
 /* Session 7 (device runs 21-22): 4 warps per head where a call's blocks of single splits
  * are fewer than the SMs: 1 x 32K 0.83 -> 1.24 TB/s, 1 x 8K 0.21 -> 0.32, other shapes
  * unchanged (the same blocks). */
-#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0, 4})
+/* Session 7 (branch cuda6): the fused merge stays off (device run 23, queued, fused against
+ * the merge kernel: 32 x 4K 0.1460 / 0.1394 ms, 64 x 8K 0.5210 / 0.5071, 8 x 32K 0.2658 /
+ * 0.2549). */
+#define CUDA_ATTN_TUNING_DEFAULT ((cuda_attn_tuning_t){0, -1, 0, 0, 4, 0})
 /* Sets the tuning; NULL: the default. */
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t);
 int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute_attn_t **out);

@@ -51,7 +51,8 @@ typedef struct {
     int s_first;      /* first split holding a visible key */
     int n_splits;     /* splits [s_first, s_first + n_splits) */
     int part;         /* partial record of (row, split s, head h): (part + s - s_first) * n_heads + h */
-    int pad;
+    int n_items;      /* decode rows: the work items holding its splits (the blocks of one K/V head group
+                       * the fused merge counts); 0 for prefill rows */
 } cuda_attn_row_t;
 
 /* The K/V of one sequence (adjacent query rows with one accessor): blocks of `block`
@@ -101,6 +102,11 @@ typedef struct {
     int head_warps;           /* decode blocks of heads: warps per K/V head (0 or 1: one; 2 or 4: each computes
                                * 1/head_warps of the PV product's output dims; cuda_attn_head_warps_ok; no bit
                                * changes) */
+    int fused_merge;          /* decode only (no prefill items in the call): the last block of each (row,
+                               * block's K/V heads) to store its partials merges them (merge_row_head, the
+                               * same fold as the merge kernel: the same bits); no merge kernel runs */
+    int *tickets;             /* fused_merge: [n_rows * n_kv_heads] per (row, first K/V head of a block) the
+                               * blocks done so far; all 0 between calls (the last block resets its own) */
 } cuda_attn_args_t;
 
 /* Floats per partial record: the accumulator, m and l, padded to 16 bytes. */
@@ -144,10 +150,11 @@ static inline int cuda_attn_head_warps_ok(int w, int nh, int hd, int group_size)
 }
 
 /* The decode kernel (a.heads = h: blocks of h K/V heads of one work item; 0: one
- * work item per warp, the warps of a block consecutive K/V heads), the prefill kernel (one
- * item of up to 4 * tokens_per_warp rows per block, the warps sharing each K/V chunk), and
- * the merge of every row's splits into its output (a programmatic dependent launch: it
- * must directly follow the attention kernels on the stream). */
+ * work item per warp, the warps of a block consecutive K/V heads; a.fused_merge: it also
+ * merges each row's splits), the prefill kernel (one item of up to 4 * tokens_per_warp
+ * rows per block, the warps sharing each K/V chunk), and the merge of every row's splits
+ * into its output (a programmatic dependent launch: it must directly follow the attention
+ * kernels on the stream; not run after a fused decode kernel). */
 int cuda_attn_decode(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_prefill(const cuda_attn_args_t *a, int head_dim, int n_items, cudaStream_t s);
 int cuda_attn_merge(const cuda_attn_args_t *a, int head_dim, cudaStream_t s);
