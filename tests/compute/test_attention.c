@@ -590,6 +590,44 @@ static void test_attention_window_scale_softcap(void **state)
 }
 
 /*
+ * The queries of p that have storage (a query's own K/V is always stored: those outside
+ * [null_lo, null_hi)), each run alone in every available implementation and then all at
+ * once on tp: every result the same bits (with check_ref, the first also within the
+ * reference's tolerance of the double-precision reference).
+ */
+static void null_runs_agree(problem_t *p, cairn_thread_pool_t *tp, const attn_math_t *math, bool check_ref)
+{
+    int *pos = malloc((size_t)p->n_pos * sizeof(int)), n = 0;
+    for (int i = 0; i < p->n_pos; i++)
+        if (i < p->st.null_lo || i >= p->st.null_hi)
+            pos[n++] = i;
+    const size_t bytes = (size_t)p->n_pos * p->n_heads * p->hd * sizeof(float);
+    float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
+    for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
+        if (!kern_impl_available(impls[ii]))
+            continue;
+        assert_int_equal(kern_set_impl(impls[ii]), 0);
+        for (int i = 0; i < n; i++)
+            run_attn_math(p, NULL, &pos[i], 1, alone, math);
+        if (!first) {
+            if (check_ref)
+                check_reference_math(p, alone, math);
+            first = malloc(bytes);
+            memcpy(first, alone, bytes);
+        } else {
+            assert_memory_equal(alone, first, bytes);
+        }
+        memcpy(out, first, bytes);
+        run_attn_math(p, tp, pos, n, out, math);
+        assert_memory_equal(out, first, bytes);
+    }
+    free(alone);
+    free(first);
+    free(out);
+    free(pos);
+}
+
+/*
  * A run of positions without storage (the accessor returns NULL rows: a null block of a
  * block table) is skipped: the result is the reference over the other positions, the
  * same in every implementation, tile and thread count. The former attention asserted on
@@ -610,34 +648,7 @@ static void test_attention_null_blocks(void **state)
             p.st.run = 16;
             p.st.null_lo = ranges[ri][0];
             p.st.null_hi = ranges[ri][1];
-            /* The queries that have storage (a query's own K/V is always stored). */
-            int *pos = malloc((size_t)p.n_pos * sizeof(int)), n = 0;
-            for (int i = 0; i < p.n_pos; i++)
-                if (i < p.st.null_lo || i >= p.st.null_hi)
-                    pos[n++] = i;
-            const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
-            float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
-            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
-                if (!kern_impl_available(impls[ii]))
-                    continue;
-                assert_int_equal(kern_set_impl(impls[ii]), 0);
-                for (int i = 0; i < n; i++)
-                    run_attn_math(&p, NULL, &pos[i], 1, alone, &maths[mi]);
-                if (!first) {
-                    check_reference_math(&p, alone, &maths[mi]);
-                    first = malloc(bytes);
-                    memcpy(first, alone, bytes);
-                } else {
-                    assert_memory_equal(alone, first, bytes);
-                }
-                memcpy(out, first, bytes);
-                run_attn_math(&p, tp3, pos, n, out, &maths[mi]);
-                assert_memory_equal(out, first, bytes);
-            }
-            free(alone);
-            free(first);
-            free(out);
-            free(pos);
+            null_runs_agree(&p, tp3, &maths[mi], true);
             problem_fini(&p);
         }
     cairn_thread_pool_destroy(tp3);
@@ -949,32 +960,7 @@ static void test_attention_pair_masks(void **state)
             p.st.run = 16;
             p.st.null_lo = ranges[ri][0];
             p.st.null_hi = ranges[ri][1];
-            int *pos = malloc((size_t)p.n_pos * sizeof(int)), n = 0;
-            for (int i = 0; i < p.n_pos; i++)
-                if (i < p.st.null_lo || i >= p.st.null_hi)
-                    pos[n++] = i;
-            const size_t bytes = (size_t)p.n_pos * p.n_heads * p.hd * sizeof(float);
-            float *alone = calloc(1, bytes), *first = NULL, *out = calloc(1, bytes);
-            for (size_t ii = 0; ii < CAIRN_ARRAY_LEN(impls); ii++) {
-                if (!kern_impl_available(impls[ii]))
-                    continue;
-                assert_int_equal(kern_set_impl(impls[ii]), 0);
-                for (int i = 0; i < n; i++)
-                    run_attn_math(&p, NULL, &pos[i], 1, alone, &maths[mi]);
-                if (!first) {
-                    first = malloc(bytes);
-                    memcpy(first, alone, bytes);
-                } else {
-                    assert_memory_equal(alone, first, bytes);
-                }
-                memcpy(out, first, bytes);
-                run_attn_math(&p, tp3, pos, n, out, &maths[mi]);
-                assert_memory_equal(out, first, bytes);
-            }
-            free(alone);
-            free(first);
-            free(out);
-            free(pos);
+            null_runs_agree(&p, tp3, &maths[mi], false);
             problem_fini(&p);
         }
     kern__attn_pair_set(0);
