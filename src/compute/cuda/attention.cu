@@ -10,9 +10,10 @@
  * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
  * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
- * in split order; with a.fused_merge (a tuning, off by default: 3-5% slower in device run
- * 23), in a call of decode rows only, the decode kernel's last block of each (row, K/V head
- * group) does that itself instead (merge_last: the same fold, the same bits). K/V chunks
+ * in split order; with a.fused_merge (a tuning, off by default: 0.5-2.4% slower in device
+ * run 24), in a call of decode rows only, the decode kernel's last block of each (row, K/V
+ * head group) does that itself with all its threads instead (merge_last, merge_block: the
+ * same fold per element, merge_step, so the same bits). K/V chunks
  * are staged through shared memory by cp.async (three stages).
  * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
  * own item (a run of consecutive splits of one sequence; the warps of a block are

@@ -166,12 +166,24 @@ static int heads_per_sm(int nh, int w, int hd)
     return n < 1 ? 1 : n;
 }
 
-/* Decode block slots of the device for blocks of nh heads: as many as its SMs hold at
- * once, of which 7/8 is enough (one wave of long items beat two waves of short ones in
- * device run 7b). */
-static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
+/* Warps per head the call's decode blocks of nh heads run: the tuning's (head_warps) where
+ * its blocks of single splits (n_single = single-split items * n_kv_heads / nh) are fewer
+ * than the SMs, one otherwise (cuda__attn_plan sets the kernel's head_warps so). */
+static int call_warps(const cuda_backend_t *b, const compute_attn_t *a, int nh, size_t n_single)
 {
-    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, head_warps(a, nh), a->p.head_dim);
+    return n_single < (size_t)b->sm_count ? head_warps(a, nh) : 1;
+}
+
+/* Decode block slots of the device for blocks of nh heads of a call with n_single blocks
+ * of single splits: as many as its SMs hold at once (with the warps per head the call
+ * runs: session 8; before, those of the tuning even where the call then ran one warp per
+ * head, so at 32 x 3K (96 items of 1024 keys) blocks of 2 heads seemed to fill the device
+ * at 231 slots when they hold 462: 256 blocks of 2 warps, 2.57 TB/s, against 3.35 with
+ * 768 blocks of one head, device run 24), of which 7/8 is enough (one wave of long items
+ * beat two waves of short ones in device run 7b). */
+static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh, size_t n_single)
+{
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, call_warps(b, a, nh, n_single), a->p.head_dim);
     return n - n / 8;
 }
 
@@ -185,7 +197,7 @@ static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, int nh, co
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
     const size_t per_item = (size_t)(a->p.n_kv_heads / (nh ? nh : wpc));
-    const size_t slots = nh ? heads_slots(b, a, nh) : (size_t)b->sm_count * 2;
+    const size_t slots = nh ? heads_slots(b, a, nh, items[0] * per_item) : (size_t)b->sm_count * 2;
     for (int k = n_k - 1; k > 0; k--)
         if (items[k] * per_item >= slots)
             return 1 << k;
@@ -273,7 +285,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     int nh = a->tune.heads;
     if (nh && !a->tune.run) {
         int h = nh;
-        while (h > 1 && (a->p.n_kv_heads % h || dec_k[0] * (size_t)(a->p.n_kv_heads / h) < heads_slots(b, a, h)))
+        while (h > 1 && (a->p.n_kv_heads % h ||
+                         dec_k[0] * (size_t)(a->p.n_kv_heads / h) <
+                             heads_slots(b, a, h, dec_k[0] * (size_t)(a->p.n_kv_heads / h))))
             h--;
         nh = h;
     }
@@ -383,7 +397,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .heads = nh,
         .l2_prefetch = a->tune.l2_prefetch,
         .full_tile = a->tune.full_tile,
-        .head_warps = nh && dec_k[0] * (size_t)(a->p.n_kv_heads / nh) < (size_t)b->sm_count ? head_warps(a, nh) : 1,
+        .head_warps = nh ? call_warps(b, a, nh, dec_k[0] * (size_t)(a->p.n_kv_heads / nh)) : 1,
         .fused_merge = fused,
         .tickets = fused ? b->tickets : NULL,
     };

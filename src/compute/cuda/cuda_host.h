@@ -147,9 +147,10 @@ typedef struct {
                       * product's output dims spread over them, two blocks per SM at <= 128
                       * registers); 1 where cuda_attn_head_warps_ok refuses the call's blocks */
     int fused_merge; /* 1: in a call of decode rows only, the decode kernel's last block per (row, K/V
-                      * head group) merges the splits (no merge kernel; the same bits); 0: the merge
-                      * kernel (device run 23: the fused merge was 3-5% slower, its merges run in the
-                      * kernel's tail, 8 warps per row instead of one warp per (row, head)) */
+                      * head group) merges the splits with all its threads (no merge kernel; the same
+                      * bits); 0: the merge kernel (device run 23: session 7's fused merge, one warp per
+                      * (row, head) at a time, was 3-5% slower; run 24, all threads: 0.5-2.4% slower,
+                      * its merges still in the kernel's tail, on one SM per row) */
 } cuda_attn_tuning_t;
 /* The default tuning (no bit changes): decode blocks of all K/V heads, fewer (down to one)
  * when the batch does not fill the device, no L2 hint, the decode tile that skips its
