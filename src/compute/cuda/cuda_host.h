@@ -88,6 +88,7 @@ struct cuda_backend {
     int *tickets;                /* device: the fused merge's counters (cuda_attn_args_t), all 0 between calls */
     size_t tickets_cap;          /* bytes */
     cuda_kv_storage_t kvs;
+    struct cuda_prof *prof;      /* CAIRN_CUDA_PROFILE=1: per-op GPU and host time (cuda_backend.c); NULL: off */
     char numerics[64];
 };
 
