@@ -51,6 +51,8 @@ struct cuda_prof {
     bool failed;       /* an event call failed: the profile stops (reported) */
 };
 
+/* Opens the bracket of one op of the given kind (PK_*): its start event on the stream and
+ * the host clock; grows the event pool as needed (a failure stops the profile). */
 static void prof_begin(cuda_backend_t *b, int kind)
 {
     struct cuda_prof *p = b->prof;
@@ -86,6 +88,7 @@ static void prof_begin(cuda_backend_t *b, int kind)
         p->t_first = p->t_open;
 }
 
+/* Closes the open bracket: its end event, the op's host time and call count. */
 static void prof_end(cuda_backend_t *b)
 {
     struct cuda_prof *p = b->prof;
@@ -133,6 +136,7 @@ static cudaError_t prof_sync(cuda_backend_t *b)
     return e;
 }
 
+/* Logs the totals (INFO; WARN when an event call failed). */
 static void prof_report(cuda_backend_t *b)
 {
     struct cuda_prof *p = b->prof;
@@ -155,6 +159,7 @@ static void prof_report(cuda_backend_t *b)
                       p->calls[k], p->gpu[k] * 1e3, p->host[k] * 1e3);
 }
 
+/* Destroys the events and frees the profile. */
 static void prof_free(cuda_backend_t *b)
 {
     struct cuda_prof *p = b->prof;
