@@ -7,8 +7,9 @@
  *   bench_cuda_attention [B:CTX ...]     default 32:4096 64:8192 8:32768
  *
  * Per shape and per variant (split rule: `inv` is the batch-invariant mode's, 512 keys
- * below position 4096 and 2048 from there, the others one fixed split for every row, as a
- * mode fitted to the batch would choose; `split` is the one this shape's rows get; the
+ * below position 2048, 1024 below 4096 and 2048 from there (numerics revision 3, session
+ * 8), `r2` revision 2's (512 below 4096, 2048 from there: sessions 5-7), `one` one fixed
+ * split for every row, as a mode fitted to the batch would choose; `split` is the one this shape's rows get; the
  * tuning: decode splits per work item, `run`, 0 = the backend's choice; `hd` K/V heads per
  * decode block (0: blocks of 4 warps each streaming its own head); `l2` 1: the copies'
  * L2 prefetch hint of 256 bytes; `ft` 1: the full tile, the decode softmax also over the
@@ -26,6 +27,7 @@
  *   dec_ms   the same with the decode kernel alone (no merge kernel): q_ms - dec_ms is
  *            the merge kernel's share (where `fm` is 1, the fused merge of session 7, the
  *            decode kernel merges itself: dec_ms = q_ms but for the host's work);
+ *   mrg_ms   the merge kernel alone, queued the same way (session 8; 0 where `fm` is 1);
  *   graph_ms with CAIRN_BENCH_GRAPH=1 (else 0): the 20 runs captured in one CUDA graph,
  *            per-run mean, median of 5 launches (q_ms - graph_ms: the host launches'
  *            share, session 7).
@@ -127,27 +129,35 @@ static void fill(void *d, size_t n)
     free(h);
 }
 
-static void run_decode_only(cuda_backend_t *b, const cuda_attn_plan_t *plan)
+/* What time_queued runs: the call's kernels, the decode kernel alone, the merge kernel alone. */
+enum { RUN_ALL, RUN_DECODE, RUN_MERGE };
+
+static void run_part(cuda_backend_t *b, const cuda_attn_plan_t *plan, int what)
 {
-    if (cuda_attn_decode(&plan->args, plan->head_dim, plan->n_dec, b->stream)) {
-        fprintf(stderr, "decode kernel launch failed\n");
+    if (what == RUN_ALL) {
+        cuda__attn_run(b, plan);
+        return;
+    }
+    if (what == RUN_DECODE ? cuda_attn_decode(&plan->args, plan->head_dim, plan->n_dec, b->stream)
+                           : cuda_attn_merge(&plan->args, plan->head_dim, b->stream)) {
+        fprintf(stderr, "%s kernel launch failed\n", what == RUN_DECODE ? "decode" : "merge");
         exit(1);
     }
 }
 
 /* Median over 5 batches of the per-run mean of `reps` runs queued back to back. */
-static float time_queued(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps, bool decode_only)
+static float time_queued(cuda_backend_t *b, const cuda_attn_plan_t *plan, int reps, int what)
 {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     float ms[5];
     for (int i = 0; i < 3; i++)
-        decode_only ? run_decode_only(b, plan) : cuda__attn_run(b, plan);
+        run_part(b, plan, what);
     for (int k = 0; k < 5; k++) {
         CK(cudaEventRecord(e0, b->stream));
         for (int i = 0; i < reps; i++)
-            decode_only ? run_decode_only(b, plan) : cuda__attn_run(b, plan);
+            run_part(b, plan, what);
         CK(cudaEventRecord(e1, b->stream));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms[k], e0, e1));
@@ -279,9 +289,9 @@ int main(int argc, char **argv)
     const bool contiguous = getenv("CAIRN_BENCH_CONTIGUOUS") != NULL;
     if (!getenv("CAIRN_BENCH_VARIANTS"))
         copy_ceiling();
-    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %2s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule",
-           "split", "run", "item", "hd", "l2", "ft", "hw", "fm", "iso_ms", "q_ms", "dec_ms", "graph_ms", "iso_TB/s", "q_TB/s",
-           "op_ms");
+    printf("%-10s %2s %-4s %5s %4s %4s %3s %2s %2s %2s %2s %9s %9s %9s %9s %9s %8s %8s %9s\n", "shape", "v", "rule",
+           "split", "run", "item", "hd", "l2", "ft", "hw", "fm", "iso_ms", "q_ms", "dec_ms", "mrg_ms", "graph_ms",
+           "iso_TB/s", "q_TB/s", "op_ms");
     char summary[16][160];
     for (int si = 0; si < n_shapes; si++) {
         int B = 0, ctx = 0;
@@ -348,6 +358,10 @@ int main(int argc, char **argv)
              * (the 7th field: 1), then the default (the merge kernel) again. Device run 23 had
              * them the other way round (its 0 and 31 fused, 30 the merge kernel). */
             {0, 0, -1, 0, 0, 4, 1}, {0, 0, -1, 0, 0, 4},
+            /* session 8 (cuda7): numerics revision 2's rule (512 keys below position 4096, 2048
+             * from there: the default of sessions 5-7) with the default tuning, then fused
+             * (the merge by the last block's threads since session 8: variant 30 too) */
+            {-1, 0, -1, 0, 0, 4}, {-1, 0, -1, 0, 0, 4, 1},
         };
         const int n_var = (int)(sizeof(variants) / sizeof(variants[0]));
         const size_t out_bytes = (size_t)B * NH * HD * 4;
@@ -368,11 +382,16 @@ int main(int argc, char **argv)
                     continue;
             }
             const int *vr = variants[i];
-            const int split = vr[0] ? vr[0] : cuda_attn_split_for(ctx - 1);
-            if (vr[0])
-                cuda__attn_set_split(a, vr[0], vr[0], 0);
+            /* vr[0]: 0 the invariant rule (numerics revision 3), -1 revision 2's (512 keys
+             * below position 4096, 2048 from there), > 0 one split for every row */
+            const int split = vr[0] > 0 ? vr[0] : vr[0] < 0 ? (ctx - 1 < 4096 ? 512 : 2048) : cuda_attn_split_for(ctx - 1);
+            if (vr[0] > 0)
+                cuda__attn_set_split(a, vr[0], vr[0], vr[0], 0, 0);
+            else if (vr[0] < 0)
+                cuda__attn_set_split(a, 512, 512, 2048, 4096, 4096);
             else
-                cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_AT);
+                cuda__attn_set_split(a, CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_MID, CUDA_ATTN_SPLIT_LONG,
+                                     CUDA_ATTN_SPLIT_MID_AT, CUDA_ATTN_SPLIT_AT);
             cuda__attn_set_tuning(a, &(cuda_attn_tuning_t){vr[1], vr[2], vr[3], vr[4], vr[5], vr[6]});
             cuda_attn_plan_t plan;
             if (!cuda__attn_plan(b, a, 0, q, B, &plan)) {
@@ -381,8 +400,10 @@ int main(int argc, char **argv)
             }
             CK(cudaMemsetAsync(dout, 0xff, out_bytes, b->stream)); /* NaN: every element must be written */
             float iso = time_plan(b, &plan, reps);
-            float qd = time_queued(b, &plan, reps, false);
-            float dec = time_queued(b, &plan, reps, true);
+            float qd = time_queued(b, &plan, reps, RUN_ALL);
+            float dec = time_queued(b, &plan, reps, RUN_DECODE);
+            /* the merge kernel alone (after the decode kernel's partials are there) */
+            float mrg = plan.args.fused_merge ? 0.0f : time_queued(b, &plan, reps, RUN_MERGE);
             const float gq = getenv("CAIRN_BENCH_GRAPH") ? time_graph(b, &plan, reps) : 0.0f;
             CK(cudaStreamSynchronize(b->stream));
             CK(cudaMemcpy(got, dout, out_bytes, cudaMemcpyDeviceToHost));
@@ -424,9 +445,9 @@ int main(int argc, char **argv)
             }
             char shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", B, ctx);
-            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %2d %2d %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n",
-                   shape, i, vr[0] ? "one" : "inv", split, vr[1], plan.n_dec, plan.args.heads, vr[3], vr[4],
-                   plan.args.head_warps, plan.args.fused_merge, iso, qd, dec, gq,
+            printf("%-10s %2d %-4s %5d %4d %4d %3d %2d %2d %2d %2d %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f%s\n",
+                   shape, i, vr[0] > 0 ? "one" : vr[0] < 0 ? "r2" : "inv", split, vr[1], plan.n_dec, plan.args.heads,
+                   vr[3], vr[4], plan.args.head_warps, plan.args.fused_merge, iso, qd, dec, mrg, gq,
                    bytes / (iso * 1e-3) / 1e12, bytes / (qd * 1e-3) / 1e12, opm,
                    invariant ? "   (invariant mode, default tuning)" : i + 1 == n_var ? "   (the first again)" : "");
             if (qd < best) {

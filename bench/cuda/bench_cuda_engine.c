@@ -3,6 +3,7 @@
  * (a synth model: `cairn synth DIR --preset qwen3-0.6b`, or the 8B shape).
  *
  *   bench_cuda_engine MODEL_DIR CACHE_DIR [--ttft-tokens N] [--decode-steps N] [--skip-ttft]
+ *                     [--skip-decode] [--skip-restore]
  *
  * 1. Decode tok/s at batch 1, 8 and 64: each sequence gets a 256-token prompt (prefilled
  *    first, not timed), then `decode-steps` (default 64) steps of one token for every
@@ -16,6 +17,10 @@
  *    block and computes the last token). The restored run's logits must equal the cold
  *    run's (memcmp) in the invariant mode; the bench says whether they do.
  * Mode: CAIRN_CUDA_INVARIANT (default 1); run once per mode to publish its cost.
+ * --skip-decode, --skip-restore (session 8): only the TTFT parts asked for; with
+ * CAIRN_CUDA_PROFILE=1 each engine's backend logs its GPU time per kind of op, the GPU's
+ * idle time between ops and the host's time blocked in syncs when it is destroyed (the
+ * cold + prefix-hit engine first: where a TTFT's time goes).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,11 +151,12 @@ int main(int argc, char **argv)
 {
     cairn_log_set_handler(log_stderr, NULL);
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_cuda_engine MODEL_DIR CACHE_DIR [--ttft-tokens N] [--decode-steps N] [--skip-ttft]\n");
+        fprintf(stderr, "usage: bench_cuda_engine MODEL_DIR CACHE_DIR [--ttft-tokens N] [--decode-steps N] [--skip-ttft] "
+                        "[--skip-decode] [--skip-restore]\n");
         return 2;
     }
     int n_ttft = 16384, steps = 64;
-    bool skip_ttft = false;
+    bool skip_ttft = false, skip_decode = false, skip_restore = false;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--ttft-tokens") && i + 1 < argc)
             n_ttft = atoi(argv[++i]);
@@ -158,6 +164,10 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--skip-ttft"))
             skip_ttft = true;
+        else if (!strcmp(argv[i], "--skip-decode"))
+            skip_decode = true;
+        else if (!strcmp(argv[i], "--skip-restore"))
+            skip_restore = true;
     }
     char err[512] = "";
     double t0 = now();
@@ -171,7 +181,7 @@ int main(int argc, char **argv)
            cfg->n_layers, cfg->hidden, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->ffn, vocab, now() - t0,
            getenv("CAIRN_CUDA_INVARIANT") && !strcmp(getenv("CAIRN_CUDA_INVARIANT"), "0") ? "fast" : "invariant");
     const int batches[3] = {1, 8, 64};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3 && !skip_decode; i++)
         decode_bench(batches[i], steps, vocab);
     if (skip_ttft) {
         cairn_checkpoint_close(ck);
@@ -190,6 +200,13 @@ int main(int argc, char **argv)
     double t_hit = ttft(e, p, n_ttft, hit, vocab, &cached, &restored, NULL);
     printf("ttft %d tokens prefix hit: %.4f s (cached %d): logits %s the cold run's\n", n_ttft, t_hit, cached,
            memcmp(hit, cold, (size_t)vocab * 4) ? "DIFFER from" : "equal");
+    if (skip_restore) {
+        cairn_engine_destroy(e);
+        printf("summary: ttft cold %.3f s, prefix hit %.4f s\n", t_cold, t_hit);
+        free(p), free(cold), free(hit), free(rest);
+        cairn_checkpoint_close(ck);
+        return 0;
+    }
     double tf = now();
     cairn_engine_cold_flush(e);
     cairn_engine_destroy(e); /* drains the writer */

@@ -10,7 +10,15 @@ efficient backend, then flash on K/V expanded to 32 heads (which reads 4x the by
 effective bandwidth still counts the 8-head bytes). Prints which ran.
 
     python3 bench/cuda/sdpa_decode.py [B:CTX ...]     default 32:4096 64:8192 8:32768
+
+--rounds N --between CMD (session 8): N rounds, each SDPA flash+gqa on the shapes (queued,
+one line per shape) and CMD run once (a shell command: our bench), in the order A B B A ...
+(CMD first in even rounds, so drift over the run falls on both alike); the SDPA process
+and its tensors stay alive between rounds, so a round costs no torch start. At the end:
+SDPA's median over the rounds per shape.
 """
+import statistics
+import subprocess
 import sys
 
 import torch
@@ -51,8 +59,51 @@ def queued_ms(fn, reps=20, batches=5):
     return times[len(times) // 2]
 
 
+def interleaved(shapes, rounds, between):
+    """SDPA flash+gqa queued on each shape against `between` (a shell command), `rounds`
+    times, A B B A; prints each time and the medians."""
+    data = []
+    for s in shapes:
+        b, ctx = (int(x) for x in s.split(":"))
+        q = torch.randn(b, NH, 1, HD, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, NKV, ctx, HD, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, NKV, ctx, HD, device="cuda", dtype=torch.bfloat16)
+        data.append((s, 2 * b * ctx * NKV * HD * 2, q, k, v))
+    got = {s: [] for s in shapes}
+
+    def sdpa_round(r):
+        for s, kv_bytes, q, k, v in data:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                qms = queued_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            got[s].append(qms)
+            print(f"round {r} {s} sdpa flash+gqa queued {qms:.4f} ms {kv_bytes / (qms * 1e-3) / 1e12:.2f} TB/s",
+                  flush=True)
+
+    for r in range(rounds):
+        if r % 2 == 0:
+            subprocess.run(between, shell=True)
+            sdpa_round(r)
+        else:
+            sdpa_round(r)
+            subprocess.run(between, shell=True)
+    for s in shapes:
+        print(f"sdpa flash+gqa {s}: median of {rounds} {statistics.median(got[s]):.4f} ms "
+              f"(min {min(got[s]):.4f}, max {max(got[s]):.4f})")
+
+
 def main():
-    shapes = sys.argv[1:] or ["32:4096", "64:8192", "8:32768"]
+    args = sys.argv[1:]
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        rounds = int(args[i + 1])
+        del args[i:i + 2]
+        i = args.index("--between")
+        between = args[i + 1]
+        del args[i:i + 2]
+        print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+        interleaved(args or ["8:32768"], rounds, between)
+        return
+    shapes = args or ["32:4096", "64:8192", "8:32768"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     # The read-only ceiling: a sum over 2 GiB of bf16 (bytes read / time, queued).
     x = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)

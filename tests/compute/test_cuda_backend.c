@@ -114,12 +114,21 @@ static void test_identity(void **state)
     (void)state;
     const char *id = compute_numerics_id(gpu, CAIRN_MATH_F32);
     assert_true(!strncmp(id, "cuda-sm", 7));
-    /* The attention revision (2: the long splits from CUDA_ATTN_SPLIT_AT; 1 with
-     * CAIRN_CUDA_LONG_SPLITS=0) ends the id. */
+    /* The attention revision (3: 1024-key splits from CUDA_ATTN_SPLIT_MID_AT, 2048 from
+     * CUDA_ATTN_SPLIT_AT; 1 with CAIRN_CUDA_LONG_SPLITS=0) ends the id. */
     char rev[16];
     snprintf(rev, sizeof(rev), ".%d",
              ((const cuda_backend_t *)gpu)->long_splits ? CUDA_NUMERICS_REV : CUDA_NUMERICS_REV_SHORT);
     assert_true(strlen(id) > strlen(rev) && !strcmp(id + strlen(id) - strlen(rev), rev));
+    /* The split rule is revision 3's (a rule changed without a new revision fails here:
+     * stored GPU caches of the old rule would be restored as if they had the new bits). */
+    static const int rule3[][2] = {{0, 512},     {2047, 512},   {2048, 1024},
+                                   {4095, 1024}, {4096, 2048},  {1 << 20, 2048}};
+    assert_int_equal(CUDA_NUMERICS_REV, 3);
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(rule3); i++)
+        if (cuda_attn_split_for(rule3[i][0]) != rule3[i][1])
+            fail_msg("position %d: %d keys per split, revision 3 has %d", rule3[i][0],
+                     cuda_attn_split_for(rule3[i][0]), rule3[i][1]);
     assert_string_equal(id, compute_numerics_id(gpu, CAIRN_MATH_BF16));
     assert_non_null(strstr(id, compute_cuda_invariant(gpu) ? "-inv" : "-fast"));
     assert_true(compute_supports(gpu, COMPUTE_OP_MATMUL, CAIRN_DTYPE_BF16));
@@ -348,7 +357,8 @@ typedef struct {
     int n_heads, n_kv, hd, block, window;
     float softcap;
     int lens[3];
-    int split[3]; /* keys per split below / from position split[2] ({0}: the invariant rule's) */
+    int split[5]; /* keys per split below position split[3], below split[4], from there ({0}: the invariant
+                   * rule's) */
 } attn_cfg_t;
 
 /* float64 attention of one query (all heads) over host bf16 K/V rows of one sequence. */
@@ -441,7 +451,7 @@ static void run_attention_config(const attn_cfg_t *c)
     compute_attn_t *a = NULL;
     assert_int_equal(compute_attn_create(gpu, &ap, &a), 0);
     if (c->split[0])
-        cuda__attn_set_split(a, c->split[0], c->split[1], c->split[2]);
+        cuda__attn_set_split(a, c->split[0], c->split[1], c->split[2], c->split[3], c->split[4]);
 
     /* Queries: the last NPRE positions of each sequence (fewer when it is shorter). */
     int nq = 0, qs[3], qn[3];
@@ -479,9 +489,12 @@ static void run_attention_config(const attn_cfg_t *c)
                 worst = isnan(e) ? INFINITY : e;
         }
     }
-    printf("attention %d/%d x %d block %d window %d softcap %g splits %d/%d at %d: worst rel L2 vs float64 %.2e\n",
-           c->n_heads, c->n_kv, c->hd, bs, c->window, c->softcap, c->split[0] ? c->split[0] : CUDA_ATTN_SPLIT_SHORT,
-           c->split[0] ? c->split[1] : CUDA_ATTN_SPLIT_LONG, c->split[0] ? c->split[2] : CUDA_ATTN_SPLIT_AT, worst);
+    const int rule[5] = {CUDA_ATTN_SPLIT_SHORT, CUDA_ATTN_SPLIT_MID, CUDA_ATTN_SPLIT_LONG, CUDA_ATTN_SPLIT_MID_AT,
+                         CUDA_ATTN_SPLIT_AT};
+    const int *sr = c->split[0] ? c->split : rule;
+    printf("attention %d/%d x %d block %d window %d softcap %g splits %d/%d/%d at %d/%d: worst rel L2 vs float64 "
+           "%.2e\n",
+           c->n_heads, c->n_kv, c->hd, bs, c->window, c->softcap, sr[0], sr[1], sr[2], sr[3], sr[4], worst);
     assert_true(worst <= 1e-2);
 
     /* CAIRN_TEST_SMALL=race (under racecheck, which is slow): only the calls with different
@@ -581,20 +594,24 @@ static void test_attention(void **state)
     const attn_cfg_t cfgs[] = {
         {32, 8, 128, 16, 0, 0.0f, {1300, 1263, 50}, {0}}, /* the 8B shape, three splits */
         /* the 8B shape across the long-split position: queries of sequences 0 and 1 on both
-         * sides of CUDA_ATTN_SPLIT_AT (512- and 2048-key splits), prefill runs cut there */
+         * sides of CUDA_ATTN_SPLIT_AT (1024- and 2048-key splits), prefill runs cut there */
         {32, 8, 128, 16, 0, 0.0f, {4130, 4100, 700}, {0}},
+        /* across CUDA_ATTN_SPLIT_MID_AT (512- and 1024-key splits): sequence 0's queries on
+         * both sides, 1's all below (the last at 2047), 2's last query at 2048 exactly */
+        {32, 8, 128, 16, 0, 0.0f, {2080, 2048, 2049}, {0}},
         {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}, {0}},   /* the qwen3 fixture's heads */
-        {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}, {64, 256, 690}}, /* a scaled rule crossing inside */
+        /* a scaled rule of three tiers, both boundaries inside the queried positions */
+        {4, 2, 32, 16, 0, 0.0f, {720, 511, 513}, {64, 128, 256, 480, 690}},
         {4, 1, 32, 32, 0, 0.0f, {700, 64, 17}, {0}},     /* the llama fixture's, 32-position blocks */
         {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}, {0}}, /* a sliding window, null blocks, soft-cap */
-        {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}, {32, 128, 1070}}, /* the same, the rule crossing */
+        {8, 2, 64, 16, 100, 30.0f, {1100, 300, 90}, {32, 64, 128, 1050, 1070}}, /* the same, the rule crossing */
         {16, 8, 128, 16, 0, 0.0f, {2100, 1, 1030}, {0}}, /* Qwen3-0.6B heads, a one-token sequence */
     };
     /* CAIRN_TEST_SMALL (under compute-sanitizer): short sequences, every code path (the
      * scaled rules cross from short to long splits inside the queried positions). */
     const attn_cfg_t small[] = {
-        {32, 8, 128, 16, 0, 0.0f, {600, 530, 20}, {128, 512, 570}},
-        {4, 2, 32, 16, 40, 10.0f, {200, 90, 33}, {32, 64, 170}},
+        {32, 8, 128, 16, 0, 0.0f, {600, 530, 20}, {128, 256, 512, 500, 570}},
+        {4, 2, 32, 16, 40, 10.0f, {200, 90, 33}, {32, 64, 128, 60, 170}},
     };
     const bool sm = getenv("CAIRN_TEST_SMALL") != NULL;
     for (size_t i = 0; i < (sm ? CAIRN_ARRAY_LEN(small) : CAIRN_ARRAY_LEN(cfgs)); i++)

@@ -10,9 +10,10 @@
  * of 16 keys, block-aligned from position 0, with the online softmax (base 2) — S = Q K^T,
  * mask, running max and sum, P rounded to bf16, acc += P V — and writes each split's
  * partial (acc, m, l) per (row, head). The merge kernel then combines each row's splits
- * in split order; with a.fused_merge (a tuning, off by default: 3-5% slower in device run
- * 23), in a call of decode rows only, the decode kernel's last block of each (row, K/V head
- * group) does that itself instead (merge_last: the same fold, the same bits). K/V chunks
+ * in split order; with a.fused_merge (a tuning, off by default: 0.5-2.4% slower in device
+ * run 24), in a call of decode rows only, the decode kernel's last block of each (row, K/V
+ * head group) does that itself with all its threads instead (merge_last, merge_block: the
+ * same fold per element, merge_step, so the same bits). K/V chunks
  * are staged through shared memory by cp.async (three stages).
  * Three ways to map work onto blocks (attn_kernel's MODE): DECODE, each warp streams its
  * own item (a run of consecutive splits of one sequence; the warps of a block are
@@ -368,6 +369,50 @@ __device__ __forceinline__ void store_partial(const Tile<HD, NT> &t, int h, cons
     }
 }
 
+/* N consecutive floats from the L2 (__ldcg) in one load: N = 4 (16 bytes) or 2 (8 bytes;
+ * p aligned to them: partial records are 16-byte aligned, CUDA_ATTN_REC), else one by one. */
+template <int N> __device__ __forceinline__ void ld_vec(float (&v)[N], const float *p)
+{
+    if constexpr (N == 4) {
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(p));
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else if constexpr (N == 2) {
+        const float2 x = __ldcg(reinterpret_cast<const float2 *>(p));
+        v[0] = x.x, v[1] = x.y;
+    } else {
+#pragma unroll
+        for (int d = 0; d < N; d++)
+            v[d] = __ldcg(p + d);
+    }
+}
+
+/* One step of the merge fold (merge_row_head's and merge_block's: the same operations in
+ * the same order, so the same bits): split (ms, ls, v) into (M, L, acc); a split with no
+ * visible key (ms -inf) is skipped, the first one taken as it is. */
+template <int N>
+__device__ __forceinline__ void merge_step(float &M, float &L, float (&acc)[N], bool &first, float ms, float ls,
+                                           const float (&v)[N])
+{
+    if (ms == kNegInf)
+        return;
+    if (first) {
+        M = ms;
+        L = ls;
+#pragma unroll
+        for (int d = 0; d < N; d++)
+            acc[d] = v[d];
+        first = false;
+        return;
+    }
+    const float mn = fmaxf(M, ms);
+    const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
+    L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
+#pragma unroll
+    for (int d = 0; d < N; d++)
+        acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[d], a2));
+    M = mn;
+}
+
 /* The splits of (row, query head h) merged in split order into the row's output, by one
  * warp (lane: dims lane * hd/32 ..). Loads run ahead of the (sequential) arithmetic: each
  * lane holds one split's m and l, and the accumulators of AHEAD splits are loaded before
@@ -394,32 +439,20 @@ __device__ __forceinline__ void merge_row_head(const cuda_attn_args_t &a, const 
         for (int kb = 0; kb < cnt; kb += AHEAD) {
             float v[AHEAD][DPL];
 #pragma unroll
-            for (int j = 0; j < AHEAD; j++)
+            for (int j = 0; j < AHEAD; j++) {
+                if (kb + j < cnt)
+                    ld_vec<DPL>(v[j], base + (size_t)(k0 + kb + j) * stride + lane * DPL);
+                else
 #pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    v[j][d] = kb + j < cnt ? __ldcg(base + (size_t)(k0 + kb + j) * stride + lane * DPL + d) : 0.0f;
+                    for (int d = 0; d < DPL; d++)
+                        v[j][d] = 0.0f;
+            }
 #pragma unroll
             for (int j = 0; j < AHEAD; j++) {
                 const float ms = __shfl_sync(0xffffffffu, mk, (kb + j) & 31);
                 const float ls = __shfl_sync(0xffffffffu, lk, (kb + j) & 31);
-                if (kb + j >= cnt || ms == kNegInf)
-                    continue;
-                if (first) {
-                    M = ms;
-                    L = ls;
-#pragma unroll
-                    for (int d = 0; d < DPL; d++)
-                        acc[d] = v[j][d];
-                    first = false;
-                    continue;
-                }
-                const float mn = fmaxf(M, ms);
-                const float a1 = M == mn ? 1.0f : ex2(__fsub_rn(M, mn)), a2 = ms == mn ? 1.0f : ex2(__fsub_rn(ms, mn));
-                L = __fadd_rn(__fmul_rn(L, a1), __fmul_rn(ls, a2));
-#pragma unroll
-                for (int d = 0; d < DPL; d++)
-                    acc[d] = __fadd_rn(__fmul_rn(acc[d], a1), __fmul_rn(v[j][d], a2));
-                M = mn;
+                if (kb + j < cnt)
+                    merge_step<DPL>(M, L, acc, first, ms, ls, v[j]);
             }
         }
     }
@@ -462,36 +495,98 @@ template <int HD> __global__ void merge_kernel(const cuda_attn_args_t a)
 }
 
 /*
+ * The merge of query heads [h0, h0 + nh) of one row by a whole block (the fused merge's
+ * last block): unit u is 4 output dims (head h0 + u / (hd/4), dims 4 (u % (hd/4)) ..);
+ * each thread takes UA units at a time (tid + k * nthreads, k < UA) and folds the row's
+ * splits into each in split order with merge_step, the merge kernel's fold per element
+ * (the same operations in the same order: the same bits). The loads of AHEAD splits of
+ * all UA units (m and l in one 8-byte load, 4 accumulators in one 16-byte load) are
+ * issued before any is combined: at 32 x 4K (4 splits, 32 heads, 256 threads) one round.
+ */
+template <int HD, int UA, int AHEAD>
+__device__ __forceinline__ void merge_block(const cuda_attn_args_t &a, const cuda_attn_row_t &row, int h0, int nh)
+{
+    constexpr int UPH = HD / 4; /* units per head */
+    const size_t stride = (size_t)a.n_heads * CUDA_ATTN_REC(HD);
+    const float *base = a.partials + (size_t)row.part * stride;
+    const int n_units = nh * UPH, nthr = blockDim.x;
+    for (int ub = threadIdx.x; ub < n_units; ub += UA * nthr) {
+        float acc[UA][4], M[UA], L[UA];
+        bool first[UA];
+        const float *p[UA];
+#pragma unroll
+        for (int k = 0; k < UA; k++) {
+            const int u = ub + k * nthr;
+            acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0f;
+            M[k] = kNegInf;
+            L[k] = 0.0f;
+            first[k] = true;
+            p[k] = u < n_units ? base + (size_t)(h0 + u / UPH) * CUDA_ATTN_REC(HD) : nullptr;
+        }
+        for (int kb = 0; kb < row.n_splits; kb += AHEAD) {
+            float v[UA][AHEAD][4], ml[UA][AHEAD][2];
+#pragma unroll
+            for (int k = 0; k < UA; k++)
+#pragma unroll
+                for (int j = 0; j < AHEAD; j++)
+                    if (p[k] && kb + j < row.n_splits) {
+                        const float *r = p[k] + (size_t)(kb + j) * stride;
+                        ld_vec<4>(v[k][j], r + 4 * ((ub + k * nthr) % UPH));
+                        ld_vec<2>(ml[k][j], r + HD);
+                    }
+#pragma unroll
+            for (int k = 0; k < UA; k++)
+#pragma unroll
+                for (int j = 0; j < AHEAD; j++)
+                    if (p[k] && kb + j < row.n_splits)
+                        merge_step<4>(M[k], L[k], acc[k], first[k], ml[k][j][0], ml[k][j][1], v[k][j]);
+        }
+#pragma unroll
+        for (int k = 0; k < UA; k++) {
+            const int u = ub + k * nthr;
+            if (!p[k])
+                continue;
+            float *out = row.out + (size_t)(h0 + u / UPH) * HD + 4 * (u % UPH);
+            *reinterpret_cast<float4 *>(out) =
+                first[k] ? make_float4(0.f, 0.f, 0.f, 0.f)
+                         : make_float4(__fdiv_rn(acc[k][0], L[k]), __fdiv_rn(acc[k][1], L[k]),
+                                       __fdiv_rn(acc[k][2], L[k]), __fdiv_rn(acc[k][3], L[k]));
+        }
+    }
+}
+
+/*
  * The fused merge, at the end of a decode block (a.fused_merge): the block has stored the
  * partials of its splits of row it.row0 for K/V heads [kv0, kv0 + n_kv); the last of the
- * row's n_items blocks of those heads to finish merges the row's query heads of them, one
- * warp per (row, head) at a time, with merge_row_head (the merge kernel's fold: the same
- * splits in the same order, the same operations, so the same bits). The ticket: every
- * thread fences its partial stores, then one atomicInc per block on the (row, kv0) counter,
- * which wraps to 0 at the last one (so it is 0 again for the next call, also in a replayed
- * CUDA graph); the last block fences again before it reads (the reads go through the L2:
- * __ldcg). A row of one work item needs no ticket: its block is the only one.
+ * row's n_items blocks of those heads to finish merges the row's query heads of them with
+ * all its threads (merge_block: the merge kernel's fold per element, so the same bits; in
+ * session 7 one warp per (row, head) at a time ran merge_row_head, 3-5% slower than the
+ * merge kernel in device run 23). The ticket: every thread fences its partial stores, the
+ * block synchronizes (so every warp's stores are fenced before the ticket is taken; the
+ * session 7 code took it without that barrier), then one atomicInc per block on the
+ * (row, kv0) counter, which wraps to 0 at the last one (so it is 0 again for the next
+ * call, also in a replayed CUDA graph); the last block fences again before it reads (the
+ * reads go through the L2: __ldcg). A row of one work item needs no ticket: its block is
+ * the only one.
  */
-template <int HD> __device__ __forceinline__ void merge_last(const cuda_attn_args_t &a, int row_idx, int kv0, int n_kv)
+template <int HD, int UA>
+__device__ __forceinline__ void merge_last(const cuda_attn_args_t &a, int row_idx, int kv0, int n_kv)
 {
     const cuda_attn_row_t row = a.rows[row_idx];
-    bool last = true;
     if (row.n_items > 1) {
         __threadfence();
+        __syncthreads();
         bool mine = false;
         if (threadIdx.x == 0)
             mine = atomicInc(reinterpret_cast<unsigned *>(a.tickets + (size_t)row_idx * a.n_kv_heads + kv0),
                              (unsigned)row.n_items - 1) == (unsigned)row.n_items - 1;
-        last = __syncthreads_or(mine);
-        if (!last)
+        if (!__syncthreads_or(mine))
             return;
         __threadfence();
     } else {
         __syncthreads(); /* the other warps' partial stores are visible in the block */
     }
-    const int nw = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32, G = a.group_size;
-    for (int h = kv0 * G + w; h < (kv0 + n_kv) * G; h += nw)
-        merge_row_head<HD, CUDA_ATTN_MERGE_AHEAD>(a, row, h, lane);
+    merge_block<HD, UA, CUDA_ATTN_MERGE_BLOCK_AHEAD>(a, row, kv0 * a.group_size, n_kv * a.group_size);
 }
 
 /* The attention kernel's three ways of mapping work onto blocks (see attn_kernel). */
@@ -672,7 +767,9 @@ __global__ void __launch_bounds__(W > 1 ? 32 * CUDA_ATTN_HEAD_WARPS_MAX(W) : mod
     store(split);
     if constexpr (MODE != PREFILL)
         if (a.fused_merge)
-            merge_last<HD>(a, it.row0, MODE == HEADS ? head0 : head - warp, MODE == HEADS ? a.heads : blockDim.x / 32);
+            /* W > 1: the kernel's registers capped at 128-168 (units at once: fewer) */
+            merge_last<HD, (W > 1 ? 1 : CUDA_ATTN_MERGE_BLOCK_UNITS)>(a, it.row0, MODE == HEADS ? head0 : head - warp,
+                                                                 MODE == HEADS ? a.heads : blockDim.x / 32);
 }
 
 int decode_wpc(int n_kv_heads) { return n_kv_heads % 4 == 0 ? 4 : n_kv_heads % 2 == 0 ? 2 : 1; }

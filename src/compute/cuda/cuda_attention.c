@@ -32,7 +32,7 @@ struct compute_attn {
     compute_attn_params_t p;
     int group_size, tokens_per_warp;
     float scale;
-    int split_short, split_long, split_at; /* keys per split: short below position split_at */
+    int split_keys[3], split_at[2]; /* keys per split: [0] below position at[0], [1] below at[1], [2] from there */
     cuda_attn_tuning_t tune;               /* heads resolved: 0 or a divisor of n_kv_heads that fits */
     int *g_first, *g_count, *g_min, *g_max; /* [g_cap] scratch: per group of the call */
     int g_cap;
@@ -59,9 +59,12 @@ int cuda__attn_create(cuda_backend_t *b, const compute_attn_params_t *p, compute
     a->group_size = g;
     a->tokens_per_warp = 16 / g;
     a->scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
-    a->split_short = CUDA_ATTN_SPLIT_SHORT;
-    a->split_long = CUDA_ATTN_SPLIT_LONG;
-    a->split_at = b->long_splits ? CUDA_ATTN_SPLIT_AT : INT_MAX; /* CAIRN_CUDA_LONG_SPLITS=0: short everywhere */
+    a->split_keys[0] = CUDA_ATTN_SPLIT_SHORT;
+    a->split_keys[1] = CUDA_ATTN_SPLIT_MID;
+    a->split_keys[2] = CUDA_ATTN_SPLIT_LONG;
+    /* CAIRN_CUDA_LONG_SPLITS=0: short everywhere (numerics revision 1) */
+    a->split_at[0] = b->long_splits ? CUDA_ATTN_SPLIT_MID_AT : INT_MAX;
+    a->split_at[1] = b->long_splits ? CUDA_ATTN_SPLIT_AT : INT_MAX;
     cuda__attn_set_tuning(a, NULL);
     *out = a;
     return CAIRN_OK;
@@ -95,12 +98,14 @@ static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static bool split_ok(int s) { return s >= CUDA_ATTN_CHUNK && s <= CUDA_ATTN_MAX_SPLIT && s % CUDA_ATTN_CHUNK == 0; }
 
-void cuda__attn_set_split(compute_attn_t *a, int split_short, int split_long, int split_at)
+void cuda__attn_set_split(compute_attn_t *a, int s0, int s1, int s2, int at1, int at2)
 {
-    CAIRN_ASSERT(split_ok(split_short) && split_ok(split_long) && split_at >= 0);
-    a->split_short = split_short;
-    a->split_long = split_long;
-    a->split_at = split_at;
+    CAIRN_ASSERT(split_ok(s0) && split_ok(s1) && split_ok(s2) && at1 >= 0 && at1 <= at2);
+    a->split_keys[0] = s0;
+    a->split_keys[1] = s1;
+    a->split_keys[2] = s2;
+    a->split_at[0] = at1;
+    a->split_at[1] = at2;
 }
 
 void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
@@ -121,7 +126,10 @@ void cuda__attn_set_tuning(compute_attn_t *a, const cuda_attn_tuning_t *t)
 }
 
 /* Keys per split of a row at pos (the invariant rule: cuda_attn_split_for's constants). */
-static int split_of(const compute_attn_t *a, int pos) { return pos < a->split_at ? a->split_short : a->split_long; }
+static int split_of(const compute_attn_t *a, int pos)
+{
+    return a->split_keys[pos < a->split_at[0] ? 0 : pos < a->split_at[1] ? 1 : 2];
+}
 
 /* The end of the prefill run of rows starting at j (of a group ending at `end`): at most
  * T rows, all of one split size. */
@@ -158,12 +166,24 @@ static int heads_per_sm(int nh, int w, int hd)
     return n < 1 ? 1 : n;
 }
 
-/* Decode block slots of the device for blocks of nh heads: as many as its SMs hold at
- * once, of which 7/8 is enough (one wave of long items beat two waves of short ones in
- * device run 7b). */
-static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh)
+/* Warps per head the call's decode blocks of nh heads run: the tuning's (head_warps) where
+ * its blocks of single splits (n_single = single-split items * n_kv_heads / nh) are fewer
+ * than the SMs, one otherwise (cuda__attn_plan sets the kernel's head_warps so). */
+static int call_warps(const cuda_backend_t *b, const compute_attn_t *a, int nh, size_t n_single)
 {
-    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, head_warps(a, nh), a->p.head_dim);
+    return n_single < (size_t)b->sm_count ? head_warps(a, nh) : 1;
+}
+
+/* Decode block slots of the device for blocks of nh heads of a call with n_single blocks
+ * of single splits: as many as its SMs hold at once (with the warps per head the call
+ * runs: session 8; before, those of the tuning even where the call then ran one warp per
+ * head, so at 32 x 3K (96 items of 1024 keys) blocks of 2 heads seemed to fill the device
+ * at 231 slots when they hold 462: 256 blocks of 2 warps, 2.57 TB/s, against 3.35 with
+ * 768 blocks of one head, device run 24), of which 7/8 is enough (one wave of long items
+ * beat two waves of short ones in device run 7b). */
+static size_t heads_slots(const cuda_backend_t *b, const compute_attn_t *a, int nh, size_t n_single)
+{
+    const size_t n = (size_t)b->sm_count * heads_per_sm(nh, call_warps(b, a, nh, n_single), a->p.head_dim);
     return n - n / 8;
 }
 
@@ -177,7 +197,7 @@ static int pick_run(const cuda_backend_t *b, const compute_attn_t *a, int nh, co
 {
     const int wpc = a->p.n_kv_heads % 4 == 0 ? 4 : a->p.n_kv_heads % 2 == 0 ? 2 : 1;
     const size_t per_item = (size_t)(a->p.n_kv_heads / (nh ? nh : wpc));
-    const size_t slots = nh ? heads_slots(b, a, nh) : (size_t)b->sm_count * 2;
+    const size_t slots = nh ? heads_slots(b, a, nh, items[0] * per_item) : (size_t)b->sm_count * 2;
     for (int k = n_k - 1; k > 0; k--)
         if (items[k] * per_item >= slots)
             return 1 << k;
@@ -224,7 +244,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     enum { MAX_K = 4 };
     size_t dec_k[MAX_K] = {0};
     int n_k = 1;
-    const int s_min = a->split_short < a->split_long ? a->split_short : a->split_long;
+    int s_min = a->split_keys[0];
+    for (int i = 1; i < 3; i++)
+        s_min = a->split_keys[i] < s_min ? a->split_keys[i] : s_min;
     while (n_k < MAX_K && (s_min << n_k) <= CUDA_ATTN_MAX_SPLIT)
         n_k++;
     size_t n_blocks = 0, n_records = 0, n_dec = 0, n_pre = 0;
@@ -263,7 +285,9 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
     int nh = a->tune.heads;
     if (nh && !a->tune.run) {
         int h = nh;
-        while (h > 1 && (a->p.n_kv_heads % h || dec_k[0] * (size_t)(a->p.n_kv_heads / h) < heads_slots(b, a, h)))
+        while (h > 1 && (a->p.n_kv_heads % h ||
+                         dec_k[0] * (size_t)(a->p.n_kv_heads / h) <
+                             heads_slots(b, a, h, dec_k[0] * (size_t)(a->p.n_kv_heads / h))))
             h--;
         nh = h;
     }
@@ -373,7 +397,7 @@ bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn
         .heads = nh,
         .l2_prefetch = a->tune.l2_prefetch,
         .full_tile = a->tune.full_tile,
-        .head_warps = nh && dec_k[0] * (size_t)(a->p.n_kv_heads / nh) < (size_t)b->sm_count ? head_warps(a, nh) : 1,
+        .head_warps = nh ? call_warps(b, a, nh, dec_k[0] * (size_t)(a->p.n_kv_heads / nh)) : 1,
         .fused_merge = fused,
         .tickets = fused ? b->tickets : NULL,
     };

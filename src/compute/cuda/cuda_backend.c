@@ -13,6 +13,15 @@
  * weights; embeddings and norm weights of f32, f16, bf16; K/V storage bf16 only; no short
  * convolution or delta rule. Anything else is refused when a family binds a model.
  *
+ * Profile (knob CAIRN_CUDA_PROFILE=1, off by default; session 8): every op is bracketed
+ * by two timing events on the stream (the K/V store kernel that flush_kv issues by its
+ * own pair), and the host time inside the op is taken; at each full synchronization the
+ * pairs are read: GPU time per kind of op, the GPU's idle time between consecutive ops
+ * (waiting for the host to issue the next one), the host's time blocked in syncs. The
+ * totals are logged (INFO) when the backend is destroyed. The events cost host time
+ * (~2 us per op), so the wall clock of a profiled run is not the plain one's; no result
+ * changes.
+ *
  * Thread-safety: one thread at a time per object.
  */
 #include <math.h>
@@ -24,6 +33,145 @@
 #include "util/util.h"
 
 static cuda_backend_t *cu(compute_backend_t *be) { return (cuda_backend_t *)be; }
+
+/* ---- profile (CAIRN_CUDA_PROFILE) --------------------------------------------------------- */
+
+enum { PK_MATMUL, PK_ATTN, PK_KV, PK_ROWS, PK_NORM, PK_ROPE, PK_ELEM, PK_COPY, PK_KINDS };
+static const char *const pk_name[PK_KINDS] = {"matmul", "attention", "kv store", "embeddings",
+                                              "rmsnorm", "rope", "elementwise", "buffer copies"};
+
+struct cuda_prof {
+    cudaEvent_t *ev;   /* [2 * cap]: start, end of each bracketed op since the last fold */
+    int *kind;         /* [cap] */
+    int n, cap, ev_made;
+    int open;          /* the kind being bracketed, -1: none */
+    double t_open;     /* host clock at its start */
+    double gpu[PK_KINDS], host[PK_KINDS], idle, sync_wait, t_first, t_last;
+    long calls[PK_KINDS];
+    bool failed;       /* an event call failed: the profile stops (reported) */
+};
+
+/* Opens the bracket of one op of the given kind (PK_*): its start event on the stream and
+ * the host clock; grows the event pool as needed (a failure stops the profile). */
+static void prof_begin(cuda_backend_t *b, int kind)
+{
+    struct cuda_prof *p = b->prof;
+    if (!p || p->failed)
+        return;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 4096;
+        cudaEvent_t *ev = cairn_realloc(p->ev, (size_t)cap * 2 * sizeof(*ev));
+        if (ev)
+            p->ev = ev;
+        int *k = ev ? cairn_realloc(p->kind, (size_t)cap * sizeof(*k)) : NULL;
+        if (k)
+            p->kind = k;
+        if (!ev || !k) {
+            p->failed = true;
+            return;
+        }
+        p->cap = cap;
+    }
+    while (p->ev_made < 2 * (p->n + 1))
+        if (cudaEventCreate(&p->ev[p->ev_made++]) != cudaSuccess) {
+            p->ev_made--;
+            p->failed = true;
+            return;
+        }
+    if (cudaEventRecord(p->ev[2 * p->n], b->stream) != cudaSuccess) {
+        p->failed = true;
+        return;
+    }
+    p->open = kind;
+    p->t_open = cairn_now_seconds();
+    if (p->t_first == 0)
+        p->t_first = p->t_open;
+}
+
+/* Closes the open bracket: its end event, the op's host time and call count. */
+static void prof_end(cuda_backend_t *b)
+{
+    struct cuda_prof *p = b->prof;
+    if (!p || p->failed || p->open < 0)
+        return;
+    if (cudaEventRecord(p->ev[2 * p->n + 1], b->stream) != cudaSuccess) {
+        p->failed = true;
+        return;
+    }
+    p->kind[p->n++] = p->open;
+    p->host[p->open] += cairn_now_seconds() - p->t_open;
+    p->calls[p->open]++;
+    p->open = -1;
+}
+
+/* After a full stream synchronization (wait_s: the host's time blocked in it): reads the
+ * brackets recorded since the last fold. */
+static void prof_fold(cuda_backend_t *b, double wait_s)
+{
+    struct cuda_prof *p = b->prof;
+    if (!p || p->failed)
+        return;
+    p->sync_wait += wait_s;
+    for (int i = 0; i < p->n; i++) {
+        float ms = 0, gap = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) != cudaSuccess ||
+            (i > 0 && cudaEventElapsedTime(&gap, p->ev[2 * i - 1], p->ev[2 * i]) != cudaSuccess)) {
+            p->failed = true;
+            return;
+        }
+        p->gpu[p->kind[i]] += ms * 1e-3;
+        p->idle += gap * 1e-3;
+    }
+    p->n = 0;
+    p->t_last = cairn_now_seconds();
+}
+
+/* A synchronization of the stream, timed for the profile. */
+static cudaError_t prof_sync(cuda_backend_t *b)
+{
+    const double t0 = b->prof ? cairn_now_seconds() : 0;
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (b->prof && e == cudaSuccess)
+        prof_fold(b, cairn_now_seconds() - t0);
+    return e;
+}
+
+/* Logs the totals (INFO; WARN when an event call failed). */
+static void prof_report(cuda_backend_t *b)
+{
+    struct cuda_prof *p = b->prof;
+    if (!p)
+        return;
+    if (p->failed) {
+        cairn_log(CAIRN_LOG_WARN, "cuda profile: an event call failed; no figures");
+        return;
+    }
+    double gpu = 0;
+    for (int k = 0; k < PK_KINDS; k++)
+        gpu += p->gpu[k];
+    cairn_log(CAIRN_LOG_INFO,
+              "cuda profile: %.1f ms from the first op to the last sync; GPU busy in ops %.1f ms, idle between ops "
+              "%.1f ms (within syncs), host blocked in syncs %.1f ms",
+              (p->t_last - p->t_first) * 1e3, gpu * 1e3, p->idle * 1e3, p->sync_wait * 1e3);
+    for (int k = 0; k < PK_KINDS; k++)
+        if (p->calls[k])
+            cairn_log(CAIRN_LOG_INFO, "cuda profile: %-13s %7ld calls, GPU %8.2f ms, host %8.2f ms", pk_name[k],
+                      p->calls[k], p->gpu[k] * 1e3, p->host[k] * 1e3);
+}
+
+/* Destroys the events and frees the profile. */
+static void prof_free(cuda_backend_t *b)
+{
+    struct cuda_prof *p = b->prof;
+    if (!p)
+        return;
+    for (int i = 0; i < p->ev_made; i++)
+        cudaEventDestroy(p->ev[i]);
+    cairn_free(p->ev);
+    cairn_free(p->kind);
+    cairn_free(p);
+    b->prof = NULL;
+}
 
 bool compute_cuda_invariant(const compute_backend_t *be) { return ((const cuda_backend_t *)be)->invariant; }
 
@@ -130,9 +278,11 @@ void cuda__flush_kv(cuda_backend_t *b)
     if (!h)
         return;
     memcpy(h, b->kv_pending, bytes);
+    prof_begin(b, PK_KV);
     void *d = cuda__stage_to_blob(b, slot, bytes);
     if (d)
         cuda__check(b, cuda_k_kv_store(d, n, b->stream), "the K/V store kernel");
+    prof_end(b);
 }
 
 /* ---- identity and capabilities ------------------------------------------------------- */
@@ -212,6 +362,7 @@ static int cuda_buffer_write(compute_backend_t *be, compute_buffer_t *buf, size_
     if (off > buf->bytes || n > buf->bytes - off)
         return CAIRN_ERANGE;
     cuda__flush_kv(b);
+    prof_begin(b, PK_COPY);
     for (size_t done = 0; done < n;) {
         size_t len = n - done < CHUNK ? n - done : CHUNK;
         int slot;
@@ -222,7 +373,8 @@ static int cuda_buffer_write(compute_backend_t *be, compute_buffer_t *buf, size_
         cuda__stage_to(b, slot, (unsigned char *)buf->data + off + done, len);
         done += len;
     }
-    cudaError_t e = cudaStreamSynchronize(b->stream);
+    prof_end(b);
+    cudaError_t e = prof_sync(b);
     cuda__check(b, e, "a buffer upload");
     int rc = b->error;
     return rc;
@@ -234,9 +386,11 @@ static int cuda_buffer_read(compute_backend_t *be, const compute_buffer_t *buf, 
     if (off > buf->bytes || n > buf->bytes - off)
         return CAIRN_ERANGE;
     cuda__flush_kv(b);
+    prof_begin(b, PK_COPY);
     cuda__check(b, cudaMemcpyAsync(dst, (const unsigned char *)buf->data + off, n, cudaMemcpyDeviceToHost, b->stream),
                 "a buffer download");
-    cuda__check(b, cudaStreamSynchronize(b->stream), "a buffer download");
+    prof_end(b);
+    cuda__check(b, prof_sync(b), "a buffer download");
     return b->error;
 }
 
@@ -244,7 +398,7 @@ static int cuda_sync(compute_backend_t *be)
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
-    cuda__check(b, cudaStreamSynchronize(b->stream), "the step");
+    cuda__check(b, prof_sync(b), "the step");
     int rc = b->error;
     b->error = 0;
     return rc;
@@ -258,7 +412,9 @@ static void cuda_matmul(compute_backend_t *be, const float *x, int rows, int in,
     (void)math;
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_MATMUL);
     cuda__matmul(b, x, rows, in, outs, n);
+    prof_end(b);
 }
 
 static void cuda_get_rows(compute_backend_t *be, float *dst, compute_mat_t table, const int32_t *ids, int n)
@@ -275,10 +431,12 @@ static void cuda_get_rows(compute_backend_t *be, float *dst, compute_mat_t table
         CAIRN_ASSERT(ids[i] >= 0 && ids[i] < table.rows);
         h[i] = ids[i];
     }
+    prof_begin(b, PK_ROWS);
     const int32_t *d = cuda__stage_to_blob(b, slot, (size_t)n * sizeof(int32_t));
     if (d)
         cuda__check(b, cuda_k_get_rows(dst, table.data, ktype(table.type), table.cols, d, n, b->stream),
                     "the embedding kernel");
+    prof_end(b);
 }
 
 static void cuda_rmsnorm(compute_backend_t *be, float *out, const float *x, int rows, compute_mat_t w, float eps,
@@ -286,8 +444,10 @@ static void cuda_rmsnorm(compute_backend_t *be, float *out, const float *x, int 
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_NORM);
     cuda__check(b, cuda_k_rmsnorm(out, x, rows, w.cols, w.data, ktype(w.type), eps, unit_offset, b->stream),
                 "the rmsnorm kernel");
+    prof_end(b);
 }
 
 static void cuda_rope_angles(compute_backend_t *be, float *cos_sin, const float *inv_freq, int half, const int *pos,
@@ -308,7 +468,9 @@ static void cuda_rope_angles(compute_backend_t *be, float *cos_sin, const float 
             h[(size_t)r * 2 * half + 2 * i] = cosf(angle);
             h[(size_t)r * 2 * half + 2 * i + 1] = sinf(angle);
         }
+    prof_begin(b, PK_ROPE);
     cuda__stage_to(b, slot, cos_sin, bytes);
+    prof_end(b);
 }
 
 static void cuda_rope(compute_backend_t *be, float *x, int rows, int n_heads, int head_dim, int rot_dims,
@@ -317,7 +479,9 @@ static void cuda_rope(compute_backend_t *be, float *x, int rows, int n_heads, in
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
     CAIRN_ASSERT(rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= head_dim);
+    prof_begin(b, PK_ROPE);
     cuda__check(b, cuda_k_rope(x, rows, n_heads, head_dim, rot_dims, cos_sin, b->stream), "the rope kernel");
+    prof_end(b);
 }
 
 static void cuda_glu(compute_backend_t *be, float *out, const float *gate, const float *up, size_t n, compute_glu_t act)
@@ -325,28 +489,36 @@ static void cuda_glu(compute_backend_t *be, float *out, const float *gate, const
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
     CAIRN_ASSERT((unsigned)act < COMPUTE_GLU_COUNT);
+    prof_begin(b, PK_ELEM);
     cuda__check(b, cuda_k_glu(out, gate, up, n, (int)act, b->stream), "the glu kernel");
+    prof_end(b);
 }
 
 static void cuda_mul(compute_backend_t *be, float *out, const float *a, const float *bb, size_t n)
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_ELEM);
     cuda__check(b, cuda_k_mul(out, a, bb, n, b->stream), "the mul kernel");
+    prof_end(b);
 }
 
 static void cuda_add(compute_backend_t *be, float *x, const float *y, size_t n)
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_ELEM);
     cuda__check(b, cuda_k_add(x, y, n, b->stream), "the add kernel");
+    prof_end(b);
 }
 
 static void cuda_scale(compute_backend_t *be, float *x, float s, size_t n)
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_ELEM);
     cuda__check(b, cuda_k_scale(x, s, n, b->stream), "the scale kernel");
+    prof_end(b);
 }
 
 /* Queued: one kernel writes every store before the next op (cuda__flush_kv). */
@@ -372,7 +544,9 @@ static void cuda_attention(compute_backend_t *be, compute_attn_t *a, int layer, 
 {
     cuda_backend_t *b = cu(be);
     cuda__flush_kv(b);
+    prof_begin(b, PK_ATTN);
     cuda__attention(b, a, layer, queries, n);
+    prof_end(b);
 }
 
 static const cairn_kv_storage_ops_t *cuda_kv_storage(compute_backend_t *be, void **ctx)
@@ -384,8 +558,9 @@ static const cairn_kv_storage_ops_t *cuda_kv_storage(compute_backend_t *be, void
 static void cuda_destroy(compute_backend_t *be)
 {
     cuda_backend_t *b = cu(be);
-    if (b->stream)
-        cudaStreamSynchronize(b->stream);
+    if (b->stream && prof_sync(b) == cudaSuccess)
+        prof_report(b);
+    prof_free(b);
     cuda__gemm_fini(b);
     cuda__kv_storage_fini(b);
     if (b->blob)
@@ -497,6 +672,15 @@ int compute_cuda_create(const compute_backend_options_t *opt, compute_backend_t 
     b->cc_minor = prop.minor;
     b->invariant = cairn_knob_bool("CAIRN_CUDA_INVARIANT", false, true, true);
     b->long_splits = cairn_knob_bool("CAIRN_CUDA_LONG_SPLITS", false, true, true);
+    if (cairn_knob_bool("CAIRN_CUDA_PROFILE", false, false, false)) {
+        b->prof = cairn_calloc(1, sizeof(*b->prof));
+        if (!b->prof) {
+            cairn_errf(err, err_len, "%s", "cuda backend: out of memory");
+            cairn_free(b);
+            return CAIRN_ENOMEM;
+        }
+        b->prof->open = -1;
+    }
     int rc = CAIRN_EIO;
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess)
         goto fail;

@@ -13,8 +13,8 @@
  * the other rows of a call. Each GEMM shape runs one cuBLASLt algorithm chosen once, with
  * no split-K and no workspace, whatever the number of rows; attention splits every row's
  * keys at multiples of a split size that is a function of the row's own position (512
- * keys below position 4096, 2048 from there: cuda_attn_split_for) and merges the splits in
- * order, whatever the batch. CAIRN_CUDA_INVARIANT=0 is the fast mode: cuBLASLt's heuristic
+ * keys below position 2048, 1024 below 4096, 2048 from there: cuda_attn_split_for) and
+ * merges the splits in order, whatever the batch. CAIRN_CUDA_INVARIANT=0 is the fast mode: cuBLASLt's heuristic
  * per row count (split-K, workspace); its numerics id has "-fast". Attention keeps the
  * position rule in both modes (bench_cuda_attention's split sweep measures what a split
  * fitted to the batch would gain).

@@ -26,12 +26,14 @@
 
 #define CUDA_SLOTS 16
 /* The revision of the backend's numerics, the numerics id's last part. Sessions 1-4 had
- * none: every row's keys in 512-key splits. 2 (the default) cuts them into 2048-key splits
- * from position CUDA_ATTN_SPLIT_AT on, so K/V a GPU wrote before are misses. 1: 512-key
- * splits everywhere again (CAIRN_CUDA_LONG_SPLITS=0: batch-1 decode at long contexts has
- * 4x the work items; device run 16: 2.8x faster at one row of 32K positions, 7-8% slower
- * at 64 x 8K and 8 x 32K). */
-#define CUDA_NUMERICS_REV 2
+ * none: every row's keys in 512-key splits. 2 (sessions 5-7) cut them into 2048-key splits
+ * from position CUDA_ATTN_SPLIT_AT on. 3 (the default since session 8) also cuts rows at
+ * positions CUDA_ATTN_SPLIT_MID_AT .. CUDA_ATTN_SPLIT_AT - 1 into 1024-key splits (512
+ * before), so K/V a GPU wrote under revision 2 are misses. 1: 512-key splits everywhere
+ * (CAIRN_CUDA_LONG_SPLITS=0: batch-1 decode at long contexts has 4x the work items;
+ * device run 16: 2.8x faster at one row of 32K positions, 7-8% slower at 64 x 8K and
+ * 8 x 32K). */
+#define CUDA_NUMERICS_REV 3
 #define CUDA_NUMERICS_REV_SHORT 1
 
 typedef struct {
@@ -86,6 +88,7 @@ struct cuda_backend {
     int *tickets;                /* device: the fused merge's counters (cuda_attn_args_t), all 0 between calls */
     size_t tickets_cap;          /* bytes */
     cuda_kv_storage_t kvs;
+    struct cuda_prof *prof;      /* CAIRN_CUDA_PROFILE=1: per-op GPU and host time (cuda_backend.c); NULL: off */
     char numerics[64];
 };
 
@@ -127,10 +130,11 @@ typedef struct {
 bool cuda__attn_plan(cuda_backend_t *b, compute_attn_t *a, int layer, const attn_query_t *q, int n,
                      cuda_attn_plan_t *plan);
 void cuda__attn_run(cuda_backend_t *b, const cuda_attn_plan_t *plan);
-/* Keys per split: split_short for rows at positions below split_at, split_long from there
- * (multiples of CUDA_ATTN_CHUNK, at most CUDA_ATTN_MAX_SPLIT). Other values than the
- * CUDA_ATTN_SPLIT_* constants give other bits: for benchmarks and tests only. */
-void cuda__attn_set_split(compute_attn_t *a, int split_short, int split_long, int split_at);
+/* Keys per split: s0 for rows at positions below at1, s1 from at1 to below at2, s2 from
+ * at2 on (multiples of CUDA_ATTN_CHUNK, at most CUDA_ATTN_MAX_SPLIT; at1 <= at2; a rule of
+ * two tiers: at1 == at2). Other values than the CUDA_ATTN_SPLIT_* constants give other
+ * bits: for benchmarks and tests only. */
+void cuda__attn_set_split(compute_attn_t *a, int s0, int s1, int s2, int at1, int at2);
 /* How decode work maps onto the device; no field changes a bit of the results. */
 typedef struct {
     int run;         /* decode splits per work item (a power of two; 0: chosen per call to fill the
@@ -144,9 +148,10 @@ typedef struct {
                       * product's output dims spread over them, two blocks per SM at <= 128
                       * registers); 1 where cuda_attn_head_warps_ok refuses the call's blocks */
     int fused_merge; /* 1: in a call of decode rows only, the decode kernel's last block per (row, K/V
-                      * head group) merges the splits (no merge kernel; the same bits); 0: the merge
-                      * kernel (device run 23: the fused merge was 3-5% slower, its merges run in the
-                      * kernel's tail, 8 warps per row instead of one warp per (row, head)) */
+                      * head group) merges the splits with all its threads (no merge kernel; the same
+                      * bits); 0: the merge kernel (device run 23: session 7's fused merge, one warp per
+                      * (row, head) at a time, was 3-5% slower; run 24, all threads: 0.5-2.4% slower,
+                      * its merges still in the kernel's tail, on one SM per row) */
 } cuda_attn_tuning_t;
 /* The default tuning (no bit changes): decode blocks of all K/V heads, fewer (down to one)
  * when the batch does not fill the device, no L2 hint, the decode tile that skips its

@@ -23,11 +23,16 @@ extern "C" {
 
 /* Keys per split, a fixed function of the row's own position (never of the batch): a row
  * at position pos has its keys cut at multiples of CUDA_ATTN_SPLIT_SHORT when pos <
- * CUDA_ATTN_SPLIT_AT, of CUDA_ATTN_SPLIT_LONG from there on (cuda_attn_split_for), so its
- * bits depend on its own position only. Long contexts get long splits: fewer partials to
- * store and merge, fewer split boundaries in the stream (device runs 9-13). 16-key chunks. */
+ * CUDA_ATTN_SPLIT_MID_AT, of CUDA_ATTN_SPLIT_MID from there to CUDA_ATTN_SPLIT_AT, of
+ * CUDA_ATTN_SPLIT_LONG from there on (cuda_attn_split_for), so its bits depend on its own
+ * position only. Long contexts get long splits: fewer partials to store and merge, fewer
+ * split boundaries in the stream (device runs 9-13; the 1024-key tier since session 8,
+ * numerics revision 3: 1024-key splits read 32 x 4K at 4.01 TB/s against 3.86 with 512,
+ * device run 21). 16-key chunks. */
 #define CUDA_ATTN_SPLIT_SHORT 512
+#define CUDA_ATTN_SPLIT_MID 1024
 #define CUDA_ATTN_SPLIT_LONG 2048
+#define CUDA_ATTN_SPLIT_MID_AT 2048
 #define CUDA_ATTN_SPLIT_AT 4096
 #define CUDA_ATTN_CHUNK 16
 /* The largest split the kernels take (their chunk pointer table holds this many keys). */
@@ -39,6 +44,10 @@ extern "C" {
 #define CUDA_ATTN_SMEM_MAX (227 * 1024)
 /* Splits whose accumulators the merge loads before combining them. */
 #define CUDA_ATTN_MERGE_AHEAD 16
+/* The fused merge's (merge_block): units of 4 output dims a thread folds at once, and the
+ * splits of each whose loads (16 + 8 bytes) are issued before they are combined. */
+#define CUDA_ATTN_MERGE_BLOCK_UNITS 4
+#define CUDA_ATTN_MERGE_BLOCK_AHEAD 4
 /* Warps per block of the attention kernels. */
 #define CUDA_ATTN_WARPS 4
 
@@ -118,7 +127,9 @@ static inline int cuda_attn_head_dim_ok(int hd) { return hd == 32 || hd == 64 ||
 /* Keys per split of a row at position pos (see CUDA_ATTN_SPLIT_SHORT). */
 static inline int cuda_attn_split_for(int pos)
 {
-    return pos < CUDA_ATTN_SPLIT_AT ? CUDA_ATTN_SPLIT_SHORT : CUDA_ATTN_SPLIT_LONG;
+    return pos < CUDA_ATTN_SPLIT_MID_AT ? CUDA_ATTN_SPLIT_SHORT
+           : pos < CUDA_ATTN_SPLIT_AT   ? CUDA_ATTN_SPLIT_MID
+                                        : CUDA_ATTN_SPLIT_LONG;
 }
 
 /* Shared memory of a decode block of nh K/V heads: three stages of 16 keys of K and V of
