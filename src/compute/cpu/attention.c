@@ -184,7 +184,7 @@ static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, 
 
 const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
                                    NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split,
-                                   NULL, &attn__generic_pair};
+                                   NULL, &attn__generic_pair, NULL, NULL, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -447,8 +447,10 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             lo_min = lo;
     }
     const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
-    /* Enough rows to pay for transposing each key group: score them all per K load. */
-    const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
+    /* Enough rows to pay for transposing each key group: score them all per K load. The
+     * tile order scores every row so (step 1T: a decode row is a tile of 1-2 rows). */
+    const bool tiled = im->pv_tile != NULL;
+    const bool transposed = im->scores16_t && (rows >= TRANSPOSED_ROWS || tiled);
     /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
     /* Step 1q (q8_0 K): the query rows rounded once, in the padded queries' room (hd + 8 nb
@@ -470,6 +472,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             memcpy(qpad + (size_t)r * hdp, q, (size_t)hd * sizeof(float));
             memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
         }
+
+    if (tiled && im->tiles_begin)
+        im->tiles_begin();
 
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
@@ -534,6 +539,17 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
+        if (tiled) { /* step 4T: every row of the tile at once, each with its own keys */
+            int j0s[TILE_ROWS], j1s[TILE_ROWS];
+            for (int t = 0; t < nt; t++) {
+                int j0, j1;
+                block_range(m, qs[t].pos, k0, nk, &j0, &j1);
+                j0s[t] = j0 - k0;
+                j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
+            }
+            im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kvbuf, hd);
+            continue;
+        }
         /* Consecutive queries with the same range (all but the diagonal ones, in a causal
          * tile) in one call, so that each V row loaded serves more rows. */
         for (int t = 0, t1; t < nt; t = t1) {
@@ -550,6 +566,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
                        kvbuf + (size_t)(j0 - k0) * hd, hd);
         }
     }
+
+    if (tiled && im->tiles_end)
+        im->tiles_end();
 
     for (int t = 0; t < nt; t++)
         for (int g = 0; g < G; g++) {
@@ -596,9 +615,14 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(cfg->head_dim % QK8_0 == 0 && k->types[CAIRN_DTYPE_Q8_0].from_f32);
         q8 = im->scores_q8t && (!im->q8_usable || im->q8_usable()) ? im : &attn__generic;
     }
-    /* bf16 K/V under the pair order (attention_impl.h): the implementation's rendition of it. */
-    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on())
+    /* bf16 K/V under the tile order or the pair order (attention_impl.h): the
+     * implementation's rendition of it (the tile order's: the process's tiles). */
+    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_tile_on()) {
+        im = im->tile ? im->tile : kern__attn_tile_impl();
+        CAIRN_ASSERT(im && im->pv_tile && im->scores16_t && im->transpose16 && im->pack_q);
+    } else if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on()) {
         im = im->pair ? im->pair : &attn__generic_pair;
+    }
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
