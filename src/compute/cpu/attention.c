@@ -223,6 +223,30 @@ static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
     return g >= rows ? 1 : rows / g;
 }
 
+/*
+ * Queries per tile under the tile order (at most tq, the f32 order's): its score rows of
+ * the call's span, rows * span * 4 bytes, within TILE_S_BUDGET, so that they stay in the
+ * core's L2 cache between the scores, the softmax and p.v (the f32 order's 128 rows of
+ * 8K positions, 4 MiB, do not), halving from TILE_ROWS down to 32 rows;
+ * CAIRN_ATTN_TILE_ROWS=N (benchmarks) fixes N rows instead. Rows never change a bit.
+ */
+#define TILE_S_BUDGET ((size_t)3 << 19) /* 1.5 MiB */
+static int tile_queries_tiled(const attn_cfg_t *cfg, int span, int tq)
+{
+    static int forced = -1; /* CAIRN_ATTN_TILE_ROWS, read once (0: not set) */
+    int f = __atomic_load_n(&forced, __ATOMIC_RELAXED);
+    if (f < 0) {
+        f = (int)cairn_knob_int("CAIRN_ATTN_TILE_ROWS", false, 0, 0, 0, 1024);
+        __atomic_store_n(&forced, f, __ATOMIC_RELAXED);
+    }
+    const int g = group_size(cfg);
+    int rows = f > 0 ? f : TILE_ROWS;
+    while (f <= 0 && rows > 32 && (size_t)rows * (size_t)span * sizeof(float) > TILE_S_BUDGET)
+        rows /= 2;
+    const int q = g >= rows ? 1 : rows / g;
+    return q < tq ? q : tq;
+}
+
 /* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
 static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
 
@@ -297,6 +321,47 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
     }
     int padded = (nk + 15) / 16 * 16;
     memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(float));
+    return missing;
+}
+
+/*
+ * load_block for the tile order: the bf16 K (or V) rows [k0, k0 + nk) of kvh copied as
+ * they are stored into buf [KEY_BLOCK][hd] bf16, the rows after them zero up to the next
+ * multiple of 16; rows before lo_min or without storage are zero and flagged in the
+ * result as load_block does. Moves only.
+ */
+static uint64_t load_block_bf16(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
+                                bool want_v, uint16_t *buf)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const int hd = cfg->head_dim;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd);
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    uint64_t missing = 0;
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(buf, 0, (size_t)i * hd * sizeof(uint16_t));
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
+        CAIRN_ASSERT(run > 0);
+        if (run > nk - i)
+            run = nk - i;
+        const unsigned char *src = want_v ? v : k;
+        if (!src) {
+            memset(buf + (size_t)i * hd, 0, (size_t)run * hd * sizeof(uint16_t));
+            missing |= bit_run(i, run);
+        } else {
+            for (int r = 0; r < run; r++)
+                memcpy(buf + (size_t)(i + r) * hd, src + (size_t)r * row_bytes + head_off, (size_t)hd * sizeof(uint16_t));
+        }
+        i += run;
+    }
+    int padded = (nk + 15) / 16 * 16;
+    memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(uint16_t));
     return missing;
 }
 
@@ -450,6 +515,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Enough rows to pay for transposing each key group: score them all per K load. The
      * tile order scores every row so (step 1T: a decode row is a tile of 1-2 rows). */
     const bool tiled = im->pv_tile != NULL;
+    uint16_t *kraw = (uint16_t *)kvbuf; /* the tile order's bf16 K/V rows [KEY_BLOCK][hd] */
     const bool transposed = im->scores16_t && (rows >= TRANSPOSED_ROWS || tiled);
     /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
@@ -479,8 +545,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        uint64_t missing = q8 ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
-                              : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        uint64_t missing = q8      ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
+                           : tiled ? load_block_bf16(job, kv, k0, nk, lo_min, kvh, false, kraw)
+                                   : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
         if (q8) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
@@ -499,7 +566,10 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             }
         } else if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
-                im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
+                if (tiled) /* the bf16 pairs of 16 keys as dwords: kt [hd / 2 rounded to 16][16] */
+                    im->transpose16(kt, (const float *)(kraw + (size_t)(g0 - k0) * hd), hd / 2);
+                else
+                    im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
                 /* Each run of consecutive queries whose keys [b0, pos] include the group
                  * (one run when the positions increase) in one call. */
                 for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
@@ -537,7 +607,10 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
+        if (tiled)
+            load_block_bf16(job, kv, k0, nk, lo_min, kvh, true, kraw);
+        else
+            load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
         if (tiled) { /* step 4T: every row of the tile at once, each with its own keys */
             int j0s[TILE_ROWS], j1s[TILE_ROWS];
@@ -547,7 +620,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
                 j0s[t] = j0 - k0;
                 j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
             }
-            im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kvbuf, hd);
+            im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kraw, hd);
             continue;
         }
         /* Consecutive queries with the same range (all but the diagonal ones, in a causal
@@ -626,6 +699,12 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
+    if (im->pv_tile) { /* the tile order: rows whose scores of the call's span fit TILE_S_BUDGET */
+        int span = 0;
+        for (int i = 0; i < n_queries; i++)
+            span = queries[i].pos + 1 > span ? queries[i].pos + 1 : span;
+        job.tq = tile_queries_tiled(cfg, span, job.tq);
+    }
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
         units += cfg->n_kv_heads;

@@ -136,15 +136,18 @@ typedef struct attn_impl {
     void (*pack_q)(float *slot, const float *q, int hd, int hdp);
     /* The rendition of the pair order of this implementation (NULL: attn__generic_pair). */
     const struct attn_impl *pair;
-    /* The tile order (step 4T), where an implementation renders it (its scores16_t then
-     * serves every row, whatever the count: step 1T on the tiles). For the block of keys
-     * [k0, k0 + nk) (k0 a multiple of 64, nk <= 64) and `rows` rows of G consecutive
-     * rows per query: row r takes the keys [k0 + j0[r / G], k0 + j1[r / G]) (empty when
-     * j0 >= j1) with e_j at p[r * ldp + j - k0] (f32, rounded to bf16 here), the others
-     * p = +0; vb [nk][hd] the block's V rows (f32 values of bf16); acc[r * lda + d] += T
-     * of step 4T for every row with a key in the block (the others unchanged). */
+    /* The tile order (step 4T), where an implementation renders it. Its scores16_t then
+     * serves every row, whatever the count (step 1T on the tiles), and takes kt as the
+     * transpose16 of the 16 keys' bf16 rows read as hd / 2 dwords: kt[i * 16 + k] = the
+     * pair (2i, 2i+1) of key k (zero for i >= hd / 2, up to hd / 2 rounded up to 16); its
+     * transpose16 moves bits only. pv_tile, for the block of keys [k0, k0 + nk) (k0 a
+     * multiple of 64, nk <= 64) and `rows` rows of G consecutive rows per query: row r
+     * takes the keys [k0 + j0[r / G], k0 + j1[r / G]) (empty when j0 >= j1) with e_j at
+     * p[r * ldp + j - k0] (f32, rounded to bf16 here), the others p = +0; vb [nk][hd]
+     * the block's V rows as stored (bf16); acc[r * lda + d] += T of step 4T for every
+     * row with a key in the block (the others unchanged). head_dim even. */
     void (*pv_tile)(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
-                    int nk, const float *vb, int hd);
+                    int nk, const uint16_t *vb, int hd);
     /* Optional (with pv_tile): the tile configuration loaded / released around one unit
      * of the driver (attention.c's attend_tile) on the calling thread. */
     void (*tiles_begin)(void);

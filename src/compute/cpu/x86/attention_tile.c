@@ -9,14 +9,14 @@
  * on c, A row i and B column j) and fixed blocks:
  *  - scores (step 1T, scores16_t): C [16 rows][16 keys] from zero, hd32 / 32 steps of
  *    K = 32 in order: A = 16 packed q rows (bf16, 32 per step; the slots of attention.c's
- *    qpad, stride hdp floats), B = the 16 keys' pairs of the step (kp [hd32/2][16]
- *    dwords, packed per call from the transposed f32 keys, whose values are bf16 and
- *    narrow exactly; zero past head_dim); up to 4 row tiles share each B. A row tile past
+ *    qpad, stride hdp floats), B = the 16 keys' pairs of the step (attention.c's kt: the
+ *    keys' bf16 rows as stored, transposed as dwords [hd32/2][16], zero past head_dim);
+ *    up to 4 row tiles share each B. A row tile past
  *    the last row reads other slots' (or stale) q rows, whose C rows are never stored;
  *    each valid row is scaled (one f32 product) into s.
  *  - p.v (step 4T, pv_tile): per block of 64 keys (attention.c's key blocks, aligned to
- *    position 0), V packed once as pairs of positions (vp [32][hd16] dwords, zero past
- *    nk), and per 16-row tile holding a row with keys in the block: P packed (each row's
+ *    position 0), V (bf16 as stored) packed once as pairs of positions (vp [32][hd16]
+ *    dwords, zero past nk), and per 16-row tile holding a row with keys in the block: P packed (each row's
  *    e_j in its key range rounded to bf16 by vcvtne2ps2bf16, +0 elsewhere and in rows
  *    past the last), C zeroed, two K = 32 steps, C stored and added to acc (f32).
  * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x 64 B), tmm6-7 B (16 x 64 B): one
@@ -81,30 +81,13 @@ TT static void tile_end(void) { _tile_release(); }
 
 static int round32(int hd) { return (hd + 31) / 32 * 32; }
 
-/* The vector steps of the primitives: kp_pack (16 keys' pairs of dimensions from kt
- * [hdp][16], zero past hdp), scale_row (16 scores times scale), v_pack (pairs of
- * positions of V, zero past nk and hd), p_pack_row (a row's e_j in its keys, bf16, +0
+/* The vector steps of the primitives: scale_row (16 scores times scale), v_pack (pairs
+ * of positions of V, zero past nk and hd), p_pack_row (a row's e_j in its keys, bf16, +0
  * elsewhere), add_row (acc += 16 tile sums, d < hd). */
 #ifndef ATTN_TILE_PORTABLE
-/* dword = (bf16 of lo) | (bf16 of hi) << 16, 16 lanes; the f32 values are bf16 already. */
-TT static inline __m512i pair16(__m512 lo, __m512 hi)
-{
-    return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(lo), 16),
-                           _mm512_and_si512(_mm512_castps_si512(hi), _mm512_set1_epi32((int)0xffff0000u)));
-}
-
 TT static inline __mmask16 tail16(int valid)
 {
     return valid >= 16 ? (__mmask16)0xffff : valid <= 0 ? (__mmask16)0 : (__mmask16)((1u << valid) - 1u);
-}
-
-TT static void kp_pack(uint32_t *kp, const float *kt, int hdp, int np)
-{
-    for (int i = 0; i < np; i++) {
-        const __m512 lo = 2 * i < hdp ? _mm512_loadu_ps(kt + (size_t)(2 * i) * 16) : _mm512_setzero_ps();
-        const __m512 hi = 2 * i + 1 < hdp ? _mm512_loadu_ps(kt + (size_t)(2 * i + 1) * 16) : _mm512_setzero_ps();
-        _mm512_store_si512(kp + (size_t)i * 16, pair16(lo, hi));
-    }
 }
 
 TT static inline void scale_row(float *s, const float *c, float scale)
@@ -112,16 +95,16 @@ TT static inline void scale_row(float *s, const float *c, float scale)
     _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_load_ps(c), _mm512_set1_ps(scale)));
 }
 
-TT static void v_pack(uint32_t *vp, const float *vb, int nk, int hd, int hd16)
+TT static void v_pack(uint32_t *vp, const uint16_t *vb, int nk, int hd, int hd16)
 {
     for (int i = 0; i < KB / 2; i++) {
         const bool v0ok = 2 * i < nk, v1ok = 2 * i + 1 < nk;
-        const float *v0 = vb + (size_t)(2 * i) * hd, *v1 = v0 + hd;
+        const uint16_t *v0 = vb + (size_t)(2 * i) * hd, *v1 = v0 + hd;
         for (int d = 0; d < hd16; d += 16) {
             const __mmask16 m = tail16(hd - d);
-            const __m512 lo = v0ok ? _mm512_maskz_loadu_ps(m, v0 + d) : _mm512_setzero_ps();
-            const __m512 hi = v1ok ? _mm512_maskz_loadu_ps(m, v1 + d) : _mm512_setzero_ps();
-            _mm512_store_si512(vp + (size_t)i * hd16 + d, pair16(lo, hi));
+            const __m512i lo = v0ok ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, v0 + d)) : _mm512_setzero_si512();
+            const __m512i hi = v1ok ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, v1 + d)) : _mm512_setzero_si512();
+            _mm512_store_si512(vp + (size_t)i * hd16 + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
         }
     }
 }
@@ -153,29 +136,19 @@ static uint32_t bits_of(float x)
     return u;
 }
 
-static void kp_pack(uint32_t *kp, const float *kt, int hdp, int np)
-{
-    for (int i = 0; i < np; i++)
-        for (int k = 0; k < 16; k++) {
-            const uint32_t lo = 2 * i < hdp ? bits_of(kt[(size_t)(2 * i) * 16 + k]) : 0;
-            const uint32_t hi = 2 * i + 1 < hdp ? bits_of(kt[(size_t)(2 * i + 1) * 16 + k]) : 0;
-            kp[(size_t)i * 16 + k] = (lo >> 16) | (hi & 0xffff0000u);
-        }
-}
-
 static void scale_row(float *s, const float *c, float scale)
 {
     for (int k = 0; k < 16; k++)
         s[k] = c[k] * scale;
 }
 
-static void v_pack(uint32_t *vp, const float *vb, int nk, int hd, int hd16)
+static void v_pack(uint32_t *vp, const uint16_t *vb, int nk, int hd, int hd16)
 {
     for (int i = 0; i < KB / 2; i++)
         for (int d = 0; d < hd16; d++) {
-            const uint32_t lo = 2 * i < nk && d < hd ? bits_of(vb[(size_t)(2 * i) * hd + d]) : 0;
-            const uint32_t hi = 2 * i + 1 < nk && d < hd ? bits_of(vb[(size_t)(2 * i + 1) * hd + d]) : 0;
-            vp[(size_t)i * hd16 + d] = (lo >> 16) | (hi & 0xffff0000u);
+            const uint32_t lo = 2 * i < nk && d < hd ? vb[(size_t)(2 * i) * hd + d] : 0;
+            const uint32_t hi = 2 * i + 1 < nk && d < hd ? vb[(size_t)(2 * i + 1) * hd + d] : 0;
+            vp[(size_t)i * hd16 + d] = lo | hi << 16;
         }
 }
 
@@ -193,12 +166,17 @@ static void add_row(float *a, const float *c, int valid)
 
 static float tile_softmax(float *s, int n) { return attn__generic.softmax(s, n); }
 
-static void tile_transpose16(float *kt, const float *kb, int hd)
+static void tile_transpose16(float *kt, const float *kb, int hd) /* bits moved as dwords */
 {
     const int hdp = (hd + 15) / 16 * 16;
+    uint32_t w;
     for (int d = 0; d < hdp; d++)
-        for (int k = 0; k < 16; k++)
-            kt[(size_t)d * 16 + k] = d < hd ? kb[(size_t)k * hd + d] : 0.0f;
+        for (int k = 0; k < 16; k++) {
+            w = 0;
+            if (d < hd)
+                memcpy(&w, kb + (size_t)k * hd + d, 4);
+            memcpy(kt + (size_t)d * 16 + k, &w, 4);
+        }
 }
 #endif
 
@@ -210,16 +188,16 @@ static void tile_pack_q(float *slot, const float *q, int hd, int hdp)
     attn__pair_pack_q(slot, q, hd, round32(hd));
 }
 
-/* Step 1T: s[r * lds + k] = scale * the tile dot of q row r with key k of kt [hdp][16]. */
+/* Step 1T: s[r * lds + k] = scale * the tile dot of q row r with key k of kt, the keys'
+ * bf16 pairs as dwords [hd32 / 2][16] (attn_impl_t's pv_tile). */
 TT static void tile_scores16_t(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp, float scale)
 {
-    const int hd32 = round32(hdp), np = hd32 / 2, steps = hd32 / 32;
-    _Alignas(64) uint32_t kp[MAX_HD / 2 * 16];
+    const int hd32 = round32(hdp), steps = hd32 / 32;
+    const uint32_t *kp = (const uint32_t *)kt;
     _Alignas(64) float c[4][16][16];
     CAIRN_ASSERT(hd32 <= MAX_HD);
-    kp_pack(kp, kt, hdp, np);
     const long qstride = (long)hdp * 4;
-    AMX_BARRIER(kp);
+    AMX_BARRIER(*kp); /* and, by its memory clobber, the rest of kt */
     for (int r0 = 0; r0 < rows; r0 += 64) {
         const int left = rows - r0, nt = left >= 64 ? 4 : (left + 15) / 16;
         const char *a = (const char *)(q + (size_t)r0 * hdp);
@@ -257,7 +235,7 @@ TT static void tile_scores16_t(float *s, size_t lds, const float *q, int rows, c
 
 /* Step 4T for one block of keys (attention_impl.h, pv_tile). */
 TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
-                       int nk, const float *vb, int hd)
+                       int nk, const uint16_t *vb, int hd)
 {
     const int hd16 = (hd + 15) / 16 * 16;
     _Alignas(64) uint32_t vp[KB / 2 * MAX_HD];
@@ -358,14 +336,19 @@ static float chk_value(uint32_t *s)
     return v;
 }
 
-static float bf16_of_slot(const float *slot, int d)
+static float bf16_value(uint16_t h)
 {
-    uint16_t h;
-    memcpy(&h, (const uint16_t *)slot + d, 2);
     const uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
 }
 
 /* 1: the tiles' products are close to the exact ones and rows independent; 0: not;
@@ -373,11 +356,14 @@ static float bf16_of_slot(const float *slot, int d)
 static int sanity_check(void)
 {
     enum { R = 48, HD = 128, LD = 64 };
-    float *buf = cairn_malloc(sizeof(float) * (2 * (R + 16) * HD + HD * 16 + 2 * R * LD + KB * HD + R * HD));
+    const size_t qf = (size_t)2 * (R + 16) * HD, kf = (size_t)HD / 2 * 16, sf = (size_t)2 * R * LD,
+                 vf = (size_t)KB * HD / 2, af = (size_t)R * HD;
+    float *buf = cairn_malloc(sizeof(float) * (qf + kf + sf + vf + af));
     if (!buf)
         return -1;
-    float *q = buf, *q1 = q + (R + 16) * HD, *kt = q1 + (R + 16) * HD, *s = kt + HD * 16, *s1 = s + R * LD,
-          *vb = s1 + R * LD, *a = vb + KB * HD;
+    float *q = buf, *q1 = q + (R + 16) * HD, *s = buf + qf, *s1 = s + R * LD, *a = s + sf;
+    uint32_t *kp = (uint32_t *)(buf + qf + sf + af);     /* [HD/2][16] pairs of 16 keys */
+    uint16_t *vb = (uint16_t *)(kp + kf);                /* [KB][HD] */
     uint32_t st = 0x2545f491u;
     float row[HD];
     for (int r = 0; r < R + 16; r++) {
@@ -387,12 +373,12 @@ static int sanity_check(void)
     }
     memset(q1, 0, sizeof(float) * (R + 16) * HD);
     memcpy(q1, q + (size_t)5 * HD, sizeof(float) * HD); /* row 5 alone */
-    for (int i = 0; i < HD * 16; i++)
-        kt[i] = chk_value(&st);
+    for (size_t i = 0; i < kf; i++)
+        kp[i] = (uint32_t)bf16_bits(chk_value(&st)) | (uint32_t)bf16_bits(chk_value(&st)) << 16;
     for (int i = 0; i < R * LD; i++)
         s[i] = fabsf(chk_value(&st));
     for (int i = 0; i < KB * HD; i++)
-        vb[i] = chk_value(&st);
+        vb[i] = bf16_bits(chk_value(&st));
     memset(a, 0, sizeof(float) * R * HD);
     int ok = 1;
     tile_begin();
@@ -405,23 +391,26 @@ static int sanity_check(void)
         for (int d = 0; d < HD; d++) {
             double e = 0, mag = 0;
             for (int j = j0[r]; j < j1[r]; j++) {
-                const double pj = attn__bf16_round(s[(size_t)r * LD + j]);
-                e += pj * vb[(size_t)j * HD + d];
-                mag += fabs(pj * vb[(size_t)j * HD + d]);
+                const double t = (double)attn__bf16_round(s[(size_t)r * LD + j]) * bf16_value(vb[(size_t)j * HD + d]);
+                e += t;
+                mag += fabs(t);
             }
             if (fabs(a[(size_t)r * HD + d] - e) > 2e-2 * mag + 1e-6)
                 ok = 0;
         }
-    tile_scores16_t(s, LD, q, R, kt, HD, 1.0f);
-    tile_scores16_t(s1, LD, q1, 1, kt, HD, 1.0f);
+    tile_scores16_t(s, LD, q, R, (const float *)kp, HD, 1.0f);
+    tile_scores16_t(s1, LD, q1, 1, (const float *)kp, HD, 1.0f);
     tile_end();
     ok &= !memcmp(s + (size_t)5 * LD, s1, 16 * sizeof(float));
     for (int r = 0; r < R && ok; r++)
         for (int k = 0; k < 16; k++) {
+            const uint16_t *qb = (const uint16_t *)(q + (size_t)r * HD);
             double e = 0, mag = 0;
             for (int d = 0; d < HD; d++) {
-                e += (double)bf16_of_slot(q + (size_t)r * HD, d) * kt[d * 16 + k];
-                mag += fabs((double)bf16_of_slot(q + (size_t)r * HD, d) * kt[d * 16 + k]);
+                const uint32_t w = kp[(d / 2) * 16 + k];
+                const double t = (double)bf16_value(qb[d]) * bf16_value((uint16_t)(d % 2 ? w >> 16 : w & 0xffff));
+                e += t;
+                mag += fabs(t);
             }
             if (fabs(s[(size_t)r * LD + k] - e) > 2e-2 * mag + 1e-6)
                 ok = 0;
