@@ -7,7 +7,7 @@
  * (unwritten cache memory) and, optionally, a run without storage (a null block):
  *  - tile_identity: one prefill call of every query (after a short first chunk) = each
  *    query alone (decode) = chunks of 7 = chunks of 64 on 3 threads, bit for bit, for the
- *    plain causal mask, a window with a soft-cap, and a null run;
+ *    plain causal mask, a window with a soft-cap, a null run, and a window of 200;
  *  - tile_accuracy: the prefill result within a stated tolerance of the textbook formula
  *    in double (q and K/V as stored; the tile order rounds q and p to bf16).
  * The includer sets the problem's shape (tc_nh, tc_nkv, tc_hd, tc_n) before each check
@@ -106,8 +106,11 @@ static void tile_identity(const kern_impl_t *k)
     assert_true(pre && dec && ch7 && ch64);
     cairn_thread_pool_t *tp3 = NULL;
     assert_int_equal(cairn_thread_pool_create(3, &tp3), CAIRN_OK);
-    const attn_math_t maths[] = {{0, 0.0f, 0.0f}, {100, 0.1f, 30.0f}, {0, 0.0f, 0.0f}};
-    for (size_t mi = 0; mi < 3; mi++) {
+    /* causal; a window within one p.v block with a soft-cap; a null run; a window of 200
+     * (a row's keys cross a 256-key block boundary where it crosses one at absolute
+     * positions: blocks anchored anywhere else would split them elsewhere). */
+    const attn_math_t maths[] = {{0, 0.0f, 0.0f}, {100, 0.1f, 30.0f}, {0, 0.0f, 0.0f}, {200, 0.0f, 0.0f}};
+    for (size_t mi = 0; mi < CAIRN_ARRAY_LEN(maths); mi++) {
         f.null0 = mi == 2 ? 64 : 0; /* a null run of 48 positions, not on a block boundary's end */
         f.null1 = mi == 2 ? 112 : 0;
         const attn_math_t *m = &maths[mi];

@@ -76,9 +76,9 @@ static void test_identity(void **state)
     (void)state;
     model = 0;
     kern__attn_tile_set(1);
-    tc_nh = 4, tc_nkv = 2, tc_hd = 128, tc_n = 200;
+    tc_nh = 4, tc_nkv = 2, tc_hd = 128, tc_n = 330;
     tile_identity(&modelled);
-    tc_nh = 8, tc_nkv = 2, tc_hd = 80, tc_n = 150;
+    tc_nh = 8, tc_nkv = 2, tc_hd = 80, tc_n = 280;
     tile_identity(&modelled);
     kern__attn_tile_set(-1);
 }

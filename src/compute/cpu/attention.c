@@ -71,6 +71,9 @@ enum {
     TILE_ROWS = 128, /* rows (query x head) per tile: bounds the score rows of one unit */
     MIN_TILE_ROWS = 32, /* ... down to this many for long spans (SCORE_BUDGET) */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
+    TILE_PV_BLOCK = 256, /* the tile order's p.v blocks (step 4T; a multiple of KEY_BLOCK) */
+    KV_ROOM = TILE_PV_BLOCK / 2, /* floats per head_dim of a slot's K/V block room: KEY_BLOCK f32
+                                  * rows, or TILE_PV_BLOCK bf16 rows */
     TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
     PREFETCH_DEPTH_SMALL = 4, /* key blocks prefetched ahead by a tile of fewer rows */
 };
@@ -253,9 +256,10 @@ static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
 size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
 {
     size_t rows = (size_t)tile_queries(n_heads, n_kv_heads, max_positions) * (size_t)(n_heads / n_kv_heads);
-    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd],
+    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd] f32 (or [TILE_PV_BLOCK][hd]
+     * bf16), accumulators [rows][hd],
      * padded queries [rows][hdp], a transposed key group [hdp][16] */
-    return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
+    return rows * score_stride(max_positions) + rows + (size_t)KV_ROOM * head_dim +
            rows * (size_t)head_dim + (rows + 16) * (size_t)padded_dim(head_dim);
 }
 
@@ -491,7 +495,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     float *S = slot;                  /* [max_rows][ld] scores, then e_j */
     float *sums = S + max_rows * ld;  /* [max_rows] */
     float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
-    float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
+    float *acc = kvbuf + (size_t)KV_ROOM * hd; /* [max_rows][hd] */
     const int hdp = padded_dim(hd);
     float *qpad = acc + max_rows * hd;            /* [max_rows][hdp] */
     float *kt = qpad + max_rows * hdp;            /* [hdp][16] */
@@ -515,7 +519,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Enough rows to pay for transposing each key group: score them all per K load. The
      * tile order scores every row so (step 1T: a decode row is a tile of 1-2 rows). */
     const bool tiled = im->pv_tile != NULL;
-    uint16_t *kraw = (uint16_t *)kvbuf; /* the tile order's bf16 K/V rows [KEY_BLOCK][hd] */
+    uint16_t *kraw = (uint16_t *)kvbuf; /* the tile order's bf16 K/V rows [TILE_PV_BLOCK][hd] */
     const bool transposed = im->scores16_t && (rows >= TRANSPOSED_ROWS || tiled);
     /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
@@ -605,24 +609,29 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Probabilities times V, by increasing position from each query's b0; a query's G
      * rows share one range. */
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
-        const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        if (tiled)
-            load_block_bf16(job, kv, k0, nk, lo_min, kvh, true, kraw);
-        else
-            load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
-        prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
-        if (tiled) { /* step 4T: every row of the tile at once, each with its own keys */
-            int j0s[TILE_ROWS], j1s[TILE_ROWS];
-            for (int t = 0; t < nt; t++) {
-                int j0, j1;
-                block_range(m, qs[t].pos, k0, nk, &j0, &j1);
-                j0s[t] = j0 - k0;
-                j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
-            }
-            im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kraw, hd);
-            continue;
+    /* Step 4T (the tile order): every row of the tile at once, each with its own keys, per
+     * block of TILE_PV_BLOCK keys aligned to position 0. */
+    for (int k0 = lo_min / TILE_PV_BLOCK * TILE_PV_BLOCK; tiled && k0 < span; k0 += TILE_PV_BLOCK) {
+        const int nk = span - k0 < TILE_PV_BLOCK ? span - k0 : TILE_PV_BLOCK;
+        for (int b = 0; b < nk; b += KEY_BLOCK)
+            load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK, lo_min, kvh, true,
+                            kraw + (size_t)b * hd);
+        if (k0 + nk < span)
+            prefetch_block(job, kv, k0 + nk, span - k0 - nk < TILE_PV_BLOCK ? span : k0 + nk + TILE_PV_BLOCK, kvh,
+                           true);
+        int j0s[TILE_ROWS], j1s[TILE_ROWS];
+        for (int t = 0; t < nt; t++) {
+            int j0, j1;
+            block_range(m, qs[t].pos, k0, nk, &j0, &j1);
+            j0s[t] = j0 - k0;
+            j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
         }
+        im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kraw, hd);
+    }
+    for (int k0 = first; !tiled && k0 < span; k0 += KEY_BLOCK) {
+        const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
+        load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
+        prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
         /* Consecutive queries with the same range (all but the diagonal ones, in a causal
          * tile) in one call, so that each V row loaded serves more rows. */
         for (int t = 0, t1; t < nt; t = t1) {
@@ -693,6 +702,7 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
     if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_tile_on()) {
         im = im->tile ? im->tile : kern__attn_tile_impl();
         CAIRN_ASSERT(im && im->pv_tile && im->scores16_t && im->transpose16 && im->pack_q);
+        CAIRN_ASSERT(cfg->head_dim % 2 == 0 && cfg->head_dim <= 256); /* step 4T's packing */
     } else if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on()) {
         im = im->pair ? im->pair : &attn__generic_pair;
     }

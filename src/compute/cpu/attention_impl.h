@@ -74,15 +74,16 @@
  *      the mask as in step 1.
  *  4T. p_j = e_j rounded to bf16 as q was (vcvtneps2bf16: nearest even, denormals to
  *      zero), p_j = +0 for every key the row does not take (outside b0 .. pos, masked,
- *      without storage). For each block of 64 keys aligned to position 0 (64n .. 64n+63)
- *      from the one holding b0 to the one holding pos, in increasing order, and each
- *      output d: T = T32(T32(+0; p[64n .. +32), v[64n .. +32)[d]); p[64n+32 .. +32),
- *      v[64n+32 .. +32)[d]) (both steps always, p = v = +0 past the keys stored, so the
- *      tile never reads unwritten cache memory: NaN bits there would survive 0 * NaN),
- *      acc[d] = acc[d] + T (f32, from acc = +0); out[d] = acc[d] / l (l the sum of the
- *      unrounded e_j). The tile's internal rounding thus only ever sees one block's 64
- *      products, never the running output. A block whose p are all +0 gives T = +0 and
- *      leaves acc unchanged (acc is never -0), so computing or skipping it (a prefill
+ *      without storage). For each block of 256 keys aligned to position 0
+ *      (256n .. 256n+255) from the one holding b0 to the one holding pos, in increasing
+ *      order, and each output d: T = the chain of 8 steps T32(.. T32(+0; p[256n ..
+ *      +32), v[256n .. +32)[d]) ..; p[256n+224 .. +32), v[256n+224 .. +32)[d]) (all 8
+ *      always, p = v = +0 past the keys stored, so the tile never reads unwritten cache
+ *      memory: NaN bits there would survive 0 * NaN), acc[d] = acc[d] + T (f32, from
+ *      acc = +0); out[d] = acc[d] / l (l the sum of the unrounded e_j). The tile's
+ *      internal rounding thus only ever sees one block's 256 products, never the running
+ *      output, and the f32 combine costs one add per 256 products. A block whose p are
+ *      all +0 gives T = +0 and leaves acc unchanged (acc is never -0), so computing or skipping it (a prefill
  *      row tile holding rows that end before the block, or a decode row) is the same.
  * Every path (prefill tiles, decode, chunks, threads, prefix hits) follows exactly this,
  * so rows agree bit for bit across them on one CPU model; other CPU models, or CPUs
@@ -141,11 +142,11 @@ typedef struct attn_impl {
      * transpose16 of the 16 keys' bf16 rows read as hd / 2 dwords: kt[i * 16 + k] = the
      * pair (2i, 2i+1) of key k (zero for i >= hd / 2, up to hd / 2 rounded up to 16); its
      * transpose16 moves bits only. pv_tile, for the block of keys [k0, k0 + nk) (k0 a
-     * multiple of 64, nk <= 64) and `rows` rows of G consecutive rows per query: row r
+     * multiple of 256, nk <= 256) and `rows` rows of G consecutive rows per query: row r
      * takes the keys [k0 + j0[r / G], k0 + j1[r / G]) (empty when j0 >= j1) with e_j at
      * p[r * ldp + j - k0] (f32, rounded to bf16 here), the others p = +0; vb [nk][hd]
      * the block's V rows as stored (bf16); acc[r * lda + d] += T of step 4T for every
-     * row with a key in the block (the others unchanged). head_dim even. */
+     * row with a key in the block (the others unchanged). head_dim even, <= 256. */
     void (*pv_tile)(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
                     int nk, const uint16_t *vb, int hd);
     /* Optional (with pv_tile): the tile configuration loaded / released around one unit

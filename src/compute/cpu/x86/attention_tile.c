@@ -14,11 +14,12 @@
  *    up to 4 row tiles share each B. A row tile past
  *    the last row reads other slots' (or stale) q rows, whose C rows are never stored;
  *    each valid row is scaled (one f32 product) into s.
- *  - p.v (step 4T, pv_tile): per block of 64 keys (attention.c's key blocks, aligned to
- *    position 0), V (bf16 as stored) packed once as pairs of positions (vp [32][hd16]
- *    dwords, zero past nk), and per 16-row tile holding a row with keys in the block: P packed (each row's
- *    e_j in its key range rounded to bf16 by vcvtne2ps2bf16, +0 elsewhere and in rows
- *    past the last), C zeroed, two K = 32 steps, C stored and added to acc (f32).
+ *  - p.v (step 4T, pv_tile): per block of 256 keys aligned to position 0 (attention.c's
+ *    TILE_PV_BLOCK), V (bf16 as stored) packed once as pairs of positions (vp [128][hd16]
+ *    dwords, zero past nk), and per 16-row tile holding a row with keys in the block: P
+ *    packed (each row's e_j in its key range rounded to bf16 by vcvtne2ps2bf16, +0
+ *    elsewhere and in rows past the last), C zeroed, eight K = 32 steps, C stored and
+ *    added to acc (f32).
  * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x 64 B), tmm6-7 B (16 x 64 B): one
  * configuration for both, loaded by tiles_begin for a whole unit of attention.c and
  * released by tiles_end.
@@ -53,8 +54,8 @@
 #endif
 
 enum {
-    MAX_HD = 512, /* head_dim the packing buffers hold (larger: the tile order is refused) */
-    KB = 64,      /* keys per p.v block (attention.c's KEY_BLOCK) */
+    MAX_HD = 256, /* head_dim the packing buffers hold (attention.c asserts it) */
+    KB = 256,     /* keys per p.v block (attention.c's TILE_PV_BLOCK): 8 steps of K = 32 */
 };
 
 /* ldtilecfg's 64-byte operand (palette 1). */
@@ -109,12 +110,22 @@ TT static void v_pack(uint32_t *vp, const uint16_t *vb, int nk, int hd, int hd16
     }
 }
 
-TT static void p_pack_row(uint16_t *pb, const float *pr, uint64_t m)
+/* The keys [j0, j1) that fall in [h, h + 16), as a mask of 16 lanes. */
+TT static inline __mmask16 range16(int j0, int j1, int h)
+{
+    const int a = j0 - h < 0 ? 0 : j0 - h > 16 ? 16 : j0 - h, b = j1 - h < 0 ? 0 : j1 - h > 16 ? 16 : j1 - h;
+    return b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : (__mmask16)0;
+}
+
+TT static void p_pack_row(uint16_t *pb, const float *pr, int j0, int j1)
 {
     for (int h = 0; h < KB; h += 32) {
-        const __mmask16 mlo = (__mmask16)(m >> h), mhi = (__mmask16)(m >> (h + 16));
-        const __m512 lo = mlo ? _mm512_maskz_loadu_ps(mlo, pr + h) : _mm512_setzero_ps();
-        const __m512 hi = mhi ? _mm512_maskz_loadu_ps(mhi, pr + h + 16) : _mm512_setzero_ps();
+        const __mmask16 mlo = range16(j0, j1, h), mhi = range16(j0, j1, h + 16);
+        if (!(mlo | mhi)) {
+            _mm512_store_si512(pb + h, _mm512_setzero_si512());
+            continue;
+        }
+        const __m512 lo = _mm512_maskz_loadu_ps(mlo, pr + h), hi = _mm512_maskz_loadu_ps(mhi, pr + h + 16);
         const __m512bh b = _mm512_cvtne2ps_pbh(hi, lo);
         memcpy(pb + h, &b, sizeof b);
     }
@@ -152,10 +163,10 @@ static void v_pack(uint32_t *vp, const uint16_t *vb, int nk, int hd, int hd16)
         }
 }
 
-static void p_pack_row(uint16_t *pb, const float *pr, uint64_t m)
+static void p_pack_row(uint16_t *pb, const float *pr, int j0, int j1)
 {
     for (int k = 0; k < KB; k++)
-        pb[k] = (m >> k & 1) ? (uint16_t)(bits_of(attn__bf16_round(pr[k])) >> 16) : 0;
+        pb[k] = k >= j0 && k < j1 ? (uint16_t)(bits_of(attn__bf16_round(pr[k])) >> 16) : 0;
 }
 
 static void add_row(float *a, const float *c, int valid)
@@ -256,10 +267,10 @@ TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows
         }
         for (int i = 0; i < 16; i++) {
             const int r = r0 + i;
-            uint64_t m = 0;
-            if (i < n && j0[r / G] < j1[r / G])
-                m = (j1[r / G] >= 64 ? ~0ull : (1ull << j1[r / G]) - 1) & ~((1ull << j0[r / G]) - 1);
-            p_pack_row(pb[i], p + (size_t)r * ldp, m);
+            if (i < n)
+                p_pack_row(pb[i], p + (size_t)r * ldp, j0[r / G], j1[r / G]);
+            else
+                p_pack_row(pb[i], p, 0, 0); /* rows past the last: P = +0 */
         }
         AMX_BARRIER(pb);
         AMX_BARRIER(vp);
@@ -270,7 +281,7 @@ TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows
             _tile_zero(1);
             _tile_zero(2);
             _tile_zero(3);
-            for (int st = 0; st < 2; st++) {
+            for (int st = 0; st < KB / 32; st++) {
                 const uint32_t *b = vp + (size_t)(16 * st) * hd16 + d0;
                 _tile_loadd(4, &pb[0][32 * st], (long)sizeof pb[0]);
                 _tile_loadd(6, b, vstride);
@@ -355,7 +366,7 @@ static uint16_t bf16_bits(float x)
  * -1: no memory for the check. */
 static int sanity_check(void)
 {
-    enum { R = 48, HD = 128, LD = 64 };
+    enum { R = 48, HD = 128, LD = KB };
     const size_t qf = (size_t)2 * (R + 16) * HD, kf = (size_t)HD / 2 * 16, sf = (size_t)2 * R * LD,
                  vf = (size_t)KB * HD / 2, af = (size_t)R * HD;
     float *buf = cairn_malloc(sizeof(float) * (qf + kf + sf + vf + af));
