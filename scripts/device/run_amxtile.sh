@@ -15,11 +15,14 @@
 #   4. pp8192 at 2 threads under the tile order, Q4_K_M on 4,5 and Q8_0 on 6,7 (background,
 #      CAIRN_OP_TIMES=1), check-reference qwen3 / llama with bf16 K/V under the tile order
 #      (core 3), pp512 tile / f32 per type on cores 0,1.
-#  PLAN=final (the figures): models; all at once on their own core pairs: pp8192 tile
+#  PLAN=final (the figures): while the models are made, the tile tests (cores 0,1 and 3)
+#   and a probe of the tile order's rows per unit (bench_attention at 8K under
+#   CAIRN_ATTN_TILE_ROWS = 0 (the L2 budget) / 64 / 128, cores 4-6), whose fastest setting
+#   the tile runs below use; then all at once on their own core pairs: pp8192 tile
 #   Q4_K_M 4,5 / Q8_0 6,7, f32 order Q4_K_M 8,9 / Q8_0 10,11, llama.cpp Q4_K_M 12,13 /
 #   Q8_0 14,15 (llama.cpp's first, with the longest timeout); meanwhile pp512 interleaved on
 #   cores 0,1: tile, f32, llama.cpp, llama.cpp, f32, tile per type; bench_attention on core
-#   2 (f32,tile at 2K and 8K, median of 5) after check-reference on core 3.
+#   2 (f32,tile at 2K and 8K, median of 5), check-reference on core 3.
 D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 BUDGET=${BUDGET:-100}
@@ -48,6 +51,7 @@ B=$D/bin
 F=$D/fixtures/models
 BA=/tmp/bench_attention.log
 PIDS=()
+RP=()
 long8k() { # NAME CORES MAX CMD...
   local name=$1 cores=$2 max=$3; shift 3
   local l=$(( $(left) - 3 ))
@@ -96,19 +100,45 @@ if [ "$PLAN" = check ]; then
   el "waiting for bench_attention and the 8K prompts"
   wait $BAPID
 else
+  # Tests of this build on the real tiles (cores 0,1; the modelled tiles on core 3) and
+  # a probe of the tile order's rows per unit at 8K (cores 4-6, one thread each) while
+  # the models are made.
+  ( for t in test_attention_tile test_attn_tile_engine; do
+      echo "--- $t"; timeout 40 taskset -c 0,1 "$B/$t"; echo "rc $?"
+    done
+    echo "--- test_determinism (tile order)"; timeout 40 taskset -c 0,1 $TILE "$B/test_determinism"; echo "rc $?"
+    echo "--- test_backend"; timeout 20 taskset -c 0,1 "$B/test_backend"; echo "rc $?" ) >/tmp/tests.log 2>&1 &
+  TPID=$!
+  ( timeout 40 taskset -c 3 "$B/test_attention_tile_emulated"; echo "rc $?" ) >/tmp/emu.log 2>&1 &
+  EPID=$!
+  i=4
+  for r in 0 64 128; do
+    ( timeout 40 taskset -c $i env CAIRN_ATTN_TILE_ROWS=$r "$B/bench_attention" --ctx 8192 --reps 3 --numerics tile ) >/tmp/rows-$r.log 2>&1 &
+    RP+=($!); i=$((i + 1))
+  done
   models
+  wait "${RP[@]}"
+  BEST=0; BT=999999
+  for r in 0 64 128; do
+    t=$(awk '/ctx +8192 tile/ {for (i = 1; i <= NF; i++) if ($i == "ms") {print $(i - 1); exit}}' /tmp/rows-$r.log)
+    echo "rows probe: CAIRN_ATTN_TILE_ROWS=$r (0: the L2 budget) -> 8K chunk ${t:-?} ms"
+    [ -n "$t" ] && awk -v a="$t" -v b="$BT" 'BEGIN {exit !(a < b)}' && { BEST=$r; BT=$t; }
+  done
+  echo "rows probe: chose CAIRN_ATTN_TILE_ROWS=$BEST"
+  TILE="env CAIRN_ATTN_BF16TILE=1 CAIRN_ATTN_TILE_ROWS=$BEST"
   long8k llama-Q8_0 14,15 999 $P/llama-bench -m $M/q06-Q8_0.gguf -t 2 -p 8192 -n 0 -r 1 $NW
   long8k llama-Q4_K_M 12,13 999 $P/llama-bench -m $M/q06-Q4_K_M.gguf -t 2 -p 8192 -n 0 -r 1 $NW
-  long8k tile-Q4_K_M 4,5 999 $TILE $BE --gguf $M/q06-Q4_K_M.gguf --long 8192
+  long8k tile-Q4_K_M 4,5 999 $TILE CAIRN_OP_TIMES=1 $BE --gguf $M/q06-Q4_K_M.gguf --long 8192
   long8k tile-Q8_0 6,7 999 $TILE $BE --gguf $M/q06-Q8_0.gguf --long 8192
-  long8k f32-Q4_K_M 8,9 999 $F32 $BE --gguf $M/q06-Q4_K_M.gguf --long 8192
+  long8k f32-Q4_K_M 8,9 999 $F32 CAIRN_OP_TIMES=1 $BE --gguf $M/q06-Q4_K_M.gguf --long 8192
   long8k f32-Q8_0 10,11 999 $F32 $BE --gguf $M/q06-Q8_0.gguf --long 8192
+  wait $TPID $EPID; echo "=== tests"; cat /tmp/tests.log; echo "=== test_attention_tile_emulated"; cat /tmp/emu.log
   ( for m in qwen3 llama; do
       echo "--- check-reference $m (tile order, bf16 K/V)"
       taskset -c 3 timeout 30 $TILE "$B/cairn" check-reference $F/$m --threads 1 --kv-dtype bf16 --max-diff 0.25 --min-margin 0.3
       echo "rc $?"
-    done
-    taskset -c 2 timeout $(( $(left) - 5 )) "$B/bench_attention" --ctx 2048,8192 --reps 5 --numerics f32,tile; echo "rc $?" ) >$BA 2>&1 &
+    done ) >/tmp/cref.log 2>&1 &
+  ( taskset -c 2 timeout $(( $(left) - 5 )) env CAIRN_ATTN_TILE_ROWS=$BEST "$B/bench_attention" --ctx 2048,8192 --reps 5 --numerics f32,tile; echo "rc $?" ) >$BA 2>&1 &
   BAPID=$!
   for t in Q4_K_M Q8_0; do
     for who in T F L L F T; do
@@ -121,6 +151,8 @@ else
   done
   el "waiting for bench_attention and the 8K prompts"
   wait $BAPID
+  echo "=== check-reference"; cat /tmp/cref.log
+  for r in 0 64 128; do echo "=== rows probe $r"; grep -E 'ctx|tile order' /tmp/rows-$r.log; done
 fi
 echo "=== bench_attention / check-reference"; cat $BA
 [ ${#PIDS[@]} -gt 0 ] && wait "${PIDS[@]}"
