@@ -634,6 +634,7 @@ static void test_buffers(void **state)
 int main(void)
 {
     kern__attn_pair_set(0); /* the f32 attention order's ids and bits, on any CPU */
+    kern__attn_tile_set(0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_through_backends),
         cmocka_unit_test(test_row_ops_any_thread_count),

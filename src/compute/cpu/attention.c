@@ -58,6 +58,14 @@
  * rendition instead (attention_pair.c; AVX-512 emulation or AMX-BF16 tiles), with the
  * same driver: only the primitives and the packing of q change.
  *
+ * The tile order (kern__attn_tile_on; attention_impl.h 1T / 4T; x86/attention_tile.c)
+ * changes the driver in four places: K and V are copied as stored (bf16, load_block_bf16)
+ * and each group of 16 keys is transposed as dwords (the tiles' B operand), every row is
+ * scored through the tiles (a decode row too), p.v runs per block of TILE_PV_BLOCK keys
+ * aligned to position 0 with every row of the unit in one pv_tile call (each query's key
+ * range given; +0 elsewhere), and the rows per unit are chosen so that the call's score rows
+ * fit TILE_S_BUDGET (tile_queries_tiled). The tile configuration is loaded once per unit.
+ *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
  */
