@@ -19,7 +19,13 @@
  * bf16 K/V attention computes differently (conservative: the id does not know the K/V
  * type).
  *
- * Thread-safety: the primitives are pure; the choice is made once under a mutex and read
+ * The tile order's choice (kern__attn_tile_on, attention_impl.h 1T / 4T) lives here too:
+ * CAIRN_ATTN_BF16TILE=auto|1 asks x86/attention_tile.c whether its tiles are usable (AMX-BF16
+ * granted, sanity check passed); off by default and wherever there are no tiles (the order
+ * has no emulation). It wins over the pair order. Its numerics ids name the CPU's family and
+ * model (kern__attn_tile_cpu; cpu_backend.c).
+ *
+ * Thread-safety: the primitives are pure; the choices are made once under a mutex and read
  * atomically.
  */
 #include <float.h>

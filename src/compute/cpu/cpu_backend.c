@@ -125,8 +125,9 @@ static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t mat
      * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
      * an earlier build wrote to disk, under the bare math name, is never restored into it. */
     (void)be;
-    /* bf16 K/V attention in the pair order (attention_impl.h; AMX-BF16 machines, or
-     * CAIRN_ATTN_BF16PAIR=1) is another numerics: its own ids, for every K/V type. */
+    /* bf16 K/V attention in the tile order or the pair order (attention_impl.h; AMX-BF16
+     * machines, CAIRN_ATTN_BF16TILE / CAIRN_ATTN_BF16PAIR) is another numerics: its own ids,
+     * for every K/V type. */
     if (kern__attn_tile_on()) {
         /* The tile order (attention_impl.h, 1T and 4T): the bits are this CPU model's
          * tiles', so the id names it: "cpu-attntile1-x86f6m207-f32.2". */
