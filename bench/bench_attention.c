@@ -21,8 +21,9 @@
  * listed attention order in turn within every repetition, rotating which goes first (so
  * the orders see the same machine): f32 the canonical order, pair the pair order of
  * attention_impl.h (on AMX-BF16 tiles where they passed their check), emu the pair order
- * with the tiles off (the AVX-512 emulation). Each order's medians, then each one's time
- * over the first's.
+ * with the tiles off (the AVX-512 emulation), tile the tile order (AMX-BF16 tiles only:
+ * refused where they are absent). Each order's medians, then each one's time over the
+ * first's.
  *
  * Usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] [--kv bf16|f32|q8_0]
  *                        [--threads T] [--numerics LIST]. Kernels: the dispatched ones
@@ -95,12 +96,13 @@ static int store_rows(void *ctx, int layer, int pos, void **k, void **v)
 }
 
 /* The attention orders --numerics names. */
-enum { NUM_AUTO = -1, NUM_F32, NUM_PAIR, NUM_EMU, NUM_KINDS };
-static const char *const num_names[NUM_KINDS] = {"f32", "pair", "emu"};
+enum { NUM_AUTO = -1, NUM_F32, NUM_PAIR, NUM_EMU, NUM_TILE, NUM_KINDS };
+static const char *const num_names[NUM_KINDS] = {"f32", "pair", "emu", "tile"};
 
 static void set_numerics(int m)
 {
-    kern__attn_pair_set(m == NUM_AUTO ? -1 : m != NUM_F32);
+    kern__attn_tile_set(m == NUM_AUTO ? -1 : m == NUM_TILE);
+    kern__attn_pair_set(m == NUM_AUTO ? -1 : m == NUM_PAIR || m == NUM_EMU);
     kern__attn_pair_tiles_allow(m != NUM_EMU);
 }
 
@@ -171,7 +173,7 @@ int main(int argc, char **argv)
             dt_name = argv[++i];
         } else {
             fprintf(stderr, "usage: bench_attention [--ctx N,N,..] [--chunk C] [--reps R] "
-                            "[--kv bf16|f32|q8_0] [--threads T] [--numerics f32,pair,emu]\n");
+                            "[--kv bf16|f32|q8_0] [--threads T] [--numerics f32,pair,emu,tile]\n");
             return 2;
         }
     }
@@ -190,6 +192,14 @@ int main(int argc, char **argv)
            tp ? "wall time of a pool" : "1 thread CPU time", reps);
     printf("pair order: %s by default here; its tiles: %s\n", kern__attn_pair_on() ? "on" : "off",
            kern__attn_pair_tiles_state());
+    printf("tile order: %s by default here; the tiles: %s (CPU %s)\n", kern__attn_tile_on() ? "on" : "off",
+           kern__attn_tile_state(), kern__attn_tile_cpu());
+    for (int m = 0; m < n_num; m++)
+        if (nums[m] == NUM_TILE && (!kern__attn_tile_impl() || dt != CAIRN_DTYPE_BF16)) {
+            fprintf(stderr, "bench_attention: the tile order needs AMX-BF16 tiles and bf16 K/V\n");
+            cairn_thread_pool_destroy(tp);
+            return 2;
+        }
     const int q_dim = N_HEADS * HEAD_DIM, kv_dim = N_KV_HEADS * HEAD_DIM;
     int rc = 0;
     for (int c = 0; c < n_ctx; c++) {

@@ -11,11 +11,12 @@
 #ifndef CAIRN_TESTS_COMPUTE_AMX_TILE_MODEL_H
 #define CAIRN_TESTS_COMPUTE_AMX_TILE_MODEL_H
 
-static struct {
+/* Per thread, as the tiles are (a kernel may run on a thread pool). */
+static _Thread_local struct {
     int rows, colsb;
     unsigned char d[16][64];
 } tmm[8];
-static bool configured;
+static _Thread_local bool configured;
 
 static void emu_loadconfig(const void *cfg)
 {

@@ -974,6 +974,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--bench"))
         return bench();
     kern_init();
+    kern__attn_tile_set(0); /* the f32 and pair orders, on any CPU (the tile order: test_attention_tile) */
     /* The f32 order's tests, whatever this CPU or CAIRN_ATTN_BF16PAIR would choose. */
     kern__attn_pair_set(0);
     const struct CMUnitTest tests[] = {

@@ -137,6 +137,7 @@ static void test_attention_tiles(void **state)
 int main(void)
 {
     kern_init();
+    kern__attn_tile_set(0); /* the pair order's tiles (the tile order: test_attention_tile) */
     if (!kern__x86_has_amx_bf16()) {
         printf("test_attention_amx: skipped: %s\n", kern__attn_amx_state());
         return 0;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -545,6 +546,17 @@ static void test_registry_and_capabilities(void **state)
     assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "cpu-attnpair1-f32.2");
     assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "cpu-attnpair1-bf16.2");
     compute_backend_destroy(be);
+    /* The tile order (AMX-BF16 machines) wins over the pair order, and its ids name the
+     * CPU model whose tiles define its bits ("x86f6m207" on the device's Xeon). */
+    kern__attn_tile_set(1);
+    assert_int_equal(compute_backend_create("cpu", NULL, &be, err, sizeof(err)), CAIRN_OK);
+    char want[96];
+    snprintf(want, sizeof want, "cpu-attntile1-%s-f32.2", kern__attn_tile_cpu());
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), want);
+    snprintf(want, sizeof want, "cpu-attntile1-%s-bf16.2", kern__attn_tile_cpu());
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), want);
+    compute_backend_destroy(be);
+    kern__attn_tile_set(0);
     kern__attn_pair_set(0);
     const char *x86[] = {"avx2", "avx512", "avx512-emubf16", "amx"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(x86); i++) {
@@ -622,6 +634,7 @@ static void test_buffers(void **state)
 int main(void)
 {
     kern__attn_pair_set(0); /* the f32 attention order's ids and bits, on any CPU */
+    kern__attn_tile_set(0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_through_backends),
         cmocka_unit_test(test_row_ops_any_thread_count),

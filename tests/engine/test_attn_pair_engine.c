@@ -113,6 +113,7 @@ static void test_orders_never_mix(void **state)
     const int n = 200; /* 12 full blocks */
     int32_t *p = prompt(n);
     static out_t f32_off, pair_off, pair_chunks, pair_tokens, r;
+    kern__attn_tile_set(0); /* the pair and f32 orders, on any CPU (the tile order: test_attn_tile_engine) */
     kern__attn_pair_set(0);
     run_once(ck, NULL, p, n, 0, &f32_off);
     kern__attn_pair_set(1);

@@ -58,6 +58,14 @@
  * rendition instead (attention_pair.c; AVX-512 emulation or AMX-BF16 tiles), with the
  * same driver: only the primitives and the packing of q change.
  *
+ * The tile order (kern__attn_tile_on; attention_impl.h 1T / 4T; x86/attention_tile.c)
+ * changes the driver in four places: K and V are copied as stored (bf16, load_block_bf16)
+ * and each group of 16 keys is transposed as dwords (the tiles' B operand), every row is
+ * scored through the tiles (a decode row too), p.v runs per block of TILE_PV_BLOCK keys
+ * aligned to position 0 with every row of the unit in one pv_tile call (each query's key
+ * range given; +0 elsewhere), and the rows per unit are chosen so that the call's score rows
+ * fit TILE_S_BUDGET (tile_queries_tiled). The tile configuration is loaded once per unit.
+ *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
  */
@@ -71,6 +79,9 @@ enum {
     TILE_ROWS = 128, /* rows (query x head) per tile: bounds the score rows of one unit */
     MIN_TILE_ROWS = 32, /* ... down to this many for long spans (SCORE_BUDGET) */
     KEY_BLOCK = 64, /* keys widened to f32 at a time (a multiple of 16) */
+    TILE_PV_BLOCK = 256, /* the tile order's p.v blocks (step 4T; a multiple of KEY_BLOCK) */
+    KV_ROOM = TILE_PV_BLOCK / 2, /* floats per head_dim of a slot's K/V block room: KEY_BLOCK f32
+                                  * rows, or TILE_PV_BLOCK bf16 rows */
     TRANSPOSED_ROWS = 8, /* rows from which a tile scores against transposed key groups */
     PREFETCH_DEPTH_SMALL = 4, /* key blocks prefetched ahead by a tile of fewer rows */
 };
@@ -184,7 +195,7 @@ static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, 
 
 const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
                                    NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split,
-                                   NULL, &attn__generic_pair};
+                                   NULL, &attn__generic_pair, NULL, NULL, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -223,15 +234,40 @@ static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
     return g >= rows ? 1 : rows / g;
 }
 
+/*
+ * Queries per tile under the tile order (at most tq, the f32 order's): its score rows of
+ * the call's span, rows * span * 4 bytes, within TILE_S_BUDGET, so that they stay in the
+ * core's L2 cache between the scores, the softmax and p.v (the f32 order's 128 rows of
+ * 8K positions, 4 MiB, do not), halving from TILE_ROWS down to 32 rows;
+ * CAIRN_ATTN_TILE_ROWS=N (benchmarks) fixes N rows instead. Rows never change a bit.
+ */
+#define TILE_S_BUDGET ((size_t)3 << 19) /* 1.5 MiB */
+static int tile_queries_tiled(const attn_cfg_t *cfg, int span, int tq)
+{
+    static int forced = -1; /* CAIRN_ATTN_TILE_ROWS, read once (0: not set) */
+    int f = __atomic_load_n(&forced, __ATOMIC_RELAXED);
+    if (f < 0) {
+        f = (int)cairn_knob_int("CAIRN_ATTN_TILE_ROWS", false, 0, 0, 0, 1024);
+        __atomic_store_n(&forced, f, __ATOMIC_RELAXED);
+    }
+    const int g = group_size(cfg);
+    int rows = f > 0 ? f : TILE_ROWS;
+    while (f <= 0 && rows > 32 && (size_t)rows * (size_t)span * sizeof(float) > TILE_S_BUDGET)
+        rows /= 2;
+    const int q = g >= rows ? 1 : rows / g;
+    return q < tq ? q : tq;
+}
+
 /* head_dim rounded up to whole blocks of 16 (the canonical dot's zero-padded tail). */
 static int padded_dim(int hd) { return (hd + 15) / 16 * 16; }
 
 size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_positions)
 {
     size_t rows = (size_t)tile_queries(n_heads, n_kv_heads, max_positions) * (size_t)(n_heads / n_kv_heads);
-    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd], accumulators [rows][hd],
+    /* scores [rows][stride], sums [rows], K/V block [KEY_BLOCK][hd] f32 (or [TILE_PV_BLOCK][hd]
+     * bf16), accumulators [rows][hd],
      * padded queries [rows][hdp], a transposed key group [hdp][16] */
-    return rows * score_stride(max_positions) + rows + (size_t)KEY_BLOCK * head_dim +
+    return rows * score_stride(max_positions) + rows + (size_t)KV_ROOM * head_dim +
            rows * (size_t)head_dim + (rows + 16) * (size_t)padded_dim(head_dim);
 }
 
@@ -297,6 +333,47 @@ static uint64_t load_block(const attn_job_t *job, const attn_kv_t *kv, int k0, i
     }
     int padded = (nk + 15) / 16 * 16;
     memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(float));
+    return missing;
+}
+
+/*
+ * load_block for the tile order: the bf16 K (or V) rows [k0, k0 + nk) of kvh copied as
+ * they are stored into buf [KEY_BLOCK][hd] bf16, the rows after them zero up to the next
+ * multiple of 16; rows before lo_min or without storage are zero and flagged in the
+ * result as load_block does. Moves only.
+ */
+static uint64_t load_block_bf16(const attn_job_t *job, const attn_kv_t *kv, int k0, int nk, int lo_min, int kvh,
+                                bool want_v, uint16_t *buf)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    const int hd = cfg->head_dim;
+    const size_t row_bytes = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)cfg->n_kv_heads * hd);
+    const size_t head_off = cairn_dtype_row_bytes(cfg->kv_dtype, (int64_t)kvh * hd);
+    uint64_t missing = 0;
+    int i = 0;
+    if (lo_min > k0) {
+        i = lo_min - k0 < nk ? lo_min - k0 : nk;
+        memset(buf, 0, (size_t)i * hd * sizeof(uint16_t));
+        missing = bit_run(0, i);
+    }
+    while (i < nk) {
+        void *k = NULL, *v = NULL;
+        int run = kv->rows(kv->ctx, job->layer, k0 + i, &k, &v);
+        CAIRN_ASSERT(run > 0);
+        if (run > nk - i)
+            run = nk - i;
+        const unsigned char *src = want_v ? v : k;
+        if (!src) {
+            memset(buf + (size_t)i * hd, 0, (size_t)run * hd * sizeof(uint16_t));
+            missing |= bit_run(i, run);
+        } else {
+            for (int r = 0; r < run; r++)
+                memcpy(buf + (size_t)(i + r) * hd, src + (size_t)r * row_bytes + head_off, (size_t)hd * sizeof(uint16_t));
+        }
+        i += run;
+    }
+    int padded = (nk + 15) / 16 * 16;
+    memset(buf + (size_t)nk * hd, 0, (size_t)(padded - nk) * hd * sizeof(uint16_t));
     return missing;
 }
 
@@ -426,7 +503,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     float *S = slot;                  /* [max_rows][ld] scores, then e_j */
     float *sums = S + max_rows * ld;  /* [max_rows] */
     float *kvbuf = sums + max_rows;   /* [KEY_BLOCK][hd] */
-    float *acc = kvbuf + (size_t)KEY_BLOCK * hd; /* [max_rows][hd] */
+    float *acc = kvbuf + (size_t)KV_ROOM * hd; /* [max_rows][hd] */
     const int hdp = padded_dim(hd);
     float *qpad = acc + max_rows * hd;            /* [max_rows][hdp] */
     float *kt = qpad + max_rows * hdp;            /* [hdp][16] */
@@ -447,8 +524,11 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             lo_min = lo;
     }
     const int first = lo_min / KEY_BLOCK * KEY_BLOCK;
-    /* Enough rows to pay for transposing each key group: score them all per K load. */
-    const bool transposed = im->scores16_t && rows >= TRANSPOSED_ROWS;
+    /* Enough rows to pay for transposing each key group: score them all per K load. The
+     * tile order scores every row so (step 1T: a decode row is a tile of 1-2 rows). */
+    const bool tiled = im->pv_tile != NULL;
+    uint16_t *kraw = (uint16_t *)kvbuf; /* the tile order's bf16 K/V rows [TILE_PV_BLOCK][hd] */
+    const bool transposed = im->scores16_t && (rows >= TRANSPOSED_ROWS || tiled);
     /* A few rows (decode) compute little per block: ask for K/V rows further ahead. */
     const int depth = rows >= TRANSPOSED_ROWS ? 1 : PREFETCH_DEPTH_SMALL;
     /* Step 1q (q8_0 K): the query rows rounded once, in the padded queries' room (hd + 8 nb
@@ -471,11 +551,15 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
         }
 
+    if (tiled && im->tiles_begin)
+        im->tiles_begin();
+
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        uint64_t missing = q8 ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
-                              : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+        uint64_t missing = q8      ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
+                           : tiled ? load_block_bf16(job, kv, k0, nk, lo_min, kvh, false, kraw)
+                                   : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
         if (q8) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
@@ -494,7 +578,10 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             }
         } else if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
-                im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
+                if (tiled) /* the bf16 pairs of 16 keys as dwords: kt [hd / 2 rounded to 16][16] */
+                    im->transpose16(kt, (const float *)(kraw + (size_t)(g0 - k0) * hd), hd / 2);
+                else
+                    im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
                 /* Each run of consecutive queries whose keys [b0, pos] include the group
                  * (one run when the positions increase) in one call. */
                 for (int t0 = 0, t1; t0 < nt; t0 = t1 + 1) {
@@ -530,7 +617,26 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
     /* Probabilities times V, by increasing position from each query's b0; a query's G
      * rows share one range. */
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
+    /* Step 4T (the tile order): every row of the tile at once, each with its own keys, per
+     * block of TILE_PV_BLOCK keys aligned to position 0. */
+    for (int k0 = lo_min / TILE_PV_BLOCK * TILE_PV_BLOCK; tiled && k0 < span; k0 += TILE_PV_BLOCK) {
+        const int nk = span - k0 < TILE_PV_BLOCK ? span - k0 : TILE_PV_BLOCK;
+        for (int b = 0; b < nk; b += KEY_BLOCK)
+            load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK, lo_min, kvh, true,
+                            kraw + (size_t)b * hd);
+        if (k0 + nk < span)
+            prefetch_block(job, kv, k0 + nk, span - k0 - nk < TILE_PV_BLOCK ? span : k0 + nk + TILE_PV_BLOCK, kvh,
+                           true);
+        int j0s[TILE_ROWS], j1s[TILE_ROWS];
+        for (int t = 0; t < nt; t++) {
+            int j0, j1;
+            block_range(m, qs[t].pos, k0, nk, &j0, &j1);
+            j0s[t] = j0 - k0;
+            j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
+        }
+        im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kraw, hd);
+    }
+    for (int k0 = first; !tiled && k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
         load_block(job, kv, k0, nk, lo_min, kvh, true, kvbuf);
         prefetch_ahead(job, kv, k0, first, span, kvh, true, depth);
@@ -550,6 +656,9 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
                        kvbuf + (size_t)(j0 - k0) * hd, hd);
         }
     }
+
+    if (tiled && im->tiles_end)
+        im->tiles_end();
 
     for (int t = 0; t < nt; t++)
         for (int g = 0; g < G; g++) {
@@ -596,12 +705,24 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         CAIRN_ASSERT(cfg->head_dim % QK8_0 == 0 && k->types[CAIRN_DTYPE_Q8_0].from_f32);
         q8 = im->scores_q8t && (!im->q8_usable || im->q8_usable()) ? im : &attn__generic;
     }
-    /* bf16 K/V under the pair order (attention_impl.h): the implementation's rendition of it. */
-    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on())
+    /* bf16 K/V under the tile order or the pair order (attention_impl.h): the
+     * implementation's rendition of it (the tile order's: the process's tiles). */
+    if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_tile_on()) {
+        im = im->tile ? im->tile : kern__attn_tile_impl();
+        CAIRN_ASSERT(im && im->pv_tile && im->scores16_t && im->transpose16 && im->pack_q);
+        CAIRN_ASSERT(cfg->head_dim % 2 == 0 && cfg->head_dim <= 256); /* step 4T's packing */
+    } else if (cfg->kv_dtype == CAIRN_DTYPE_BF16 && kern__attn_pair_on()) {
         im = im->pair ? im->pair : &attn__generic_pair;
+    }
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
                       queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
 
+    if (im->pv_tile) { /* the tile order: rows whose scores of the call's span fit TILE_S_BUDGET */
+        int span = 0;
+        for (int i = 0; i < n_queries; i++)
+            span = queries[i].pos + 1 > span ? queries[i].pos + 1 : span;
+        job.tq = tile_queries_tiled(cfg, span, job.tq);
+    }
     int units = 0;
     for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
         units += cfg->n_kv_heads;

@@ -56,6 +56,38 @@
  * MXCSR.DAZ|FTZ in the AVX-512 emulation. A product below FLT_MIN (operands near 2^-63)
  * is flushed before the pair's sum here; whether the tiles do the same was not
  * characterized (no attention input is that small).
+ *
+ * THE TILE ORDER ("bf16 tile" attention numerics, issue 12; bf16 K/V only; AMX-BF16
+ * machines only: x86/attention_tile.c). Defined by the CPU's own tile instruction rather
+ * than by a formula: let T32(c; a[0..32), b[0..32)) be what one tdpbf16ps of K = 32 (16
+ * pairs) writes into one C element holding c, with A row a and B column b (on the device's
+ * Xeon a fused sum of the 32 products with one rounding of finite internal width, not
+ * characterized, so this order has no software emulation and exists only on tiles; its
+ * numerics id names the CPU's family and model). Tile rows and columns are independent:
+ * a C element depends only on its c, its A row and its B column, so a row computes the
+ * same bits alone (a decode row: a tile with 1-2 valid rows) and among any other rows.
+ * Steps 2 and 3 are the canonical ones; 1 and 4 become:
+ *  1T. q rounded to bf16 as in step 1' (once per row); hd32 = head_dim rounded up to 32,
+ *      q and k zero-padded to it. Per key: c = +0; for s = 0 .. hd32/32 - 1 in order,
+ *      c = T32(c; q[32s .. 32s+32), k[32s .. 32s+32)); then s_j = c * scale (one f32
+ *      product, MXCSR as the caller's: round to nearest, no flushing), the soft-cap and
+ *      the mask as in step 1.
+ *  4T. p_j = e_j rounded to bf16 as q was (vcvtneps2bf16: nearest even, denormals to
+ *      zero), p_j = +0 for every key the row does not take (outside b0 .. pos, masked,
+ *      without storage). For each block of 256 keys aligned to position 0
+ *      (256n .. 256n+255) from the one holding b0 to the one holding pos, in increasing
+ *      order, and each output d: T = the chain of 8 steps T32(.. T32(+0; p[256n ..
+ *      +32), v[256n .. +32)[d]) ..; p[256n+224 .. +32), v[256n+224 .. +32)[d]) (all 8
+ *      always, p = v = +0 past the keys stored, so the tile never reads unwritten cache
+ *      memory: NaN bits there would survive 0 * NaN), acc[d] = acc[d] + T (f32, from
+ *      acc = +0); out[d] = acc[d] / l (l the sum of the unrounded e_j). The tile's
+ *      internal rounding thus only ever sees one block's 256 products, never the running
+ *      output, and the f32 combine costs one add per 256 products. A block whose p are
+ *      all +0 gives T = +0 and leaves acc unchanged (acc is never -0), so computing or skipping it (a prefill
+ *      row tile holding rows that end before the block, or a decode row) is the same.
+ * Every path (prefill tiles, decode, chunks, threads, prefix hits) follows exactly this,
+ * so rows agree bit for bit across them on one CPU model; other CPU models, or CPUs
+ * without the tiles, run the f32 order (another numerics id).
  */
 #ifndef CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
 #define CAIRN_COMPUTE_CPU_ATTENTION_IMPL_H
@@ -105,6 +137,25 @@ typedef struct attn_impl {
     void (*pack_q)(float *slot, const float *q, int hd, int hdp);
     /* The rendition of the pair order of this implementation (NULL: attn__generic_pair). */
     const struct attn_impl *pair;
+    /* The tile order (step 4T), where an implementation renders it. Its scores16_t then
+     * serves every row, whatever the count (step 1T on the tiles), and takes kt as the
+     * transpose16 of the 16 keys' bf16 rows read as hd / 2 dwords: kt[i * 16 + k] = the
+     * pair (2i, 2i+1) of key k (zero for i >= hd / 2, up to hd / 2 rounded up to 16); its
+     * transpose16 moves bits only. pv_tile, for the block of keys [k0, k0 + nk) (k0 a
+     * multiple of 256, nk <= 256) and `rows` rows of G consecutive rows per query: row r
+     * takes the keys [k0 + j0[r / G], k0 + j1[r / G]) (empty when j0 >= j1) with e_j at
+     * p[r * ldp + j - k0] (f32, rounded to bf16 here), the others p = +0; vb [nk][hd]
+     * the block's V rows as stored (bf16); acc[r * lda + d] += T of step 4T for every
+     * row with a key in the block (the others unchanged). head_dim even, <= 256. */
+    void (*pv_tile)(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
+                    int nk, const uint16_t *vb, int hd);
+    /* Optional (with pv_tile): the tile configuration loaded / released around one unit
+     * of the driver (attention.c's attend_tile) on the calling thread. */
+    void (*tiles_begin)(void);
+    void (*tiles_end)(void);
+    /* The tile order's rendition this implementation runs when the tile order is on
+     * (NULL: the process's, kern__attn_tile_impl(); tests put a modelled one here). */
+    const struct attn_impl *tile;
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel
@@ -129,6 +180,22 @@ float attn__bf16_round(float x);
  * makes its numerics id lie: tests set it before they create one. */
 bool kern__attn_pair_on(void);
 void kern__attn_pair_set(int mode);
+/* Whether bf16 K/V attention runs the tile order in this process (attention_pair.c;
+ * wins over the pair order). CAIRN_ATTN_BF16TILE: "0" (the default until measured) off,
+ * "auto" or "1" on where the CPU has AMX-BF16 tiles granted to the process and they
+ * passed their sanity check (x86/attention_tile.c); the tile order cannot run without
+ * tiles, so elsewhere it stays off. Decided once, on the first call; thread-safe.
+ * kern__attn_tile_set (tests only): 1 / 0 forces the mode (1 with no rendition to run,
+ * neither kern__attn_tile_impl() nor the impl's `tile`, aborts in attention), -1 returns
+ * to the decision. kern__attn_tile_impl: the process's rendition (NULL without usable
+ * tiles). kern__attn_tile_cpu: the CPU's name in the numerics id ("x86f6m207"; "none"
+ * without tiles). kern__attn_tile_state: the decision in words. */
+bool kern__attn_tile_on(void);
+void kern__attn_tile_set(int mode);
+const attn_impl_t *kern__attn_tile_impl(void);
+const char *kern__attn_tile_cpu(void);
+const char *kern__attn_tile_state(void);
+
 /* The pair order's AMX-BF16 tiles (x86/attention_amx.c) allowed (the default) or not (the
  * emulation computes every row: benchmarks, tests); and what serves the pair order on
  * this CPU, in words. No-ops / "no tiles in this build" without x86. */

@@ -19,12 +19,19 @@
  * bf16 K/V attention computes differently (conservative: the id does not know the K/V
  * type).
  *
- * Thread-safety: the primitives are pure; the choice is made once under a mutex and read
+ * The tile order's choice (kern__attn_tile_on, attention_impl.h 1T / 4T) lives here too:
+ * CAIRN_ATTN_BF16TILE=auto|1 asks x86/attention_tile.c whether its tiles are usable (AMX-BF16
+ * granted, sanity check passed); off by default and wherever there are no tiles (the order
+ * has no emulation). It wins over the pair order. Its numerics ids name the CPU's family and
+ * model (kern__attn_tile_cpu; cpu_backend.c).
+ *
+ * Thread-safety: the primitives are pure; the choices are made once under a mutex and read
  * atomically.
  */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +150,69 @@ bool kern__attn_pair_on(void)
     }
     pthread_mutex_unlock(&pair_lock);
     return m == PAIR_ON;
+}
+
+/* ---- the tile order's choice (its rendition: x86/attention_tile.c) ------------------ */
+
+static int tile_mode = PAIR_UNDECIDED;    /* atomic; written under the mutex */
+static int tile_forced = -1;              /* kern__attn_tile_set; atomic */
+
+const attn_impl_t *kern__attn_tile_impl(void)
+{
+#ifdef CAIRN_HAVE_X86
+    return kern__attn_tile_amx_usable() ? &attn__amx_tile : NULL;
+#else
+    return NULL;
+#endif
+}
+
+bool kern__attn_tile_on(void)
+{
+    const int forced = __atomic_load_n(&tile_forced, __ATOMIC_ACQUIRE);
+    if (forced >= 0)
+        return forced == 1;
+    int m = __atomic_load_n(&tile_mode, __ATOMIC_ACQUIRE);
+    if (m != PAIR_UNDECIDED)
+        return m == PAIR_ON;
+    pthread_mutex_lock(&pair_lock);
+    if ((m = tile_mode) == PAIR_UNDECIDED) {
+        /* Only "auto" or "1" asks the tiles (their sanity check runs once). */
+        const char *env = getenv("CAIRN_ATTN_BF16TILE");
+        const bool want = env && (!strcmp(env, "auto") || !strcmp(env, "1"));
+        m = want && kern__attn_tile_impl() ? PAIR_ON : PAIR_OFF;
+        __atomic_store_n(&tile_mode, m, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&pair_lock);
+    return m == PAIR_ON;
+}
+
+void kern__attn_tile_set(int mode) { __atomic_store_n(&tile_forced, mode < 0 ? -1 : mode ? 1 : 0, __ATOMIC_RELEASE); }
+
+static char tile_cpu_name[32] = "none";
+static pthread_once_t tile_cpu_once = PTHREAD_ONCE_INIT;
+
+static void tile_cpu_fill(void)
+{
+#ifdef CAIRN_HAVE_X86
+    unsigned fam = 0, model = 0;
+    kern__x86_cpu_signature(&fam, &model);
+    snprintf(tile_cpu_name, sizeof tile_cpu_name, "x86f%um%u", fam, model);
+#endif
+}
+
+const char *kern__attn_tile_cpu(void)
+{
+    pthread_once(&tile_cpu_once, tile_cpu_fill);
+    return tile_cpu_name;
+}
+
+const char *kern__attn_tile_state(void)
+{
+#ifdef CAIRN_HAVE_X86
+    return kern__attn_tile_amx_state();
+#else
+    return "no tiles in this build";
+#endif
 }
 
 void kern__attn_pair_set(int mode) { __atomic_store_n(&pair_forced, mode < 0 ? -1 : mode ? 1 : 0, __ATOMIC_RELEASE); }

@@ -24,6 +24,7 @@
  *
  * Thread-safety: one thread at a time per object; ops use the object's pool.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -110,14 +111,30 @@ static void cpu_destroy(compute_backend_t *be)
     cairn_free(c);
 }
 
+/* The tile order's ids ([0] f32 math, [1] bf16 math), built once. */
+static char tile_ids[2][64];
+static void tile_ids_fill(void)
+{
+    snprintf(tile_ids[0], sizeof tile_ids[0], "cpu-attntile1-%s-f32.2", kern__attn_tile_cpu());
+    snprintf(tile_ids[1], sizeof tile_ids[1], "cpu-attntile1-%s-bf16.2", kern__attn_tile_cpu());
+}
+
 static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math)
 {
     /* Every CPU implementation follows the canonical order (kernels_impl.h). The ".2" is the
      * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
      * an earlier build wrote to disk, under the bare math name, is never restored into it. */
     (void)be;
-    /* bf16 K/V attention in the pair order (attention_impl.h; AMX-BF16 machines, or
-     * CAIRN_ATTN_BF16PAIR=1) is another numerics: its own ids, for every K/V type. */
+    /* bf16 K/V attention in the tile order or the pair order (attention_impl.h; AMX-BF16
+     * machines, CAIRN_ATTN_BF16TILE / CAIRN_ATTN_BF16PAIR) is another numerics: its own ids,
+     * for every K/V type. */
+    if (kern__attn_tile_on()) {
+        /* The tile order (attention_impl.h, 1T and 4T): the bits are this CPU model's
+         * tiles', so the id names it: "cpu-attntile1-x86f6m207-f32.2". */
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, tile_ids_fill);
+        return tile_ids[math == CAIRN_MATH_BF16];
+    }
     if (kern__attn_pair_on())
         return math == CAIRN_MATH_BF16 ? "cpu-attnpair1-bf16.2" : "cpu-attnpair1-f32.2";
     return math == CAIRN_MATH_BF16 ? "bf16.2" : "f32.2";

@@ -582,10 +582,17 @@ T512 static void pair_pv(float *acc, int lda, const float *p, int ldp, int rows,
         kern__avx512_pair_pv(acc + (size_t)tiled * lda, lda, p + (size_t)tiled * ldp, ldp, rows - tiled, cnt, vb, hd);
 }
 
+/* The canonical softmax and the key transpose, for the tile order's rendition
+ * (x86/attention_tile.c). */
+float kern__avx512_softmax(float *s, int n) { return avx512_softmax(s, n); }
+void kern__avx512_transpose16(float *kt, const float *kb, int hd) { avx512_transpose16(kt, kb, hd); }
+
 const attn_impl_t attn__avx512_pair = {"avx512-pair", pair_scores16, pair_softmax, pair_pv, pair_scores16_t,
-                                       avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL};
+                                       avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL,
+                                       NULL, NULL, NULL, NULL};
 
 /* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */
 const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
                                   avx512_transpose16, kern__x86_has_avx512_vnni, avx512_q8_transpose16,
-                                  avx512_scores_q8t, avx512_q8_split, NULL, &attn__avx512_pair};
+                                  avx512_scores_q8t, avx512_q8_split, NULL, &attn__avx512_pair,
+                                  NULL, NULL, NULL, NULL};

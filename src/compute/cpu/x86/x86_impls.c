@@ -17,6 +17,7 @@
 
 static struct {
     bool avx2, avx512, avx512_bf16, avx512_vnni, amx_int8, amx_bf16;
+    unsigned family, model; /* cpuid leaf 1, with the extended fields */
 } cpu;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
@@ -32,6 +33,12 @@ static void detect_cpu(void)
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
+    cpu.family = (a >> 8) & 0xf;
+    cpu.model = (a >> 4) & 0xf;
+    if (cpu.family == 6 || cpu.family == 15)
+        cpu.model |= ((a >> 16) & 0xf) << 4;
+    if (cpu.family == 15)
+        cpu.family += (a >> 20) & 0xff;
     bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
     if (!osxsave || !avx)
         return;
@@ -93,6 +100,13 @@ bool kern__x86_has_amx_bf16(void)
 {
     pthread_once(&detect_once, detect_cpu);
     return cpu.amx_bf16;
+}
+
+void kern__x86_cpu_signature(unsigned *family, unsigned *model)
+{
+    pthread_once(&detect_once, detect_cpu);
+    *family = cpu.family;
+    *model = cpu.model;
 }
 
 const kern_impl_t *const kern__x86_impls[] = {&kern__amx, &kern__avx512, &kern__avx512_emubf16, &kern__avx2};

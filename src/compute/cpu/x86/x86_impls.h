@@ -79,6 +79,19 @@ void kern__avx2_qmm_q6_k(KERN_QMM_ARGS);
  * 4'; the contracts of kern__attn_amx_scores / _pv, any row count, under DAZ/FTZ). */
 void kern__avx512_pair_scores(float *s, size_t lds, const float *q, int rows, const float *kt, int hdp);
 void kern__avx512_pair_pv(float *acc, int lda, const float *p, int ldp, int rows, int cnt, const float *vb, int hd);
+/* attention_avx512.c: its canonical softmax and key transpose (attn_impl_t's softmax and
+ * transpose16), for the tile order (attention_tile.c). */
+float kern__avx512_softmax(float *s, int n);
+void kern__avx512_transpose16(float *kt, const float *kb, int hd);
+
+/* attention_tile.c: the tile order of bf16 K/V attention (attention_impl.h, steps 1T and
+ * 4T) on AMX-BF16. attn__amx_tile: its primitives (every row through the tiles).
+ * kern__attn_tile_amx_usable: the CPU has AMX-BF16 (tile data granted) and the tiles
+ * passed their sanity check (decided once; thread-safe); kern__attn_tile_amx_state: that
+ * decision in words. */
+extern const struct attn_impl attn__amx_tile;
+bool kern__attn_tile_amx_usable(void);
+const char *kern__attn_tile_amx_state(void);
 
 /* attention_amx.c: the pair order on AMX-BF16 tiles. kern__attn_amx_on: the CPU has
  * AMX-BF16 and the tiles passed their self-check against the emulation (decided once;
@@ -108,5 +121,8 @@ bool kern__x86_has_avx512_native(void);
 bool kern__x86_has_amx_int8(void);
 /* AMX-BF16 on top of kern__x86_has_amx_int8() (bf16_amx.c's tiles; its probe decides). */
 bool kern__x86_has_amx_bf16(void);
+/* The CPU's family and model (cpuid leaf 1 with the extended fields: the device's Xeon is
+ * family 6, model 207); 0, 0 where cpuid has no leaf 1. */
+void kern__x86_cpu_signature(unsigned *family, unsigned *model);
 
 #endif
