@@ -361,6 +361,66 @@ static void test_matmul_fused(void **state)
     kern_set_impl("scalar");
 }
 
+enum { AWK_IN = 77, AWK_OUT = 9, AWK_ROWS = 5 };
+
+/* Awkward BF16-math operands for repetition rep: denormal weights and x, values near
+ * 2^-126, huge and tiny magnitudes, every fourth rep products whose sums fall in the
+ * denormals (so each step's flush decides bits), an inf weight (rep 7), a NaN x (rep 8). */
+static void awkward_bf16_operands(float *x, uint16_t *w, int rep)
+{
+    for (int i = 0; i < AWK_ROWS * AWK_IN; i++) {
+        uint32_t k = rnd32() % 16;
+        int e = (int)(rnd32() % 60) - 30;
+        x[i] = k == 0 ? bitsf(rnd32() & 0x807fffffu)                    /* f32 denormal */
+               : k == 1 ? bitsf((rnd32() & 0x80000000u) | 0x007f8000u | (rnd32() & 0x7fff)) /* near 2^-126 */
+               : k == 2 ? ldexpf(rndf(), -120)
+                        : ldexpf(rndf(), e);
+    }
+    for (int i = 0; i < AWK_OUT * AWK_IN; i++) {
+        uint32_t k = rnd32() % 16;
+        w[i] = k == 0 ? (uint16_t)(rnd32() & 0x807f) : kern_f32_to_bf16(ldexpf(rndf(), (int)(rnd32() % 60) - 30));
+    }
+    if (rep % 4 == 3) { /* whole rows near the bottom of the range: sums in the denormals */
+        for (int i = 0; i < AWK_ROWS * AWK_IN; i++)
+            x[i] = ldexpf(rndf(), -118 - (int)(rnd32() % 8));
+        for (int i = 0; i < AWK_OUT * AWK_IN; i++)
+            w[i] = kern_f32_to_bf16(ldexpf(rndf(), -(int)(rnd32() % 8)));
+    }
+    if (rep == 7)
+        w[3] = 0x7f80; /* inf */
+    if (rep == 8)
+        x[5] = NAN;
+}
+
+/* The AVX2 rendition of vdpbf16ps's steps (kernels_avx2.c's bf16_math_rows) against the
+ * portable emulation on the awkward operands: the same bits (NaN where it is NaN). */
+static void test_bf16_avx2_vs_portable(void **state)
+{
+    (void)state;
+    if (!kern_impl_available("avx2")) {
+        print_message("no AVX2 on this CPU: its BF16 math is not testable here\n");
+        skip();
+    }
+    enum { IN = AWK_IN, OUT = AWK_OUT, ROWS = AWK_ROWS };
+    static float x[ROWS * IN], y1[ROWS * OUT], ys[ROWS * OUT];
+    static uint16_t w[OUT * IN];
+    for (int rep = 0; rep < 300; rep++) {
+        awkward_bf16_operands(x, w, rep);
+        assert_int_equal(kern_set_impl("avx2"), CAIRN_OK);
+        kern_matmul(NULL, y1, x, ROWS, IN, w, CAIRN_DTYPE_BF16, OUT, CAIRN_MATH_BF16);
+        assert_int_equal(kern_set_impl("scalar"), CAIRN_OK);
+        kern_matmul(NULL, ys, x, ROWS, IN, w, CAIRN_DTYPE_BF16, OUT, CAIRN_MATH_BF16);
+        for (int i = 0; i < ROWS * OUT; i++) {
+            if (isnan(ys[i])) {
+                assert_true(isnan(y1[i]));
+                continue;
+            }
+            if (fbits(y1[i]) != fbits(ys[i]))
+                fail_msg("rep %d element %d: avx2 %a, portable %a", rep, i, (double)y1[i], (double)ys[i]);
+        }
+    }
+}
+
 /* vdpbf16ps emulation vs the instruction, on awkward values: denormal weights and x,
  * huge and tiny magnitudes, exact cancellation, inf and NaN. */
 static void test_bf16_native_vs_emulated(void **state)
@@ -370,26 +430,11 @@ static void test_bf16_native_vs_emulated(void **state)
         print_message("no AVX512_BF16 on this CPU: native path not testable here\n");
         skip();
     }
-    enum { IN = 77, OUT = 9, ROWS = 5 };
+    enum { IN = AWK_IN, OUT = AWK_OUT, ROWS = AWK_ROWS };
     static float x[ROWS * IN], y1[ROWS * OUT], y2[ROWS * OUT], ys[ROWS * OUT];
     static uint16_t w[OUT * IN];
     for (int rep = 0; rep < 300; rep++) {
-        for (int i = 0; i < ROWS * IN; i++) {
-            uint32_t k = rnd32() % 16;
-            int e = (int)(rnd32() % 60) - 30;
-            x[i] = k == 0 ? bitsf(rnd32() & 0x807fffffu)                    /* f32 denormal */
-                   : k == 1 ? bitsf((rnd32() & 0x80000000u) | 0x007f8000u | (rnd32() & 0x7fff)) /* near 2^-126 */
-                   : k == 2 ? ldexpf(rndf(), -120)
-                            : ldexpf(rndf(), e);
-        }
-        for (int i = 0; i < OUT * IN; i++) {
-            uint32_t k = rnd32() % 16;
-            w[i] = k == 0 ? (uint16_t)(rnd32() & 0x807f) : kern_f32_to_bf16(ldexpf(rndf(), (int)(rnd32() % 60) - 30));
-        }
-        if (rep == 7)
-            w[3] = 0x7f80;      /* inf */
-        if (rep == 8)
-            x[5] = NAN;
+        awkward_bf16_operands(x, w, rep);
         assert_int_equal(kern_set_impl("avx512"), CAIRN_OK);
         kern_matmul(NULL, y1, x, ROWS, IN, w, CAIRN_DTYPE_BF16, OUT, CAIRN_MATH_BF16);
         assert_int_equal(kern_set_impl("avx512-emubf16"), CAIRN_OK);
@@ -679,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_matmul_all_impls),
         cmocka_unit_test(test_matmul_thread_counts),
         cmocka_unit_test(test_matmul_fused),
+        cmocka_unit_test(test_bf16_avx2_vs_portable),
         cmocka_unit_test(test_bf16_native_vs_emulated),
         cmocka_unit_test(test_vector_kernels),
         cmocka_unit_test(test_rope),

@@ -4,8 +4,12 @@
  * The canonical 16 lanes live in two ymm registers (lanes 0-7 and 8-15), so the bits
  * match the scalar and AVX-512 code. matmul walks register tiles of up to 2 rows x 3
  * outputs (12 ymm accumulators); the zero-padded last block is staged through small
- * stack buffers. BF16 math with bf16 weights has no fast AVX2 form here and runs the
- * portable emulation (same bits, slow; kern_bf16_math_fast() reports it).
+ * stack buffers. BF16 math with bf16 weights (vdpbf16ps's canonical steps: per lane and
+ * pair, acc = FTZ(fma(a1, b1, acc)) then FTZ(fma(a0, b0, acc)), inputs DAZ) has no
+ * instruction of its own on AVX2: bf16_math_rows emulates it eight lanes at a time with
+ * the same fmas and flushes as the portable emulation (kernels.c's dpbf16_lane), so the
+ * bits are the same; it is still several times slower than f32 math, so
+ * kern_bf16_math_fast() stays false here.
  *
  * Only runs where kern__x86_has_avx2() (AVX2, FMA, F16C and the OS saving YMM). Pure
  * functions; thread-safe.
@@ -14,7 +18,10 @@
 #include "compute/cpu/delta_rule_impl.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "compute/type_traits.h"
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -120,14 +127,116 @@ F32_TILE_FN(tile_wf32, CAIRN_DTYPE_F32)
 F32_TILE_FN(tile_wf16, CAIRN_DTYPE_F16)
 F32_TILE_FN(tile_wbf16, CAIRN_DTYPE_BF16)
 
-/* One row of the weight-type table: the tile above with the type a constant. BF16 math
- * with bf16 weights has no fast AVX2 form and runs the portable emulation (same bits). */
+/* ---- BF16 math with bf16 weights: vdpbf16ps's steps, eight lanes at a time ---------------- */
+
+enum { BF_O = 4 }; /* outputs per pass: 8 accumulators */
+
+/* Signed zero where v's exponent is zero (DAZ on an input, FTZ on a result). */
+T256 INLINE __m256 flush8(__m256 v)
+{
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_and_si256(den, _mm256_set1_epi32(0x7fffffff)), b));
+}
+
+/* Pairs (even, odd) of 8 dwords of bf16 as f32, each flushed. */
+T256 INLINE void bf16_pairs(__m256i d, __m256 *even, __m256 *odd)
+{
+    *even = flush8(_mm256_castsi256_ps(_mm256_slli_epi32(d, 16)));
+    *odd = flush8(_mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32((int)0xffff0000u))));
+}
+
+/* One pair step of 8 lanes: acc + a1 b1, then + a0 b0, each result flushed (acc is flushed
+ * on entry: it is 0 or a previous step's result). */
+T256 INLINE __m256 dp_step(__m256 acc, __m256 a0, __m256 a1, __m256 b0, __m256 b1)
+{
+    acc = flush8(_mm256_fmadd_ps(a1, b1, acc));
+    return flush8(_mm256_fmadd_ps(a0, b0, acc));
+}
+
+/* y[o] for the nv <= BF_O outputs wr[], x's row already rounded to bf16 (DAZ) and
+ * zero-padded to `inpad` (a multiple of 32) in xb; the weight rows' last partial block is
+ * read through a zero-padded copy. The lanes and the final tree are the canonical ones. */
+T256 static void bf16_math_tile(float *y, const uint16_t *xb, const uint16_t *const wr[BF_O], int nv, int in,
+                                int inpad)
+{
+    acc16 acc[BF_O];
+    for (int j = 0; j < BF_O; j++)
+        acc[j].lo = acc[j].hi = _mm256_setzero_ps();
+    const int full = in / 32 * 32;
+    for (int k = 0; k < inpad; k += 32) {
+        __m256 x0l, x1l, x0h, x1h;
+        bf16_pairs(_mm256_loadu_si256((const __m256i *)(xb + k)), &x0l, &x1l);
+        bf16_pairs(_mm256_loadu_si256((const __m256i *)(xb + k + 16)), &x0h, &x1h);
+        _Alignas(32) uint16_t wt[BF_O][32];
+#pragma GCC unroll 4
+        for (int j = 0; j < BF_O; j++) {
+            const uint16_t *wp = wr[j] + k;
+            if (k >= full) { /* the zero-padded last block */
+                memset(wt[j], 0, sizeof wt[j]);
+                memcpy(wt[j], wp, (size_t)(in - k) * 2);
+                wp = wt[j];
+            }
+            __m256 w0, w1;
+            bf16_pairs(_mm256_loadu_si256((const __m256i *)wp), &w0, &w1);
+            acc[j].lo = dp_step(acc[j].lo, x0l, x1l, w0, w1);
+            bf16_pairs(_mm256_loadu_si256((const __m256i *)(wp + 16)), &w0, &w1);
+            acc[j].hi = dp_step(acc[j].hi, x0h, x1h, w0, w1);
+        }
+    }
+    for (int j = 0; j < nv; j++)
+        y[j] = hsum16(acc[j]);
+}
+
+/* BF16 math, bf16 weights: rows x [o0, o1), blocks of outputs whose weights fit L2 walked
+ * by every row. Returns false (nothing written) when the row buffer cannot be had. */
+T256 static bool bf16_math_rows(float *y, const float *x, int rows, int in, const uint16_t *w, int out, int o0,
+                                int o1)
+{
+    const int inpad = (in + 31) / 32 * 32;
+    uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)inpad * (size_t)(rows > 0 ? rows : 1));
+    if (!xb)
+        return false;
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = xb + (size_t)r * inpad;
+        const float *xr = x + (size_t)r * in;
+        for (int i = 0; i < in; i++) {
+            uint32_t b;
+            memcpy(&b, &xr[i], 4);
+            const float f = (b & 0x7f800000u) ? xr[i] : compute_bits_f32(b & 0x80000000u); /* DAZ */
+            d[i] = compute_f32_to_bf16(f);
+        }
+        for (int i = in; i < inpad; i++)
+            d[i] = 0;
+    }
+    int block = (int)((192 * 1024) / (in > 0 ? (size_t)in * 2 : 1));
+    block -= block % BF_O;
+    if (block < 4 * BF_O)
+        block = 4 * BF_O;
+    for (int b0 = o0; b0 < o1; b0 += block) {
+        const int b1 = o1 - b0 > block ? b0 + block : o1;
+        for (int r = 0; r < rows; r++)
+            for (int o = b0; o < b1; o += BF_O) {
+                const int nv = b1 - o < BF_O ? b1 - o : BF_O;
+                const uint16_t *wr[BF_O];
+                for (int j = 0; j < BF_O; j++)
+                    wr[j] = w + (size_t)(o + (j < nv ? j : nv - 1)) * (size_t)in;
+                bf16_math_tile(y + (size_t)r * out + o, xb + (size_t)r * inpad, wr, nv, in, inpad);
+            }
+    }
+    free(xb);
+    return true;
+}
+
+/* One row of the weight-type table: the tile above with the type a constant; BF16 math
+ * with bf16 weights through bf16_math_rows (the portable emulation if its buffer fails). */
 INLINE void matmul_t(float *y, const float *x, int rows, int in, const void *w, cairn_dtype_t wt, int out,
                      int o0, int o1, cairn_math_t math,
                      void (*tile)(float *, int, const float *, int, int, const void *const[TILE_O], int, int))
 {
     if (math == CAIRN_MATH_BF16 && wt == CAIRN_DTYPE_BF16) {
-        kern__scalar.types[CAIRN_DTYPE_BF16].matmul_range(y, x, rows, in, w, out, o0, o1, math);
+        if (!bf16_math_rows(y, x, rows, in, w, out, o0, o1))
+            kern__scalar.types[CAIRN_DTYPE_BF16].matmul_range(y, x, rows, in, w, out, o0, o1, math);
         return;
     }
     size_t wrow = (size_t)in * (wt == CAIRN_DTYPE_F32 ? 4 : 2);
