@@ -79,6 +79,32 @@ static inline float sim_cvtsh_ss(uint16_t h)
 }
 #undef _cvtsh_ss
 #define _cvtsh_ss(h) sim_cvtsh_ss(h)
+static inline simde__m512 sim_cvtph_ps512(simde__m256i a)
+{
+    uint16_t h[16];
+    float r[16];
+    memcpy(h, &a, 32);
+    for (int i = 0; i < 16; i++)
+        r[i] = sim_cvtsh_ss(h[i]);
+    simde__m512 o;
+    memcpy(&o, r, 64);
+    return o;
+}
+#undef _mm512_cvtph_ps
+#define _mm512_cvtph_ps(a) sim_cvtph_ps512(a)
+static inline simde__m256i sim_cvtepi32_epi16(simde__m512i a)
+{
+    int32_t u[16];
+    int16_t r[16];
+    memcpy(u, &a, 64);
+    for (int i = 0; i < 16; i++)
+        r[i] = (int16_t)u[i];
+    simde__m256i o;
+    memcpy(&o, r, 32);
+    return o;
+}
+#undef _mm512_cvtepi32_epi16
+#define _mm512_cvtepi32_epi16(a) sim_cvtepi32_epi16(a)
 static inline void sim_i32scatter_epi32_256(void *base, simde__m256i idx, simde__m256i v, int scale)
 {
     int32_t ix[8], vv[8];
