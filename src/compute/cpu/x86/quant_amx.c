@@ -229,7 +229,7 @@ typedef struct {
     _Alignas(64) int32_t bs[KQ_PIECE][16][8];
 } kq_act_t;
 
-TA INLINE void kq_act(kq_act_t *a, const unsigned char *xr, size_t ldq, int nbk, bool q6)
+TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const unsigned char *xr, size_t ldq, int nbk, bool q6)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int k = 0; k < nbk; k++)
@@ -252,9 +252,19 @@ TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const __m512
                          __m512 d, __m512 dmin, bool q6)
 {
     __m512i S = _mm512_add_epi32(_mm512_sll_epi32(ch, _mm_cvtsi32_si128(s)), cl);
-    __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], _mm512_set1_epi32(bs[0]));
-    for (int p = 1; p < (q6 ? 8 : 4); p++)
-        M = _mm512_dpwssd_epi32(M, mp[p], _mm512_set1_epi32(bs[p]));
+#define KQ_DP(p) M = _mm512_dpwssd_epi32(M, mp[p], _mm512_set1_epi32(bs[p]))
+    __m512i M = _mm512_setzero_si512();
+    KQ_DP(0);
+    KQ_DP(1);
+    KQ_DP(2);
+    KQ_DP(3);
+    if (q6) {
+        KQ_DP(4);
+        KQ_DP(5);
+        KQ_DP(6);
+        KQ_DP(7);
+    }
+#undef KQ_DP
     const __m512 dxv = _mm512_set1_ps(dx);
     if (q6) {
         S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the -32 of every q */
@@ -264,21 +274,27 @@ TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const __m512
     return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, dxv), acc);
 }
 
-/* Super-block k of one row tile into C tiles CH, CL (A tile TA_, the digits in tiles 6, 7),
- * stored to c[0], c[1]. */
-#define KQ_TILE(CH, CL, TA_, k, c)                                                  \
-    do {                                                                            \
-        _tile_zero(CH);                                                             \
-        _tile_zero(CL);                                                             \
-        for (int g = 0; g < 4; g++) {                                               \
-            _tile_loadd(TA_, xb + (size_t)(k) * sizeof(blk_q8_k_t) + 64 * g, (long)ldq); \
-            _tile_loadd(6, pk[k].hd[g], 64);                                        \
-            _tile_dpbssd(CH, TA_, 6);                                               \
-            _tile_loadd(7, pk[k].ld[g], 64);                                        \
-            _tile_dpbssd(CL, TA_, 7);                                               \
-        }                                                                           \
-        _tile_stored(CH, (c)[0], 64);                                               \
-        _tile_stored(CL, (c)[1], 64);                                               \
+/* Super-block k of one row tile into C tiles CH, CL (the activations in tiles 4 and 5 by
+ * the parity of g, the digits in tiles 6, 7), stored to c[0], c[1]. */
+#define KQ_TILE(CH, CL, k, c)                                                            \
+    do {                                                                                 \
+        const unsigned char *xk_ = xb + (size_t)(k) * sizeof(blk_q8_k_t);                \
+        _tile_zero(CH);                                                                  \
+        _tile_zero(CL);                                                                  \
+        for (int g = 0; g < 4; g += 2) {                                                 \
+            _tile_loadd(4, xk_ + 64 * g, (long)ldq);                                     \
+            _tile_loadd(6, pk[k].hd[g], 64);                                             \
+            _tile_dpbssd(CH, 4, 6);                                                      \
+            _tile_loadd(7, pk[k].ld[g], 64);                                             \
+            _tile_dpbssd(CL, 4, 7);                                                      \
+            _tile_loadd(5, xk_ + 64 * (g + 1), (long)ldq);                               \
+            _tile_loadd(6, pk[k].hd[g + 1], 64);                                         \
+            _tile_dpbssd(CH, 5, 6);                                                      \
+            _tile_loadd(7, pk[k].ld[g + 1], 64);                                         \
+            _tile_dpbssd(CL, 5, 7);                                                      \
+        }                                                                                \
+        _tile_stored(CH, (c)[0], 64);                                                    \
+        _tile_stored(CL, (c)[1], 64);                                                    \
     } while (0)
 
 /* The 16 rows' folds of super-block k from the tile sums c (ch = c[0], cl = c[1]). */
@@ -286,8 +302,8 @@ TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_p
                          bool q6)
 {
     __m512i mp[8];
-    for (int p = 0; p < (q6 ? 8 : 4); p++)
-        mp[p] = _mm512_load_si512(pk->mp[p]);
+    for (int p = 0; p < 8; p++)
+        mp[p] = p < 4 || q6 ? _mm512_load_si512(pk->mp[p]) : _mm512_setzero_si512();
     const __m512 d = _mm512_load_ps(pk->d), dmin = _mm512_load_ps(pk->dmin);
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
@@ -295,41 +311,102 @@ TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_p
                          a->dx[k][r], d, dmin, q6);
 }
 
-/* Rows r0 .. r0 + 15 x the 16 outputs at y + o, over the packed super-blocks pk[0 .. nbk)
- * (blocks b0 ..), continuing from y when from_y. The accumulators stay in registers over
- * the blocks; block k + 1's tile products are issued before block k's folds (tiles 0, 1 and
- * c[0] for even k, tiles 2, 3 and c[1] for odd k), so the tile unit works while the vector
- * units fold. */
-TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, const kq_pack_t *pk, int b0, int nbk,
-                        int nv, bool from_y, cairn_dtype_t t)
+TA INLINE void kq_acc_load(__m512 acc[16], const float *y, int ldy, int nv, bool from_y)
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)r * ldy) : _mm512_setzero_ps();
+}
+
+TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        _mm512_mask_storeu_ps(y + (size_t)r * ldy, mask16(nv), acc[r]);
+}
+
+/*
+ * Rows r0 .. r0 + 16 nt - 1 x the 16 outputs at y + o, over the packed super-blocks
+ * pk[0 .. nbk) (blocks b0 ..), continuing from y when from_y. Each row tile's 16
+ * accumulators stay in registers over the blocks. Two schedules (AMX_KQ_SCHED; same bits):
+ *   1: one row tile (nt = 1) at a time; block k + 1's tile products are issued before block
+ *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
+ *      unit can work while the vector units fold; two C chains per block.
+ *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
+ *      nbk blocks' tile sums stored first, then each row tile's folds.
+ */
+#ifndef AMX_KQ_SCHED
+#define AMX_KQ_SCHED 1
+#endif
+TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
+                        int nbk, int nv, bool from_y, cairn_dtype_t t)
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    _Alignas(64) int32_t c[2][2][16][16];
-    kq_act_t a;
     const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t);
     const unsigned char *xb = xr + offsetof(blk_q8_k_t, q);
-    kq_act(&a, xr, ldq, nbk, q6);
     __m512 acc[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++)
-        acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
-    KQ_TILE(0, 1, 4, 0, c[0]);
-    for (int k = 0; k < nbk; k += 2) {
-        if (k + 1 < nbk)
-            KQ_TILE(2, 3, 5, k + 1, c[1]);
-        AMX_BARRIER(c);
-        kq_fold16(acc, c[0], s, &pk[k], &a, k, q6);
-        if (k + 1 >= nbk)
-            break;
-        if (k + 2 < nbk)
-            KQ_TILE(0, 1, 4, k + 2, c[0]);
-        AMX_BARRIER(c);
-        kq_fold16(acc, c[1], s, &pk[k + 1], &a, k + 1, q6);
+    kq_act_t a;
+    if (AMX_KQ_SCHED == 1 || nt == 1) {
+        _Alignas(64) int32_t c[2][2][16][16];
+        kq_act(&a, xr, ldq, nbk, q6);
+        for (int rt = 0; rt < nt; rt++) {
+            if (rt) {
+                xr += 16 * ldq;
+                xb += 16 * ldq;
+                kq_act(&a, xr, ldq, nbk, q6);
+            }
+            float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
+            kq_acc_load(acc, yr, ldy, nv, from_y);
+            KQ_TILE(0, 1, 0, c[0]);
+            for (int k = 0; k < nbk; k += 2) {
+                if (k + 1 < nbk)
+                    KQ_TILE(2, 3, k + 1, c[1]);
+                AMX_BARRIER(c);
+                kq_fold16(acc, c[0], s, &pk[k], &a, k, q6);
+                if (k + 1 >= nbk)
+                    break;
+                if (k + 2 < nbk)
+                    KQ_TILE(0, 1, k + 2, c[0]);
+                AMX_BARRIER(c);
+                kq_fold16(acc, c[1], s, &pk[k + 1], &a, k + 1, q6);
+            }
+            kq_acc_store(yr, ldy, nv, acc);
+        }
+        return;
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++)
-        _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy, mask16(nv), acc[r]);
+    /* AMX_KQ_SCHED 2, nt = 2: cb[k][row tile][digit] */
+    _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16];
+    for (int k = 0; k < nbk; k++) {
+        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int g = 0; g < 4; g++) {
+            _tile_loadd(4, xk + 64 * g, (long)ldq);
+            _tile_loadd(5, xk + 16 * ldq + 64 * g, (long)ldq);
+            _tile_loadd(6, pk[k].hd[g], 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(2, 5, 6);
+            _tile_loadd(7, pk[k].ld[g], 64);
+            _tile_dpbssd(1, 4, 7);
+            _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, cb[k][0][0], 64);
+        _tile_stored(1, cb[k][0][1], 64);
+        _tile_stored(2, cb[k][1][0], 64);
+        _tile_stored(3, cb[k][1][1], 64);
+    }
+    AMX_BARRIER(cb);
+    for (int rt = 0; rt < 2; rt++) {
+        kq_act(&a, xr + (size_t)(16 * rt) * ldq, ldq, nbk, q6);
+        float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
+        kq_acc_load(acc, yr, ldy, nv, from_y);
+        for (int k = 0; k < nbk; k++)
+            kq_fold16(acc, cb[k][rt], s, &pk[k], &a, k, q6);
+        kq_acc_store(yr, ldy, nv, acc);
+    }
 }
 
 TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
@@ -348,11 +425,12 @@ TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
             for (int k = 0; k < nbk; k++)
                 kq_pack(&pk[k], wr, b0 + k, t);
             AMX_BARRIER(pk);
-            for (int tt = 0; tt < tiles; tt++) {
+            for (int tt = 0; tt < tiles; tt += 2) {
+                const int nt = tiles - tt >= 2 ? 2 : 1;
                 if (t == CAIRN_DTYPE_Q6_K)
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q6_K);
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q6_K);
                 else
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q4_K);
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q4_K);
             }
         }
     }
@@ -398,7 +476,7 @@ typedef struct {
     _Alignas(64) int32_t x8[B32_PIECE][16];
 } b32_act_t;
 
-TA INLINE void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs, int nb, int nbk, bool q4)
+TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs, int nb, int nbk, bool q4)
 {
     if (ldq <= (size_t)INT32_MAX / 16 && (size_t)nb <= (size_t)INT32_MAX / 16) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -444,14 +522,32 @@ TA INLINE void b32_fold16(__m512 acc[16], int32_t c[16][16], const b32_pack_t *p
     }
 }
 
-/* Rows r0 .. r0 + 15 x the 16 outputs at y + o over the packed blocks pk[0 .. nbk) (blocks
- * b0 ..), continuing from y when from_y; accumulators in registers, block k + 1's tile
- * product issued before block k's folds (tiles 0, 4, 6 and c[0] for even k; 1, 5, 7 and
- * c[1] for odd k), as kq_tiles. */
+/*
+ * Rows r0 .. r0 + 15 x the 16 outputs at y + o over the packed blocks pk[0 .. nbk) (blocks
+ * b0 ..), continuing from y when from_y; the 16 accumulators stay in registers. Block
+ * k + AMX_B32_AHEAD's tile product is issued before block k's folds (0: none ahead), block
+ * j in slot j mod (AHEAD + 1): C tile and buffer c[slot], activations and weights in tiles
+ * 4, 6 or 5, 7 by the slot's parity; each block has its own C (no chain), so the tile unit
+ * can run ahead of the folds by AHEAD blocks.
+ */
+#ifndef AMX_B32_AHEAD
+#define AMX_B32_AHEAD 3
+#endif
+_Static_assert(AMX_B32_AHEAD >= 0 && AMX_B32_AHEAD <= 3, "four C tiles");
+#define B32_ISSUE(j)                                                  \
+    do {                                                              \
+        switch ((j) % (AMX_B32_AHEAD + 1)) {                          \
+        case 0: B32_TILE(0, 4, 6, (j), c[0]); break;                  \
+        case 1: B32_TILE(1, 5, 7, (j), c[1]); break;                  \
+        case 2: B32_TILE(2, 4, 6, (j), c[2]); break;                  \
+        default: B32_TILE(3, 5, 7, (j), c[3]); break;                 \
+        }                                                             \
+    } while (0)
+
 TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int nb, int r0,
                          const b32_pack_t *pk, int b0, int nbk, int nv, bool from_y, bool q4)
 {
-    _Alignas(64) int32_t c[2][16][16];
+    _Alignas(64) int32_t c[AMX_B32_AHEAD + 1][16][16];
     b32_act_t a;
     const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_0_t);
     b32_act(&a, xr, ldq, q4 ? xsum + (size_t)r0 * (size_t)nb + b0 : NULL, nb, nbk, q4);
@@ -459,18 +555,13 @@ TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const in
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
-    B32_TILE(0, 4, 6, 0, c[0]);
-    for (int k = 0; k < nbk; k += 2) {
-        if (k + 1 < nbk)
-            B32_TILE(1, 5, 7, k + 1, c[1]);
+    for (int j = 0; j < AMX_B32_AHEAD && j < nbk; j++)
+        B32_ISSUE(j);
+    for (int k = 0; k < nbk; k++) {
+        if (k + AMX_B32_AHEAD < nbk)
+            B32_ISSUE(k + AMX_B32_AHEAD);
         AMX_BARRIER(c);
-        b32_fold16(acc, c[0], &pk[k], &a, k, q4);
-        if (k + 1 >= nbk)
-            break;
-        if (k + 2 < nbk)
-            B32_TILE(0, 4, 6, k + 2, c[0]);
-        AMX_BARRIER(c);
-        b32_fold16(acc, c[1], &pk[k + 1], &a, k + 1, q4);
+        b32_fold16(acc, c[k % (AMX_B32_AHEAD + 1)], &pk[k], &a, k, q4);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
