@@ -244,8 +244,9 @@ int main(int argc, char **argv)
         const kern_type_ops_t *sc = &portable->types[types[t]];
         const cairn_dtype_t act = sc->act;
         const int be = cairn_dtype_block_elems(types[t]);
-        const int ins[] = {be == 32 ? 32 : 256, be == 32 ? 1056 : 1280, be == 32 ? 2080 : 2304};
-        for (size_t ii = 0; ii < 3; ii++) {
+        const int ins[] = {be == 32 ? 32 : 256, be == 32 ? 1056 : 1280, be == 32 ? 2080 : 2304, be == 32 ? 96 : 768,
+                           be == 32 ? 64 : 512};
+        for (size_t ii = 0; ii < 5; ii++) {
             const int in = ins[ii];
             const size_t ldw = cairn_dtype_row_bytes(types[t], in), ldq = cairn_dtype_row_bytes(act, in);
             unsigned char *w = malloc(ldw * O), *xq = malloc(ldq * R);
