@@ -2,22 +2,29 @@
  * quant_amx.c — AMX-INT8 rendition of the quantized matmul's prefill shape (kernels_impl.h,
  * canonical quantized order); everything else of the "amx" implementation is "avx512"'s.
  *
- * Model. A call with at least AMX_MIN_ROWS rows runs its rows in tiles of 16 (two tiles at
- * a time) against tiles of 16 outputs; the rows left over (rows % 16) and calls with fewer
- * rows run the AVX-512 VNNI kernels (quant_avx512.c). Both give the canonical bits: a row's
- * result does not depend on which kernel computed it.
+ * Model. A call with at least AMX_MIN_ROWS rows runs its rows in tiles of 16 against tiles
+ * of 16 outputs; the rows left over (rows % 16) and calls with fewer rows run the AVX-512
+ * VNNI kernels (quant_avx512.c). Both give the canonical bits: a row's result does not
+ * depend on which kernel computed it.
  *
  *  - k-quants (q4_k, q5_k, q6_k). The integer S = sum_j sc_j sum_(i in j) q_i x_i of one
  *    super-block is sum_i w_i x_i with w_i = sc_j q_i (j the sub-block of i), which does not
  *    fit a byte; it is split into two digits, w_i = 2^s h_i + l_i (s = 5 for q4_k / q5_k,
  *    6 for q6_k, whose signed scales make h signed), each a byte. Two TDPBSSD chains over
  *    the 256 elements (four steps of 64) give C_h and C_l for 16 rows x 16 outputs, and
- *    S = (C_h << s) + C_l exactly. The mins term M (and q6_k's -32 offset) comes from the
- *    activation block's bsums as in the VNNI kernel; then the float chain per block.
+ *    S = (C_h << s) + C_l exactly. The mins term M (and q6_k's -32 offset) is the VNNI
+ *    kernel's integer from the activation block's bsums (q4_k / q5_k: summed per sub-block
+ *    first, 4 dpwssd a row; q6_k: 8; exact either way); then the float chain per block.
+ *    Two row tiles share the weight tiles (tmm0-3: C_h, C_l of row tiles 0 and 1; tmm4-5
+ *    their activations; tmm6-7 the h, l digits), a piece's tile sums are stored first, then
+ *    each row tile's folds (AMX_KQ_SCHED below; a last single row tile runs schedule 1).
  *  - q8_0, q4_0: per block of 32, C = sum_i w_i x_i by one TDPBSSD (q4_0 weights 0..15,
- *    minus 8 sum x from the activation sums), then the block's float step.
- * The tiles: tmm0-3 accumulators (C_h, C_l of row tiles 0 and 1; or C of row tiles 0, 1),
- * tmm4-5 activations of the two row tiles, tmm6-7 weights (h, l digits; or one).
+ *    minus 8 sum x from the activation sums), then the block's float step; one row tile at
+ *    a time, each block's C in its own tile (tmm0-3 in turn), the products AMX_B32_AHEAD
+ *    blocks ahead of the folds.
+ * The folds (int32 tile sums into the float chains, the canonical per-block step) keep each
+ * row tile's 16 accumulators in registers over a piece's blocks, with the activation scales
+ * (and q4_0's sums, the k-quants' bsums) gathered once per row tile and piece.
  *
  * Tile state: the kernel requests permission for the tile data once per process
  * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); when the CPU lacks AMX-INT8 or the
@@ -333,10 +340,15 @@ TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
  *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
  *      unit can work while the vector units fold; two C chains per block.
  *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
- *      nbk blocks' tile sums stored first, then each row tile's folds.
+ *      nbk blocks' tile sums stored first, then each row tile's folds (the default; a
+ *      last single row tile runs schedule 1).
+ * On the device's Xeon (docs/PERFORMANCE.md, "Session 8 ... (branch amxfold)") schedule 1's
+ * tile part (full - no tiles) of q4_k took ~7.5-10.8 ms against ~3.4-4.7 for main's
+ * two-row-tile schedule and for schedule 2: two C chains and twice the weight-tile loads
+ * cost more than the overlap with the folds gave.
  */
 #ifndef AMX_KQ_SCHED
-#define AMX_KQ_SCHED 1
+#define AMX_KQ_SCHED 2
 #endif
 TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
                         int nbk, int nv, bool from_y, cairn_dtype_t t)
@@ -528,7 +540,9 @@ TA INLINE void b32_fold16(__m512 acc[16], int32_t c[16][16], const b32_pack_t *p
  * k + AMX_B32_AHEAD's tile product is issued before block k's folds (0: none ahead), block
  * j in slot j mod (AHEAD + 1): C tile and buffer c[slot], activations and weights in tiles
  * 4, 6 or 5, 7 by the slot's parity; each block has its own C (no chain), so the tile unit
- * can run ahead of the folds by AHEAD blocks.
+ * can run ahead of the folds by AHEAD blocks. On the device's Xeon 0 and 3 measured the same
+ * within the noise (q8_0 512 x 1024 -> 3072: medians 10.75 / 10.95 ms, bench_amx_parts); 3
+ * is what the session-8 pp512 figures ran.
  */
 #ifndef AMX_B32_AHEAD
 #define AMX_B32_AHEAD 3
