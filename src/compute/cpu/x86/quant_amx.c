@@ -84,8 +84,9 @@ TA INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 /* ---- k-quants ---------------------------------------------------------------------------- */
 
 /* One super-block of 16 outputs in the tiles' layout: hd/ld[g][k][4o + t] = the h / l
- * digit of output o's element 64g + 4k + t; mp[p] lane o = the int16 pair multiplying the
- * activation bsums pair p (the VNNI kernel's); d, dmin lane o = the block's scales. */
+ * digit of output o's element 64g + 4k + t; mp[p] lane o = the int16 pair multiplying
+ * dword p of the row's kq_act_t bs (q4_k / q5_k, p < 4: the mins of sub-blocks 2p, 2p + 1;
+ * q6_k, p < 8: the scales of sub-blocks 2p, 2p + 1); d, dmin lane o = the block's scales. */
 typedef struct {
     int8_t hd[4][16][64];
     int8_t ld[4][16][64];
@@ -227,7 +228,7 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     }
 }
 
-/* Row r's activation terms of super-blocks b0 .. b0 + nbk - 1 (r < 16, from xr[r]): dx its
+/* Row r's activation terms of super-blocks b0 .. b0 + nbk - 1 (r < 16, row r at xr + r ldq): dx its
  * scale; bs the int16 pairs its mins term multiplies, dword q lane-broadcast by the fold:
  * q4_k / q5_k dwords 0-3 = the sub-block sums (bsums 4q + {0,1}, bsums 4q + {2,3}) packed
  * (each |sum| <= 2 x 16 x 128, an int16), q6_k dwords 0-7 = bsums pairs 2p, 2p + 1 as stored. */
@@ -488,7 +489,8 @@ typedef struct {
     _Alignas(64) int32_t x8[B32_PIECE][16];
 } b32_act_t;
 
-TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs, int nb, int nbk, bool q4)
+TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs,
+                                                 int nb, int nbk, bool q4)
 {
     if (ldq <= (size_t)INT32_MAX / 16 && (size_t)nb <= (size_t)INT32_MAX / 16) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
