@@ -248,7 +248,8 @@ TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const unsigned char
             /* madd: dword j = bsums 2j + 2j+1; packs: its int16s in dwords 0, 1 (low lane)
              * and 4, 5 (high lane); the permute brings qwords 0 and 2 together */
             const __m256i m = _mm256_madd_epi16(b, ones);
-            _mm256_store_si256((__m256i *)a->bs[k][r], q6 ? b : _mm256_permute4x64_epi64(_mm256_packs_epi32(m, m), 0x08));
+            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(m, m), 0x08);
+            _mm256_store_si256((__m256i *)a->bs[k][r], q6 ? b : packed);
         }
 }
 
