@@ -3,7 +3,10 @@
  * one call of 512 rows x 1024 -> 3072 (the 0.6B shape's gate projection), thread CPU time,
  * median of --reps (default 7), for q4_k, q6_k and q8_0 weights:
  *
- *   full      the library's "amx" kernel (real tiles; skipped where AMX-INT8 is not granted);
+ *   full      quant_amx.c as compiled into this bench (amx_parts_real.c: real tiles under
+ *             other names, so a variant build of the file can be measured; skipped where
+ *             AMX-INT8 is not granted), its result compared bit for bit with "vnni"'s
+ *             (`bits same` / `bits DIFFER` at the end of the line);
  *   no tiles  quant_amx.c compiled into this file with every tile instruction a stub
  *             (a tile store writes its 1 KiB with 16 vector stores, everything else is empty):
  *             the weight packing, the folds of the tile sums into the float chains and the
@@ -65,6 +68,11 @@ void stub_amx_qmm_q6_k(KERN_QMM_ARGS);
 
 #include "compute/cpu/kernels_impl.h"
 
+/* amx_parts_real.c */
+void real_amx_qmm_q8_0(KERN_QMM_ARGS);
+void real_amx_qmm_q4_k(KERN_QMM_ARGS);
+void real_amx_qmm_q6_k(KERN_QMM_ARGS);
+
 static double thread_s(void)
 {
     struct timespec ts;
@@ -123,7 +131,14 @@ typedef enum { P_FULL, P_STUB, P_PACK, P_ACT, P_VNNI } part_t;
 static void run_part(const case_t *c, part_t p, const kern_impl_t *vnni)
 {
     switch (p) {
-    case P_FULL: c->ops->qmatmul_range(c->y, OUT, c->xq, c->ldq, c->xsum, ROWS, IN, c->w, c->ldw, 0, OUT, false); return;
+    case P_FULL:
+        if (c->t == CAIRN_DTYPE_Q8_0)
+            real_amx_qmm_q8_0(c->y, OUT, c->xq, c->ldq, c->xsum, ROWS, IN, c->w, c->ldw, 0, OUT, false);
+        else if (c->t == CAIRN_DTYPE_Q6_K)
+            real_amx_qmm_q6_k(c->y, OUT, c->xq, c->ldq, c->xsum, ROWS, IN, c->w, c->ldw, 0, OUT, false);
+        else
+            real_amx_qmm_q4_k(c->y, OUT, c->xq, c->ldq, c->xsum, ROWS, IN, c->w, c->ldw, 0, OUT, false);
+        return;
     case P_VNNI: vnni->types[c->t].qmatmul_range(c->y, OUT, c->xq, c->ldq, c->xsum, ROWS, IN, c->w, c->ldw, 0, OUT, false); return;
     case P_STUB:
         if (c->t == CAIRN_DTYPE_Q8_0)
@@ -179,8 +194,9 @@ int main(int argc, char **argv)
            reps, amx ? "granted" : "not available (the \"full\" line is skipped)");
     static const cairn_dtype_t types[] = {CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q6_K, CAIRN_DTYPE_Q8_0};
     static const char *const names[] = {"full", "no tiles", "pack", "act", "vnni"};
-    float *x = aligned_alloc(64, sizeof(float) * ROWS * IN), *y = aligned_alloc(64, sizeof(float) * ROWS * OUT);
-    if (!x || !y)
+    float *x = aligned_alloc(64, sizeof(float) * ROWS * IN), *y = aligned_alloc(64, sizeof(float) * ROWS * OUT),
+          *yfull = aligned_alloc(64, sizeof(float) * ROWS * OUT);
+    if (!x || !y || !yfull)
         return 1;
     for (size_t i = 0; i < (size_t)ROWS * IN; i++)
         x[i] = rndf();
@@ -213,7 +229,11 @@ int main(int argc, char **argv)
             printf("  %s %.2f ms", names[p], med * 1e3);
             if (p == P_FULL || p == P_VNNI)
                 printf(" (%.0f GMAC/s)", (double)ROWS * IN * OUT / med / 1e9);
+            if (p == P_FULL)
+                memcpy(yfull, y, sizeof(float) * ROWS * OUT);
         }
+        if (amx)
+            printf("  bits %s", memcmp(yfull, y, sizeof(float) * ROWS * OUT) ? "DIFFER" : "same");
         printf("\n");
         free(c.w);
         free(c.xq);
@@ -221,6 +241,7 @@ int main(int argc, char **argv)
     }
     free(x);
     free(y);
+    free(yfull);
     return 0;
 }
 #else

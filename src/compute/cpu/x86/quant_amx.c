@@ -2,22 +2,29 @@
  * quant_amx.c — AMX-INT8 rendition of the quantized matmul's prefill shape (kernels_impl.h,
  * canonical quantized order); everything else of the "amx" implementation is "avx512"'s.
  *
- * Model. A call with at least AMX_MIN_ROWS rows runs its rows in tiles of 16 (two tiles at
- * a time) against tiles of 16 outputs; the rows left over (rows % 16) and calls with fewer
- * rows run the AVX-512 VNNI kernels (quant_avx512.c). Both give the canonical bits: a row's
- * result does not depend on which kernel computed it.
+ * Model. A call with at least AMX_MIN_ROWS rows runs its rows in tiles of 16 against tiles
+ * of 16 outputs; the rows left over (rows % 16) and calls with fewer rows run the AVX-512
+ * VNNI kernels (quant_avx512.c). Both give the canonical bits: a row's result does not
+ * depend on which kernel computed it.
  *
  *  - k-quants (q4_k, q5_k, q6_k). The integer S = sum_j sc_j sum_(i in j) q_i x_i of one
  *    super-block is sum_i w_i x_i with w_i = sc_j q_i (j the sub-block of i), which does not
  *    fit a byte; it is split into two digits, w_i = 2^s h_i + l_i (s = 5 for q4_k / q5_k,
  *    6 for q6_k, whose signed scales make h signed), each a byte. Two TDPBSSD chains over
  *    the 256 elements (four steps of 64) give C_h and C_l for 16 rows x 16 outputs, and
- *    S = (C_h << s) + C_l exactly. The mins term M (and q6_k's -32 offset) comes from the
- *    activation block's bsums as in the VNNI kernel; then the float chain per block.
+ *    S = (C_h << s) + C_l exactly. The mins term M (and q6_k's -32 offset) is the VNNI
+ *    kernel's integer from the activation block's bsums (q4_k / q5_k: summed per sub-block
+ *    first, 4 dpwssd a row; q6_k: 8; exact either way); then the float chain per block.
+ *    Two row tiles share the weight tiles (tmm0-3: C_h, C_l of row tiles 0 and 1; tmm4-5
+ *    their activations; tmm6-7 the h, l digits), a piece's tile sums are stored first, then
+ *    each row tile's folds (AMX_KQ_SCHED below; a last single row tile runs schedule 1).
  *  - q8_0, q4_0: per block of 32, C = sum_i w_i x_i by one TDPBSSD (q4_0 weights 0..15,
- *    minus 8 sum x from the activation sums), then the block's float step.
- * The tiles: tmm0-3 accumulators (C_h, C_l of row tiles 0 and 1; or C of row tiles 0, 1),
- * tmm4-5 activations of the two row tiles, tmm6-7 weights (h, l digits; or one).
+ *    minus 8 sum x from the activation sums), then the block's float step; one row tile at
+ *    a time, each block's C in its own tile (tmm0-3 in turn), the products AMX_B32_AHEAD
+ *    blocks ahead of the folds.
+ * The folds (int32 tile sums into the float chains, the canonical per-block step) keep each
+ * row tile's 16 accumulators in registers over a piece's blocks, with the activation scales
+ * (and q4_0's sums, the k-quants' bsums) gathered once per row tile and piece.
  *
  * Tile state: the kernel requests permission for the tile data once per process
  * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); when the CPU lacks AMX-INT8 or the
@@ -31,6 +38,7 @@
 
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "compute/quant_blocks.h"
@@ -76,8 +84,9 @@ TA INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 /* ---- k-quants ---------------------------------------------------------------------------- */
 
 /* One super-block of 16 outputs in the tiles' layout: hd/ld[g][k][4o + t] = the h / l
- * digit of output o's element 64g + 4k + t; mp[p] lane o = the int16 pair multiplying the
- * activation bsums pair p (the VNNI kernel's); d, dmin lane o = the block's scales. */
+ * digit of output o's element 64g + 4k + t; mp[p] lane o = the int16 pair multiplying
+ * dword p of the row's kq_act_t bs (q4_k / q5_k, p < 4: the mins of sub-blocks 2p, 2p + 1;
+ * q6_k, p < 8: the scales of sub-blocks 2p, 2p + 1); d, dmin lane o = the block's scales. */
 typedef struct {
     int8_t hd[4][16][64];
     int8_t ld[4][16][64];
@@ -198,10 +207,11 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
         } else {
             memcpy(&d16, blk, 2);
             memcpy(&dm16, blk + 2, 2);
-            for (int j = 0; j < 8; j++) {
-                int sc6, m;
-                quant_k4_scale_min(blk + 4, j, &sc6, &m);
-                pk->mp[j][o] = (int32_t)((uint32_t)m | (uint32_t)m << 16);
+            for (int j = 0; j < 8; j += 2) {
+                int sc6, m0, m1;
+                quant_k4_scale_min(blk + 4, j, &sc6, &m0);
+                quant_k4_scale_min(blk + 4, j + 1, &sc6, &m1);
+                pk->mp[j / 2][o] = (int32_t)((uint32_t)m0 | (uint32_t)m1 << 16);
             }
         }
         pk->d[o] = h2f(d16);
@@ -218,74 +228,199 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     }
 }
 
-/* acc (16 floats, lanes o) of one row gets one super-block: S (exact), M from the bsums,
- * then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
-TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const kq_pack_t *pk, const blk_q8_k_t *x, bool q6)
+/* Row r's activation terms of super-blocks b0 .. b0 + nbk - 1 (r < 16, row r at xr + r ldq): dx its
+ * scale; bs the int16 pairs its mins term multiplies, dword q lane-broadcast by the fold:
+ * q4_k / q5_k dwords 0-3 = the sub-block sums (bsums 4q + {0,1}, bsums 4q + {2,3}) packed
+ * (each |sum| <= 2 x 16 x 128, an int16), q6_k dwords 0-7 = bsums pairs 2p, 2p + 1 as stored. */
+typedef struct {
+    _Alignas(64) float dx[KQ_PIECE][16];
+    _Alignas(64) int32_t bs[KQ_PIECE][16][8];
+} kq_act_t;
+
+TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const unsigned char *xr, size_t ldq, int nbk, bool q6)
 {
-    __m512i S = _mm512_add_epi32(_mm512_sll_epi32(ch, _mm_cvtsi32_si128(s)), cl);
-    __m512i M = _mm512_setzero_si512();
-    for (int p = 0; p < 8; p++) {
-        int32_t bp;
-        memcpy(&bp, &x->bsums[2 * p], 4);
-        M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pk->mp[p]), _mm512_set1_epi32(bp));
-    }
-    const __m512 dx = _mm512_set1_ps(x->d);
-    if (q6) {
-        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the -32 of every q */
-        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(_mm512_load_ps(pk->d), dx), acc);
-    }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(_mm512_load_ps(pk->d), dx), acc);
-    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_load_ps(pk->dmin), dx), acc);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < nbk; k++)
+        for (int r = 0; r < 16; r++) {
+            const blk_q8_k_t *x = (const blk_q8_k_t *)(xr + (size_t)r * ldq) + k;
+            const __m256i b = _mm256_loadu_si256((const __m256i *)x->bsums);
+            a->dx[k][r] = x->d;
+            /* madd: dword j = bsums 2j + 2j+1; packs: its int16s in dwords 0, 1 (low lane)
+             * and 4, 5 (high lane); the permute brings qwords 0 and 2 together */
+            const __m256i m = _mm256_madd_epi16(b, ones);
+            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(m, m), 0x08);
+            _mm256_store_si256((__m256i *)a->bs[k][r], q6 ? b : packed);
+        }
 }
 
-/* Rows r0 .. r0 + 16 * nt - 1 (nt = 1 or 2 row tiles) x the 16 outputs at y + o, over the
- * packed super-blocks pk[0 .. nbk) (blocks b0 ..), continuing from y when from_y. */
-TA static void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk,
-                        int b0, int nbk, int nv, bool from_y, cairn_dtype_t t)
+/* acc (16 floats, lanes o) of one row gets one super-block: S (exact) from the two digits'
+ * tile sums, M from the row's bs (the VNNI kernel's integer, summed in another grouping:
+ * q4_k / q5_k 4 dpwssd of (m_2q, m_2q+1) x (sub-block sums), q6_k 8 of the scale pairs x the
+ * bsums pairs), then the canonical float steps (quant_avx512.c's pk_rows_k_n, lane for lane). */
+TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const __m512i *mp, const int32_t *bs, float dx,
+                         __m512 d, __m512 dmin, bool q6)
+{
+    __m512i S = _mm512_add_epi32(_mm512_sll_epi32(ch, _mm_cvtsi32_si128(s)), cl);
+#define KQ_DP(p) M = _mm512_dpwssd_epi32(M, mp[p], _mm512_set1_epi32(bs[p]))
+    __m512i M = _mm512_setzero_si512();
+    KQ_DP(0);
+    KQ_DP(1);
+    KQ_DP(2);
+    KQ_DP(3);
+    if (q6) {
+        KQ_DP(4);
+        KQ_DP(5);
+        KQ_DP(6);
+        KQ_DP(7);
+    }
+#undef KQ_DP
+    const __m512 dxv = _mm512_set1_ps(dx);
+    if (q6) {
+        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the -32 of every q */
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dxv), acc);
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dxv), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, dxv), acc);
+}
+
+/* Super-block k of one row tile into C tiles CH, CL (the activations in tiles 4 and 5 by
+ * the parity of g, the digits in tiles 6, 7), stored to c[0], c[1]. */
+#define KQ_TILE(CH, CL, k, c)                                                            \
+    do {                                                                                 \
+        const unsigned char *xk_ = xb + (size_t)(k) * sizeof(blk_q8_k_t);                \
+        _tile_zero(CH);                                                                  \
+        _tile_zero(CL);                                                                  \
+        for (int g = 0; g < 4; g += 2) {                                                 \
+            _tile_loadd(4, xk_ + 64 * g, (long)ldq);                                     \
+            _tile_loadd(6, pk[k].hd[g], 64);                                             \
+            _tile_dpbssd(CH, 4, 6);                                                      \
+            _tile_loadd(7, pk[k].ld[g], 64);                                             \
+            _tile_dpbssd(CL, 4, 7);                                                      \
+            _tile_loadd(5, xk_ + 64 * (g + 1), (long)ldq);                               \
+            _tile_loadd(6, pk[k].hd[g + 1], 64);                                         \
+            _tile_dpbssd(CH, 5, 6);                                                      \
+            _tile_loadd(7, pk[k].ld[g + 1], 64);                                         \
+            _tile_dpbssd(CL, 5, 7);                                                      \
+        }                                                                                \
+        _tile_stored(CH, (c)[0], 64);                                                    \
+        _tile_stored(CL, (c)[1], 64);                                                    \
+    } while (0)
+
+/* The 16 rows' folds of super-block k from the tile sums c (ch = c[0], cl = c[1]). */
+TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_pack_t *pk, const kq_act_t *a, int k,
+                         bool q6)
+{
+    __m512i mp[8];
+    for (int p = 0; p < 8; p++)
+        mp[p] = p < 4 || q6 ? _mm512_load_si512(pk->mp[p]) : _mm512_setzero_si512();
+    const __m512 d = _mm512_load_ps(pk->d), dmin = _mm512_load_ps(pk->dmin);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        acc[r] = kq_fold(acc[r], _mm512_load_si512(c[0][r]), _mm512_load_si512(c[1][r]), s, mp, a->bs[k][r],
+                         a->dx[k][r], d, dmin, q6);
+}
+
+TA INLINE void kq_acc_load(__m512 acc[16], const float *y, int ldy, int nv, bool from_y)
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)r * ldy) : _mm512_setzero_ps();
+}
+
+TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        _mm512_mask_storeu_ps(y + (size_t)r * ldy, mask16(nv), acc[r]);
+}
+
+/*
+ * Rows r0 .. r0 + 16 nt - 1 x the 16 outputs at y + o, over the packed super-blocks
+ * pk[0 .. nbk) (blocks b0 ..), continuing from y when from_y. Each row tile's 16
+ * accumulators stay in registers over the blocks. Two schedules (AMX_KQ_SCHED; same bits):
+ *   1: one row tile (nt = 1) at a time; block k + 1's tile products are issued before block
+ *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
+ *      unit can work while the vector units fold; two C chains per block.
+ *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
+ *      nbk blocks' tile sums stored first, then each row tile's folds (the default; a
+ *      last single row tile runs schedule 1).
+ * On the device's Xeon (docs/PERFORMANCE.md, "Session 8 ... (branch amxfold)") schedule 1's
+ * tile part (full - no tiles) of q4_k took ~7.5-10.8 ms against ~3.4-4.7 for main's
+ * two-row-tile schedule and for schedule 2: two C chains and twice the weight-tile loads
+ * cost more than the overlap with the folds gave.
+ */
+#ifndef AMX_KQ_SCHED
+#define AMX_KQ_SCHED 2
+#endif
+TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
+                        int nbk, int nv, bool from_y, cairn_dtype_t t)
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    _Alignas(64) int32_t ch[2][16][16], cl[2][16][16];
-    __m512 acc[32];
-    for (int r = 0; r < 16 * nt; r++)
-        acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
+    const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t);
+    const unsigned char *xb = xr + offsetof(blk_q8_k_t, q);
+    __m512 acc[16];
+    kq_act_t a;
+    if (AMX_KQ_SCHED == 1 || nt == 1) {
+        _Alignas(64) int32_t c[2][2][16][16];
+        kq_act(&a, xr, ldq, nbk, q6);
+        for (int rt = 0; rt < nt; rt++) {
+            if (rt) {
+                xr += 16 * ldq;
+                xb += 16 * ldq;
+                kq_act(&a, xr, ldq, nbk, q6);
+            }
+            float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
+            kq_acc_load(acc, yr, ldy, nv, from_y);
+            KQ_TILE(0, 1, 0, c[0]);
+            for (int k = 0; k < nbk; k += 2) {
+                if (k + 1 < nbk)
+                    KQ_TILE(2, 3, k + 1, c[1]);
+                AMX_BARRIER(c);
+                kq_fold16(acc, c[0], s, &pk[k], &a, k, q6);
+                if (k + 1 >= nbk)
+                    break;
+                if (k + 2 < nbk)
+                    KQ_TILE(0, 1, k + 2, c[0]);
+                AMX_BARRIER(c);
+                kq_fold16(acc, c[1], s, &pk[k + 1], &a, k + 1, q6);
+            }
+            kq_acc_store(yr, ldy, nv, acc);
+        }
+        return;
+    }
+    /* AMX_KQ_SCHED 2, nt = 2: cb[k][row tile][digit] */
+    _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16];
     for (int k = 0; k < nbk; k++) {
-        const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)(b0 + k) * sizeof(blk_q8_k_t) +
-                                   offsetof(blk_q8_k_t, q);
-        const unsigned char *xb1 = nt > 1 ? xb0 + 16 * ldq : xb0;
+        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
         _tile_zero(0);
         _tile_zero(1);
-        if (nt > 1) {
-            _tile_zero(2);
-            _tile_zero(3);
-        }
+        _tile_zero(2);
+        _tile_zero(3);
         for (int g = 0; g < 4; g++) {
+            _tile_loadd(4, xk + 64 * g, (long)ldq);
+            _tile_loadd(5, xk + 16 * ldq + 64 * g, (long)ldq);
             _tile_loadd(6, pk[k].hd[g], 64);
-            _tile_loadd(7, pk[k].ld[g], 64);
-            _tile_loadd(4, xb0 + 64 * g, (long)ldq);
             _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(2, 5, 6);
+            _tile_loadd(7, pk[k].ld[g], 64);
             _tile_dpbssd(1, 4, 7);
-            if (nt > 1) {
-                _tile_loadd(5, xb1 + 64 * g, (long)ldq);
-                _tile_dpbssd(2, 5, 6);
-                _tile_dpbssd(3, 5, 7);
-            }
+            _tile_dpbssd(3, 5, 7);
         }
-        _tile_stored(0, ch[0], 64);
-        _tile_stored(1, cl[0], 64);
-        if (nt > 1) {
-            _tile_stored(2, ch[1], 64);
-            _tile_stored(3, cl[1], 64);
-        }
-        AMX_BARRIER(ch);
-        for (int r = 0; r < 16 * nt; r++) {
-            const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)(r0 + r) * ldq) + b0 + k;
-            acc[r] = kq_fold(acc[r], _mm512_load_si512(ch[r / 16][r % 16]), _mm512_load_si512(cl[r / 16][r % 16]), s,
-                             &pk[k], x, q6);
-        }
+        _tile_stored(0, cb[k][0][0], 64);
+        _tile_stored(1, cb[k][0][1], 64);
+        _tile_stored(2, cb[k][1][0], 64);
+        _tile_stored(3, cb[k][1][1], 64);
     }
-    for (int r = 0; r < 16 * nt; r++)
-        _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy, mask16(nv), acc[r]);
+    AMX_BARRIER(cb);
+    for (int rt = 0; rt < 2; rt++) {
+        kq_act(&a, xr + (size_t)(16 * rt) * ldq, ldq, nbk, q6);
+        float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
+        kq_acc_load(acc, yr, ldy, nv, from_y);
+        for (int k = 0; k < nbk; k++)
+            kq_fold16(acc, cb[k][rt], s, &pk[k], &a, k, q6);
+        kq_acc_store(yr, ldy, nv, acc);
+    }
 }
 
 TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
@@ -304,8 +439,13 @@ TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
             for (int k = 0; k < nbk; k++)
                 kq_pack(&pk[k], wr, b0 + k, t);
             AMX_BARRIER(pk);
-            for (int tt = 0; tt < tiles; tt += 2)
-                kq_tiles(y + o, ldy, xq, ldq, 16 * tt, tiles - tt >= 2 ? 2 : 1, pk, b0, nbk, nv, acc || b0 > 0, t);
+            for (int tt = 0; tt < tiles; tt += 2) {
+                const int nt = tiles - tt >= 2 ? 2 : 1;
+                if (t == CAIRN_DTYPE_Q6_K)
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q6_K);
+                else
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q4_K);
+            }
         }
     }
     _tile_release();
@@ -342,40 +482,106 @@ TA static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b
     }
 }
 
-TA static void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int nb, int r0, int nt,
+/* Row r's activation terms of blocks b0 .. b0 + nbk - 1 (r < 16, row r at xr + r ldq): dx
+ * its scale (f32); q4_0: x8 = 8 x the block's sum (the weights' -8 offset). Gathered 16 rows
+ * at a time; a row stride too large for 32-bit gather indices takes the scalar loop. */
+typedef struct {
+    _Alignas(64) float dx[B32_PIECE][16];
+    _Alignas(64) int32_t x8[B32_PIECE][16];
+} b32_act_t;
+
+TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs,
+                                                 int nb, int nbk, bool q4)
+{
+    if (ldq <= (size_t)INT32_MAX / 16 && (size_t)nb <= (size_t)INT32_MAX / 16) {
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i rx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldq));
+        const __m512i rs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(nb));
+        for (int k = 0; k < nbk; k++) {
+            /* the f16 d and the block's first two q: the low half of each dword */
+            const __m512i g = _mm512_i32gather_epi32(rx, xr + (size_t)k * sizeof(blk_q8_0_t), 1);
+            _mm512_store_ps(a->dx[k], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+            if (q4)
+                _mm512_store_si512(a->x8[k], _mm512_slli_epi32(_mm512_i32gather_epi32(rs, xs + k, 4), 3));
+        }
+        return;
+    }
+    for (int k = 0; k < nbk; k++)
+        for (int r = 0; r < 16; r++) {
+            a->dx[k][r] = h2f(((const blk_q8_0_t *)(xr + (size_t)r * ldq) + k)->d);
+            if (q4)
+                a->x8[k][r] = 8 * xs[(size_t)r * (size_t)nb + (size_t)k];
+        }
+}
+
+/* Block k of one row tile into C tile C_ (A tile TA_, weights tile TB), stored to c. */
+#define B32_TILE(C_, TA_, TB, k, c)                                                          \
+    do {                                                                                      \
+        _tile_loadd(TB, pk[k].q, 64);                                                         \
+        _tile_zero(C_);                                                                       \
+        _tile_loadd(TA_, xr + (size_t)(k) * sizeof(blk_q8_0_t) + offsetof(blk_q8_0_t, q), (long)ldq); \
+        _tile_dpbssd(C_, TA_, TB);                                                            \
+        _tile_stored(C_, (c), 64);                                                            \
+    } while (0)
+
+/* The 16 rows' canonical float steps of block k from its tile sums c. */
+TA INLINE void b32_fold16(__m512 acc[16], int32_t c[16][16], const b32_pack_t *pk, const b32_act_t *a, int k, bool q4)
+{
+    const __m512 dw = _mm512_load_ps(pk->d);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        __m512i s = _mm512_load_si512(c[r]);
+        if (q4)
+            s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->x8[k][r]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a->dx[k][r])), acc[r]);
+    }
+}
+
+/*
+ * Rows r0 .. r0 + 15 x the 16 outputs at y + o over the packed blocks pk[0 .. nbk) (blocks
+ * b0 ..), continuing from y when from_y; the 16 accumulators stay in registers. Block
+ * k + AMX_B32_AHEAD's tile product is issued before block k's folds (0: none ahead), block
+ * j in slot j mod (AHEAD + 1): C tile and buffer c[slot], activations and weights in tiles
+ * 4, 6 or 5, 7 by the slot's parity; each block has its own C (no chain), so the tile unit
+ * can run ahead of the folds by AHEAD blocks. On the device's Xeon 0 and 3 measured the same
+ * within the noise (q8_0 512 x 1024 -> 3072: medians 10.75 / 10.95 ms, bench_amx_parts); 3
+ * is what the session-8 pp512 figures ran.
+ */
+#ifndef AMX_B32_AHEAD
+#define AMX_B32_AHEAD 3
+#endif
+_Static_assert(AMX_B32_AHEAD >= 0 && AMX_B32_AHEAD <= 3, "four C tiles");
+#define B32_ISSUE(j)                                                  \
+    do {                                                              \
+        switch ((j) % (AMX_B32_AHEAD + 1)) {                          \
+        case 0: B32_TILE(0, 4, 6, (j), c[0]); break;                  \
+        case 1: B32_TILE(1, 5, 7, (j), c[1]); break;                  \
+        case 2: B32_TILE(2, 4, 6, (j), c[2]); break;                  \
+        default: B32_TILE(3, 5, 7, (j), c[3]); break;                 \
+        }                                                             \
+    } while (0)
+
+TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int nb, int r0,
                          const b32_pack_t *pk, int b0, int nbk, int nv, bool from_y, bool q4)
 {
-    _Alignas(64) int32_t c[2][16][16];
-    __m512 acc[32];
-    for (int r = 0; r < 16 * nt; r++)
+    _Alignas(64) int32_t c[AMX_B32_AHEAD + 1][16][16];
+    b32_act_t a;
+    const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_0_t);
+    b32_act(&a, xr, ldq, q4 ? xsum + (size_t)r0 * (size_t)nb + b0 : NULL, nb, nbk, q4);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
         acc[r] = from_y ? _mm512_maskz_loadu_ps(mask16(nv), y + (size_t)(r0 + r) * ldy) : _mm512_setzero_ps();
+    for (int j = 0; j < AMX_B32_AHEAD && j < nbk; j++)
+        B32_ISSUE(j);
     for (int k = 0; k < nbk; k++) {
-        const unsigned char *xb0 = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)(b0 + k) * sizeof(blk_q8_0_t) +
-                                   offsetof(blk_q8_0_t, q);
-        _tile_loadd(6, pk[k].q, 64);
-        _tile_zero(0);
-        _tile_loadd(4, xb0, (long)ldq);
-        _tile_dpbssd(0, 4, 6);
-        if (nt > 1) {
-            _tile_zero(1);
-            _tile_loadd(5, xb0 + 16 * ldq, (long)ldq);
-            _tile_dpbssd(1, 5, 6);
-        }
-        _tile_stored(0, c[0], 64);
-        if (nt > 1)
-            _tile_stored(1, c[1], 64);
+        if (k + AMX_B32_AHEAD < nbk)
+            B32_ISSUE(k + AMX_B32_AHEAD);
         AMX_BARRIER(c);
-        const __m512 dw = _mm512_load_ps(pk[k].d);
-        for (int r = 0; r < 16 * nt; r++) {
-            const int rr = r0 + r;
-            const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)rr * ldq) + b0 + k;
-            __m512i s = _mm512_load_si512(c[r / 16][r % 16]);
-            if (q4)
-                s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * xsum[(size_t)rr * (size_t)nb + b0 + k]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x->d))), acc[r]);
-        }
+        b32_fold16(acc, c[k % (AMX_B32_AHEAD + 1)], &pk[k], &a, k, q4);
     }
-    for (int r = 0; r < 16 * nt; r++)
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
         _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy, mask16(nv), acc[r]);
 }
 
@@ -395,9 +601,12 @@ TA static void amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int3
             for (int k = 0; k < nbk; k++)
                 b32_pack(&pk[k], wr, b0 + k, q4);
             AMX_BARRIER(pk);
-            for (int tt = 0; tt < tiles; tt += 2)
-                b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, tiles - tt >= 2 ? 2 : 1, pk, b0, nbk, nv,
-                          acc || b0 > 0, q4);
+            for (int tt = 0; tt < tiles; tt++) {
+                if (q4)
+                    b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, true);
+                else
+                    b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, false);
+            }
         }
     }
     _tile_release();
