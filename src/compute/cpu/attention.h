@@ -43,7 +43,7 @@ size_t attn_scratch_floats(int n_heads, int n_kv_heads, int head_dim, int max_po
  * tiling, the other queries in the call and the thread count never change a bit. Decode
  * (one query) and prefill (many) therefore agree exactly. bf16 K/V run the tile order of
  * attention_impl.h instead where kern__attn_tile_on() (AMX-BF16 tiles and
- * CAIRN_ATTN_BF16TILE=auto|1), else the pair order where kern__attn_pair_on() (AMX-BF16
+ * CAIRN_ATTN_BF16TILE not 0), else the pair order where kern__attn_pair_on() (AMX-BF16
  * machines whose tiles passed their check, or CAIRN_ATTN_BF16PAIR=1): the same guarantees,
  * other bits. Full causal
  * attention (an all-zero attn_math_t); runs the process's kernel implementation

@@ -181,8 +181,8 @@ float attn__bf16_round(float x);
 bool kern__attn_pair_on(void);
 void kern__attn_pair_set(int mode);
 /* Whether bf16 K/V attention runs the tile order in this process (attention_pair.c;
- * wins over the pair order). CAIRN_ATTN_BF16TILE: "0" (the default until measured) off,
- * "auto" or "1" on where the CPU has AMX-BF16 tiles granted to the process and they
+ * wins over the pair order). CAIRN_ATTN_BF16TILE: "0" off; unset (the default), "auto" or
+ * "1" on where the CPU has AMX-BF16 tiles granted to the process and they
  * passed their sanity check (x86/attention_tile.c); the tile order cannot run without
  * tiles, so elsewhere it stays off. Decided once, on the first call; thread-safe.
  * kern__attn_tile_set (tests only): 1 / 0 forces the mode (1 with no rendition to run,

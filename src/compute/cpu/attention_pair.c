@@ -20,9 +20,10 @@
  * type).
  *
  * The tile order's choice (kern__attn_tile_on, attention_impl.h 1T / 4T) lives here too:
- * CAIRN_ATTN_BF16TILE=auto|1 asks x86/attention_tile.c whether its tiles are usable (AMX-BF16
- * granted, sanity check passed); off by default and wherever there are no tiles (the order
- * has no emulation). It wins over the pair order. Its numerics ids name the CPU's family and
+ * by default (CAIRN_ATTN_BF16TILE unset, auto or 1) it asks x86/attention_tile.c whether its
+ * tiles are usable (AMX-BF16 granted, sanity check passed) and is on where they are;
+ * CAIRN_ATTN_BF16TILE=0 turns it off; off wherever there are no tiles (the order has no
+ * emulation). It wins over the pair order. Its numerics ids name the CPU's family and
  * model (kern__attn_tile_cpu; cpu_backend.c).
  *
  * Thread-safety: the primitives are pure; the choices are made once under a mutex and read
@@ -176,9 +177,10 @@ bool kern__attn_tile_on(void)
         return m == PAIR_ON;
     pthread_mutex_lock(&pair_lock);
     if ((m = tile_mode) == PAIR_UNDECIDED) {
-        /* Only "auto" or "1" asks the tiles (their sanity check runs once). */
+        /* On by default ("auto"): the tiles are asked (their sanity check runs once) unless
+         * CAIRN_ATTN_BF16TILE=0. */
         const char *env = getenv("CAIRN_ATTN_BF16TILE");
-        const bool want = env && (!strcmp(env, "auto") || !strcmp(env, "1"));
+        const bool want = !env || !*env || !strcmp(env, "auto") || !strcmp(env, "1");
         m = want && kern__attn_tile_impl() ? PAIR_ON : PAIR_OFF;
         __atomic_store_n(&tile_mode, m, __ATOMIC_RELEASE);
     }
