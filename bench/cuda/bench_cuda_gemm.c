@@ -98,8 +98,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("numerics: invariant %s, fast %s\n", compute_numerics_id(be[0], CAIRN_MATH_BF16),
-           compute_numerics_id(be[1], CAIRN_MATH_BF16));
+    printf("numerics: invariant %s, fast %s\n", compute_numerics_id(be[0], CAIRN_MATH_BF16, CAIRN_DTYPE_BF16),
+           compute_numerics_id(be[1], CAIRN_MATH_BF16, CAIRN_DTYPE_BF16));
     int max_rows = 0;
     for (int i = 0; i < n_rows; i++)
         max_rows = rows_list[i] > max_rows ? rows_list[i] : max_rows;

@@ -132,7 +132,7 @@ typedef struct compute_backend_ops {
 
     void (*destroy)(compute_backend_t *be);
     /* See compute_numerics_id. Static string. */
-    const char *(*numerics_id)(const compute_backend_t *be, cairn_math_t math);
+    const char *(*numerics_id)(const compute_backend_t *be, cairn_math_t math, cairn_dtype_t kv_dtype);
     /* See compute_supports. */
     bool (*supports)(const compute_backend_t *be, compute_op_t op, cairn_dtype_t type);
 
@@ -219,7 +219,9 @@ static inline void compute_backend_destroy(compute_backend_t *be)
 
 /*
  * The numerics id: a short string naming what bits this backend's ops produce in math
- * mode `math` — backend, implementation family and math mode. Two runs whose ids are equal
+ * mode `math` with K/V stored as `kv_dtype` (the attention over a K/V type may compute
+ * differently: the CPU's over q8_0 K takes q.k in integers, its own revision, and says so
+ * in the id) — backend, implementation family, math mode. Two runs whose ids are equal
  * produce the same logits and the same K/V bytes for the same inputs; the model fingerprint
  * of the cold tier includes it, so K/V written under different numerics never mix on disk.
  * The canonical numerics of src/compute/cpu (every CPU implementation: scalar, AVX2,
@@ -228,9 +230,10 @@ static inline void compute_backend_destroy(compute_backend_t *be)
  * the form "<backend>-<family>-<mode>" (e.g. "cuda-wmma-bf16"), which cannot collide.
  * Static string, valid for the life of the process.
  */
-static inline const char *compute_numerics_id(const compute_backend_t *be, cairn_math_t math)
+static inline const char *compute_numerics_id(const compute_backend_t *be, cairn_math_t math,
+                                              cairn_dtype_t kv_dtype)
 {
-    return be->ops->numerics_id(be, math);
+    return be->ops->numerics_id(be, math, kv_dtype);
 }
 
 /* The storage backend the K/V pool must use with this backend (host memory: the host

@@ -196,7 +196,7 @@ int cairn_engine_create(const cairn_checkpoint_t *ck, const cairn_engine_options
             goto fail;
         }
         /* The backend's numerics id (with its revision) enters the model fingerprint. */
-        const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math);
+        const char *numerics = compute_numerics_id(e->be, (cairn_math_t)o.math, o.kv_dtype);
         if ((rc = engine_cold_open(ck, &o, numerics, e->paged, e->layers, e->state_bytes,
                                    e->ckpts, &e->cold))) {
             cairn_errf(err, err_len, "%s", "engine: out of memory");

@@ -204,16 +204,6 @@ static void describe_model(const cairn_checkpoint_t *ck, const cairn_engine_opti
     cairn_checkpoint_weights_digest(ck, d->weights_digest);
 }
 
-const char *engine_cold_numerics(const char *numerics, cairn_dtype_t kv_dtype, char *buf, size_t len)
-{
-    if (kv_dtype != CAIRN_DTYPE_Q8_0)
-        return numerics;
-    /* Attention over q8_0 K takes q.k in integers (the query rounded to q8_0, exact block
-     * sums: attention_impl.h step 1q) since this revision: other bits than before. */
-    snprintf(buf, len, "%s+qk8.3", numerics ? numerics : "");
-    return buf;
-}
-
 int engine_cold_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
                             uint32_t block_tokens, cairn_tier_hash_t *fp)
 {
@@ -361,9 +351,7 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
     if (cairn_tier_trace_create(o->cold_trace, &c->trace))
         goto nomem;
     cairn_tier_hash_t fp;
-    char num[96];
-    int rc = engine_cold_fingerprint(ck, o, engine_cold_numerics(numerics, o->kv_dtype, num, sizeof(num)),
-                                     c->block_tokens, &fp);
+    int rc = engine_cold_fingerprint(ck, o, numerics, c->block_tokens, &fp);
     if (rc == CAIRN_ENOMEM)
         goto nomem;
     if (rc) {

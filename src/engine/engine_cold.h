@@ -36,8 +36,9 @@ typedef struct engine_cold engine_cold_t;
  * recurrent model without one keeps the tier off), borrowed for the tier's lifetime; *out is NULL when the tier is off (disabled, neither a lent store nor a
  * root, not eligible, or the store failed to open — the last with a CAIRN_LOG_WARN).
  * Returns CAIRN_OK or CAIRN_ENOMEM (the only error that fails engine creation).
- * `numerics` is the compute backend's numerics id with its revision (the CPU's
- * "f32.2"/"bf16.2"): it enters the fingerprint, so K/V of other numerics never mix. When
+ * `numerics` is the compute backend's numerics id for the options' math and K/V type
+ * (compute_numerics_id; the CPU's "f32.2", "bf16.2", "f32.2+qk8.3" for q8_0 K/V, ...): it
+ * enters the fingerprint, so K/V of other numerics never mix. When
  * the pool lives in device memory (its storage has staging calls), block bytes move
  * through the storage's two pinned buffers, the copy of one block overlapping the disk
  * read (restore) or the store's copy (capture) of the other; such a pool restores inline
@@ -51,18 +52,9 @@ int engine_cold_open(const cairn_checkpoint_t *ck, const cairn_engine_options_t 
                      seq_ckpts_t *ckpts, engine_cold_t **out);
 
 /*
- * The numerics id that enters the fingerprint of a K/V type's stores: `numerics` (the
- * backend's, may be NULL) as it is, except for q8_0 K/V, whose attention computes q.k in
- * integers (numerics revision 3 of the CPU attention): "<numerics>+qk8.3" written into buf
- * (len >= 64), so q8_0 K/V written by earlier builds is never restored into it. Returns
- * numerics or buf. Pure; thread-safe.
- */
-const char *engine_cold_numerics(const char *numerics, cairn_dtype_t kv_dtype, char *buf, size_t len);
-
-/*
  * The model fingerprint that names the engine's store directory (docs/FORMAT.md 1.4) for
- * the checkpoint, options, numerics id (as it enters the fingerprint: see
- * engine_cold_numerics) and block size. Returns CAIRN_OK or the hash's error. Thread-safe.
+ * the checkpoint, options, numerics id (compute_numerics_id for the options' math and K/V
+ * type) and block size. Returns CAIRN_OK or the hash's error. Thread-safe.
  */
 int engine_cold_fingerprint(const cairn_checkpoint_t *ck, const cairn_engine_options_t *o, const char *numerics,
                             uint32_t block_tokens, cairn_tier_hash_t *fp);

@@ -44,9 +44,9 @@ static rec_backend_t *rec(compute_backend_t *be) { return (rec_backend_t *)be; }
 static compute_backend_t *in(compute_backend_t *be) { return rec(be)->inner; }
 
 static void rec_destroy(compute_backend_t *be) { free(be); }
-static const char *rec_numerics(const compute_backend_t *be, cairn_math_t m)
+static const char *rec_numerics(const compute_backend_t *be, cairn_math_t m, cairn_dtype_t kv)
 {
-    return compute_numerics_id(((const rec_backend_t *)be)->inner, m);
+    return compute_numerics_id(((const rec_backend_t *)be)->inner, m, kv);
 }
 static bool rec_supports(const compute_backend_t *be, compute_op_t op, cairn_dtype_t t)
 {
@@ -409,7 +409,7 @@ static void test_forward_through_backends(void **state)
         assert_int_equal(r->calls[OP_ADD], 2 * L);
         assert_int_equal(r->calls[OP_GET_ROWS], 1);
         assert_int_equal(r->calls[OP_ROPE_ANGLES], 1);
-        assert_string_equal(compute_numerics_id(dbl, (cairn_math_t)math), compute_numerics_id(best, (cairn_math_t)math));
+        assert_string_equal(compute_numerics_id(dbl, (cairn_math_t)math, CAIRN_DTYPE_BF16), compute_numerics_id(best, (cairn_math_t)math, CAIRN_DTYPE_BF16));
 
         /* Token by token through the backend (decode) gives the prefill's bits. */
         compute_attn_t *a = NULL;
@@ -543,8 +543,8 @@ static void test_registry_and_capabilities(void **state)
      * restored under the other (the ids name the cold tier's directories). */
     kern__attn_pair_set(1);
     assert_int_equal(compute_backend_create("cpu", NULL, &be, err, sizeof(err)), CAIRN_OK);
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "cpu-attnpair1-f32.2");
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "cpu-attnpair1-bf16.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32, CAIRN_DTYPE_BF16), "cpu-attnpair1-f32.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16, CAIRN_DTYPE_BF16), "cpu-attnpair1-bf16.2");
     compute_backend_destroy(be);
     /* The tile order (AMX-BF16 machines) wins over the pair order, and its ids name the
      * CPU model whose tiles define its bits ("x86f6m207" on the device's Xeon). */
@@ -552,9 +552,9 @@ static void test_registry_and_capabilities(void **state)
     assert_int_equal(compute_backend_create("cpu", NULL, &be, err, sizeof(err)), CAIRN_OK);
     char want[96];
     snprintf(want, sizeof want, "cpu-attntile1-%s-f32.2", kern__attn_tile_cpu());
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), want);
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32, CAIRN_DTYPE_BF16), want);
     snprintf(want, sizeof want, "cpu-attntile1-%s-bf16.2", kern__attn_tile_cpu());
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), want);
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16, CAIRN_DTYPE_BF16), want);
     compute_backend_destroy(be);
     kern__attn_tile_set(0);
     kern__attn_pair_set(0);
@@ -565,16 +565,16 @@ static void test_registry_and_capabilities(void **state)
         assert_int_equal(rc, kern_impl_available(x86[i]) ? CAIRN_OK : CAIRN_EUNSUPPORTED);
         if (rc == CAIRN_OK) {
             /* Every CPU implementation has the canonical numerics. */
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
-            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32, CAIRN_DTYPE_BF16), "f32.2");
+            assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16, CAIRN_DTYPE_BF16), "bf16.2");
             compute_backend_destroy(be);
         }
     }
     assert_int_equal(compute_backend_create(NULL, NULL, &be, err, sizeof(err)), CAIRN_OK);
     assert_string_equal(be->ops->name, "cpu");
     assert_true(be->ops->host_memory);
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32), "f32.2");
-    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16), "bf16.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_F32, CAIRN_DTYPE_BF16), "f32.2");
+    assert_string_equal(compute_numerics_id(be, CAIRN_MATH_BF16, CAIRN_DTYPE_BF16), "bf16.2");
     /* The optional ops, both present (tests/compute/test_short_conv.c and
      * test_delta_rule.c); an unknown type is reported with a message. */
     assert_true(compute_supports(be, COMPUTE_OP_SHORT_CONV, CAIRN_DTYPE_BF16));

@@ -112,7 +112,7 @@ static int teardown(void **state)
 static void test_identity(void **state)
 {
     (void)state;
-    const char *id = compute_numerics_id(gpu, CAIRN_MATH_F32);
+    const char *id = compute_numerics_id(gpu, CAIRN_MATH_F32, CAIRN_DTYPE_BF16);
     assert_true(!strncmp(id, "cuda-sm", 7));
     /* The attention revision (3: 1024-key splits from CUDA_ATTN_SPLIT_MID_AT, 2048 from
      * CUDA_ATTN_SPLIT_AT; 1 with CAIRN_CUDA_LONG_SPLITS=0) ends the id. */
@@ -129,7 +129,7 @@ static void test_identity(void **state)
         if (cuda_attn_split_for(rule3[i][0]) != rule3[i][1])
             fail_msg("position %d: %d keys per split, revision 3 has %d", rule3[i][0],
                      cuda_attn_split_for(rule3[i][0]), rule3[i][1]);
-    assert_string_equal(id, compute_numerics_id(gpu, CAIRN_MATH_BF16));
+    assert_string_equal(id, compute_numerics_id(gpu, CAIRN_MATH_BF16, CAIRN_DTYPE_BF16));
     assert_non_null(strstr(id, compute_cuda_invariant(gpu) ? "-inv" : "-fast"));
     assert_true(compute_supports(gpu, COMPUTE_OP_MATMUL, CAIRN_DTYPE_BF16));
     assert_true(compute_supports(gpu, COMPUTE_OP_MATMUL, CAIRN_DTYPE_F32));

@@ -111,33 +111,40 @@ static void cpu_destroy(compute_backend_t *be)
     cairn_free(c);
 }
 
-/* The tile order's ids ([0] f32 math, [1] bf16 math), built once. */
-static char tile_ids[2][64];
-static void tile_ids_fill(void)
+/*
+ * The ids, built once: [order][math][q8] for the tile order (0), the pair order (1) and the
+ * canonical one (2); q8 = 1 is the id with q8_0 K/V, "<id>+qk8.3" — the attention over q8_0
+ * K takes q.k in integers (the query rounded to q8_0, exact block sums: attention_impl.h
+ * step 1q) since numerics revision 3 of the CPU attention, so q8_0 K/V that an earlier build
+ * wrote to disk under the bare id is never restored into it.
+ */
+static char numerics_ids[3][2][2][80];
+static void ids_fill(void)
 {
-    snprintf(tile_ids[0], sizeof tile_ids[0], "cpu-attntile1-%s-f32.2", kern__attn_tile_cpu());
-    snprintf(tile_ids[1], sizeof tile_ids[1], "cpu-attntile1-%s-bf16.2", kern__attn_tile_cpu());
+    static const char *const plain[2][2] = {{"cpu-attnpair1-f32.2", "cpu-attnpair1-bf16.2"}, {"f32.2", "bf16.2"}};
+    for (int m = 0; m < 2; m++) {
+        snprintf(numerics_ids[0][m][0], sizeof numerics_ids[0][m][0], "cpu-attntile1-%.40s-%s.2", kern__attn_tile_cpu(), m ? "bf16" : "f32");
+        snprintf(numerics_ids[1][m][0], sizeof numerics_ids[1][m][0], "%s", plain[0][m]);
+        snprintf(numerics_ids[2][m][0], sizeof numerics_ids[2][m][0], "%s", plain[1][m]);
+        for (int o = 0; o < 3; o++)
+            snprintf(numerics_ids[o][m][1], sizeof numerics_ids[o][m][1], "%.70s+qk8.3", numerics_ids[o][m][0]);
+    }
 }
 
-static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math)
+static const char *cpu_numerics_id(const compute_backend_t *be, cairn_math_t math, cairn_dtype_t kv_dtype)
 {
     /* Every CPU implementation follows the canonical order (kernels_impl.h). The ".2" is the
      * numerics revision: revision 2 sums RMSNorm's squares in double (issue 12), so K/V that
-     * an earlier build wrote to disk, under the bare math name, is never restored into it. */
-    (void)be;
-    /* bf16 K/V attention in the tile order or the pair order (attention_impl.h; AMX-BF16
+     * an earlier build wrote to disk, under the bare math name, is never restored into it.
+     * bf16 K/V attention in the tile order or the pair order (attention_impl.h; AMX-BF16
      * machines, CAIRN_ATTN_BF16TILE / CAIRN_ATTN_BF16PAIR) is another numerics: its own ids,
-     * for every K/V type. */
-    if (kern__attn_tile_on()) {
-        /* The tile order (attention_impl.h, 1T and 4T): the bits are this CPU model's
-         * tiles', so the id names it: "cpu-attntile1-x86f6m207-f32.2". */
-        static pthread_once_t once = PTHREAD_ONCE_INIT;
-        pthread_once(&once, tile_ids_fill);
-        return tile_ids[math == CAIRN_MATH_BF16];
-    }
-    if (kern__attn_pair_on())
-        return math == CAIRN_MATH_BF16 ? "cpu-attnpair1-bf16.2" : "cpu-attnpair1-f32.2";
-    return math == CAIRN_MATH_BF16 ? "bf16.2" : "f32.2";
+     * for every K/V type. The tile order's bits are this CPU model's tiles', so its id names
+     * it: "cpu-attntile1-x86f6m207-f32.2". q8_0 K/V adds "+qk8.3" (ids_fill). */
+    (void)be;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ids_fill);
+    const int order = kern__attn_tile_on() ? 0 : kern__attn_pair_on() ? 1 : 2;
+    return numerics_ids[order][math == CAIRN_MATH_BF16][kv_dtype == CAIRN_DTYPE_Q8_0];
 }
 
 static bool plain_type(cairn_dtype_t t)

@@ -287,9 +287,10 @@ void cuda__flush_kv(cuda_backend_t *b)
 
 /* ---- identity and capabilities ------------------------------------------------------- */
 
-static const char *cuda_numerics_id(const compute_backend_t *be, cairn_math_t math)
+static const char *cuda_numerics_id(const compute_backend_t *be, cairn_math_t math, cairn_dtype_t kv_dtype)
 {
     (void)math; /* both math modes round activations to bf16 for bf16 weights: same bits */
+    (void)kv_dtype; /* bf16 K/V only (cuda_supports, COMPUTE_OP_KV) */
     return ((const cuda_backend_t *)be)->numerics;
 }
 
