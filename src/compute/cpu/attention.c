@@ -275,8 +275,12 @@ static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
  * core's L2 cache between the scores, the softmax and p.v (the f32 order's 128 rows of
  * 8K positions, 4 MiB, do not), halving from TILE_ROWS down to 32 rows;
  * CAIRN_ATTN_TILE_ROWS=N (benchmarks) fixes N rows instead. Rows never change a bit.
+ * 2 MiB (64 rows up to 8K positions, 128 up to 4K): with the K/V packed once per call,
+ * fewer units each streaming the whole packed span pay more than score rows wholly in
+ * L2 (device run attn9, the 8K chunk on one thread: 64 rows 221 ms, 128 rows 317 ms on
+ * one core; 32 rows, the 1.5 MiB budget before, 343-354 ms on the next core).
  */
-#define TILE_S_BUDGET ((size_t)3 << 19) /* 1.5 MiB */
+#define TILE_S_BUDGET ((size_t)2 << 20) /* 2 MiB */
 static int tile_queries_tiled(const attn_cfg_t *cfg, int span, int tq)
 {
     static int forced = -1; /* CAIRN_ATTN_TILE_ROWS, read once (0: not set) */
