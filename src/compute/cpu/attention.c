@@ -710,8 +710,10 @@ static void pack_plan(attn_job_t *job, pack_buf_t **out, int *per_phase)
         if (!pass) {
             *per_phase = budget / head < (size_t)cfg->n_kv_heads ? (int)(budget / head) : cfg->n_kv_heads;
             const size_t desc = ((size_t)n * sizeof(attn_seg_t) + 63) / 64 * 64;
-            if (!(*out = pack_take(desc + head * (size_t)*per_phase)))
+            if (!(*out = pack_take(desc + head * (size_t)*per_phase))) {
+                *per_phase = cfg->n_kv_heads; /* the per-unit loads, in one phase */
                 return;
+            }
             job->pack = (*out)->data + desc;
         }
     }
