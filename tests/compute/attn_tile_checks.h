@@ -128,6 +128,24 @@ static void tile_identity(const kern_impl_t *k)
         assert_memory_equal(pre, dec, bytes);
         assert_memory_equal(pre, ch7, bytes);
         assert_memory_equal(pre, ch64, bytes);
+        /* The K/V packed once per call (the prefill above) = loaded by every unit (off) =
+         * packed one K/V head per phase = no memory for the pack (the per-unit loads). */
+        kern__attn_tile_pack_set(0);
+        tc_run(k, tp3, 3, &kv, m, q, ch7, 0, N, N);
+        kern__attn_tile_pack_set(-1);
+        assert_memory_equal(pre, ch7, bytes);
+        kern__attn_tile_pack_budget(1);
+        tc_run(k, tp3, 3, &kv, m, q, ch7, 37, N - 37, N); /* under one head: per-unit loads */
+        assert_memory_equal(pre, ch7, bytes);
+        kern__attn_tile_pack_budget((size_t)300 << 10); /* one head of < 512 positions a phase */
+        tc_run(k, tp3, 3, &kv, m, q, ch7, 37, N - 37, N);
+        assert_memory_equal(pre, ch7, bytes);
+        kern__attn_tile_pack_budget(0);
+        kern__attn_tile_pack_drop();
+        cairn_alloc_fail_after(0, true);
+        tc_run(k, NULL, 1, &kv, m, q, ch7, 37, N - 37, N);
+        cairn_alloc_fail_after(-1, false);
+        assert_memory_equal(pre, ch7, bytes);
     }
     cairn_thread_pool_destroy(tp3);
     free(pre);

@@ -65,6 +65,16 @@
  * aligned to position 0 with every row of the unit in one pv_tile call (each query's key
  * range given; +0 elsewhere), and the rows per unit are chosen so that the call's score rows
  * fit TILE_S_BUDGET (tile_queries_tiled). The tile configuration is loaded once per unit.
+ * Where a sequence of the call has several tiles (prefill chunks), its K/V are packed
+ * once per call and K/V head in the tiles' operand layout (attn_seg_t: K's transposed
+ * groups, V's pairs of positions) by a parallel packing phase, and every unit of that
+ * head reads them in place: no per-unit copy, transpose, V packing or prefetch of the
+ * cache's strided rows (each unit used to copy the whole span's K/V: 4 MB per unit at 8K
+ * positions). A unit sees the same operands either way: its scores read only the columns
+ * of its own keys (a tile's C[i][j] depends only on A row i and B column j), and its V
+ * blocks are restricted to its positions [lo_min, span) (pv_tile_vp), what its own loads
+ * leave. The pack is kept between calls; without memory for it (or
+ * CAIRN_ATTN_TILE_PACK=0) every unit loads its own K/V, the same bits.
  *
  * Thread-safety: unit u runs on task u % n_tasks; each task writes only its own scratch
  * slot and the output heads of its units.
@@ -195,7 +205,7 @@ static void gen_q8_split(int8_t *kq, float *kd, const void *src, size_t stride, 
 
 const attn_impl_t attn__generic = {"generic", gen_scores16, gen_softmax, gen_pv, NULL, NULL,
                                    NULL, gen_q8_transpose16, gen_scores_q8t, gen_q8_split,
-                                   NULL, &attn__generic_pair, NULL, NULL, NULL, NULL};
+                                   NULL, &attn__generic_pair, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- the tiled driver -------------------------------------------------------------- */
 
@@ -209,7 +219,32 @@ typedef struct {
     const attn_query_t *queries;
     int n_queries;
     int tq; /* queries per tile */
+    /* The tile order's packed K/V (pack_plan; n_segs 0: every unit loads its own): the
+     * packed segments, the buffer, and the K/V heads [kvh0, kvh1) of the current phase. */
+    const struct attn_seg *segs;
+    int n_segs, kvh0, kvh1;
+    unsigned char *pack;
 } attn_job_t;
+
+/*
+ * A segment of the tile order's packed K/V: the queries [q0, q1) of one accessor (at least
+ * PACK_MIN_TILES tiles), whose K/V positions [base, span) are packed once per K/V head of
+ * the phase, in the tiles' operand layout, and read in place by all its units:
+ *  - K: per group of 16 keys, the transpose16 of their bf16 pairs, kts = (hd / 2 rounded
+ *    up to 16) * 16 dwords (the B operand of step 1T);
+ *  - V: per block of TILE_PV_BLOCK keys, pv_pack's [128][hd16] dwords (step 4T's B);
+ *  - the missing-storage bits of each block of KEY_BLOCK keys (load_block_bf16's).
+ * Positions before lo (the smallest window start of its queries) or without storage are
+ * zero, positions at or past span too, as load_block_bf16 leaves them.
+ */
+typedef struct attn_seg {
+    int q0, q1;        /* the segment's queries */
+    int base, span;    /* packed positions [base, span); base a multiple of TILE_PV_BLOCK */
+    int lo;            /* the smallest window_lo of its queries */
+    int nblk;          /* blocks of TILE_PV_BLOCK positions */
+    size_t head_bytes; /* one K/V head's pack (a multiple of 64) */
+    size_t off;        /* bytes from the buffer to the pack of the phase's first K/V head */
+} attn_seg_t;
 
 static int group_size(const attn_cfg_t *cfg) { return cfg->n_heads / cfg->n_kv_heads; }
 
@@ -240,8 +275,12 @@ static int tile_queries(int n_heads, int n_kv_heads, int max_positions)
  * core's L2 cache between the scores, the softmax and p.v (the f32 order's 128 rows of
  * 8K positions, 4 MiB, do not), halving from TILE_ROWS down to 32 rows;
  * CAIRN_ATTN_TILE_ROWS=N (benchmarks) fixes N rows instead. Rows never change a bit.
+ * 2 MiB (64 rows up to 8K positions, 128 up to 4K): with the K/V packed once per call,
+ * fewer units each streaming the whole packed span pay more than score rows wholly in
+ * L2 (device run attn9, the 8K chunk on one thread: 64 rows 221 ms, 128 rows 317 ms on
+ * one core; 32 rows, the 1.5 MiB budget before, 343-354 ms on the next core).
  */
-#define TILE_S_BUDGET ((size_t)3 << 19) /* 1.5 MiB */
+#define TILE_S_BUDGET ((size_t)2 << 20) /* 2 MiB */
 static int tile_queries_tiled(const attn_cfg_t *cfg, int span, int tq)
 {
     static int forced = -1; /* CAIRN_ATTN_TILE_ROWS, read once (0: not set) */
@@ -491,6 +530,197 @@ static void prefetch_ahead(const attn_job_t *job, const attn_kv_t *kv, int k0, i
         prefetch_block(job, kv, lo, hi, kvh, want_v);
 }
 
+/* The end of the tile that starts at query q0. */
+static int tile_end(const attn_job_t *job, int q0)
+{
+    int q1 = q0 + 1;
+    while (q1 < job->n_queries && q1 - q0 < job->tq && job->queries[q1].kv == job->queries[q0].kv)
+        q1++;
+    return q1;
+}
+
+/* ---- the tile order's K/V packed once per call (attn_seg_t) ----------------------------- */
+
+/* Tiles from which a segment's K/V are packed once instead of loaded by each unit (decode,
+ * one tile per sequence, keeps the per-unit loads), and the most bytes packed at a time:
+ * more K/V heads than fit are packed and run in phases, and a single head that does not fit
+ * (spans beyond ~128K positions) keeps the per-unit loads. */
+enum { PACK_MIN_TILES = 2 };
+#define PACK_BUDGET ((size_t)64 << 20)
+static size_t pack_budget_forced; /* atomic; kern__attn_tile_pack_budget (tests), 0: PACK_BUDGET */
+void kern__attn_tile_pack_budget(size_t bytes) { __atomic_store_n(&pack_budget_forced, bytes, __ATOMIC_RELAXED); }
+
+/* The pack of K/V head kvh (of the current phase) of segment sg: K groups, V blocks, the
+ * missing bits. */
+static void pack_ptrs(const attn_job_t *job, const attn_seg_t *sg, int kvh, const uint32_t **kp,
+                      const uint32_t **vp, const uint64_t **miss)
+{
+    const int hd = job->cfg->head_dim;
+    const size_t kts = (size_t)padded_dim(hd / 2) * 16, vbs = (size_t)TILE_PV_BLOCK / 2 * padded_dim(hd);
+    const uint32_t *h = (const uint32_t *)(job->pack + sg->off + (size_t)(kvh - job->kvh0) * sg->head_bytes);
+    *kp = h;
+    *vp = h + (size_t)sg->nblk * (TILE_PV_BLOCK / 16) * kts;
+    *miss = (const uint64_t *)(*vp + (size_t)sg->nblk * vbs);
+}
+
+/* Bytes of one K/V head's pack of nblk blocks (a multiple of 64, so that every head's
+ * pack, and in it every K group and V block, stays 64-byte aligned). */
+static size_t pack_head_bytes(int hd, int nblk)
+{
+    const size_t kts = (size_t)padded_dim(hd / 2) * 16, vbs = (size_t)TILE_PV_BLOCK / 2 * padded_dim(hd);
+    const size_t b = (size_t)nblk * ((TILE_PV_BLOCK / 16) * kts * 4 + vbs * 4 + (TILE_PV_BLOCK / KEY_BLOCK) * 8);
+    return (b + 63) / 64 * 64;
+}
+
+/* Packs block blk (TILE_PV_BLOCK positions) of K/V head kvh of segment sg, through raw
+ * [TILE_PV_BLOCK][hd] bf16 (a slot's K/V room): the rows as load_block_bf16 copies them
+ * for the segment's lo, K transposed per group of 16, V by pv_pack. Moves only. */
+static void pack_block(const attn_job_t *job, const attn_seg_t *sg, int kvh, int blk, uint16_t *raw)
+{
+    const attn_impl_t *im = job->im;
+    const int hd = job->cfg->head_dim, k0 = sg->base + blk * TILE_PV_BLOCK;
+    const int nk = sg->span - k0 < TILE_PV_BLOCK ? sg->span - k0 : TILE_PV_BLOCK, ng = (nk + 15) / 16;
+    const size_t kts = (size_t)padded_dim(hd / 2) * 16, vbs = (size_t)TILE_PV_BLOCK / 2 * padded_dim(hd);
+    const attn_kv_t *kv = job->queries[sg->q0].kv;
+    const uint32_t *ck, *cv;
+    const uint64_t *cm;
+    pack_ptrs(job, sg, kvh, &ck, &cv, &cm);
+    uint32_t *kp = (uint32_t *)ck + (size_t)blk * (TILE_PV_BLOCK / 16) * kts;
+    uint32_t *vp = (uint32_t *)cv + (size_t)blk * vbs;
+    uint64_t *miss = (uint64_t *)cm + (size_t)blk * (TILE_PV_BLOCK / KEY_BLOCK);
+    for (int b = 0; b < TILE_PV_BLOCK; b += KEY_BLOCK)
+        miss[b / KEY_BLOCK] = b < nk ? load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK,
+                                                       sg->lo, kvh, false, raw + (size_t)b * hd)
+                                     : 0;
+    for (int g = 0; g < ng; g++)
+        im->transpose16((float *)(kp + (size_t)g * kts), (const float *)(raw + (size_t)g * 16 * hd), hd / 2);
+    memset(kp + (size_t)ng * kts, 0, (size_t)(TILE_PV_BLOCK / 16 - ng) * kts * sizeof *kp); /* never read */
+    for (int b = 0; b < nk; b += KEY_BLOCK)
+        load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK, sg->lo, kvh, true,
+                        raw + (size_t)b * hd);
+    im->pv_pack(vp, raw, nk, hd);
+}
+
+/* The packing phase: the blocks of every packed segment and K/V head of the phase, item i
+ * on task i % n_tasks, each through its own slot's K/V room. */
+static void pack_task(void *ctx, int task, int n_tasks)
+{
+    const attn_job_t *job = ctx;
+    const attn_cfg_t *cfg = job->cfg;
+    float *slot = cfg->scratch + (size_t)task * attn_scratch_floats(cfg->n_heads, cfg->n_kv_heads,
+                                                                     cfg->head_dim, cfg->max_positions);
+    const size_t max_rows = (size_t)job->tq * group_size(cfg);
+    uint16_t *raw = (uint16_t *)(slot + max_rows * score_stride(cfg->max_positions) + max_rows); /* attend_tile's kvbuf */
+    int i = 0;
+    for (int s = 0; s < job->n_segs; s++)
+        for (int kvh = job->kvh0; kvh < job->kvh1; kvh++)
+            for (int blk = 0; blk < job->segs[s].nblk; blk++, i++)
+                if (i % n_tasks == task)
+                    pack_block(job, &job->segs[s], kvh, blk, raw);
+}
+
+/* The pack buffer, kept between calls (taken and given back by atomic exchange, so that
+ * concurrent calls each get their own): a header, then 64-byte aligned data. */
+typedef struct {
+    size_t cap; /* data bytes */
+    unsigned char *data;
+} pack_buf_t;
+static pack_buf_t *pack_cache; /* atomic */
+
+/* A buffer of at least `bytes` (the cached one when big enough), or NULL without memory. */
+static pack_buf_t *pack_take(size_t bytes)
+{
+    pack_buf_t *b = __atomic_exchange_n(&pack_cache, NULL, __ATOMIC_ACQ_REL);
+    if (b && b->cap >= bytes)
+        return b;
+    cairn_free(b);
+    b = cairn_malloc(sizeof *b + 64 + bytes);
+    if (!b)
+        return NULL;
+    b->cap = bytes;
+    b->data = (unsigned char *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
+    return b;
+}
+
+/* Keeps b for the next call (freeing the one another call may have kept meanwhile). */
+static void pack_give(pack_buf_t *b) { cairn_free(__atomic_exchange_n(&pack_cache, b, __ATOMIC_ACQ_REL)); }
+
+void kern__attn_tile_pack_drop(void) { cairn_free(__atomic_exchange_n(&pack_cache, NULL, __ATOMIC_ACQ_REL)); }
+
+/* Whether the tile order packs K/V once per call: CAIRN_ATTN_TILE_PACK (default 1; 0:
+ * every unit loads its own, the same bits), read once; kern__attn_tile_pack_set (tests). */
+static int pack_forced = -1; /* atomic */
+static int pack_knob = -1;   /* atomic */
+void kern__attn_tile_pack_set(int mode) { __atomic_store_n(&pack_forced, mode, __ATOMIC_RELAXED); }
+static bool pack_enabled(void)
+{
+    const int f = __atomic_load_n(&pack_forced, __ATOMIC_RELAXED);
+    if (f >= 0)
+        return f != 0;
+    int k = __atomic_load_n(&pack_knob, __ATOMIC_RELAXED);
+    if (k < 0) {
+        k = (int)cairn_knob_int("CAIRN_ATTN_TILE_PACK", false, 0, 1, 0, 1);
+        __atomic_store_n(&pack_knob, k, __ATOMIC_RELAXED);
+    }
+    return k != 0;
+}
+
+/*
+ * The packed segments of a tile-order call (job->tq final): runs of consecutive tiles of
+ * one accessor, PACK_MIN_TILES of them at least. On success *out holds the buffer (segment
+ * descriptors first, then the packs of *per_phase K/V heads per segment) and job's segs,
+ * n_segs and pack are set; 0 segments (nothing worth packing, packing off, a head over
+ * PACK_BUDGET, or no memory: the per-unit loads, the same bits) leaves *out NULL.
+ */
+static void pack_plan(attn_job_t *job, pack_buf_t **out, int *per_phase)
+{
+    const attn_cfg_t *cfg = job->cfg;
+    *out = NULL;
+    *per_phase = cfg->n_kv_heads;
+    if (!job->im->pv_pack || !job->im->pv_tile_vp || !pack_enabled())
+        return;
+    const size_t forced = __atomic_load_n(&pack_budget_forced, __ATOMIC_RELAXED), budget = forced ? forced : PACK_BUDGET;
+    int n = 0;
+    size_t head = 0; /* one K/V head's packs of every segment */
+    for (int pass = 0; pass < 2; pass++) {
+        attn_seg_t *segs = pass ? (attn_seg_t *)(*out)->data : NULL;
+        n = 0;
+        size_t off = 0;
+        for (int q0 = 0, q1; q0 < job->n_queries; q0 = q1) {
+            int tiles = 0;
+            for (q1 = q0; q1 < job->n_queries && job->queries[q1].kv == job->queries[q0].kv; tiles++)
+                q1 = tile_end(job, q1);
+            if (tiles < PACK_MIN_TILES)
+                continue;
+            int span = 0, lo = cfg->max_positions;
+            for (int q = q0; q < q1; q++) {
+                span = job->queries[q].pos + 1 > span ? job->queries[q].pos + 1 : span;
+                lo = window_lo(&job->m, job->queries[q].pos) < lo ? window_lo(&job->m, job->queries[q].pos) : lo;
+            }
+            const int base = lo / TILE_PV_BLOCK * TILE_PV_BLOCK, nblk = (span - base + TILE_PV_BLOCK - 1) / TILE_PV_BLOCK;
+            const size_t hb = pack_head_bytes(cfg->head_dim, nblk);
+            if (pass)
+                segs[n] = (attn_seg_t){q0, q1, base, span, lo, nblk, hb, off};
+            off += hb * (size_t)*per_phase;
+            head += pass ? 0 : hb;
+            n++;
+        }
+        if (!n || (!pass && head > budget))
+            return;
+        if (!pass) {
+            *per_phase = budget / head < (size_t)cfg->n_kv_heads ? (int)(budget / head) : cfg->n_kv_heads;
+            const size_t desc = ((size_t)n * sizeof(attn_seg_t) + 63) / 64 * 64;
+            if (!(*out = pack_take(desc + head * (size_t)*per_phase))) {
+                *per_phase = cfg->n_kv_heads; /* the per-unit loads, in one phase */
+                return;
+            }
+            job->pack = (*out)->data + desc;
+        }
+    }
+    job->segs = (const attn_seg_t *)(*out)->data;
+    job->n_segs = n;
+}
+
 /* One unit: queries [q0, q1) of one sequence, K/V head kvh. Row r = t * G + g is query
  * q0 + t, head kvh * G + g. */
 static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *slot)
@@ -551,16 +781,37 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             memset(qpad + (size_t)r * hdp + hd, 0, (size_t)(hdp - hd) * sizeof(float));
         }
 
+    /* The tile order's K/V packed once for the call (pack_plan), when this unit's segment
+     * has it: read in place, nothing loaded, transposed or prefetched here. */
+    const uint32_t *pk = NULL, *pvp = NULL;
+    const uint64_t *pmiss = NULL;
+    int pbase = 0;
+    const size_t kts = (size_t)padded_dim(hd / 2) * 16, vbs = (size_t)TILE_PV_BLOCK / 2 * padded_dim(hd);
+    for (int i = 0; tiled && i < job->n_segs; i++) {
+        const attn_seg_t *sg = &job->segs[i];
+        if (q0 >= sg->q0 && q0 < sg->q1 && kvh >= job->kvh0 && kvh < job->kvh1) {
+            pack_ptrs(job, sg, kvh, &pk, &pvp, &pmiss);
+            pbase = sg->base;
+            CAIRN_ASSERT(q1 <= sg->q1 && first >= pbase && span <= sg->span);
+        }
+    }
+
     if (tiled && im->tiles_begin)
         im->tiles_begin();
 
     /* Scores, in groups of 16 keys aligned to position 0, from each query's b0. */
     for (int k0 = first; k0 < span; k0 += KEY_BLOCK) {
         const int nk = span - k0 < KEY_BLOCK ? span - k0 : KEY_BLOCK;
-        uint64_t missing = q8      ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
-                           : tiled ? load_block_bf16(job, kv, k0, nk, lo_min, kvh, false, kraw)
-                                   : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
-        prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
+        uint64_t missing;
+        if (pk) { /* the pack's bits, and those below this unit's lo_min (load_block_bf16's) */
+            missing = pmiss[(k0 - pbase) / KEY_BLOCK] | (lo_min > k0 ? bit_run(0, lo_min - k0 < nk ? lo_min - k0 : nk) : 0);
+            missing &= bit_run(0, nk);
+        } else {
+            missing = q8      ? load_block_q8(job, kv, k0, nk, lo_min, kvh, kq, kd)
+                      : tiled ? load_block_bf16(job, kv, k0, nk, lo_min, kvh, false, kraw)
+                              : load_block(job, kv, k0, nk, lo_min, kvh, false, kvbuf);
+            prefetch_ahead(job, kv, k0, first, span, kvh, false, depth);
+        }
         if (q8) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
                 q8->q8_transpose16(kt8, kq + (size_t)(g0 - k0) * hd, hd);
@@ -578,7 +829,10 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             }
         } else if (transposed) {
             for (int g0 = k0; g0 < k0 + nk; g0 += 16) {
-                if (tiled) /* the bf16 pairs of 16 keys as dwords: kt [hd / 2 rounded to 16][16] */
+                const float *ktg = kt;
+                if (pk) /* the group's B operand, packed: the same bits as transposed here */
+                    ktg = (const float *)(pk + (size_t)((g0 - pbase) / 16) * kts);
+                else if (tiled) /* the bf16 pairs of 16 keys as dwords: kt [hd / 2 rounded to 16][16] */
                     im->transpose16(kt, (const float *)(kraw + (size_t)(g0 - k0) * hd), hd / 2);
                 else
                     im->transpose16(kt, kvbuf + (size_t)(g0 - k0) * hd, hd);
@@ -591,7 +845,7 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
                         t1++;
                     if (t1 > t0)
                         im->scores16_t(S + (size_t)t0 * G * ld + g0, ld, qpad + (size_t)t0 * G * hdp,
-                                       (t1 - t0) * G, kt, hdp, scale);
+                                       (t1 - t0) * G, ktg, hdp, scale);
                 }
             }
         }
@@ -621,12 +875,6 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
      * block of TILE_PV_BLOCK keys aligned to position 0. */
     for (int k0 = lo_min / TILE_PV_BLOCK * TILE_PV_BLOCK; tiled && k0 < span; k0 += TILE_PV_BLOCK) {
         const int nk = span - k0 < TILE_PV_BLOCK ? span - k0 : TILE_PV_BLOCK;
-        for (int b = 0; b < nk; b += KEY_BLOCK)
-            load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK, lo_min, kvh, true,
-                            kraw + (size_t)b * hd);
-        if (k0 + nk < span)
-            prefetch_block(job, kv, k0 + nk, span - k0 - nk < TILE_PV_BLOCK ? span : k0 + nk + TILE_PV_BLOCK, kvh,
-                           true);
         int j0s[TILE_ROWS], j1s[TILE_ROWS];
         for (int t = 0; t < nt; t++) {
             int j0, j1;
@@ -634,6 +882,18 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
             j0s[t] = j0 - k0;
             j1s[t] = j1 > j0 ? j1 - k0 : j0 - k0;
         }
+        if (pvp) { /* the packed block, restricted to [lo_min, span): what load_block_bf16 leaves */
+            const int a = lo_min > k0 ? lo_min - k0 : 0;
+            im->pv_tile_vp(acc, hd, S + k0, ld, rows, G, j0s, j1s, pvp + (size_t)((k0 - pbase) / TILE_PV_BLOCK) * vbs,
+                           a, nk, hd);
+            continue;
+        }
+        for (int b = 0; b < nk; b += KEY_BLOCK)
+            load_block_bf16(job, kv, k0 + b, nk - b < KEY_BLOCK ? nk - b : KEY_BLOCK, lo_min, kvh, true,
+                            kraw + (size_t)b * hd);
+        if (k0 + nk < span)
+            prefetch_block(job, kv, k0 + nk, span - k0 - nk < TILE_PV_BLOCK ? span : k0 + nk + TILE_PV_BLOCK, kvh,
+                           true);
         im->pv_tile(acc, hd, S + k0, ld, rows, G, j0s, j1s, nk, kraw, hd);
     }
     for (int k0 = first; !tiled && k0 < span; k0 += KEY_BLOCK) {
@@ -670,15 +930,6 @@ static void attend_tile(const attn_job_t *job, int q0, int q1, int kvh, float *s
         }
 }
 
-/* The end of the tile that starts at query q0. */
-static int tile_end(const attn_job_t *job, int q0)
-{
-    int q1 = q0 + 1;
-    while (q1 < job->n_queries && q1 - q0 < job->tq && job->queries[q1].kv == job->queries[q0].kv)
-        q1++;
-    return q1;
-}
-
 static void attn_task(void *ctx, int task, int n_tasks)
 {
     const attn_job_t *job = ctx;
@@ -688,7 +939,7 @@ static void attn_task(void *ctx, int task, int n_tasks)
     int u = 0;
     for (int q0 = 0, q1; q0 < job->n_queries; q0 = q1) {
         q1 = tile_end(job, q0);
-        for (int kvh = 0; kvh < cfg->n_kv_heads; kvh++, u++)
+        for (int kvh = job->kvh0; kvh < job->kvh1; kvh++, u++)
             if (u % n_tasks == task)
                 attend_tile(job, q0, q1, kvh, slot);
     }
@@ -715,7 +966,8 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         im = im->pair ? im->pair : &attn__generic_pair;
     }
     attn_job_t job = {cfg, math ? *math : (attn_math_t){0, 0.0f, 0.0f}, im, q8, &k->types[cfg->kv_dtype], layer,
-                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions)};
+                      queries, n_queries, tile_queries(cfg->n_heads, cfg->n_kv_heads, cfg->max_positions),
+                      NULL, 0, 0, cfg->n_kv_heads, NULL};
 
     if (im->pv_tile) { /* the tile order: rows whose scores of the call's span fit TILE_S_BUDGET */
         int span = 0;
@@ -734,10 +986,29 @@ void kern__attn_forward(const kern_impl_t *k, cairn_thread_pool_t *tp, const att
         for (int q0 = 0; q0 < n_queries; q0 = tile_end(&job, q0))
             units += cfg->n_kv_heads;
     }
-    int n_tasks = cfg->n_slots < units ? cfg->n_slots : units;
-    if (n_tasks < 1)
+    if (units < 1 || cfg->n_slots < 1)
         return;
-    cairn_thread_pool_run(tp, attn_task, &job, n_tasks);
+    /* The tile order: K/V packed once per call and K/V head where a sequence has several
+     * tiles, in phases of per_phase K/V heads (a packing run, then that phase's units). */
+    pack_buf_t *pb = NULL;
+    int per_phase = cfg->n_kv_heads;
+    if (im->pv_tile)
+        pack_plan(&job, &pb, &per_phase);
+    const int tiles = units / cfg->n_kv_heads;
+    for (int h0 = 0; h0 < cfg->n_kv_heads; h0 += per_phase) {
+        job.kvh0 = h0;
+        job.kvh1 = h0 + per_phase < cfg->n_kv_heads ? h0 + per_phase : cfg->n_kv_heads;
+        if (job.n_segs) {
+            int items = 0;
+            for (int i = 0; i < job.n_segs; i++)
+                items += job.segs[i].nblk * (job.kvh1 - job.kvh0);
+            cairn_thread_pool_run(tp, pack_task, &job, cfg->n_slots < items ? cfg->n_slots : items);
+        }
+        const int pu = tiles * (job.kvh1 - job.kvh0);
+        cairn_thread_pool_run(tp, attn_task, &job, cfg->n_slots < pu ? cfg->n_slots : pu);
+    }
+    if (pb)
+        pack_give(pb);
 }
 
 void attn_forward(cairn_thread_pool_t *tp, const attn_cfg_t *cfg, int layer,

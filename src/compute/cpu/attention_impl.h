@@ -156,6 +156,16 @@ typedef struct attn_impl {
     /* The tile order's rendition this implementation runs when the tile order is on
      * (NULL: the process's, kern__attn_tile_impl(); tests put a modelled one here). */
     const struct attn_impl *tile;
+    /* Optional (with pv_tile; NULL: every unit packs V itself). pv_pack: V of one block of
+     * 256 keys, vb [nk][hd] bf16 as stored, packed as pv_tile packs it: vp [128][hd16]
+     * dwords (hd16 = hd rounded up to 16), vp[i * hd16 + d] = v[2i][d] | v[2i+1][d] << 16,
+     * zero for positions >= nk and d >= hd; vp 64-byte aligned. pv_tile_vp: pv_tile for a
+     * block given so packed, whose positions outside [a, b) read as +0 (so that a block
+     * packed once for a whole call serves each unit with exactly the operands pv_tile
+     * would have packed for it). Moves only. */
+    void (*pv_pack)(uint32_t *vp, const uint16_t *vb, int nk, int hd);
+    void (*pv_tile_vp)(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0,
+                       const int *j1, const uint32_t *vp, int a, int b, int hd);
 } attn_impl_t;
 
 /* Portable rendition (attention.c): the scalar dot, kern__exp and fmaf. Each kernel
@@ -195,6 +205,18 @@ void kern__attn_tile_set(int mode);
 const attn_impl_t *kern__attn_tile_impl(void);
 const char *kern__attn_tile_cpu(void);
 const char *kern__attn_tile_state(void);
+
+/* The tile order's K/V packed once per call and K/V head (attention.c, attn_seg_t) where a
+ * sequence of the call has several tiles: CAIRN_ATTN_TILE_PACK=0 turns it off (every unit
+ * then loads its own K/V: the same bits). kern__attn_tile_pack_set (tests, benchmarks): 1 /
+ * 0 forces it, -1 returns to the knob. kern__attn_tile_pack_drop frees the pack buffer kept
+ * between calls (tests: the next call allocates again). Thread-safe. The phases: packing
+ * all K/V heads at 8K positions takes 4 MiB per head of 128 (K and V). */
+void kern__attn_tile_pack_set(int mode);
+void kern__attn_tile_pack_drop(void);
+/* Tests: the bytes packed at a time (0: the default, 64 MiB); a smaller one runs the K/V
+ * heads in phases (or, below one head, keeps the per-unit loads). */
+void kern__attn_tile_pack_budget(size_t bytes);
 
 /* The pair order's AMX-BF16 tiles (x86/attention_amx.c) allowed (the default) or not (the
  * emulation computes every row: benchmarks, tests); and what serves the pair order on

@@ -158,4 +158,5 @@ T256 static void avx2_scores_q8t(float *s, size_t lds, const int8_t *qq, const f
 }
 
 const attn_impl_t attn__avx2 = {"avx2", avx2_scores16, avx2_softmax, avx2_pv, NULL, NULL, NULL,
-                                avx2_q8_transpose16, avx2_scores_q8t, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                avx2_q8_transpose16, avx2_scores_q8t, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                NULL, NULL};

@@ -589,10 +589,10 @@ void kern__avx512_transpose16(float *kt, const float *kb, int hd) { avx512_trans
 
 const attn_impl_t attn__avx512_pair = {"avx512-pair", pair_scores16, pair_softmax, pair_pv, pair_scores16_t,
                                        avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL,
-                                       NULL, NULL, NULL, NULL};
+                                       NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */
 const attn_impl_t attn__avx512 = {"avx512", avx512_scores16, avx512_softmax, avx512_pv, avx512_scores16_t,
                                   avx512_transpose16, kern__x86_has_avx512_vnni, avx512_q8_transpose16,
                                   avx512_scores_q8t, avx512_q8_split, NULL, &attn__avx512_pair,
-                                  NULL, NULL, NULL, NULL};
+                                  NULL, NULL, NULL, NULL, NULL, NULL};

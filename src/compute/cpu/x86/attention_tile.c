@@ -19,7 +19,10 @@
  *    dwords, zero past nk), and per 16-row tile holding a row with keys in the block: P
  *    packed (each row's e_j in its key range rounded to bf16 by vcvtne2ps2bf16, +0
  *    elsewhere and in rows past the last), C zeroed, eight K = 32 steps, C stored and
- *    added to acc (f32).
+ *    added to acc (f32). V may come packed beforehand (pv_pack, once per call and K/V head
+ *    by attention.c, shared by all its units; pv_tile_vp restricts a packed block to the
+ *    unit's positions, zero elsewhere): the tiles then see the same operands as when the
+ *    unit packs V itself.
  * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x 64 B), tmm6-7 B (16 x 64 B): one
  * configuration for both, loaded by tiles_begin for a whole unit of attention.c and
  * released by tiles_end.
@@ -244,16 +247,40 @@ TT static void tile_scores16_t(float *s, size_t lds, const float *q, int rows, c
     }
 }
 
-/* Step 4T for one block of keys (attention_impl.h, pv_tile). */
-TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
-                       int nk, const uint16_t *vb, int hd)
+/* V of one block packed as pairs of positions (attention_impl.h, pv_pack): vp [KB / 2][hd16]
+ * dwords, zero past nk and past hd. */
+TT static void tile_pv_pack(uint32_t *vp, const uint16_t *vb, int nk, int hd)
+{
+    v_pack(vp, vb, nk, hd, (hd + 15) / 16 * 16);
+}
+
+/* vp restricted to the positions [a, b) of its block: the others' halves zero (moves only). */
+static void vp_restrict(uint32_t *dst, const uint32_t *src, int a, int b, int hd16)
+{
+    for (int i = 0; i < KB / 2; i++) {
+        const bool lo = 2 * i >= a && 2 * i < b, hi = 2 * i + 1 >= a && 2 * i + 1 < b;
+        const uint32_t m = (lo ? 0xffffu : 0u) | (hi ? 0xffff0000u : 0u);
+        const uint32_t *s = src + (size_t)i * hd16;
+        uint32_t *d = dst + (size_t)i * hd16;
+        if (m == 0xffffffffu)
+            memcpy(d, s, (size_t)hd16 * sizeof *d);
+        else if (!m)
+            memset(d, 0, (size_t)hd16 * sizeof *d);
+        else
+            for (int j = 0; j < hd16; j++)
+                d[j] = s[j] & m;
+    }
+}
+
+/* The tiles of step 4T for one block of keys, V given packed (vp, 64-byte aligned; NULL:
+ * packed here from vb on the first row tile that needs it, into local). */
+TT static void pv_core(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0,
+                       const int *j1, const uint32_t *vp, const uint16_t *vb, int nk, int hd, uint32_t *local)
 {
     const int hd16 = (hd + 15) / 16 * 16;
-    _Alignas(64) uint32_t vp[KB / 2 * MAX_HD];
     _Alignas(64) uint16_t pb[16][KB];
     _Alignas(64) float c[4][16][16];
     CAIRN_ASSERT(hd16 <= MAX_HD && nk <= KB);
-    bool packed = false;
     for (int r0 = 0; r0 < rows; r0 += 16) {
         const int n = rows - r0 < 16 ? rows - r0 : 16;
         bool any = false;
@@ -261,9 +288,9 @@ TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows
             any = j0[r / G] < j1[r / G];
         if (!any)
             continue;
-        if (!packed) { /* V as pairs of positions, zero past nk and past hd */
-            v_pack(vp, vb, nk, hd, hd16);
-            packed = true;
+        if (!vp) { /* V as pairs of positions, zero past nk and past hd */
+            v_pack(local, vb, nk, hd, hd16);
+            vp = local;
         }
         for (int i = 0; i < 16; i++) {
             const int r = r0 + i;
@@ -273,7 +300,7 @@ TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows
                 p_pack_row(pb[i], p, 0, 0); /* rows past the last: P = +0 */
         }
         AMX_BARRIER(pb);
-        AMX_BARRIER(vp);
+        AMX_BARRIER(*vp); /* and, by its memory clobber, the rest of vp */
         const long vstride = (long)hd16 * 4;
         for (int d0 = 0; d0 < hd16; d0 += 64) {
             const int nd = (hd16 - d0) / 16 < 4 ? (hd16 - d0) / 16 : 4;
@@ -316,12 +343,41 @@ TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows
     }
 }
 
+/* Step 4T for one block of keys (attention_impl.h, pv_tile): V packed here, per call. */
+TT static void tile_pv(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0, const int *j1,
+                    int nk, const uint16_t *vb, int hd)
+{
+    _Alignas(64) uint32_t vp[KB / 2 * MAX_HD];
+    pv_core(acc, lda, p, ldp, rows, G, j0, j1, NULL, vb, nk, hd, vp);
+}
+
+/* Step 4T with V packed beforehand (attention_impl.h, pv_tile_vp): positions outside
+ * [a, b) of the block read as +0 (a copy of vp restricted to them, when needed). */
+TT static void tile_pv_vp(float *acc, int lda, const float *p, size_t ldp, int rows, int G, const int *j0,
+                       const int *j1, const uint32_t *vp, int a, int b, int hd)
+{
+    if (a <= 0 && b >= KB) {
+        pv_core(acc, lda, p, ldp, rows, G, j0, j1, vp, NULL, KB, hd, NULL);
+        return;
+    }
+    _Alignas(64) uint32_t local[KB / 2 * MAX_HD];
+    bool any = false;
+    for (int r = 0; r < rows && !any; r++)
+        any = j0[r / G] < j1[r / G];
+    if (!any)
+        return;
+    vp_restrict(local, vp, a, b, (hd + 15) / 16 * 16);
+    pv_core(acc, lda, p, ldp, rows, G, j0, j1, local, NULL, KB, hd, NULL);
+}
+
 const attn_impl_t attn__amx_tile = {.name = "amx-tile",
                                     .softmax = tile_softmax,
                                     .scores16_t = tile_scores16_t,
                                     .transpose16 = tile_transpose16,
                                     .pack_q = tile_pack_q,
                                     .pv_tile = tile_pv,
+                                    .pv_pack = tile_pv_pack,
+                                    .pv_tile_vp = tile_pv_vp,
                                     .tiles_begin = tile_begin,
                                     .tiles_end = tile_end};
 
