@@ -50,9 +50,12 @@
 #define TA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 #define INLINE static inline __attribute__((always_inline))
 
+#ifndef AMX_KQ_PIECE
+#define AMX_KQ_PIECE 4
+#endif
 enum {
-    AMX_MIN_ROWS = 32, /* fewer rows: the VNNI kernels (the packing would not pay) */
-    KQ_PIECE = 4,      /* k-quant super-blocks packed at a time (2 x 4 KiB each) */
+    AMX_MIN_ROWS = 32,       /* fewer rows: the VNNI kernels (the packing would not pay) */
+    KQ_PIECE = AMX_KQ_PIECE, /* k-quant super-blocks packed at a time (2 x 4 KiB each) */
     B32_PIECE = 32,    /* q8_0 / q4_0 blocks packed at a time (512 bytes each) */
 };
 
@@ -364,17 +367,23 @@ TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
 /*
  * Rows r0 .. r0 + 16 nt - 1 x the 16 outputs at y + o, over the packed super-blocks
  * pk[0 .. nbk) (blocks b0 ..), continuing from y when from_y. Each row tile's 16
- * accumulators stay in registers over the blocks. Two schedules (AMX_KQ_SCHED; same bits):
+ * accumulators stay in registers over the blocks. Three schedules (AMX_KQ_SCHED; same bits):
  *   1: one row tile (nt = 1) at a time; block k + 1's tile products are issued before block
  *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
  *      unit can work while the vector units fold; two C chains per block.
  *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
  *      nbk blocks' tile sums stored first, then each row tile's folds (the default; a
  *      last single row tile runs schedule 1).
+ *   3: one row tile against two output groups (kq_tiles2 below; a last single group runs
+ *      schedule 2), each activation tile loaded once for 32 outputs.
  * On the device's Xeon (docs/PERFORMANCE.md, "Session 8 ... (branch amxfold)") schedule 1's
  * tile part (full - no tiles) of q4_k took ~7.5-10.8 ms against ~3.4-4.7 for main's
  * two-row-tile schedule and for schedule 2: two C chains and twice the weight-tile loads
- * cost more than the overlap with the folds gave.
+ * cost more than the overlap with the folds gave. Session 9 (branch kq9, "Session 9 ... the
+ * AMX-INT8 activation terms once per call"): schedule 3's q4_k / q6_k kernel measured ~1.24x
+ * schedule 2's in bench_amx_parts (each line's q4_k time over its q8_0 time, 6 lines each),
+ * but pp512 did not resolve it inside the device's noise and the real-tile test ran only
+ * schedule 2: so 2 stays the default until a run confirms 3.
  */
 #ifndef AMX_KQ_SCHED
 #define AMX_KQ_SCHED 2
@@ -447,6 +456,60 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
 #undef KQ_AT
 }
 
+/*
+ * Schedule 3 (AMX_KQ_SCHED=3, a measured variant): one row tile (r0 .. r0 + 15) against two
+ * output groups, y + 0 .. 15 (pk0, all 16 valid) and y + 16 .. (pk1, nv1 valid), so each
+ * activation tile is loaded once for 32 outputs (half the A traffic from L2 of schedule 2)
+ * at the price of four weight-tile loads per four products instead of two: C tiles 0, 1
+ * (group 0's h, l) and 2, 3 (group 1's), A in tile 4, the weights in 5, 6, 7, 5. All nbk
+ * blocks' tile sums are stored first, then each group's folds (the same kq_fold16).
+ */
+TA INLINE void kq_tiles2(float *y, int ldy, const void *xq, size_t ldq, int r0, const kq_pack_t *pk0,
+                         const kq_pack_t *pk1, int b0, int nbk, int nv1, bool from_y, const kq_act_t *a,
+                         cairn_dtype_t t)
+{
+    const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
+    const bool q6 = t == CAIRN_DTYPE_Q6_K;
+    const unsigned char *xb =
+        (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t) + offsetof(blk_q8_k_t, q);
+    _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16]; /* [k][group][digit] */
+    for (int k = 0; k < nbk; k++) {
+        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int g = 0; g < 4; g++) {
+            _tile_loadd(4, xk + 64 * g, (long)ldq);
+            _tile_loadd(5, pk0[k].hd[g], 64);
+            _tile_dpbssd(0, 4, 5);
+            _tile_loadd(6, pk0[k].ld[g], 64);
+            _tile_dpbssd(1, 4, 6);
+            _tile_loadd(7, pk1[k].hd[g], 64);
+            _tile_dpbssd(2, 4, 7);
+            _tile_loadd(5, pk1[k].ld[g], 64);
+            _tile_dpbssd(3, 4, 5);
+        }
+        _tile_stored(0, cb[k][0][0], 64);
+        _tile_stored(1, cb[k][0][1], 64);
+        _tile_stored(2, cb[k][1][0], 64);
+        _tile_stored(3, cb[k][1][1], 64);
+    }
+    AMX_BARRIER(cb);
+    __m512 acc[16];
+    for (int gr = 0; gr < 2; gr++) {
+        const kq_pack_t *pk = gr ? pk1 : pk0;
+        float *yr = y + (size_t)r0 * ldy + 16 * gr;
+        const int nv = gr ? nv1 : 16;
+        kq_acc_load(acc, yr, ldy, nv, from_y);
+        for (int k = 0; k < nbk; k++) {
+            const size_t at = (size_t)(b0 + k) * (size_t)a->rows + (size_t)r0;
+            kq_fold16(acc, cb[k][gr], s, &pk[k], a->dx + at, a->bs + at, q6);
+        }
+        kq_acc_store(yr, ldy, nv, acc);
+    }
+}
+
 /* Rows [0, rows) (whole tiles) x outputs [o0, o1); false (nothing written) when the side
  * table cannot be allocated. */
 TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
@@ -464,6 +527,34 @@ TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
         const unsigned char *wr[16];
         for (int i = 0; i < 16; i++)
             wr[i] = (const unsigned char *)w + (size_t)(o + (i < nv ? i : nv - 1)) * ldw;
+#if AMX_KQ_SCHED == 3
+        if (o1 - o > 16) { /* two output groups: o .. o + 15 and o + 16 .. */
+            _Alignas(64) kq_pack_t pk1[KQ_PIECE];
+            const int nv1 = o1 - o - 16 < 16 ? o1 - o - 16 : 16;
+            const unsigned char *wr1[16];
+            for (int i = 0; i < 16; i++)
+                wr1[i] = (const unsigned char *)w + (size_t)(o + 16 + (i < nv1 ? i : nv1 - 1)) * ldw;
+            for (int b0 = 0; b0 < nb; b0 += KQ_PIECE) {
+                const int nbk = nb - b0 < KQ_PIECE ? nb - b0 : KQ_PIECE;
+                for (int k = 0; k < nbk; k++) {
+                    kq_pack(&pk[k], wr, b0 + k, t);
+                    kq_pack(&pk1[k], wr1, b0 + k, t);
+                }
+                AMX_BARRIER(pk);
+                AMX_BARRIER(pk1);
+                for (int tt = 0; tt < tiles; tt++) {
+                    if (t == CAIRN_DTYPE_Q6_K)
+                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                                  CAIRN_DTYPE_Q6_K);
+                    else
+                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                                  CAIRN_DTYPE_Q4_K);
+                }
+            }
+            o += 16;
+            continue;
+        }
+#endif
         for (int b0 = 0; b0 < nb; b0 += KQ_PIECE) {
             const int nbk = nb - b0 < KQ_PIECE ? nb - b0 : KQ_PIECE;
             for (int k = 0; k < nbk; k++)
