@@ -23,8 +23,12 @@
  *    a time, each block's C in its own tile (tmm0-3 in turn), the products AMX_B32_AHEAD
  *    blocks ahead of the folds.
  * The folds (int32 tile sums into the float chains, the canonical per-block step) keep each
- * row tile's 16 accumulators in registers over a piece's blocks, with the activation scales
- * (and q4_0's sums, the k-quants' bsums) gathered once per row tile and piece.
+ * row tile's 16 accumulators in registers over a piece's blocks. The activation terms they
+ * read (each row's f32 block scales, q4_0's 8 x sums, the k-quants' bsums pairs) depend on
+ * the rows only: they are computed once per call, before the output loop, into a side table
+ * [block][row] (kq_act_t, b32_act_t; one heap block the call frees), not once per 16
+ * outputs x piece. When that table cannot be allocated the call runs all its rows on the
+ * VNNI kernel (same bits), so the kernel has no failure to report.
  *
  * Tile state: the kernel requests permission for the tile data once per process
  * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); when the CPU lacks AMX-INT8 or the
@@ -46,9 +50,12 @@
 #define TA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 #define INLINE static inline __attribute__((always_inline))
 
+#ifndef AMX_KQ_PIECE
+#define AMX_KQ_PIECE 4
+#endif
 enum {
-    AMX_MIN_ROWS = 32, /* fewer rows: the VNNI kernels (the packing would not pay) */
-    KQ_PIECE = 4,      /* k-quant super-blocks packed at a time (2 x 4 KiB each) */
+    AMX_MIN_ROWS = 32,       /* fewer rows: the VNNI kernels (the packing would not pay) */
+    KQ_PIECE = AMX_KQ_PIECE, /* k-quant super-blocks packed at a time (2 x 4 KiB each) */
     B32_PIECE = 32,    /* q8_0 / q4_0 blocks packed at a time (512 bytes each) */
 };
 
@@ -228,28 +235,50 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
     }
 }
 
-/* Row r's activation terms of super-blocks b0 .. b0 + nbk - 1 (r < 16, row r at xr + r ldq): dx its
- * scale; bs the int16 pairs its mins term multiplies, dword q lane-broadcast by the fold:
- * q4_k / q5_k dwords 0-3 = the sub-block sums (bsums 4q + {0,1}, bsums 4q + {2,3}) packed
- * (each |sum| <= 2 x 16 x 128, an int16), q6_k dwords 0-7 = bsums pairs 2p, 2p + 1 as stored. */
+/* The activation terms of a call's tiled rows, computed once per call (amx_kq, before its
+ * output loop: they depend on the rows only, not on the outputs), in [block][row] order so
+ * one row tile's 16 values of a block are one 64-byte line: dx[b rows + r] row r's scale of
+ * super-block b; bs[b rows + r] the int16 pairs its mins term multiplies, dword p
+ * lane-broadcast by the fold: q4_k / q5_k dwords 0-3 = the sub-block sums (bsums 4p + {0,1},
+ * bsums 4p + {2,3}) packed (each |sum| <= 2 x 16 x 128, an int16), q6_k dwords 0-7 = bsums
+ * pairs 2p, 2p + 1 as stored. One heap block (kq_act_alloc) owned by the call. */
 typedef struct {
-    _Alignas(64) float dx[KQ_PIECE][16];
-    _Alignas(64) int32_t bs[KQ_PIECE][16][8];
+    int rows;          /* the call's tiled rows: the stride of one block's values */
+    float *dx;         /* [nb][rows] */
+    int32_t (*bs)[8];  /* [nb][rows][8] */
+    void *mem;         /* what cairn_free takes */
 } kq_act_t;
 
-TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const unsigned char *xr, size_t ldq, int nbk, bool q6)
+/* Allocates the side table of rows x nb super-blocks; false (nothing to free) when it
+ * cannot be had. */
+static bool kq_act_alloc(kq_act_t *a, int rows, int nb)
+{
+    const size_t cells = (size_t)rows * (size_t)nb;
+    a->rows = rows;
+    a->mem = cells <= (SIZE_MAX - 128) / 40 ? cairn_malloc(cells * (sizeof(float) + 8 * sizeof(int32_t)) + 128) : NULL;
+    if (!a->mem)
+        return false;
+    unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
+    a->bs = (int32_t (*)[8])p;
+    a->dx = (float *)(p + cells * 8 * sizeof(int32_t));
+    return true;
+}
+
+/* Fills the side table from the rows' q8_k blocks (row r at xq + r ldq). */
+TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const void *xq, size_t ldq, int nb, bool q6)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int k = 0; k < nbk; k++)
-        for (int r = 0; r < 16; r++) {
-            const blk_q8_k_t *x = (const blk_q8_k_t *)(xr + (size_t)r * ldq) + k;
+    for (int r = 0; r < a->rows; r++)
+        for (int k = 0; k < nb; k++) {
+            const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq) + k;
             const __m256i b = _mm256_loadu_si256((const __m256i *)x->bsums);
-            a->dx[k][r] = x->d;
+            const size_t i = (size_t)k * (size_t)a->rows + (size_t)r;
+            a->dx[i] = x->d;
             /* madd: dword j = bsums 2j + 2j+1; packs: its int16s in dwords 0, 1 (low lane)
              * and 4, 5 (high lane); the permute brings qwords 0 and 2 together */
             const __m256i m = _mm256_madd_epi16(b, ones);
             const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(m, m), 0x08);
-            _mm256_store_si256((__m256i *)a->bs[k][r], q6 ? b : packed);
+            _mm256_store_si256((__m256i *)a->bs[i], q6 ? b : packed);
         }
 }
 
@@ -306,9 +335,10 @@ TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const __m512
         _tile_stored(CL, (c)[1], 64);                                                    \
     } while (0)
 
-/* The 16 rows' folds of super-block k from the tile sums c (ch = c[0], cl = c[1]). */
-TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_pack_t *pk, const kq_act_t *a, int k,
-                         bool q6)
+/* The 16 rows' folds of one super-block from the tile sums c (ch = c[0], cl = c[1]); dx, bs
+ * the 16 rows' activation terms of that block (kq_act_t). */
+TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_pack_t *pk, const float *dx,
+                         const int32_t (*bs)[8], bool q6)
 {
     __m512i mp[8];
     for (int p = 0; p < 8; p++)
@@ -316,8 +346,8 @@ TA INLINE void kq_fold16(__m512 acc[16], int32_t c[2][16][16], int s, const kq_p
     const __m512 d = _mm512_load_ps(pk->d), dmin = _mm512_load_ps(pk->dmin);
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
-        acc[r] = kq_fold(acc[r], _mm512_load_si512(c[0][r]), _mm512_load_si512(c[1][r]), s, mp, a->bs[k][r],
-                         a->dx[k][r], d, dmin, q6);
+        acc[r] = kq_fold(acc[r], _mm512_load_si512(c[0][r]), _mm512_load_si512(c[1][r]), s, mp, bs[r], dx[r], d,
+                         dmin, q6);
 }
 
 TA INLINE void kq_acc_load(__m512 acc[16], const float *y, int ldy, int nv, bool from_y)
@@ -337,39 +367,42 @@ TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
 /*
  * Rows r0 .. r0 + 16 nt - 1 x the 16 outputs at y + o, over the packed super-blocks
  * pk[0 .. nbk) (blocks b0 ..), continuing from y when from_y. Each row tile's 16
- * accumulators stay in registers over the blocks. Two schedules (AMX_KQ_SCHED; same bits):
+ * accumulators stay in registers over the blocks. Three schedules (AMX_KQ_SCHED; same bits):
  *   1: one row tile (nt = 1) at a time; block k + 1's tile products are issued before block
  *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
  *      unit can work while the vector units fold; two C chains per block.
  *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
  *      nbk blocks' tile sums stored first, then each row tile's folds (the default; a
  *      last single row tile runs schedule 1).
+ *   3: one row tile against two output groups (kq_tiles2 below; a last single group runs
+ *      schedule 2), each activation tile loaded once for 32 outputs.
  * On the device's Xeon (docs/PERFORMANCE.md, "Session 8 ... (branch amxfold)") schedule 1's
  * tile part (full - no tiles) of q4_k took ~7.5-10.8 ms against ~3.4-4.7 for main's
  * two-row-tile schedule and for schedule 2: two C chains and twice the weight-tile loads
- * cost more than the overlap with the folds gave.
+ * cost more than the overlap with the folds gave. Session 9 (branch kq9, "Session 9 ... the
+ * AMX-INT8 activation terms once per call"): schedule 3's q4_k / q6_k kernel measured ~1.24x
+ * schedule 2's in bench_amx_parts (each line's q4_k time over its q8_0 time, 6 lines each),
+ * but pp512 did not resolve it inside the device's noise and the real-tile test ran only
+ * schedule 2: so 2 stays the default until a run confirms 3.
  */
 #ifndef AMX_KQ_SCHED
 #define AMX_KQ_SCHED 2
 #endif
 TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
-                        int nbk, int nv, bool from_y, cairn_dtype_t t)
+                        int nbk, int nv, bool from_y, const kq_act_t *a, cairn_dtype_t t)
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
     const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t);
     const unsigned char *xb = xr + offsetof(blk_q8_k_t, q);
+    /* block k's terms of row tile rt: a->dx[KQ_AT(k, rt)], a->bs[KQ_AT(k, rt)] */
+#define KQ_AT(k, rt) ((size_t)(b0 + (k)) * (size_t)a->rows + (size_t)(r0 + 16 * (rt)))
     __m512 acc[16];
-    kq_act_t a;
     if (AMX_KQ_SCHED == 1 || nt == 1) {
         _Alignas(64) int32_t c[2][2][16][16];
-        kq_act(&a, xr, ldq, nbk, q6);
         for (int rt = 0; rt < nt; rt++) {
-            if (rt) {
-                xr += 16 * ldq;
+            if (rt)
                 xb += 16 * ldq;
-                kq_act(&a, xr, ldq, nbk, q6);
-            }
             float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
             kq_acc_load(acc, yr, ldy, nv, from_y);
             KQ_TILE(0, 1, 0, c[0]);
@@ -377,13 +410,13 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
                 if (k + 1 < nbk)
                     KQ_TILE(2, 3, k + 1, c[1]);
                 AMX_BARRIER(c);
-                kq_fold16(acc, c[0], s, &pk[k], &a, k, q6);
+                kq_fold16(acc, c[0], s, &pk[k], a->dx + KQ_AT(k, rt), a->bs + KQ_AT(k, rt), q6);
                 if (k + 1 >= nbk)
                     break;
                 if (k + 2 < nbk)
                     KQ_TILE(0, 1, k + 2, c[0]);
                 AMX_BARRIER(c);
-                kq_fold16(acc, c[1], s, &pk[k + 1], &a, k + 1, q6);
+                kq_fold16(acc, c[1], s, &pk[k + 1], a->dx + KQ_AT(k + 1, rt), a->bs + KQ_AT(k + 1, rt), q6);
             }
             kq_acc_store(yr, ldy, nv, acc);
         }
@@ -414,26 +447,114 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
     }
     AMX_BARRIER(cb);
     for (int rt = 0; rt < 2; rt++) {
-        kq_act(&a, xr + (size_t)(16 * rt) * ldq, ldq, nbk, q6);
         float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
         kq_acc_load(acc, yr, ldy, nv, from_y);
         for (int k = 0; k < nbk; k++)
-            kq_fold16(acc, cb[k][rt], s, &pk[k], &a, k, q6);
+            kq_fold16(acc, cb[k][rt], s, &pk[k], a->dx + KQ_AT(k, rt), a->bs + KQ_AT(k, rt), q6);
+        kq_acc_store(yr, ldy, nv, acc);
+    }
+#undef KQ_AT
+}
+
+/*
+ * Schedule 3 (AMX_KQ_SCHED=3, a measured variant): one row tile (r0 .. r0 + 15) against two
+ * output groups, y + 0 .. 15 (pk0, all 16 valid) and y + 16 .. (pk1, nv1 valid), so each
+ * activation tile is loaded once for 32 outputs (half the A traffic from L2 of schedule 2)
+ * at the price of four weight-tile loads per four products instead of two: C tiles 0, 1
+ * (group 0's h, l) and 2, 3 (group 1's), A in tile 4, the weights in 5, 6, 7, 5. All nbk
+ * blocks' tile sums are stored first, then each group's folds (the same kq_fold16).
+ */
+TA INLINE void kq_tiles2(float *y, int ldy, const void *xq, size_t ldq, int r0, const kq_pack_t *pk0,
+                         const kq_pack_t *pk1, int b0, int nbk, int nv1, bool from_y, const kq_act_t *a,
+                         cairn_dtype_t t)
+{
+    const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
+    const bool q6 = t == CAIRN_DTYPE_Q6_K;
+    const unsigned char *xb =
+        (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t) + offsetof(blk_q8_k_t, q);
+    _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16]; /* [k][group][digit] */
+    for (int k = 0; k < nbk; k++) {
+        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int g = 0; g < 4; g++) {
+            _tile_loadd(4, xk + 64 * g, (long)ldq);
+            _tile_loadd(5, pk0[k].hd[g], 64);
+            _tile_dpbssd(0, 4, 5);
+            _tile_loadd(6, pk0[k].ld[g], 64);
+            _tile_dpbssd(1, 4, 6);
+            _tile_loadd(7, pk1[k].hd[g], 64);
+            _tile_dpbssd(2, 4, 7);
+            _tile_loadd(5, pk1[k].ld[g], 64);
+            _tile_dpbssd(3, 4, 5);
+        }
+        _tile_stored(0, cb[k][0][0], 64);
+        _tile_stored(1, cb[k][0][1], 64);
+        _tile_stored(2, cb[k][1][0], 64);
+        _tile_stored(3, cb[k][1][1], 64);
+    }
+    AMX_BARRIER(cb);
+    __m512 acc[16];
+    for (int gr = 0; gr < 2; gr++) {
+        const kq_pack_t *pk = gr ? pk1 : pk0;
+        float *yr = y + (size_t)r0 * ldy + 16 * gr;
+        const int nv = gr ? nv1 : 16;
+        kq_acc_load(acc, yr, ldy, nv, from_y);
+        for (int k = 0; k < nbk; k++) {
+            const size_t at = (size_t)(b0 + k) * (size_t)a->rows + (size_t)r0;
+            kq_fold16(acc, cb[k][gr], s, &pk[k], a->dx + at, a->bs + at, q6);
+        }
         kq_acc_store(yr, ldy, nv, acc);
     }
 }
 
-TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
+/* Rows [0, rows) (whole tiles) x outputs [o0, o1); false (nothing written) when the side
+ * table cannot be allocated. */
+TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
                       int o0, int o1, bool acc, cairn_dtype_t t)
 {
     _Alignas(64) kq_pack_t pk[KQ_PIECE];
     const int nb = n / QK_K, tiles = rows / 16;
+    kq_act_t a;
+    if (!kq_act_alloc(&a, rows, nb))
+        return false;
+    kq_act(&a, xq, ldq, nb, t == CAIRN_DTYPE_Q6_K);
     load_cfg(64, 16);
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
         const unsigned char *wr[16];
         for (int i = 0; i < 16; i++)
             wr[i] = (const unsigned char *)w + (size_t)(o + (i < nv ? i : nv - 1)) * ldw;
+#if AMX_KQ_SCHED == 3
+        if (o1 - o > 16) { /* two output groups: o .. o + 15 and o + 16 .. */
+            _Alignas(64) kq_pack_t pk1[KQ_PIECE];
+            const int nv1 = o1 - o - 16 < 16 ? o1 - o - 16 : 16;
+            const unsigned char *wr1[16];
+            for (int i = 0; i < 16; i++)
+                wr1[i] = (const unsigned char *)w + (size_t)(o + 16 + (i < nv1 ? i : nv1 - 1)) * ldw;
+            for (int b0 = 0; b0 < nb; b0 += KQ_PIECE) {
+                const int nbk = nb - b0 < KQ_PIECE ? nb - b0 : KQ_PIECE;
+                for (int k = 0; k < nbk; k++) {
+                    kq_pack(&pk[k], wr, b0 + k, t);
+                    kq_pack(&pk1[k], wr1, b0 + k, t);
+                }
+                AMX_BARRIER(pk);
+                AMX_BARRIER(pk1);
+                for (int tt = 0; tt < tiles; tt++) {
+                    if (t == CAIRN_DTYPE_Q6_K)
+                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                                  CAIRN_DTYPE_Q6_K);
+                    else
+                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                                  CAIRN_DTYPE_Q4_K);
+                }
+            }
+            o += 16;
+            continue;
+        }
+#endif
         for (int b0 = 0; b0 < nb; b0 += KQ_PIECE) {
             const int nbk = nb - b0 < KQ_PIECE ? nb - b0 : KQ_PIECE;
             for (int k = 0; k < nbk; k++)
@@ -442,13 +563,15 @@ TA static void amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
             for (int tt = 0; tt < tiles; tt += 2) {
                 const int nt = tiles - tt >= 2 ? 2 : 1;
                 if (t == CAIRN_DTYPE_Q6_K)
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q6_K);
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q6_K);
                 else
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, CAIRN_DTYPE_Q4_K);
+                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q4_K);
             }
         }
     }
     _tile_release();
+    cairn_free(a.mem);
+    return true;
 }
 
 /* ---- q8_0, q4_0 ------------------------------------------------------------------------------ */
@@ -482,35 +605,61 @@ TA static void b32_pack(b32_pack_t *pk, const unsigned char *const wr[16], int b
     }
 }
 
-/* Row r's activation terms of blocks b0 .. b0 + nbk - 1 (r < 16, row r at xr + r ldq): dx
- * its scale (f32); q4_0: x8 = 8 x the block's sum (the weights' -8 offset). Gathered 16 rows
- * at a time; a row stride too large for 32-bit gather indices takes the scalar loop. */
+/* The activation terms of a call's tiled rows, computed once per call (amx_b32, before its
+ * output loop), in [block][row] order so one row tile's 16 values of a block are one 64-byte
+ * line: dx[b rows + r] row r's scale of block b (f32); q4_0: x8[b rows + r] = 8 x the
+ * block's sum (the weights' -8 offset). One heap block (b32_act_alloc) owned by the call. */
 typedef struct {
-    _Alignas(64) float dx[B32_PIECE][16];
-    _Alignas(64) int32_t x8[B32_PIECE][16];
+    int rows;    /* the call's tiled rows: the stride of one block's values */
+    float *dx;   /* [nb][rows] */
+    int32_t *x8; /* [nb][rows]; q4_0 only */
+    void *mem;   /* what cairn_free takes */
 } b32_act_t;
 
-TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned char *xr, size_t ldq, const int32_t *xs,
-                                                 int nb, int nbk, bool q4)
+/* Allocates the side table of rows x nb blocks; false (nothing to free) when it cannot be
+ * had. */
+static bool b32_act_alloc(b32_act_t *a, int rows, int nb)
 {
+    const size_t cells = (size_t)rows * (size_t)nb;
+    a->rows = rows;
+    a->mem = cells <= (SIZE_MAX - 128) / 8 ? cairn_malloc(cells * (sizeof(float) + sizeof(int32_t)) + 128) : NULL;
+    if (!a->mem)
+        return false;
+    unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
+    a->dx = (float *)p;
+    a->x8 = (int32_t *)(p + cells * sizeof(float));
+    return true;
+}
+
+/* Fills the side table from the rows' q8_0 blocks (row r at xq + r ldq) and, for q4_0, the
+ * driver's block sums xs ([rows][nb]). Gathered 16 rows at a time (a row tile); a row stride
+ * too large for 32-bit gather indices takes the scalar loop. */
+TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, size_t ldq, const int32_t *xs, int nb,
+                                                 bool q4)
+{
+    const size_t rows = (size_t)a->rows;
     if (ldq <= (size_t)INT32_MAX / 16 && (size_t)nb <= (size_t)INT32_MAX / 16) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m512i rx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldq));
         const __m512i rs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(nb));
-        for (int k = 0; k < nbk; k++) {
-            /* the f16 d and the block's first two q: the low half of each dword */
-            const __m512i g = _mm512_i32gather_epi32(rx, xr + (size_t)k * sizeof(blk_q8_0_t), 1);
-            _mm512_store_ps(a->dx[k], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
-            if (q4)
-                _mm512_store_si512(a->x8[k], _mm512_slli_epi32(_mm512_i32gather_epi32(rs, xs + k, 4), 3));
+        for (size_t r0 = 0; r0 < rows; r0 += 16) {
+            const unsigned char *xr = (const unsigned char *)xq + r0 * ldq;
+            for (int k = 0; k < nb; k++) {
+                /* the f16 d and the block's first two q: the low half of each dword */
+                const __m512i g = _mm512_i32gather_epi32(rx, xr + (size_t)k * sizeof(blk_q8_0_t), 1);
+                _mm512_store_ps(a->dx + (size_t)k * rows + r0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+                if (q4)
+                    _mm512_store_si512(a->x8 + (size_t)k * rows + r0,
+                                       _mm512_slli_epi32(_mm512_i32gather_epi32(rs, xs + r0 * (size_t)nb + k, 4), 3));
+            }
         }
         return;
     }
-    for (int k = 0; k < nbk; k++)
-        for (int r = 0; r < 16; r++) {
-            a->dx[k][r] = h2f(((const blk_q8_0_t *)(xr + (size_t)r * ldq) + k)->d);
+    for (size_t r = 0; r < rows; r++)
+        for (int k = 0; k < nb; k++) {
+            a->dx[(size_t)k * rows + r] = h2f(((const blk_q8_0_t *)((const unsigned char *)xq + r * ldq) + k)->d);
             if (q4)
-                a->x8[k][r] = 8 * xs[(size_t)r * (size_t)nb + (size_t)k];
+                a->x8[(size_t)k * rows + r] = 8 * xs[r * (size_t)nb + (size_t)k];
         }
 }
 
@@ -524,16 +673,18 @@ TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const unsigned ch
         _tile_stored(C_, (c), 64);                                                            \
     } while (0)
 
-/* The 16 rows' canonical float steps of block k from its tile sums c. */
-TA INLINE void b32_fold16(__m512 acc[16], int32_t c[16][16], const b32_pack_t *pk, const b32_act_t *a, int k, bool q4)
+/* The 16 rows' canonical float steps of one block from its tile sums c; dx, x8 the 16 rows'
+ * activation terms of that block (b32_act_t; x8 read for q4_0 only). */
+TA INLINE void b32_fold16(__m512 acc[16], int32_t c[16][16], const b32_pack_t *pk, const float *dx, const int32_t *x8,
+                          bool q4)
 {
     const __m512 dw = _mm512_load_ps(pk->d);
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) {
         __m512i s = _mm512_load_si512(c[r]);
         if (q4)
-            s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->x8[k][r]));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a->dx[k][r])), acc[r]);
+            s = _mm512_sub_epi32(s, _mm512_set1_epi32(x8[r]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
     }
 }
 
@@ -561,13 +712,12 @@ _Static_assert(AMX_B32_AHEAD >= 0 && AMX_B32_AHEAD <= 3, "four C tiles");
         }                                                             \
     } while (0)
 
-TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int nb, int r0,
-                         const b32_pack_t *pk, int b0, int nbk, int nv, bool from_y, bool q4)
+TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, const b32_pack_t *pk, int b0, int nbk,
+                         int nv, bool from_y, const b32_act_t *a, bool q4)
 {
     _Alignas(64) int32_t c[AMX_B32_AHEAD + 1][16][16];
-    b32_act_t a;
     const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_0_t);
-    b32_act(&a, xr, ldq, q4 ? xsum + (size_t)r0 * (size_t)nb + b0 : NULL, nb, nbk, q4);
+    const size_t at = (size_t)b0 * (size_t)a->rows + (size_t)r0; /* block b0's terms of this row tile */
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
@@ -578,18 +728,25 @@ TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, const in
         if (k + AMX_B32_AHEAD < nbk)
             B32_ISSUE(k + AMX_B32_AHEAD);
         AMX_BARRIER(c);
-        b32_fold16(acc, c[k % (AMX_B32_AHEAD + 1)], &pk[k], &a, k, q4);
+        const size_t ak = at + (size_t)k * (size_t)a->rows;
+        b32_fold16(acc, c[k % (AMX_B32_AHEAD + 1)], &pk[k], a->dx + ak, a->x8 + ak, q4);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
         _mm512_mask_storeu_ps(y + (size_t)(r0 + r) * ldy, mask16(nv), acc[r]);
 }
 
-TA static void amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
+/* Rows [0, rows) (whole tiles) x outputs [o0, o1); false (nothing written) when the side
+ * table cannot be allocated. */
+TA static bool amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
                        const void *w, size_t ldw, int o0, int o1, bool acc, bool q4)
 {
     _Alignas(64) b32_pack_t pk[B32_PIECE];
     const int nb = n / QK8_0, tiles = rows / 16;
+    b32_act_t a;
+    if (!b32_act_alloc(&a, rows, nb))
+        return false;
+    b32_act(&a, xq, ldq, xsum, nb, q4);
     load_cfg(32, 8);
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
@@ -603,25 +760,28 @@ TA static void amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int3
             AMX_BARRIER(pk);
             for (int tt = 0; tt < tiles; tt++) {
                 if (q4)
-                    b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, true);
+                    b32_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, true);
                 else
-                    b32_tiles(y + o, ldy, xq, ldq, xsum, nb, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, false);
+                    b32_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, false);
             }
         }
     }
     _tile_release();
+    cairn_free(a.mem);
+    return true;
 }
 
 /* ---- the rows of the table ------------------------------------------------------------------ */
 
-/* The AMX tiles take the rows in whole tiles of 16; the rest (and small calls) the VNNI
- * kernel `vnni`, which computes the same bits. */
+/* The AMX tiles take the rows in whole tiles of 16; the rest (and small calls, and every
+ * row of a call whose side table cannot be allocated) the VNNI kernel `vnni`, which computes
+ * the same bits. */
 #define AMX_QMM(NAME, VNNI, CALL)                                                                       \
     TA void NAME(KERN_QMM_ARGS)                                                                         \
     {                                                                                                   \
-        const int tiled = rows >= AMX_MIN_ROWS ? rows / 16 * 16 : 0;                                    \
-        if (tiled)                                                                                      \
-            CALL;                                                                                       \
+        int tiled = rows >= AMX_MIN_ROWS ? rows / 16 * 16 : 0;                                          \
+        if (tiled && !(CALL))                                                                           \
+            tiled = 0;                                                                                  \
         if (rows > tiled) {                                                                             \
             const int nb32 = n / QK8_0;                                                                 \
             VNNI(y + (size_t)tiled * ldy, ldy, (const unsigned char *)xq + (size_t)tiled * ldq, ldq,    \
