@@ -6,7 +6,8 @@
 #    AMX machine's tests under the defaults on cores 0,1, bench_attention new / base on core 2;
 #  - pp8192 at 2 threads, six at once on their own core pairs: new, base, llama.cpp, for
 #    Q4_K_M and Q8_0 (CAIRN_OP_TIMES=1 on the new ones); check-reference on core 3;
-#  - meanwhile pp512 on cores 0,1 interleaved N B L L B N per type;
+#  - meanwhile pp512 on cores 0,1 interleaved N B V L L V B N per type (V: bin/bench_engine.s3,
+#    this build with -DAMX_KQ_SCHED=3, when staged), test_quant_kernels.s3 with the tests;
 #  - after the 8K prompts: tg128 N L L N per type and the 2-thread raw read (bench_kernels)
 #    on cores 0,1.
 D=$(cd "$(dirname "$0")" && pwd)
@@ -34,7 +35,10 @@ PP="--threads 2 --runs 1 --only pp"
 ( for t in test_attention_tile test_attn_tile_engine test_determinism test_attention test_attention_amx \
            test_attn_pair_engine test_backend test_quant_kernels test_quant_amx_emulated; do
     echo "--- $t (defaults)"; timeout 60 taskset -c 0,1 "$B/$t" 2>&1 | grep -E 'PASSED|FAILED|SKIPPED|ERROR|skipped|numerics|tile'; echo "rc ${PIPESTATUS[0]}"
-  done ) >/tmp/tests.log 2>&1 &
+  done
+  if [ -x "$B/test_quant_kernels.s3" ]; then
+    echo "--- test_quant_kernels.s3 (AMX_KQ_SCHED=3)"; timeout 60 taskset -c 0,1 "$B/test_quant_kernels.s3" 2>&1 | grep -E 'PASSED|FAILED|ERROR'; echo "rc ${PIPESTATUS[0]}"
+  fi ) >/tmp/tests.log 2>&1 &
 TPID=$!
 ( for v in new base new base; do
     b=$B/bench_attention; [ $v = base ] && b=$B/bench_attention.base
@@ -73,8 +77,9 @@ wait $APID
   done ) >/tmp/cref.log 2>&1 &
 CPID=$!
 for t in Q4_K_M Q8_0; do
-  for who in N B L L B N; do
+  for who in N B V L L V B N; do
     case $who in
+      V) [ -x $B/bench_engine.s3 ] && step "pp512 $t sched3" 25 taskset -c 0,1 $B/bench_engine.s3 $PP --gguf $M/q06-$t.gguf --long 0 ;;
       N) step "pp512 $t new" 25 taskset -c 0,1 $B/bench_engine $PP --gguf $M/q06-$t.gguf --long 0 ;;
       B) step "pp512 $t base" 25 taskset -c 0,1 $B/bench_engine.base $PP --gguf $M/q06-$t.gguf --long 0 ;;
       L) step "pp512 $t llama.cpp" 30 taskset -c 0,1 $P/llama-bench -m $M/q06-$t.gguf -t 2 -p 512 -n 0 -r 1 2>&1 | grep pp512 ;;

@@ -24,6 +24,11 @@ for b in src/cairn bench/bench_engine bench/bench_attention bench/bench_kernels 
   strip --strip-debug -o "$DEST/bin/$(basename $b)" "$BUILD/$b"
 done
 for b in bench_engine bench_attention; do strip --strip-debug -o "$DEST/bin/$b.base" "$BASE/$b"; done
+# S3_BUILD (optional): a build with -DAMX_KQ_SCHED=3, staged as *.s3
+if [ -n "${S3_BUILD:-}" ]; then
+  strip --strip-debug -o "$DEST/bin/bench_engine.s3" "$S3_BUILD/bench/bench_engine"
+  strip --strip-debug -o "$DEST/bin/test_quant_kernels.s3" "$S3_BUILD/tests/compute/test_quant_kernels"
+fi
 for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
   while read -r l; do cp -L "$l" "$DEST/lib/"; done

@@ -17,7 +17,8 @@
  *    first, 4 dpwssd a row; q6_k: 8; exact either way); then the float chain per block.
  *    Two row tiles share the weight tiles (tmm0-3: C_h, C_l of row tiles 0 and 1; tmm4-5
  *    their activations; tmm6-7 the h, l digits), a piece's tile sums are stored first, then
- *    each row tile's folds (AMX_KQ_SCHED below; a last single row tile runs schedule 1).
+ *    each row tile's folds (AMX_KQ_SCHED 2); by default (schedule 3) one row tile shares its
+ *    activation tiles with two groups of 16 outputs instead (kq_tiles2).
  *  - q8_0, q4_0: per block of 32, C = sum_i w_i x_i by one TDPBSSD (q4_0 weights 0..15,
  *    minus 8 sum x from the activation sums), then the block's float step; one row tile at
  *    a time, each block's C in its own tile (tmm0-3 in turn), the products AMX_B32_AHEAD
@@ -372,21 +373,22 @@ TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
  *      k's folds (C tiles 0, 1 and c[0] for even k, 2, 3 and c[1] for odd k), so the tile
  *      unit can work while the vector units fold; two C chains per block.
  *   2: two row tiles sharing the weight tiles (four C chains, B loaded once for both), all
- *      nbk blocks' tile sums stored first, then each row tile's folds (the default; a
- *      last single row tile runs schedule 1).
+ *      nbk blocks' tile sums stored first, then each row tile's folds (a last single row
+ *      tile runs schedule 1).
  *   3: one row tile against two output groups (kq_tiles2 below; a last single group runs
- *      schedule 2), each activation tile loaded once for 32 outputs.
+ *      schedule 2), each activation tile loaded once for 32 outputs (the default).
  * On the device's Xeon (docs/PERFORMANCE.md, "Session 8 ... (branch amxfold)") schedule 1's
  * tile part (full - no tiles) of q4_k took ~7.5-10.8 ms against ~3.4-4.7 for main's
  * two-row-tile schedule and for schedule 2: two C chains and twice the weight-tile loads
  * cost more than the overlap with the folds gave. Session 9 (branch kq9, "Session 9 ... the
  * AMX-INT8 activation terms once per call"): schedule 3's q4_k / q6_k kernel measured ~1.24x
  * schedule 2's in bench_amx_parts (each line's q4_k time over its q8_0 time, 6 lines each),
- * but pp512 did not resolve it inside the device's noise and the real-tile test ran only
- * schedule 2: so 2 stays the default until a run confirms 3.
+ * and the lead's device run lead9 confirmed it: test_quant_kernels 7/7 built with
+ * AMX_KQ_SCHED=3 on the real tiles, and pp512 Q4_K_M 1.23x / 1.28x schedule 2's in both
+ * neighbouring pairs (351.9 vs 285.8, 378.9 vs 296.6 tok/s): 3 is the default since.
  */
 #ifndef AMX_KQ_SCHED
-#define AMX_KQ_SCHED 2
+#define AMX_KQ_SCHED 3
 #endif
 TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
                         int nbk, int nv, bool from_y, const kq_act_t *a, cairn_dtype_t t)
@@ -457,7 +459,7 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
 }
 
 /*
- * Schedule 3 (AMX_KQ_SCHED=3, a measured variant): one row tile (r0 .. r0 + 15) against two
+ * Schedule 3 (AMX_KQ_SCHED=3, the default): one row tile (r0 .. r0 + 15) against two
  * output groups, y + 0 .. 15 (pk0, all 16 valid) and y + 16 .. (pk1, nv1 valid), so each
  * activation tile is loaded once for 32 outputs (half the A traffic from L2 of schedule 2)
  * at the price of four weight-tile loads per four products instead of two: C tiles 0, 1
