@@ -8,22 +8,14 @@ D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 BUDGET=${BUDGET:-220}
 T0=$(date +%s)
-el() { echo "--- [$(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+. "$D/common.sh" # el, left, step, models_q06
 export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}"
 unset CAIRN_ATTN_BF16TILE CAIRN_ATTN_BF16PAIR
 exec > >(tee "$O/log") 2>&1
 el "cpu (BUDGET=$BUDGET)"; grep -m1 '^model\s' /proc/cpuinfo
 B=$D/bin
-M=/tmp/m9; mkdir -p $M
-tar -C /tmp -xJf "$D/llama.cpp-de3ff81-avx512.tar.xz"
-P=/tmp/llama.cpp; [ -d $P/bin ] && P=$P/bin
-export LD_LIBRARY_PATH="$P:$LD_LIBRARY_PATH"
-"$B/cairn" synth $M/hf --preset qwen3-0.6b >/dev/null
-env -u LD_LIBRARY_PATH python3 "$D/hf2gguf.py" $M/hf -o $M/q06-bf16.gguf --type bf16 >/dev/null
-$P/llama-quantize $M/q06-bf16.gguf $M/q06-Q8_0.gguf Q8_0 16 >/dev/null 2>&1
-$P/llama-quantize $M/q06-bf16.gguf $M/q06-Q4_K_M.gguf Q4_K_M 16 >/dev/null 2>&1
-rm -rf $M/hf $M/q06-bf16.gguf
+M=/tmp/m9
+models_q06 $M
 el "models made"
 PIDS=()
 long8k() { # NAME CORES CMD...

@@ -13,16 +13,7 @@ D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 BUDGET=${BUDGET:-200}
 T0=$(date +%s)
-el() { echo "--- [$(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-step() {
-  local name=$1 max=$2; shift 2
-  local l; l=$(left)
-  if [ "$l" -le 5 ]; then el "SKIPPED (budget): $name"; return; fi
-  [ "$max" -gt "$l" ] && max=$l
-  el "$name"
-  timeout "$max" "$@"; echo "rc $?"
-}
+. "$D/common.sh" # el, left, step, models_q06
 export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
 exec > >(tee "$O/log") 2>&1
 el "cpu (BUDGET=$BUDGET)"

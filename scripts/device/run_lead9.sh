@@ -14,16 +14,7 @@ D=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 BUDGET=${BUDGET:-330}
 T0=$(date +%s)
-el() { echo "--- [$(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-step() {
-  local name=$1 max=$2; shift 2
-  local l; l=$(left)
-  if [ "$l" -le 5 ]; then el "SKIPPED (budget): $name"; return; fi
-  [ "$max" -gt "$l" ] && max=$l
-  el "$name"
-  timeout "$max" "$@"; echo "rc $?"
-}
+. "$D/common.sh" # el, left, step, models_q06
 export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
 unset CAIRN_ATTN_BF16TILE CAIRN_ATTN_BF16PAIR
 exec > >(tee "$O/log") 2>&1
@@ -45,15 +36,8 @@ TPID=$!
     echo "--- bench_attention $v"; timeout 60 taskset -c 2 $b --ctx 2048,8192 --reps 3 --numerics tile | grep ctx
   done ) >/tmp/attn.log 2>&1 &
 APID=$!
-M=/tmp/m9; mkdir -p $M
-tar -C /tmp -xJf "$D/llama.cpp-de3ff81-avx512.tar.xz"
-P=/tmp/llama.cpp; [ -d $P/bin ] && P=$P/bin
-export LD_LIBRARY_PATH="$P:$LD_LIBRARY_PATH"
-step synth 30 taskset -c 4-15 "$B/cairn" synth $M/hf --preset qwen3-0.6b >/dev/null
-step hf2gguf 40 taskset -c 4-15 env -u LD_LIBRARY_PATH python3 "$D/hf2gguf.py" $M/hf -o $M/q06-bf16.gguf --type bf16 >/dev/null
-step quantize-q8_0 30 taskset -c 4-15 $P/llama-quantize $M/q06-bf16.gguf $M/q06-Q8_0.gguf Q8_0 12 >/dev/null 2>&1
-step quantize-q4_k_m 30 taskset -c 4-15 $P/llama-quantize $M/q06-bf16.gguf $M/q06-Q4_K_M.gguf Q4_K_M 12 >/dev/null 2>&1
-rm -rf $M/hf $M/q06-bf16.gguf
+M=/tmp/m9
+models_q06 $M 4-15
 PIDS=()
 long8k() { # NAME CORES CMD...
   local name=$1 cores=$2; shift 2

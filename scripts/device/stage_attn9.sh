@@ -30,5 +30,5 @@ for b in "$DEST"/bin/* "$DEST"/main/*; do ldd "$b"; done | awk '$3 ~ /^\// {prin
 cp -L /usr/lib/x86_64-linux-gnu/libgomp.so.1 "$DEST/lib/" # llama.cpp's, in case the device lacks it
 cp -r ../shared/fixtures/models/qwen3 "$DEST/fixtures/models/"
 chmod -R u+w "$DEST/fixtures"
-cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_attn9.sh "$DEST/"
+cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_attn9.sh scripts/device/common.sh "$DEST/"
 du -sh "$DEST"

@@ -57,5 +57,5 @@ for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -
 cp -L /usr/lib/x86_64-linux-gnu/libgomp.so.1 "$DEST/lib/" # llama.cpp's, in case the device lacks it
 cp -r ../shared/fixtures/models/qwen3 "$DEST/fixtures/models/"
 chmod -R u+w "$DEST/fixtures"
-cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_kq9.sh "$DEST/"
+cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_kq9.sh scripts/device/common.sh "$DEST/"
 du -sh "$DEST"

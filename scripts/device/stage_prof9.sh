@@ -28,5 +28,5 @@ cp -L /usr/lib/x86_64-linux-gnu/libgomp.so.1 "$DEST/lib/" # llama.cpp's, in case
 cc -O2 -shared -fPIC -Wall -Wextra -Werror -o "$DEST/lib/libxeon_sampler.so" scripts/device/xeon_sampler.c
 cp -r ../shared/fixtures/models/qwen3 "$DEST/fixtures/models/"
 chmod -R u+w "$DEST/fixtures"
-cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_prof9.sh "$DEST/"
+cp ../shared/peer/llama.cpp-de3ff81-avx512.tar.xz ../shared/peer/hf2gguf.py scripts/device/run_prof9.sh scripts/device/common.sh "$DEST/"
 du -sh "$DEST"
