@@ -43,6 +43,19 @@ static bool wait_for(test_server_t *ts, bool want_running, int ms)
     return false;
 }
 
+/* Waits up to ms until nothing runs or waits (the previous part's requests are over, so a
+ * later running == 1 is the new request's); returns whether it happened. */
+static bool wait_idle(test_server_t *ts, int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        cairn_sched_stats_t st = stats(ts);
+        if (st.running == 0 && st.queued == 0)
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
 static void test_nonstream_disconnect_cancels(void **state)
 {
     test_server_t ts;
@@ -117,7 +130,11 @@ static void test_keepalive_while_waiting(void **state)
     assert_true(found);
     close(fd);
 
-    /* Anthropic Messages: the keepalive is the API's ping event, then the stream as usual. */
+    /* Anthropic Messages: the keepalive is the API's ping event, then the stream as usual.
+     * The first part's stream has sent [DONE] but may still count as running for a moment;
+     * without this wait, running == 1 below could be that stream and the message would run
+     * before the busy request (seen once in CI under ASan). */
+    assert_true(wait_idle(&ts, 10000));
     busy = http_send(ts.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq));
     assert_true(busy >= 0);
     assert_true(wait_for(&ts, true, 5000));
