@@ -29,27 +29,24 @@ static cairn_sched_stats_t stats(test_server_t *ts)
     return st;
 }
 
-/* Waits up to ms for a running request (want_running) or for a cancel with the pool
- * empty again; returns whether it happened. */
-static bool wait_for(test_server_t *ts, bool want_running, int ms)
-{
-    for (int i = 0; i < ms / 10; i++) {
-        cairn_sched_stats_t st = stats(ts);
-        if (want_running ? st.running == 1
-                         : st.requests_canceled >= 1 && st.running == 0 && st.pool_blocks_used == 0)
-            return true;
-        usleep(10000);
-    }
-    return false;
-}
+/* The states the tests wait for. */
+typedef enum {
+    WANT_RUNNING,  /* one request running */
+    WANT_CANCELED, /* a cancel seen, nothing running, the pool empty again */
+    WANT_IDLE,     /* nothing running or queued (an earlier part's requests are over, so a
+                    * later WANT_RUNNING is the new request's) */
+} want_t;
 
-/* Waits up to ms until nothing runs or waits (the previous part's requests are over, so a
- * later running == 1 is the new request's); returns whether it happened. */
-static bool wait_idle(test_server_t *ts, int ms)
+/* Polls the scheduler's stats every 10 ms for up to ms; returns whether want was seen. */
+static bool wait_for(test_server_t *ts, want_t want, int ms)
 {
     for (int i = 0; i < ms / 10; i++) {
         cairn_sched_stats_t st = stats(ts);
-        if (st.running == 0 && st.queued == 0)
+        bool ok = want == WANT_RUNNING  ? st.running == 1
+                : want == WANT_CANCELED ? st.requests_canceled >= 1 && st.running == 0 &&
+                                              st.pool_blocks_used == 0
+                                        : st.running == 0 && st.queued == 0;
+        if (ok)
             return true;
         usleep(10000);
     }
@@ -63,10 +60,10 @@ static void test_nonstream_disconnect_cancels(void **state)
     const char *body = "{\"prompt\":\"go\",\"max_tokens\":8000,\"ignore_eos\":true,\"temperature\":0}";
     int fd = http_send(ts.port, "POST", "/v1/completions", NULL, body, strlen(body));
     assert_true(fd >= 0);
-    assert_true(wait_for(&ts, true, 5000));
+    assert_true(wait_for(&ts, WANT_RUNNING, 5000));
     usleep(100000);
     close(fd);
-    assert_true(wait_for(&ts, false, 5000));
+    assert_true(wait_for(&ts, WANT_CANCELED, 5000));
     cairn_sched_stats_t st = stats(&ts);
     assert_true(st.completion_tokens < 8000); /* stopped early, not run to the end */
     test_server_stop(&ts);
@@ -96,8 +93,8 @@ static void test_stalled_stream_cancels(void **state)
                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
     assert_int_equal(write(fd, req, (size_t)n), n);
-    assert_true(wait_for(&ts, true, 5000));
-    assert_true(wait_for(&ts, false, 60000));
+    assert_true(wait_for(&ts, WANT_RUNNING, 5000));
+    assert_true(wait_for(&ts, WANT_CANCELED, 60000));
     cairn_sched_stats_t st = stats(&ts);
     assert_true(st.completion_tokens < 16 * 4000);
     close(fd);
@@ -118,7 +115,7 @@ static void test_keepalive_while_waiting(void **state)
     const char *longreq = "{\"prompt\":\"go\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0}";
     int busy = http_send(ts.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq));
     assert_true(busy >= 0);
-    assert_true(wait_for(&ts, true, 5000));
+    assert_true(wait_for(&ts, WANT_RUNNING, 5000));
     const char *body = "{\"prompt\":\"hi\",\"max_tokens\":2,\"stream\":true}";
     int fd = http_send(ts.port, "POST", "/v1/completions", NULL, body, strlen(body));
     assert_true(fd >= 0);
@@ -134,10 +131,10 @@ static void test_keepalive_while_waiting(void **state)
      * The first part's stream has sent [DONE] but may still count as running for a moment;
      * without this wait, running == 1 below could be that stream and the message would run
      * before the busy request (seen once in CI under ASan). */
-    assert_true(wait_idle(&ts, 10000));
+    assert_true(wait_for(&ts, WANT_IDLE, 10000));
     busy = http_send(ts.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq));
     assert_true(busy >= 0);
-    assert_true(wait_for(&ts, true, 5000));
+    assert_true(wait_for(&ts, WANT_RUNNING, 5000));
     const char *msg = "{\"model\":\"qwen3\",\"max_tokens\":2,\"stream\":true,"
                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
     fd = http_send(ts.port, "POST", "/v1/messages", NULL, msg, strlen(msg));
