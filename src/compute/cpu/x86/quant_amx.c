@@ -28,7 +28,9 @@
  * read (each row's f32 block scales, q4_0's 8 x sums, the k-quants' bsums pairs) depend on
  * the rows only: they are computed once per call, before the output loop, into a side table
  * [block][row] (kq_act_t, b32_act_t; one heap block the call frees), not once per 16
- * outputs x piece. When that table cannot be allocated the call runs all its rows on the
+ * outputs x piece. The same table holds the rows' int8 activations copied into the A tiles'
+ * layout (16 rows x 64 or 32 bytes, contiguous and aligned), so no tile load reads the q8_k /
+ * q8_0 blocks at their 292 / 34-byte strides. When that table cannot be allocated the call runs all its rows on the
  * VNNI kernel (same bits), so the kernel has no failure to report.
  *
  * Tile state: the kernel requests permission for the tile data once per process
@@ -242,13 +244,22 @@ TA static void kq_pack(kq_pack_t *pk, const unsigned char *const wr[16], int b, 
  * super-block b; bs[b rows + r] the int16 pairs its mins term multiplies, dword p
  * lane-broadcast by the fold: q4_k / q5_k dwords 0-3 = the sub-block sums (bsums 4p + {0,1},
  * bsums 4p + {2,3}) packed (each |sum| <= 2 x 16 x 128, an int16), q6_k dwords 0-7 = bsums
- * pairs 2p, 2p + 1 as stored. One heap block (kq_act_alloc) owned by the call. */
+ * pairs 2p, 2p + 1 as stored. And the rows' int8 activations themselves, copied into the
+ * A tiles' layout: xa + KQ_ATILE(b, rt, g) is the 16 rows of row tile rt x elements 64g ..
+ * 64g + 63 of super-block b, 64 bytes a row, contiguous and 64-byte aligned, so a tile load
+ * reads 16 whole cache lines instead of 16 rows split across two lines each at the q8_k
+ * blocks' 292-byte stride (bench_amx_parts, q4_k: ~0.88x the kernel's time with the A tiles
+ * from one aligned buffer). One heap block (kq_act_alloc) owned by the call. */
 typedef struct {
     int rows;          /* the call's tiled rows: the stride of one block's values */
     float *dx;         /* [nb][rows] */
     int32_t (*bs)[8];  /* [nb][rows][8] */
+    int8_t *xa;        /* [nb][rows / 16][4][16][64] */
     void *mem;         /* what cairn_free takes */
 } kq_act_t;
+
+/* Byte offset in kq_act_t xa of super-block b, row tile rt, 64-element group g. */
+#define KQ_ATILE(a, b, rt, g) ((((size_t)(b) * (size_t)((a)->rows / 16) + (size_t)(rt)) * 4 + (size_t)(g)) * 1024)
 
 /* Allocates the side table of rows x nb super-blocks; false (nothing to free) when it
  * cannot be had. */
@@ -256,12 +267,16 @@ static bool kq_act_alloc(kq_act_t *a, int rows, int nb)
 {
     const size_t cells = (size_t)rows * (size_t)nb;
     a->rows = rows;
-    a->mem = cells <= (SIZE_MAX - 128) / 40 ? cairn_malloc(cells * (sizeof(float) + 8 * sizeof(int32_t)) + 128) : NULL;
+    /* xa (QK_K bytes a cell), bs (32), dx (4): each part's size a multiple of 64 bytes
+     * (rows is a multiple of 16), so one alignment at the start aligns all three */
+    a->mem = cells <= (SIZE_MAX - 128) / (QK_K + 40) ? cairn_malloc(cells * (QK_K + sizeof(float) + 8 * sizeof(int32_t)) + 128)
+                                                     : NULL;
     if (!a->mem)
         return false;
     unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
-    a->bs = (int32_t (*)[8])p;
-    a->dx = (float *)(p + cells * 8 * sizeof(int32_t));
+    a->xa = (int8_t *)p;
+    a->bs = (int32_t (*)[8])(p + cells * QK_K);
+    a->dx = (float *)(p + cells * QK_K + cells * 8 * sizeof(int32_t));
     return true;
 }
 
@@ -280,6 +295,9 @@ TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const void *xq, siz
             const __m256i m = _mm256_madd_epi16(b, ones);
             const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(m, m), 0x08);
             _mm256_store_si256((__m256i *)a->bs[i], q6 ? b : packed);
+            int8_t *xa = a->xa + KQ_ATILE(a, k, r / 16, 0) + (size_t)(r % 16) * 64;
+            for (int g = 0; g < 4; g++)
+                _mm512_store_si512(xa + 1024 * g, _mm512_loadu_si512(x->q + 64 * g));
         }
 }
 
@@ -317,16 +335,16 @@ TA INLINE __m512 kq_fold(__m512 acc, __m512i ch, __m512i cl, int s, const __m512
  * the parity of g, the digits in tiles 6, 7), stored to c[0], c[1]. */
 #define KQ_TILE(CH, CL, k, c)                                                            \
     do {                                                                                 \
-        const unsigned char *xk_ = xb + (size_t)(k) * sizeof(blk_q8_k_t);                \
+        const int8_t *xk_ = a->xa + KQ_ATILE(a, b0 + (k), r0 / 16 + rt, 0);              \
         _tile_zero(CH);                                                                  \
         _tile_zero(CL);                                                                  \
         for (int g = 0; g < 4; g += 2) {                                                 \
-            _tile_loadd(4, xk_ + 64 * g, (long)ldq);                                     \
+            _tile_loadd(4, xk_ + 1024 * g, 64);                                          \
             _tile_loadd(6, pk[k].hd[g], 64);                                             \
             _tile_dpbssd(CH, 4, 6);                                                      \
             _tile_loadd(7, pk[k].ld[g], 64);                                             \
             _tile_dpbssd(CL, 4, 7);                                                      \
-            _tile_loadd(5, xk_ + 64 * (g + 1), (long)ldq);                               \
+            _tile_loadd(5, xk_ + 1024 * (g + 1), 64);                                    \
             _tile_loadd(6, pk[k].hd[g + 1], 64);                                         \
             _tile_dpbssd(CH, 5, 6);                                                      \
             _tile_loadd(7, pk[k].ld[g + 1], 64);                                         \
@@ -390,21 +408,17 @@ TA INLINE void kq_acc_store(float *y, int ldy, int nv, const __m512 acc[16])
 #ifndef AMX_KQ_SCHED
 #define AMX_KQ_SCHED 3
 #endif
-TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, int nt, const kq_pack_t *pk, int b0,
+TA INLINE void kq_tiles(float *y, int ldy, int r0, int nt, const kq_pack_t *pk, int b0,
                         int nbk, int nv, bool from_y, const kq_act_t *a, cairn_dtype_t t)
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t);
-    const unsigned char *xb = xr + offsetof(blk_q8_k_t, q);
     /* block k's terms of row tile rt: a->dx[KQ_AT(k, rt)], a->bs[KQ_AT(k, rt)] */
 #define KQ_AT(k, rt) ((size_t)(b0 + (k)) * (size_t)a->rows + (size_t)(r0 + 16 * (rt)))
     __m512 acc[16];
     if (AMX_KQ_SCHED == 1 || nt == 1) {
         _Alignas(64) int32_t c[2][2][16][16];
         for (int rt = 0; rt < nt; rt++) {
-            if (rt)
-                xb += 16 * ldq;
             float *yr = y + (size_t)(r0 + 16 * rt) * ldy;
             kq_acc_load(acc, yr, ldy, nv, from_y);
             KQ_TILE(0, 1, 0, c[0]);
@@ -427,14 +441,14 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
     /* AMX_KQ_SCHED 2, nt = 2: cb[k][row tile][digit] */
     _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16];
     for (int k = 0; k < nbk; k++) {
-        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
+        const int8_t *xk = a->xa + KQ_ATILE(a, b0 + k, r0 / 16, 0);
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int g = 0; g < 4; g++) {
-            _tile_loadd(4, xk + 64 * g, (long)ldq);
-            _tile_loadd(5, xk + 16 * ldq + 64 * g, (long)ldq);
+            _tile_loadd(4, xk + 1024 * g, 64);
+            _tile_loadd(5, xk + KQ_ATILE(a, 0, 1, g), 64);
             _tile_loadd(6, pk[k].hd[g], 64);
             _tile_dpbssd(0, 4, 6);
             _tile_dpbssd(2, 5, 6);
@@ -466,23 +480,21 @@ TA INLINE void kq_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, i
  * (group 0's h, l) and 2, 3 (group 1's), A in tile 4, the weights in 5, 6, 7, 5. All nbk
  * blocks' tile sums are stored first, then each group's folds (the same kq_fold16).
  */
-TA INLINE void kq_tiles2(float *y, int ldy, const void *xq, size_t ldq, int r0, const kq_pack_t *pk0,
+TA INLINE void kq_tiles2(float *y, int ldy, int r0, const kq_pack_t *pk0,
                          const kq_pack_t *pk1, int b0, int nbk, int nv1, bool from_y, const kq_act_t *a,
                          cairn_dtype_t t)
 {
     const int s = t == CAIRN_DTYPE_Q6_K ? 6 : 5;
     const bool q6 = t == CAIRN_DTYPE_Q6_K;
-    const unsigned char *xb =
-        (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_k_t) + offsetof(blk_q8_k_t, q);
     _Alignas(64) int32_t cb[KQ_PIECE][2][2][16][16]; /* [k][group][digit] */
     for (int k = 0; k < nbk; k++) {
-        const unsigned char *xk = xb + (size_t)k * sizeof(blk_q8_k_t);
+        const int8_t *xk = a->xa + KQ_ATILE(a, b0 + k, r0 / 16, 0);
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int g = 0; g < 4; g++) {
-            _tile_loadd(4, xk + 64 * g, (long)ldq);
+            _tile_loadd(4, xk + 1024 * g, 64);
             _tile_loadd(5, pk0[k].hd[g], 64);
             _tile_dpbssd(0, 4, 5);
             _tile_loadd(6, pk0[k].ld[g], 64);
@@ -546,10 +558,10 @@ TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
                 AMX_BARRIER(pk1);
                 for (int tt = 0; tt < tiles; tt++) {
                     if (t == CAIRN_DTYPE_Q6_K)
-                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                        kq_tiles2(y + o, ldy, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
                                   CAIRN_DTYPE_Q6_K);
                     else
-                        kq_tiles2(y + o, ldy, xq, ldq, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
+                        kq_tiles2(y + o, ldy, 16 * tt, pk, pk1, b0, nbk, nv1, acc || b0 > 0, &a,
                                   CAIRN_DTYPE_Q4_K);
                 }
             }
@@ -565,9 +577,9 @@ TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, i
             for (int tt = 0; tt < tiles; tt += 2) {
                 const int nt = tiles - tt >= 2 ? 2 : 1;
                 if (t == CAIRN_DTYPE_Q6_K)
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q6_K);
+                    kq_tiles(y + o, ldy, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q6_K);
                 else
-                    kq_tiles(y + o, ldy, xq, ldq, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q4_K);
+                    kq_tiles(y + o, ldy, 16 * tt, nt, pk, b0, nbk, nv, acc || b0 > 0, &a, CAIRN_DTYPE_Q4_K);
             }
         }
     }
@@ -615,8 +627,12 @@ typedef struct {
     int rows;    /* the call's tiled rows: the stride of one block's values */
     float *dx;   /* [nb][rows] */
     int32_t *x8; /* [nb][rows]; q4_0 only */
+    int8_t *xa;  /* [nb][rows / 16][16][32]: the rows' q in the A tiles' layout (as kq_act_t's) */
     void *mem;   /* what cairn_free takes */
 } b32_act_t;
+
+/* Byte offset in b32_act_t xa of block b, row tile rt (16 rows of 32 bytes). */
+#define B32_ATILE(a, b, rt) (((size_t)(b) * (size_t)((a)->rows / 16) + (size_t)(rt)) * 512)
 
 /* Allocates the side table of rows x nb blocks; false (nothing to free) when it cannot be
  * had. */
@@ -624,12 +640,15 @@ static bool b32_act_alloc(b32_act_t *a, int rows, int nb)
 {
     const size_t cells = (size_t)rows * (size_t)nb;
     a->rows = rows;
-    a->mem = cells <= (SIZE_MAX - 128) / 8 ? cairn_malloc(cells * (sizeof(float) + sizeof(int32_t)) + 128) : NULL;
+    /* xa (QK8_0 bytes a cell), dx, x8: each part a multiple of 64 bytes (rows % 16 == 0) */
+    a->mem = cells <= (SIZE_MAX - 128) / (QK8_0 + 8)
+                 ? cairn_malloc(cells * (QK8_0 + sizeof(float) + sizeof(int32_t)) + 128) : NULL;
     if (!a->mem)
         return false;
     unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
-    a->dx = (float *)p;
-    a->x8 = (int32_t *)(p + cells * sizeof(float));
+    a->xa = (int8_t *)p;
+    a->dx = (float *)(p + cells * QK8_0);
+    a->x8 = (int32_t *)(p + cells * QK8_0 + cells * sizeof(float));
     return true;
 }
 
@@ -640,6 +659,12 @@ TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, s
                                                  bool q4)
 {
     const size_t rows = (size_t)a->rows;
+    for (size_t r = 0; r < rows; r++)
+        for (int k = 0; k < nb; k++) {
+            const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + r * ldq) + k;
+            _mm256_store_si256((__m256i *)(a->xa + B32_ATILE(a, k, r / 16) + (r % 16) * 32),
+                               _mm256_loadu_si256((const __m256i *)x->q));
+        }
     if (ldq <= (size_t)INT32_MAX / 16 && (size_t)nb <= (size_t)INT32_MAX / 16) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m512i rx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldq));
@@ -670,7 +695,7 @@ TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, s
     do {                                                                                      \
         _tile_loadd(TB, pk[k].q, 64);                                                         \
         _tile_zero(C_);                                                                       \
-        _tile_loadd(TA_, xr + (size_t)(k) * sizeof(blk_q8_0_t) + offsetof(blk_q8_0_t, q), (long)ldq); \
+        _tile_loadd(TA_, a->xa + B32_ATILE(a, b0 + (k), r0 / 16), 32);                          \
         _tile_dpbssd(C_, TA_, TB);                                                            \
         _tile_stored(C_, (c), 64);                                                            \
     } while (0)
@@ -714,11 +739,10 @@ _Static_assert(AMX_B32_AHEAD >= 0 && AMX_B32_AHEAD <= 3, "four C tiles");
         }                                                             \
     } while (0)
 
-TA INLINE void b32_tiles(float *y, int ldy, const void *xq, size_t ldq, int r0, const b32_pack_t *pk, int b0, int nbk,
+TA INLINE void b32_tiles(float *y, int ldy, int r0, const b32_pack_t *pk, int b0, int nbk,
                          int nv, bool from_y, const b32_act_t *a, bool q4)
 {
     _Alignas(64) int32_t c[AMX_B32_AHEAD + 1][16][16];
-    const unsigned char *xr = (const unsigned char *)xq + (size_t)r0 * ldq + (size_t)b0 * sizeof(blk_q8_0_t);
     const size_t at = (size_t)b0 * (size_t)a->rows + (size_t)r0; /* block b0's terms of this row tile */
     __m512 acc[16];
 #pragma GCC unroll 16
@@ -762,9 +786,9 @@ TA static bool amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int3
             AMX_BARRIER(pk);
             for (int tt = 0; tt < tiles; tt++) {
                 if (q4)
-                    b32_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, true);
+                    b32_tiles(y + o, ldy, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, true);
                 else
-                    b32_tiles(y + o, ldy, xq, ldq, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, false);
+                    b32_tiles(y + o, ldy, 16 * tt, pk, b0, nbk, nv, acc || b0 > 0, &a, false);
             }
         }
     }
