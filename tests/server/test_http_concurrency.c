@@ -130,10 +130,28 @@ static double metric(const char *name)
     return v;
 }
 
+/* Waits until the scheduler's snapshot shows an idle engine with no block in use. The
+ * snapshot is published by the engine thread after its step (and once more before it
+ * sleeps), so right after a client saw its [DONE] it may still show the finished requests
+ * running and their blocks in use: a baseline taken then is stale (CI under ASan: the
+ * previous test's 16 streams were still "using" more blocks than the next request).
+ * Returns the idle snapshot in *st. */
+static void wait_idle(cairn_sched_stats_t *st)
+{
+    for (int i = 0; i < 1000; i++) {
+        cairn_sched_stats(cairn_server_sched(g_srv.srv), st);
+        if (st->running == 0 && st->queued == 0 && st->pool_blocks_used == 0)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the server did not become idle in 10 s: running %d queued %d blocks used %d",
+             (int)st->running, (int)st->queued, (int)st->pool_blocks_used);
+}
+
 static void test_disconnect_cancels(void **state)
 {
     cairn_sched_stats_t before, st;
-    cairn_sched_stats(cairn_server_sched(g_srv.srv), &before);
+    wait_idle(&before);
     double canceled_before = metric("cairn_sched_requests_canceled_total");
     const char *body = "{\"prompt\":\"Tell me everything\",\"max_tokens\":8000,\"ignore_eos\":true,"
                        "\"temperature\":0,\"stream\":true}";
@@ -141,17 +159,19 @@ static void test_disconnect_cancels(void **state)
     assert_true(fd >= 0);
     int found;
     http_read_until(fd, "\"text\":", 5000, &found); /* a first token arrived */
-    assert_true(found);
     /* The scheduler's stats are a snapshot the engine thread refreshes; give it a moment. */
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; found && i < 500; i++) {
         cairn_sched_stats(cairn_server_sched(g_srv.srv), &st);
-        if (st.running == 1 && st.pool_blocks_used > before.pool_blocks_used)
+        if (st.running == 1 && st.pool_blocks_used > 0)
             break;
-        usleep(5000);
+        usleep(10000);
     }
-    assert_int_equal(st.running, 1);
-    assert_true(st.pool_blocks_used > before.pool_blocks_used);
+    /* Disconnect before asserting: a failed assertion must not leave an 8000-token request
+     * running, which would fill the pool under the next test. */
     close(fd);
+    assert_true(found);
+    assert_int_equal(st.running, 1);
+    assert_true(st.pool_blocks_used > 0);
     /* The next write fails, MHD reports the disconnect, the request is canceled. */
     for (int i = 0; i < 500; i++) {
         cairn_sched_stats(cairn_server_sched(g_srv.srv), &st);
@@ -232,6 +252,8 @@ static void *load_thread(void *arg)
 
 static void test_bounded_load(void **state)
 {
+    cairn_sched_stats_t idle;
+    wait_idle(&idle);
     pthread_t th[LOAD_THREADS];
     for (long t = 0; t < LOAD_THREADS; t++)
         assert_int_equal(pthread_create(&th[t], NULL, load_thread, (void *)t), 0);
