@@ -124,6 +124,38 @@ static void test_tiles_equal_emulation(void **state)
     }
 }
 
+/* kern__avx512_pair_pack_q (the packing of q the tile orders use) = attn__pair_pack_q bit
+ * for bit: special values (zeros, denormals, ties, the largest finite values rounding to
+ * infinity, infinities, signalling and quiet NaNs of both signs) and random bit patterns,
+ * head dims 1..130 padded to 16, to 32 and beyond; nothing written past hdp values. */
+static void test_pack_q_matches_scalar(void **state)
+{
+    (void)state;
+    enum { MAXD = 192 };
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00400000u,
+                                       0x00800000u, 0x80800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+                                       0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f800000u,
+                                       0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffffffffu,
+                                       0x7fbfffffu, 0x00ffffffu, 0x3f7fffffu, 0x4b7fffffu};
+    const int nsp = (int)(sizeof special / sizeof special[0]);
+    float q[MAXD], a[MAXD + 16], b[MAXD + 16];
+    for (int hd = 1; hd <= 130; hd++) {
+        const int pads[] = {(hd + 15) / 16 * 16, (hd + 31) / 32 * 32, hd + 48 < MAXD ? hd + 48 : MAXD};
+        for (int pi = 0; pi < 3; pi++) {
+            const int hdp = pads[pi];
+            for (int d = 0; d < MAXD; d++) {
+                uint32_t u = (d + hd) % 3 == 0 ? special[(d + 7 * hd) % nsp] : rnd32() ^ (rnd32() << 16);
+                memcpy(&q[d], &u, 4);
+            }
+            memset(a, 0xa5, sizeof a);
+            memset(b, 0xa5, sizeof b);
+            attn__pair_pack_q(a, q, hd, hdp);
+            kern__avx512_pair_pack_q(b, q, hd, hdp);
+            assert_memory_equal(a, b, sizeof a);
+        }
+    }
+}
+
 /* The self-check passes on the Xeon's rounding and fails on a per-product rounding. */
 static void test_self_check(void **state)
 {
@@ -144,6 +176,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiles_equal_emulation),
         cmocka_unit_test(test_self_check),
+        cmocka_unit_test(test_pack_q_matches_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -286,11 +286,28 @@ static void scalar_sigmoid_mul(float *out, const float *gate, const float *up, s
     }
 }
 
+static void scalar_norm_apply(float *out, const float *x, float s, const void *w, cairn_dtype_t wt, int n)
+{
+    if (wt == CAIRN_DTYPE_F32) { /* the same two products, without load_elem's switch per element */
+        const float *wf = w;
+        for (int i = 0; i < n; i++) {
+            float h = x[i] * s;
+            out[i] = wf[i] * h;
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        float h = x[i] * s; /* HF: (x * rsqrt(var + eps)), then weight * that */
+        out[i] = load_elem(w, wt, (size_t)i) * h;
+    }
+}
+
 const kern_impl_t kern__scalar = {
     .name = "scalar",
     .types = {[CAIRN_DTYPE_F32] = SCALAR_ROW(f32), [CAIRN_DTYPE_F16] = SCALAR_ROW(f16),
               [CAIRN_DTYPE_BF16] = SCALAR_ROW(bf16)}, /* quantized types: quant_kernels.c's rows, added at resolution */
     .sumsq = scalar_sumsq,
+    .norm_apply = scalar_norm_apply,
     .glu = {[COMPUTE_GLU_SILU] = scalar_silu_mul, [COMPUTE_GLU_GELU_TANH] = scalar_gelu_tanh_mul,
             [COMPUTE_GLU_SIGMOID] = scalar_sigmoid_mul},
     .bf16_math_fast = false,
@@ -352,6 +369,8 @@ static void resolve_one(kern_impl_t *dst, const kern_impl_t *src)
     }
     if (!dst->sumsq)
         dst->sumsq = kern__scalar.sumsq;
+    if (!dst->norm_apply)
+        dst->norm_apply = kern__scalar.norm_apply;
     for (int a = 0; a < COMPUTE_GLU_COUNT; a++)
         if (!dst->glu[a])
             dst->glu[a] = kern__scalar.glu[a];
@@ -832,18 +851,7 @@ void kern__rmsnorm(const kern_impl_t *k, float *out, const float *x, const void 
         }
         return;
     }
-    if (wt == CAIRN_DTYPE_F32) { /* the same two products, without load_elem's switch per element */
-        const float *wf = w;
-        for (int i = 0; i < n; i++) {
-            float h = x[i] * scale;
-            out[i] = wf[i] * h;
-        }
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        float h = x[i] * scale; /* HF: (x * rsqrt(var + eps)), then weight * that */
-        out[i] = load_elem(w, wt, (size_t)i) * h;
-    }
+    k->norm_apply(out, x, scale, w, wt, n);
 }
 
 void kern_rmsnorm(float *out, const float *x, const void *w, cairn_dtype_t wt, int n, float eps)

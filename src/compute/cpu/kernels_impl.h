@@ -89,6 +89,9 @@ typedef struct kern_impl {
     kern_type_ops_t types[COMPUTE_DTYPE_COUNT];
     /* sum of x[i]^2 in the canonical RMSNorm order (below) */
     double (*sumsq)(const float *x, int n);
+    /* RMSNorm's normalize step: out[i] = w[i] * (x[i] * s), two rounded f32 products, w of
+     * type wt (F32, F16 or BF16, widened exactly); out may be x. */
+    void (*norm_apply)(float *out, const float *x, float s, const void *w, cairn_dtype_t wt, int n);
     /* out[i] = act(gate[i]) * up[i] (kernels.h, kern_glu) */
     void (*glu[COMPUTE_GLU_COUNT])(float *out, const float *gate, const float *up, size_t n);
     /* BF16-math matmuls run at full speed (not the scalar emulation). */

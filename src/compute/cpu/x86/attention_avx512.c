@@ -582,13 +582,25 @@ T512 static void pair_pv(float *acc, int lda, const float *p, int ldp, int rows,
         kern__avx512_pair_pv(acc + (size_t)tiled * lda, lda, p + (size_t)tiled * ldp, ldp, rows - tiled, cnt, vb, hd);
 }
 
+/* attn__pair_pack_q, 16 lanes: q rounded by round_bf16 (the same bits as
+ * attn__bf16_round), the upper halves stored as bf16, zero past hd up to hdp. */
+T512 void kern__avx512_pair_pack_q(float *slot, const float *q, int hd, int hdp)
+{
+    uint16_t *b = (uint16_t *)slot; /* hdp bf16 values in the slot's first half */
+    for (int d = 0; d < hdp; d += 16) {
+        const __mmask16 mq = hd > d ? tail_mask(hd - d) : 0, mb = tail_mask(hdp - d);
+        const __m512i r = _mm512_srli_epi32(_mm512_castps_si512(round_bf16(_mm512_maskz_loadu_ps(mq, q + d))), 16);
+        _mm256_mask_storeu_epi16(b + d, mb, _mm512_cvtepi32_epi16(r));
+    }
+}
+
 /* The canonical softmax and the key transpose, for the tile order's rendition
  * (x86/attention_tile.c). */
 float kern__avx512_softmax(float *s, int n) { return avx512_softmax(s, n); }
 void kern__avx512_transpose16(float *kt, const float *kb, int hd) { avx512_transpose16(kt, kb, hd); }
 
 const attn_impl_t attn__avx512_pair = {"avx512-pair", pair_scores16, pair_softmax, pair_pv, pair_scores16_t,
-                                       avx512_transpose16, NULL, NULL, NULL, NULL, attn__pair_pack_q, NULL,
+                                       avx512_transpose16, NULL, NULL, NULL, NULL, kern__avx512_pair_pack_q, NULL,
                                        NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* The "avx512-emubf16" kernels may run where VNNI is absent: step 1q is then the generic's. */

@@ -199,7 +199,7 @@ static void tile_transpose16(float *kt, const float *kb, int hd) /* bits moved a
 static void tile_pack_q(float *slot, const float *q, int hd, int hdp)
 {
     (void)hdp;
-    attn__pair_pack_q(slot, q, hd, round32(hd));
+    kern__avx512_pair_pack_q(slot, q, hd, round32(hd));
 }
 
 /* Step 1T: s[r * lds + k] = scale * the tile dot of q row r with key k of kt, the keys'

@@ -360,6 +360,21 @@ T512 static double avx512_sumsq(const float *x, int n)
     return _mm_cvtsd_f64(_mm_add_sd(c, _mm_unpackhi_pd(c, c)));
 }
 
+/* RMSNorm's normalize step (kern_impl_t norm_apply), 16 lanes: the same two products. */
+T512 static void avx512_norm_apply(float *out, const float *x, float s, const void *w, cairn_dtype_t wt, int n)
+{
+    if (wt != CAIRN_DTYPE_F32 && wt != CAIRN_DTYPE_F16 && wt != CAIRN_DTYPE_BF16) {
+        kern__scalar.norm_apply(out, x, s, w, wt, n); /* its assertion names the type */
+        return;
+    }
+    const __m512 sv = _mm512_set1_ps(s);
+    for (int k = 0; k < n; k += 16) {
+        const __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1u);
+        const __m512 h = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), sv);
+        _mm512_mask_storeu_ps(out + k, m, _mm512_mul_ps(load16(w, wt, (size_t)k, n - k), h));
+    }
+}
+
 T512 INLINE void axpy_t(float *acc, float s, const void *row, cairn_dtype_t t, int n)
 {
     __m512 sv = _mm512_set1_ps(s);
@@ -469,7 +484,7 @@ extern const struct attn_impl attn__avx512;
                   [CAIRN_DTYPE_BF16] = {.matmul_range = BF16MM, .dot = avx512_dot_bf16, .axpy = avx512_axpy_bf16, \
                                         .rows_to_f32 = avx512_rows_bf16, .from_f32 = avx512_from_f32_bf16},  \
                   QROWS},                               \
-        .sumsq = avx512_sumsq,                                                                         \
+        .sumsq = avx512_sumsq, .norm_apply = avx512_norm_apply,                                        \
         .glu = {[COMPUTE_GLU_SILU] = avx512_silu_mul, [COMPUTE_GLU_GELU_TANH] = avx512_gelu_tanh_mul,  \
                 [COMPUTE_GLU_SIGMOID] = avx512_sigmoid_mul},                                           \
         .bf16_math_fast = true, .attn = &attn__avx512, .delta_step = dr__delta_avx512,                 \

@@ -82,6 +82,8 @@ void kern__avx512_pair_pv(float *acc, int lda, const float *p, int ldp, int rows
 /* attention_avx512.c: its canonical softmax and key transpose (attn_impl_t's softmax and
  * transpose16), for the tile order (attention_tile.c). */
 float kern__avx512_softmax(float *s, int n);
+/* attn__pair_pack_q (attention_impl.h) with AVX-512F, the same bits. */
+void kern__avx512_pair_pack_q(float *slot, const float *q, int hd, int hdp);
 void kern__avx512_transpose16(float *kt, const float *kb, int hd);
 
 /* attention_tile.c: the tile order of bf16 K/V attention (attention_impl.h, steps 1T and
