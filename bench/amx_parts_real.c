@@ -11,6 +11,17 @@
 #define kern__amx_qmm_q4_k real_amx_qmm_q4_k
 #define kern__amx_qmm_q5_k real_amx_qmm_q5_k
 #define kern__amx_qmm_q6_k real_amx_qmm_q6_k
+#define kern__amx_qmm_q8_0_table real_amx_qmm_q8_0_table
+#define kern__amx_qmm_q4_0_table real_amx_qmm_q4_0_table
+#define kern__amx_qmm_q4_k_table real_amx_qmm_q4_k_table
+#define kern__amx_qmm_q5_k_table real_amx_qmm_q5_k_table
+#define kern__amx_qmm_q6_k_table real_amx_qmm_q6_k_table
+#define kern__amx_qmm_table_bytes_kq real_amx_qmm_table_bytes_kq
+#define kern__amx_qmm_table_bytes_b32 real_amx_qmm_table_bytes_b32
+#define kern__amx_qmm_table_fill_q4_k real_amx_qmm_table_fill_q4_k
+#define kern__amx_qmm_table_fill_q6_k real_amx_qmm_table_fill_q6_k
+#define kern__amx_qmm_table_fill_q8_0 real_amx_qmm_table_fill_q8_0
+#define kern__amx_qmm_table_fill_q4_0 real_amx_qmm_table_fill_q4_0
 #include "compute/cpu/x86/x86_impls.h"
 void real_amx_qmm_q8_0(KERN_QMM_ARGS);
 void real_amx_qmm_q4_0(KERN_QMM_ARGS);

@@ -53,6 +53,17 @@ __attribute__((target("avx512f"))) static inline void stub_store(void *base, lon
 #define kern__amx_qmm_q4_k stub_amx_qmm_q4_k
 #define kern__amx_qmm_q5_k stub_amx_qmm_q5_k
 #define kern__amx_qmm_q6_k stub_amx_qmm_q6_k
+#define kern__amx_qmm_q8_0_table stub_amx_qmm_q8_0_table
+#define kern__amx_qmm_q4_0_table stub_amx_qmm_q4_0_table
+#define kern__amx_qmm_q4_k_table stub_amx_qmm_q4_k_table
+#define kern__amx_qmm_q5_k_table stub_amx_qmm_q5_k_table
+#define kern__amx_qmm_q6_k_table stub_amx_qmm_q6_k_table
+#define kern__amx_qmm_table_bytes_kq stub_amx_qmm_table_bytes_kq
+#define kern__amx_qmm_table_bytes_b32 stub_amx_qmm_table_bytes_b32
+#define kern__amx_qmm_table_fill_q4_k stub_amx_qmm_table_fill_q4_k
+#define kern__amx_qmm_table_fill_q6_k stub_amx_qmm_table_fill_q6_k
+#define kern__amx_qmm_table_fill_q8_0 stub_amx_qmm_table_fill_q8_0
+#define kern__amx_qmm_table_fill_q4_0 stub_amx_qmm_table_fill_q4_0
 #include "compute/cpu/x86/x86_impls.h"
 void stub_amx_qmm_q8_0(KERN_QMM_ARGS);
 void stub_amx_qmm_q4_0(KERN_QMM_ARGS);

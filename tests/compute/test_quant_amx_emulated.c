@@ -99,6 +99,17 @@ static void emu_dpbf16ps(int c, int a, int b)
 #define kern__amx_qmm_q4_k emu_amx_qmm_q4_k
 #define kern__amx_qmm_q5_k emu_amx_qmm_q5_k
 #define kern__amx_qmm_q6_k emu_amx_qmm_q6_k
+#define kern__amx_qmm_q8_0_table emu_amx_qmm_q8_0_table
+#define kern__amx_qmm_q4_0_table emu_amx_qmm_q4_0_table
+#define kern__amx_qmm_q4_k_table emu_amx_qmm_q4_k_table
+#define kern__amx_qmm_q5_k_table emu_amx_qmm_q5_k_table
+#define kern__amx_qmm_q6_k_table emu_amx_qmm_q6_k_table
+#define kern__amx_qmm_table_bytes_kq emu_amx_qmm_table_bytes_kq
+#define kern__amx_qmm_table_bytes_b32 emu_amx_qmm_table_bytes_b32
+#define kern__amx_qmm_table_fill_q4_k emu_amx_qmm_table_fill_q4_k
+#define kern__amx_qmm_table_fill_q6_k emu_amx_qmm_table_fill_q6_k
+#define kern__amx_qmm_table_fill_q8_0 emu_amx_qmm_table_fill_q8_0
+#define kern__amx_qmm_table_fill_q4_0 emu_amx_qmm_table_fill_q4_0
 #define kern__amx_matmul_bf16w emu_amx_matmul_bf16w
 #define kern__amx_bf16_state emu_amx_bf16_state
 #include "compute/cpu/x86/x86_impls.h"
@@ -145,6 +156,9 @@ static void random_weights(unsigned char *w, cairn_dtype_t t, int rows, int in)
 }
 
 typedef void qmm_fn(KERN_QMM_ARGS);
+typedef void qmm_table_fn(KERN_QMM_ARGS, const void *table);
+typedef void fill_fn(KERN_QMM_FILL_ARGS);
+typedef size_t bytes_fn(int rows, int n);
 
 /* Rows on both sides of the tile threshold and of whole tiles (pairs, a single last tile,
  * VNNI remainder rows), partial output tiles, short and long inputs, with and without
@@ -157,6 +171,14 @@ static void test_emulated_amx_equals_portable(void **state)
                                           CAIRN_DTYPE_Q6_K};
     static qmm_fn *const amx[] = {emu_amx_qmm_q8_0, emu_amx_qmm_q4_0, emu_amx_qmm_q4_k, emu_amx_qmm_q5_k,
                                   emu_amx_qmm_q6_k};
+    static qmm_table_fn *const amx_t[] = {emu_amx_qmm_q8_0_table, emu_amx_qmm_q4_0_table, emu_amx_qmm_q4_k_table,
+                                          emu_amx_qmm_q5_k_table, emu_amx_qmm_q6_k_table};
+    static fill_fn *const fill[] = {emu_amx_qmm_table_fill_q8_0, emu_amx_qmm_table_fill_q4_0,
+                                    emu_amx_qmm_table_fill_q4_k, emu_amx_qmm_table_fill_q4_k,
+                                    emu_amx_qmm_table_fill_q6_k};
+    static bytes_fn *const bytes[] = {emu_amx_qmm_table_bytes_b32, emu_amx_qmm_table_bytes_b32,
+                                      emu_amx_qmm_table_bytes_kq, emu_amx_qmm_table_bytes_kq,
+                                      emu_amx_qmm_table_bytes_kq};
 #ifdef __SANITIZE_ADDRESS__
     /* The model runs ~10x slower instrumented: a tile pair, a single tile, remainder rows
      * and a partial output tile still meet in these. */
@@ -217,6 +239,29 @@ static void test_emulated_amx_equals_portable(void **state)
                         cairn_alloc_fail_after(-1, false);
                         if (memcmp(y0, y1, sizeof(float) * (size_t)rows * out))
                             fail_msg("emulated amx %s without its side table: rows %d in %d out %d acc %d differ",
+                                     cairn_dtype_name(types[t]), rows, in, out, acc);
+                        /* the driver's table (none below the tile threshold), filled in two
+                         * calls (the second past the last tile: clipped), shared by two
+                         * output ranges as by two tasks */
+                        const size_t tb = bytes[t](rows, in);
+                        assert_true(rows >= 32 ? tb > 0 : tb == 0);
+                        if (!tb)
+                            continue;
+                        void *tmem = NULL;
+                        assert_int_equal(posix_memalign(&tmem, 64, tb), 0);
+                        memset(tmem, 0xa5, tb);
+                        const int tiles = rows / 16;
+                        fill[t](tmem, xq, ldq, xs, rows, in, tiles / 2, tiles + 3);
+                        fill[t](tmem, xq, ldq, xs, rows, in, 0, tiles / 2);
+                        for (int i = 0; i < R * O; i++)
+                            y1[i] = acc ? 0.25f * (float)(i % 7) : 0.0f;
+                        const int half = out > 16 ? 16 : out;
+                        amx_t[t](y1, out, xq, ldq, xs, rows, in, w, ldw, 0, half, acc, tmem);
+                        if (half < out)
+                            amx_t[t](y1, out, xq, ldq, xs, rows, in, w, ldw, half, out, acc, tmem);
+                        free(tmem);
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)rows * out))
+                            fail_msg("emulated amx %s with the driver's table: rows %d in %d out %d acc %d differ",
                                      cairn_dtype_name(types[t]), rows, in, out, acc);
                     }
             free(w);

@@ -282,6 +282,68 @@ static void test_determinism(void **state)
         cairn_thread_pool_destroy(tp[i]);
 }
 
+/* One call of several products (as q/k/v and gate/up are fused), of weight types that share
+ * a side table (two q4_k) and of types that do not (q6_k, q5_k, q8_0, q4_0): each product
+ * equals the portable rows run alone, bit for bit, at 1-3 threads, at 48 rows (three tiles)
+ * and 40 (two tiles and VNNI rows), and when the driver's side tables cannot be had (the
+ * kernels then build their own). */
+static void test_fused_products(void **state)
+{
+    (void)state;
+    static const cairn_dtype_t ft[] = {CAIRN_DTYPE_Q4_K, CAIRN_DTYPE_Q6_K, CAIRN_DTYPE_Q4_K,
+                                       CAIRN_DTYPE_Q5_K, CAIRN_DTYPE_Q8_0, CAIRN_DTYPE_Q4_0};
+    static const int fo[] = {40, 24, 33, 17, 50, 16};
+    enum { NP = 6, IN = 512, MAXR = 48 };
+    cairn_thread_pool_t *tp[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cairn_thread_pool_create(i + 1, &tp[i]), CAIRN_OK);
+    void *w[NP];
+    float *y0[NP], *y1[NP], *x = malloc(sizeof(float) * MAXR * IN);
+    assert_non_null(x);
+    random_x(x, (size_t)MAXR * IN);
+    for (int p = 0; p < NP; p++) {
+        w[p] = malloc(cairn_dtype_row_bytes(ft[p], IN) * (size_t)fo[p]);
+        y0[p] = malloc(sizeof(float) * MAXR * (size_t)fo[p]);
+        y1[p] = malloc(sizeof(float) * MAXR * (size_t)fo[p]);
+        assert_true(w[p] && y0[p] && y1[p]);
+        random_weights(w[p], ft[p], fo[p], IN);
+    }
+    const int rows_set[] = {48, 40};
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+        if (!usable(impls[k]))
+            continue;
+        const kern_impl_t *im = kern__impl_by_name(impls[k]);
+        for (int ri = 0; ri < 2; ri++) {
+            const int rows = rows_set[ri];
+            for (int p = 0; p < NP; p++)
+                mm("scalar", tp[0], y0[p], x, rows, IN, w[p], ft[p], fo[p]);
+            for (int mode = 0; mode < 4; mode++) { /* 1, 2, 3 threads; 2 without the tables */
+                kern_mm_t m[NP];
+                for (int p = 0; p < NP; p++) {
+                    memset(y1[p], 0xa5, sizeof(float) * MAXR * (size_t)fo[p]);
+                    m[p] = (kern_mm_t){y1[p], w[p], ft[p], fo[p]};
+                }
+                if (mode == 3)
+                    cairn_alloc_fail_after(1, false); /* the activations' buffer, then not the tables */
+                kern__matmul_n(im, tp[mode < 3 ? mode : 1], x, rows, IN, m, NP, CAIRN_MATH_F32);
+                cairn_alloc_fail_after(-1, false);
+                for (int p = 0; p < NP; p++)
+                    if (memcmp(y0[p], y1[p], sizeof(float) * (size_t)rows * (size_t)fo[p]))
+                        fail_msg("%s: fused product %d (%s) at %d rows, mode %d differs from the portable rows",
+                                 impls[k], p, cairn_dtype_name(ft[p]), rows, mode);
+            }
+        }
+    }
+    for (int p = 0; p < NP; p++) {
+        free(w[p]);
+        free(y0[p]);
+        free(y1[p]);
+    }
+    free(x);
+    for (int i = 0; i < 3; i++)
+        cairn_thread_pool_destroy(tp[i]);
+}
+
 /* The canonical product against dequantized weights times unrounded x, in double: the
  * difference is the activation rounding, at most sum |w_i| * d_x / 2 per block (plus
  * float noise). A wrong scale, offset, min or bit layout breaks the bound. */
@@ -576,6 +638,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_equal_scalar),   cmocka_unit_test(test_pieces_accumulate),
         cmocka_unit_test(test_determinism),          cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_fused_products),
         cmocka_unit_test(test_rounding_and_kv_rows), cmocka_unit_test(test_bf16_amx),
         cmocka_unit_test(test_row_kernel_equals_packed),
     };

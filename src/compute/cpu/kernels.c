@@ -573,6 +573,7 @@ struct qmatmul_job {
     const int32_t *xsum[MATMUL_MAX_N];
     int first_unit[MATMUL_MAX_N + 1];
     size_t y_off;            /* rows skipped: y of product i starts at outs[i].y + y_off * out */
+    const void *table[MATMUL_MAX_N]; /* the rows' side table of product i (qmm_table_*), or NULL */
 };
 
 static void qmatmul_task(void *p, int task, int n_tasks)
@@ -586,7 +587,12 @@ static void qmatmul_task(void *p, int task, int n_tasks)
         int e = u1 < f1 ? u1 : f1;
         const kern_mm_t *m = &j->outs[i];
         int o0 = (u0 - f0) * MATMUL_UNIT, o1 = (e - f0) * MATMUL_UNIT < m->out ? (e - f0) * MATMUL_UNIT : m->out;
-        if (o0 < o1)
+        if (o0 < o1 && j->table[i])
+            j->k->types[m->wt].qmatmul_range_table(m->y + j->y_off * (size_t)m->out, m->out, j->xq[i], j->ldq[i],
+                                                   j->xsum[i], j->rows, j->n,
+                                                   (const unsigned char *)m->w + j->w_off[i], j->ldw[i], o0, o1,
+                                                   j->acc, j->table[i]);
+        else if (o0 < o1)
             j->k->types[m->wt].qmatmul_range(m->y + j->y_off * (size_t)m->out, m->out, j->xq[i], j->ldq[i],
                                              j->xsum[i], j->rows, j->n, (const unsigned char *)m->w + j->w_off[i],
                                              j->ldw[i], o0, o1, j->acc);
@@ -629,6 +635,74 @@ static void act_run(cairn_thread_pool_t *tp, struct act_job *a)
         act_task(a, 0, 1);
     else
         cairn_thread_pool_run(tp, act_task, a, n_tasks);
+}
+
+/* The side tables of one call's products (kern_type_ops_t qmm_table_*): each distinct
+ * table filled over its row tiles, the tiles cut among the tasks. */
+struct table_job {
+    const struct qmatmul_job *q;
+    int n_tab, tiles;
+    int prod[MATMUL_MAX_N]; /* the product whose type and activations table i is for */
+};
+
+static void table_task(void *p, int task, int n_tasks)
+{
+    const struct table_job *t = p;
+    const struct qmatmul_job *j = t->q;
+    const int t0 = (int)((long)t->tiles * task / n_tasks), t1 = (int)((long)t->tiles * (task + 1) / n_tasks);
+    for (int i = 0; i < t->n_tab && t0 < t1; i++) {
+        const int k = t->prod[i];
+        j->k->types[j->outs[k].wt].qmm_table_fill((void *)(uintptr_t)j->table[k], j->xq[k], j->ldq[k], j->xsum[k],
+                                                  j->rows, j->n, t0, t1);
+    }
+}
+
+/* Gives the products of j whose type has a side table one (products of one type share it),
+ * carved from *mem (allocated here, 64-byte aligned parts; the caller frees it), and fills
+ * them. No table (the kernels build their own) when the call takes none or the block cannot
+ * be had. */
+static void tables_run(cairn_thread_pool_t *tp, struct qmatmul_job *j, void **mem)
+{
+    struct table_job t = {.q = j, .tiles = (j->rows + 15) / 16};
+    size_t bytes[MATMUL_MAX_N], total = 0;
+    int owner[MATMUL_MAX_N];
+    for (int i = 0; i < j->n_out; i++) {
+        const kern_type_ops_t *o = &j->k->types[j->outs[i].wt];
+        j->table[i] = NULL;
+        owner[i] = -1;
+        bytes[i] = 0;
+        if (!o->qmm_table_bytes)
+            continue;
+        for (int p = 0; p < i && owner[i] < 0; p++)
+            if (j->outs[p].wt == j->outs[i].wt && bytes[p])
+                owner[i] = p;
+        if (owner[i] >= 0)
+            continue;
+        bytes[i] = o->qmm_table_bytes(j->rows, j->n);
+        bytes[i] = bytes[i] <= SIZE_MAX - 64 - total ? (bytes[i] + 63) & ~(size_t)63 : 0;
+        total += bytes[i];
+    }
+    unsigned char *base = total ? cairn_malloc(total + 64) : NULL;
+    *mem = base;
+    if (!base)
+        return;
+    unsigned char *p = base + (64 - (uintptr_t)base % 64) % 64;
+    for (int i = 0; i < j->n_out; i++) {
+        if (bytes[i]) {
+            j->table[i] = p;
+            p += bytes[i];
+            t.prod[t.n_tab++] = i;
+        } else if (owner[i] >= 0) {
+            j->table[i] = j->table[owner[i]];
+        }
+    }
+    int n_tasks = cairn_thread_pool_size(tp);
+    if (n_tasks > t.tiles)
+        n_tasks = t.tiles;
+    if (n_tasks <= 1)
+        table_task(&t, 0, 1);
+    else
+        cairn_thread_pool_run(tp, table_task, &t, n_tasks);
 }
 
 /* Tasks per participant of a quantized product (CAIRN_QMM_TASKS, 1..32, default
@@ -759,8 +833,15 @@ static void qmatmul_n(const kern_impl_t *k, cairn_thread_pool_t *tp, const float
                 j.ldq[i] = a.ld[act_of[i]];
                 j.xsum[i] = a.sums[act_of[i]];
                 j.w_off[i] = cairn_dtype_row_bytes(outs[i].wt, k0);
+                j.table[i] = NULL;
             }
+            /* One side table per call and weight type where the kernels take one (not for
+             * the fallback's pieces: the heap is short then) */
+            void *tables = NULL;
+            if (rstep == rows && kstep == in)
+                tables_run(tp, &j, &tables);
             qmatmul_run(tp, &j, out_total);
+            cairn_free(tables);
         }
     cairn_free(heap);
 }

@@ -77,6 +77,19 @@ typedef struct kern_type_ops {
     cairn_dtype_t act;
     void (*qmatmul_range)(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
                           const void *w, size_t ldw, int o0, int o1, bool acc);
+    /* Optional (NULL: none; only the AMX rows have them): a side table of a call's rows that
+     * the tasks of its products of this weight type share, built by the driver once per call
+     * (piece) instead of by each task. qmm_table_bytes(rows, n): its size for rows x a piece
+     * of n elements, 0 when this call takes none (qmatmul_range runs then). The driver hands
+     * a 64-byte aligned block of that size to qmm_table_fill for row tiles [t0, t1) of 16
+     * rows (clipped to the table's rows; disjoint ranges may be filled concurrently; xq, ldq,
+     * xsum as for qmatmul_range), and once all are filled qmatmul_range_table reads it: the
+     * arguments of qmatmul_range plus the table, the same bits. */
+    size_t (*qmm_table_bytes)(int rows, int n);
+    void (*qmm_table_fill)(void *table, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n, int t0,
+                           int t1);
+    void (*qmatmul_range_table)(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows,
+                                int n, const void *w, size_t ldw, int o0, int o1, bool acc, const void *table);
 } kern_type_ops_t;
 
 typedef struct kern_impl {

@@ -504,13 +504,16 @@ extern const struct attn_impl attn__avx512;
     [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
 #define QROWS_AVX2 KERN_AVX2_QROWS
 /* "amx": the VNNI rows with AMX-INT8 tiles for prefill (quant_amx.c); same bits. */
+#define AMX_TABLE(T, BYTES, FILL)                                                                      \
+    .qmatmul_range = kern__amx_qmm_##T, .qmm_table_bytes = kern__amx_qmm_table_bytes_##BYTES,          \
+    .qmm_table_fill = kern__amx_qmm_table_fill_##FILL, .qmatmul_range_table = kern__amx_qmm_##T##_table
 #define QROWS_AMX                                                                                      \
     [CAIRN_DTYPE_Q8_0] = {.rows_to_f32 = kern__avx512_rows_q8_0, .from_f32 = kern__avx512_from_q8_0,   \
-                          .qmatmul_range = kern__amx_qmm_q8_0},                                        \
-    [CAIRN_DTYPE_Q4_0] = {.qmatmul_range = kern__amx_qmm_q4_0},                                        \
-    [CAIRN_DTYPE_Q4_K] = {.qmatmul_range = kern__amx_qmm_q4_k},                                        \
-    [CAIRN_DTYPE_Q5_K] = {.qmatmul_range = kern__amx_qmm_q5_k},                                        \
-    [CAIRN_DTYPE_Q6_K] = {.qmatmul_range = kern__amx_qmm_q6_k},                                        \
+                          AMX_TABLE(q8_0, b32, q8_0)},                                                 \
+    [CAIRN_DTYPE_Q4_0] = {AMX_TABLE(q4_0, b32, q4_0)},                                                 \
+    [CAIRN_DTYPE_Q4_K] = {AMX_TABLE(q4_k, kq, q4_k)},                                                  \
+    [CAIRN_DTYPE_Q5_K] = {AMX_TABLE(q5_k, kq, q4_k)},                                                  \
+    [CAIRN_DTYPE_Q6_K] = {AMX_TABLE(q6_k, kq, q6_k)},                                                  \
     [CAIRN_DTYPE_Q8_K] = {.from_f32 = kern__avx512_from_q8_k},                                         \
     [CAIRN_DTYPE_FP8_E4M3] = {.rows_to_f32 = kern__avx512_rows_fp8}
 

@@ -26,9 +26,11 @@
  * The folds (int32 tile sums into the float chains, the canonical per-block step) keep each
  * row tile's 16 accumulators in registers over a piece's blocks. The activation terms they
  * read (each row's f32 block scales, q4_0's 8 x sums, the k-quants' bsums pairs) depend on
- * the rows only: they are computed once per call, before the output loop, into a side table
- * [block][row] (kq_act_t, b32_act_t; one heap block the call frees), not once per 16
- * outputs x piece. The same table holds the rows' int8 activations copied into the A tiles'
+ * the rows only: they are computed into a side table [block][row] (kq_act_t, b32_act_t), not
+ * once per 16 outputs x piece. The driver builds that table once per call and weight type
+ * (kern_type_ops_t qmm_table_bytes / qmm_table_fill, its row tiles cut among the pool's
+ * threads) and every task of the call reads it (the *_table kernels); called without one,
+ * a kernel builds its own (one heap block it frees) before its output loop. The same table holds the rows' int8 activations copied into the A tiles'
  * layout (16 rows x 64 or 32 bytes, contiguous and aligned), so no tile load reads the q8_k /
  * q8_0 blocks at their 292 / 34-byte strides. When that table cannot be allocated the call runs all its rows on the
  * VNNI kernel (same bits), so the kernel has no failure to report.
@@ -261,30 +263,48 @@ typedef struct {
 /* Byte offset in kq_act_t xa of super-block b, row tile rt, 64-element group g. */
 #define KQ_ATILE(a, b, rt, g) ((((size_t)(b) * (size_t)((a)->rows / 16) + (size_t)(rt)) * 4 + (size_t)(g)) * 1024)
 
+/* Bytes of the side table of rows (a multiple of 16) x nb super-blocks from a 64-byte
+ * aligned start; 0 when that does not fit a size_t. */
+static size_t kq_act_bytes(int rows, int nb)
+{
+    const size_t cells = (size_t)rows * (size_t)nb;
+    return cells <= (SIZE_MAX - 128) / (QK_K + 40) ? cells * (QK_K + sizeof(float) + 8 * sizeof(int32_t)) : 0;
+}
+
+/* The table's parts in p (64-byte aligned, kq_act_bytes long); mem is left NULL. */
+static void kq_act_view(kq_act_t *a, void *p64, int rows, int nb)
+{
+    const size_t cells = (size_t)rows * (size_t)nb;
+    unsigned char *p = p64;
+    a->rows = rows;
+    a->mem = NULL;
+    /* xa (QK_K bytes a cell), bs (32), dx (4): each part's size a multiple of 64 bytes
+     * (rows is a multiple of 16), so the aligned start aligns all three */
+    a->xa = (int8_t *)p;
+    a->bs = (int32_t (*)[8])(p + cells * QK_K);
+    a->dx = (float *)(p + cells * QK_K + cells * 8 * sizeof(int32_t));
+}
+
 /* Allocates the side table of rows x nb super-blocks; false (nothing to free) when it
  * cannot be had. */
 static bool kq_act_alloc(kq_act_t *a, int rows, int nb)
 {
-    const size_t cells = (size_t)rows * (size_t)nb;
-    a->rows = rows;
-    /* xa (QK_K bytes a cell), bs (32), dx (4): each part's size a multiple of 64 bytes
-     * (rows is a multiple of 16), so one alignment at the start aligns all three */
-    a->mem = cells <= (SIZE_MAX - 128) / (QK_K + 40) ? cairn_malloc(cells * (QK_K + sizeof(float) + 8 * sizeof(int32_t)) + 128)
-                                                     : NULL;
-    if (!a->mem)
+    const size_t bytes = kq_act_bytes(rows, nb);
+    void *mem = bytes ? cairn_malloc(bytes + 64) : NULL;
+    if (!mem)
         return false;
-    unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
-    a->xa = (int8_t *)p;
-    a->bs = (int32_t (*)[8])(p + cells * QK_K);
-    a->dx = (float *)(p + cells * QK_K + cells * 8 * sizeof(int32_t));
+    kq_act_view(a, (unsigned char *)mem + (64 - (uintptr_t)mem % 64) % 64, rows, nb);
+    a->mem = mem;
     return true;
 }
 
-/* Fills the side table from the rows' q8_k blocks (row r at xq + r ldq). */
-TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const void *xq, size_t ldq, int nb, bool q6)
+/* Fills rows [r0, r1) of the side table from the rows' q8_k blocks (row r at xq + r ldq);
+ * disjoint row ranges may be filled concurrently. */
+TA __attribute__((noinline)) static void kq_act(kq_act_t *a, const void *xq, size_t ldq, int nb, bool q6, int r0,
+                                                int r1)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int r = 0; r < a->rows; r++)
+    for (int r = r0; r < r1; r++)
         for (int k = 0; k < nb; k++) {
             const blk_q8_k_t *x = (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq) + k;
             const __m256i b = _mm256_loadu_si256((const __m256i *)x->bsums);
@@ -527,14 +547,18 @@ TA INLINE void kq_tiles2(float *y, int ldy, int r0, const kq_pack_t *pk0,
 /* Rows [0, rows) (whole tiles) x outputs [o0, o1); false (nothing written) when the side
  * table cannot be allocated. */
 TA static bool amx_kq(float *y, int ldy, const void *xq, size_t ldq, int rows, int n, const void *w, size_t ldw,
-                      int o0, int o1, bool acc, cairn_dtype_t t)
+                      int o0, int o1, bool acc, cairn_dtype_t t, const void *table)
 {
     _Alignas(64) kq_pack_t pk[KQ_PIECE];
     const int nb = n / QK_K, tiles = rows / 16;
     kq_act_t a;
-    if (!kq_act_alloc(&a, rows, nb))
-        return false;
-    kq_act(&a, xq, ldq, nb, t == CAIRN_DTYPE_Q6_K);
+    if (table) {
+        kq_act_view(&a, (void *)(uintptr_t)table, rows, nb);
+    } else {
+        if (!kq_act_alloc(&a, rows, nb))
+            return false;
+        kq_act(&a, xq, ldq, nb, t == CAIRN_DTYPE_Q6_K, 0, rows);
+    }
     load_cfg(64, 16);
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
@@ -634,32 +658,49 @@ typedef struct {
 /* Byte offset in b32_act_t xa of block b, row tile rt (16 rows of 32 bytes). */
 #define B32_ATILE(a, b, rt) (((size_t)(b) * (size_t)((a)->rows / 16) + (size_t)(rt)) * 512)
 
+/* Bytes of the side table of rows (a multiple of 16) x nb blocks from a 64-byte aligned
+ * start; 0 when that does not fit a size_t. */
+static size_t b32_act_bytes(int rows, int nb)
+{
+    const size_t cells = (size_t)rows * (size_t)nb;
+    return cells <= (SIZE_MAX - 128) / (QK8_0 + 8) ? cells * (QK8_0 + sizeof(float) + sizeof(int32_t)) : 0;
+}
+
+/* The table's parts in p (64-byte aligned, b32_act_bytes long); mem is left NULL. */
+static void b32_act_view(b32_act_t *a, void *p64, int rows, int nb)
+{
+    const size_t cells = (size_t)rows * (size_t)nb;
+    unsigned char *p = p64;
+    a->rows = rows;
+    a->mem = NULL;
+    /* xa (QK8_0 bytes a cell), dx, x8: each part a multiple of 64 bytes (rows % 16 == 0) */
+    a->xa = (int8_t *)p;
+    a->dx = (float *)(p + cells * QK8_0);
+    a->x8 = (int32_t *)(p + cells * QK8_0 + cells * sizeof(float));
+}
+
 /* Allocates the side table of rows x nb blocks; false (nothing to free) when it cannot be
  * had. */
 static bool b32_act_alloc(b32_act_t *a, int rows, int nb)
 {
-    const size_t cells = (size_t)rows * (size_t)nb;
-    a->rows = rows;
-    /* xa (QK8_0 bytes a cell), dx, x8: each part a multiple of 64 bytes (rows % 16 == 0) */
-    a->mem = cells <= (SIZE_MAX - 128) / (QK8_0 + 8)
-                 ? cairn_malloc(cells * (QK8_0 + sizeof(float) + sizeof(int32_t)) + 128) : NULL;
-    if (!a->mem)
+    const size_t bytes = b32_act_bytes(rows, nb);
+    void *mem = bytes ? cairn_malloc(bytes + 64) : NULL;
+    if (!mem)
         return false;
-    unsigned char *p = (unsigned char *)a->mem + (64 - (uintptr_t)a->mem % 64) % 64;
-    a->xa = (int8_t *)p;
-    a->dx = (float *)(p + cells * QK8_0);
-    a->x8 = (int32_t *)(p + cells * QK8_0 + cells * sizeof(float));
+    b32_act_view(a, (unsigned char *)mem + (64 - (uintptr_t)mem % 64) % 64, rows, nb);
+    a->mem = mem;
     return true;
 }
 
-/* Fills the side table from the rows' q8_0 blocks (row r at xq + r ldq) and, for q4_0, the
- * driver's block sums xs ([rows][nb]). Gathered 16 rows at a time (a row tile); a row stride
+/* Fills rows [ra, rb) (multiples of 16) of the side table from the rows' q8_0 blocks (row r
+ * at xq + r ldq) and, for q4_0, the driver's block sums xs ([rows][nb]); disjoint row
+ * ranges may be filled concurrently. Gathered 16 rows at a time (a row tile); a row stride
  * too large for 32-bit gather indices takes the scalar loop. */
 TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, size_t ldq, const int32_t *xs, int nb,
-                                                 bool q4)
+                                                 bool q4, int ra, int rb)
 {
     const size_t rows = (size_t)a->rows;
-    for (size_t r = 0; r < rows; r++)
+    for (size_t r = (size_t)ra; r < (size_t)rb; r++)
         for (int k = 0; k < nb; k++) {
             const blk_q8_0_t *x = (const blk_q8_0_t *)((const unsigned char *)xq + r * ldq) + k;
             _mm256_store_si256((__m256i *)(a->xa + B32_ATILE(a, k, r / 16) + (r % 16) * 32),
@@ -669,7 +710,7 @@ TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, s
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m512i rx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldq));
         const __m512i rs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(nb));
-        for (size_t r0 = 0; r0 < rows; r0 += 16) {
+        for (size_t r0 = (size_t)ra; r0 < (size_t)rb; r0 += 16) {
             const unsigned char *xr = (const unsigned char *)xq + r0 * ldq;
             for (int k = 0; k < nb; k++) {
                 /* the f16 d and the block's first two q: the low half of each dword */
@@ -682,7 +723,7 @@ TA __attribute__((noinline)) static void b32_act(b32_act_t *a, const void *xq, s
         }
         return;
     }
-    for (size_t r = 0; r < rows; r++)
+    for (size_t r = (size_t)ra; r < (size_t)rb; r++)
         for (int k = 0; k < nb; k++) {
             a->dx[(size_t)k * rows + r] = h2f(((const blk_q8_0_t *)((const unsigned char *)xq + r * ldq) + k)->d);
             if (q4)
@@ -765,14 +806,18 @@ TA INLINE void b32_tiles(float *y, int ldy, int r0, const b32_pack_t *pk, int b0
 /* Rows [0, rows) (whole tiles) x outputs [o0, o1); false (nothing written) when the side
  * table cannot be allocated. */
 TA static bool amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n,
-                       const void *w, size_t ldw, int o0, int o1, bool acc, bool q4)
+                       const void *w, size_t ldw, int o0, int o1, bool acc, bool q4, const void *table)
 {
     _Alignas(64) b32_pack_t pk[B32_PIECE];
     const int nb = n / QK8_0, tiles = rows / 16;
     b32_act_t a;
-    if (!b32_act_alloc(&a, rows, nb))
-        return false;
-    b32_act(&a, xq, ldq, xsum, nb, q4);
+    if (table) {
+        b32_act_view(&a, (void *)(uintptr_t)table, rows, nb);
+    } else {
+        if (!b32_act_alloc(&a, rows, nb))
+            return false;
+        b32_act(&a, xq, ldq, xsum, nb, q4, 0, rows);
+    }
     load_cfg(32, 8);
     for (int o = o0; o < o1; o += 16) {
         const int nv = o1 - o < 16 ? o1 - o : 16;
@@ -799,23 +844,62 @@ TA static bool amx_b32(float *y, int ldy, const void *xq, size_t ldq, const int3
 
 /* ---- the rows of the table ------------------------------------------------------------------ */
 
+/* The rows a call of `rows` rows runs on the tiles: whole tiles of 16, none below
+ * AMX_MIN_ROWS. */
+static int tiled_rows(int rows) { return rows >= AMX_MIN_ROWS ? rows / 16 * 16 : 0; }
+
 /* The AMX tiles take the rows in whole tiles of 16; the rest (and small calls, and every
  * row of a call whose side table cannot be allocated) the VNNI kernel `vnni`, which computes
- * the same bits. */
+ * the same bits. TABLE: the driver's filled side table of the tiled rows, or NULL. */
+#define AMX_QMM_BODY(VNNI, CALL)                                                                        \
+    int tiled = tiled_rows(rows);                                                                       \
+    if (tiled && !(CALL))                                                                               \
+        tiled = 0;                                                                                      \
+    if (rows > tiled) {                                                                                 \
+        const int nb32 = n / QK8_0;                                                                     \
+        VNNI(y + (size_t)tiled * ldy, ldy, (const unsigned char *)xq + (size_t)tiled * ldq, ldq,        \
+             xsum ? xsum + (size_t)tiled * (size_t)nb32 : NULL, rows - tiled, n, w, ldw, o0, o1, acc);  \
+    }
 #define AMX_QMM(NAME, VNNI, CALL)                                                                       \
     TA void NAME(KERN_QMM_ARGS)                                                                         \
     {                                                                                                   \
-        int tiled = rows >= AMX_MIN_ROWS ? rows / 16 * 16 : 0;                                          \
-        if (tiled && !(CALL))                                                                           \
-            tiled = 0;                                                                                  \
-        if (rows > tiled) {                                                                             \
-            const int nb32 = n / QK8_0;                                                                 \
-            VNNI(y + (size_t)tiled * ldy, ldy, (const unsigned char *)xq + (size_t)tiled * ldq, ldq,    \
-                 xsum ? xsum + (size_t)tiled * (size_t)nb32 : NULL, rows - tiled, n, w, ldw, o0, o1, acc); \
-        }                                                                                               \
+        const void *table = NULL;                                                                       \
+        AMX_QMM_BODY(VNNI, CALL)                                                                        \
+    }                                                                                                   \
+    TA void NAME##_table(KERN_QMM_ARGS, const void *table) { AMX_QMM_BODY(VNNI, CALL) }
+AMX_QMM(kern__amx_qmm_q4_k, kern__avx512_qmm_q4_k,
+        amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q4_K, table))
+AMX_QMM(kern__amx_qmm_q5_k, kern__avx512_qmm_q5_k,
+        amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q5_K, table))
+AMX_QMM(kern__amx_qmm_q6_k, kern__avx512_qmm_q6_k,
+        amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K, table))
+AMX_QMM(kern__amx_qmm_q8_0, kern__avx512_qmm_q8_0,
+        amx_b32(y, ldy, xq, ldq, xsum, tiled, n, w, ldw, o0, o1, acc, false, table))
+AMX_QMM(kern__amx_qmm_q4_0, kern__avx512_qmm_q4_0,
+        amx_b32(y, ldy, xq, ldq, xsum, tiled, n, w, ldw, o0, o1, acc, true, table))
+
+/* The side tables as the driver builds them once per call (kern_type_ops_t qmm_table_*):
+ * the tiled rows' activation terms, the same table amx_kq / amx_b32 otherwise build per
+ * task. */
+size_t kern__amx_qmm_table_bytes_kq(int rows, int n) { return tiled_rows(rows) ? kq_act_bytes(tiled_rows(rows), n / QK_K) : 0; }
+size_t kern__amx_qmm_table_bytes_b32(int rows, int n)
+{
+    return tiled_rows(rows) ? b32_act_bytes(tiled_rows(rows), n / QK8_0) : 0;
+}
+#define AMX_FILL(NAME, VIEW, FILL, NB, ...)                                                              \
+    TA void NAME(void *table, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n, int t0, int t1) \
+    {                                                                                                    \
+        (void)xsum;                                                                                      \
+        const int tiled = tiled_rows(rows), nb = n / (NB);                                               \
+        if (t1 * 16 > tiled)                                                                             \
+            t1 = tiled / 16;                                                                             \
+        if (t0 >= t1)                                                                                    \
+            return;                                                                                      \
+        VIEW##_t a;                                                                                      \
+        VIEW##_view(&a, table, tiled, nb);                                                               \
+        FILL(&a, xq, ldq, __VA_ARGS__, 16 * t0, 16 * t1);                                                \
     }
-AMX_QMM(kern__amx_qmm_q4_k, kern__avx512_qmm_q4_k, amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q4_K))
-AMX_QMM(kern__amx_qmm_q5_k, kern__avx512_qmm_q5_k, amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q5_K))
-AMX_QMM(kern__amx_qmm_q6_k, kern__avx512_qmm_q6_k, amx_kq(y, ldy, xq, ldq, tiled, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K))
-AMX_QMM(kern__amx_qmm_q8_0, kern__avx512_qmm_q8_0, amx_b32(y, ldy, xq, ldq, xsum, tiled, n, w, ldw, o0, o1, acc, false))
-AMX_QMM(kern__amx_qmm_q4_0, kern__avx512_qmm_q4_0, amx_b32(y, ldy, xq, ldq, xsum, tiled, n, w, ldw, o0, o1, acc, true))
+AMX_FILL(kern__amx_qmm_table_fill_q4_k, kq_act, kq_act, QK_K, nb, false)
+AMX_FILL(kern__amx_qmm_table_fill_q6_k, kq_act, kq_act, QK_K, nb, true)
+AMX_FILL(kern__amx_qmm_table_fill_q8_0, b32_act, b32_act, QK8_0, xsum, nb, false)
+AMX_FILL(kern__amx_qmm_table_fill_q4_0, b32_act, b32_act, QK8_0, xsum, nb, true)

@@ -52,6 +52,22 @@ void kern__amx_qmm_q4_0(KERN_QMM_ARGS);
 void kern__amx_qmm_q4_k(KERN_QMM_ARGS);
 void kern__amx_qmm_q5_k(KERN_QMM_ARGS);
 void kern__amx_qmm_q6_k(KERN_QMM_ARGS);
+/* The same with the driver's side table (kern_type_ops_t qmm_table_*, qmatmul_range_table),
+ * and the table's size and filling: _kq for the k-quants, _b32 for q8_0 / q4_0; q5_k fills
+ * as q4_k. */
+void kern__amx_qmm_q8_0_table(KERN_QMM_ARGS, const void *table);
+void kern__amx_qmm_q4_0_table(KERN_QMM_ARGS, const void *table);
+void kern__amx_qmm_q4_k_table(KERN_QMM_ARGS, const void *table);
+void kern__amx_qmm_q5_k_table(KERN_QMM_ARGS, const void *table);
+void kern__amx_qmm_q6_k_table(KERN_QMM_ARGS, const void *table);
+size_t kern__amx_qmm_table_bytes_kq(int rows, int n);
+size_t kern__amx_qmm_table_bytes_b32(int rows, int n);
+#define KERN_QMM_FILL_ARGS \
+    void *table, const void *xq, size_t ldq, const int32_t *xsum, int rows, int n, int t0, int t1
+void kern__amx_qmm_table_fill_q4_k(KERN_QMM_FILL_ARGS);
+void kern__amx_qmm_table_fill_q6_k(KERN_QMM_FILL_ARGS);
+void kern__amx_qmm_table_fill_q8_0(KERN_QMM_FILL_ARGS);
+void kern__amx_qmm_table_fill_q4_0(KERN_QMM_FILL_ARGS);
 
 /* The BF16 rows' matmul_range (kern_type_ops_t): kernels_avx512.c's (vdpbf16ps), and
  * bf16_amx.c's (AMX-BF16 tiles for BF16-math calls of >= 32 rows, the rest through the
