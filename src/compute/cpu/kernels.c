@@ -211,7 +211,7 @@ static void scalar_from_f32_bf16(void *dst, const float *src, int n)
 }
 #define SCALAR_ROW(SUF)                                                                                \
     {scalar_matmul_##SUF, scalar_dot_##SUF, scalar_axpy_##SUF, scalar_rows_##SUF, scalar_from_f32_##SUF, \
-     CAIRN_DTYPE_F32, NULL}
+     CAIRN_DTYPE_F32, NULL, NULL, NULL, NULL}
 
 /* The canonical RMSNorm sum (kernels_impl.h): squares rounded to float, summed in double in
  * 8 lanes over blocks of 8 (zero-padded), then (j, j+4), (j, j+2), (0, 1). */
