@@ -7,15 +7,8 @@
 # bench folder) into .devcarry/pp12 with this script copied in; `BUDGET=S bash
 # .devcarry/pp12/run_pp12.sh`.
 D=$(cd "$(dirname "$0")" && pwd)
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-BUDGET=${BUDGET:-150}
-T0=$(date +%s)
-. "$D/common.sh" # el, left, step, models_q06
-export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
-unset CAIRN_ATTN_BF16TILE CAIRN_ATTN_BF16PAIR
-exec > >(tee "$O/log") 2>&1
-el "cpu (BUDGET=$BUDGET)"
-grep -m1 'model name' /proc/cpuinfo; grep -m1 '^model\s' /proc/cpuinfo; nproc
+. "$D/common.sh" # el, left, step, models_q06, run_begin
+run_begin
 for t in test_quant_kernels test_quant_amx_emulated test_determinism; do # the tests on the real tiles
   step "$t" 60 taskset -c 2,3 "$D/bin/$t" 2>&1 | grep -E 'PASSED|FAILED|SKIPPED|ERROR|^rc'
 done

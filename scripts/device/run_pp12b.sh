@@ -4,21 +4,12 @@
 # then the 8K-token prompt (bench_engine --long 8192, 512-token steps) new and base and
 # llama.cpp's pp8192, once each. `BUDGET=S bash .devcarry/pp12/run_pp12b.sh`.
 D=$(cd "$(dirname "$0")" && pwd)
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-BUDGET=${BUDGET:-150}
-T0=$(date +%s)
-. "$D/common.sh" # el, left, step, models_q06
-export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}" CAIRN_FIXTURES="$D/fixtures"
-unset CAIRN_ATTN_BF16TILE CAIRN_ATTN_BF16PAIR
-exec > >(tee "$O/log") 2>&1
-el "cpu (BUDGET=$BUDGET)"
-grep -m1 'model name' /proc/cpuinfo; grep -m1 '^model\s' /proc/cpuinfo; nproc
+. "$D/common.sh" # el, left, step, models_q06, peer_ready, run_begin
+run_begin
 B=$D/bin; PP="--threads 2 --runs 1 --only pp"
 M=/tmp/m9
 [ -f $M/q06-Q4_K_M.gguf ] || models_q06 $M
-P=/tmp/llama.cpp; [ -d $P/bin ] && P=$P/bin
-[ -x $P/llama-bench ] || tar -C /tmp -xJf "$D"/llama.cpp-*.tar.xz
-export LD_LIBRARY_PATH="$P:$LD_LIBRARY_PATH"
+peer_ready
 G=$M/q06-Q4_K_M.gguf
 for who in N B B N N B B N; do
   case $who in
