@@ -427,7 +427,8 @@ static void bench_quant(cairn_thread_pool_t *tps[2], int reps)
  * in q8_0, q4_k and q6_k weights (a Q4_K_M file mixes the last two), alternated with a raw
  * read of the same bytes, 1 and 2 threads: the small matrices a decode token is made of,
  * cut into the pool's tasks as the engine cuts them (each task's first tile starts cold),
- * where the vocab head above measures one long stream.
+ * where the vocab head above measures one long stream. BENCH_QUANT_TYPES (e.g. "q4_k,q6_k")
+ * keeps the types named, BENCH_QUANT_THREADS=1|2 one thread count.
  */
 static void bench_quant_layers(cairn_thread_pool_t *tps[2], int reps)
 {
@@ -440,8 +441,11 @@ static void bench_quant_layers(cairn_thread_pool_t *tps[2], int reps)
         exit(1);
     for (int i = 0; i < 4096; i++)
         x[i] = rndf();
+    const char *only_types = getenv("BENCH_QUANT_TYPES"), *only_th = getenv("BENCH_QUANT_THREADS");
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
         const cairn_dtype_t t = types[k];
+        if (only_types && !strstr(only_types, cairn_dtype_name(t)))
+            continue;
         const size_t n = model_bytes(&m, t);
         unsigned char *w = aligned_alloc(64, (n + 255) & ~(size_t)255);
         if (!w)
@@ -449,6 +453,8 @@ static void bench_quant_layers(cairn_thread_pool_t *tps[2], int reps)
         /* Whole rows of 1024 inputs: every matrix's rows are whole blocks of either width. */
         fill_quant(w, t, n / cairn_dtype_row_bytes(t, 1024), 1024);
         for (int th = 0; th < 2; th++) {
+            if (only_th && atoi(only_th) != th + 1)
+                continue;
             struct read_job rj = {w, n & ~(size_t)255, {0, 0}};
             double rd[64], tk[64], ratio[64];
             model_token(tps[th], &m, w, t, x, y, CAIRN_MATH_F32);
