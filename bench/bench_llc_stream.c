@@ -208,25 +208,23 @@ static void run(const char *a, size_t a_len, const char *b, size_t b_len, int mo
     *gb = b_len ? (double)b_len / median(tb, np) / 1e9 : 0;
 }
 
+/* The first line of a sysfs file into buf ("?" when it cannot be read). */
+static void first_line(const char *path, char *buf, int n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, n, f))
+        snprintf(buf, (size_t)n, "?");
+    if (f)
+        fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+}
+
 static void l3_size(void)
 {
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    char buf[64] = "?";
-    if (f) {
-        if (!fgets(buf, sizeof buf, f))
-            strcpy(buf, "?");
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    char thp[128] = "?";
-    if (f) {
-        if (!fgets(thp, sizeof thp, f))
-            strcpy(thp, "?");
-        fclose(f);
-    }
-    thp[strcspn(thp, "\n")] = 0;
-    printf("L3 (sysfs, cpu0): %s; THP: %s\n", buf, thp);
+    char l3[64], thp[128];
+    first_line("/sys/devices/system/cpu/cpu0/cache/index3/size", l3, sizeof l3);
+    first_line("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp);
+    printf("L3 (sysfs, cpu0): %s; THP: %s\n", l3, thp);
 }
 
 int main(int argc, char **argv)
