@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# As run in session 13 on commit 931b39e's knobs (CAIRN_QMM_NTA_MB existed only in that run's
+# uncommitted build; CAIRN_QMM_PF_HINT / PF_SPREAD were removed after it): a record, not a rerun.
 # Device run "llc13" (issue 12, session 13, lead): whether the device's 300 MiB L3 can hold
 # part of a decode's weights between tokens. bin/bench_llc_stream (bench/bench_llc_stream.c)
 # reads 32-512 MiB cyclically at 2 threads on cores 0,1 and then "layers + vocab head" splits

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# As run in session 13 on commit 931b39e's knobs (CAIRN_QMM_NTA_MB existed only in that run's
+# uncommitted build; CAIRN_QMM_PF_HINT / PF_SPREAD were removed after it): a record, not a rerun.
 # Device run "llc13b" (issue 12, session 13, lead): what feeds the decode row kernels.
 # bench_llc_stream's "work" section at 2 threads (a read at 4 or 8 vpdpbusd per line,
 # calibrated in L2, with no software prefetch or one per line 1-16 KiB ahead); the row

@@ -259,10 +259,9 @@ typedef struct {
     size_t step;    /* bytes between two prefetches: 64 times CAIRN_QMM_PF_STRIDE */
     size_t ldw;     /* bytes per weight row (the linear order prefetches row by row) */
     int rows;       /* rows of the next tile */
-    int hint;       /* 0 prefetcht0, 1 prefetcht1, 2 prefetcht2, 3 prefetchnta (pf_hint) */
 } pf_tile_t;
 
-static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0, 1};
+static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0};
 
 /*
  * The order a row kernel reads its tile in: "column" block column by block column, the 16
@@ -336,34 +335,6 @@ static bool pf_first(void)
     return d == 1;
 }
 
-/* The hint of the row kernels' tile prefetch (CAIRN_QMM_PF_HINT: 0 t0, 1 t1 (default),
- * 2 t2, 3 nta), read once per process: a measuring knob. */
-static int pf_hint(void)
-{
-    static _Atomic int cached = -1;
-    int d = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (d < 0) {
-        d = (int)cairn_knob_int("CAIRN_QMM_PF_HINT", false, 0, 1, 0, 3);
-        atomic_store_explicit(&cached, d, memory_order_relaxed);
-    }
-    return d;
-}
-
-/* Whether the linear order spreads its prefetch of the next tile's row o over row o's
- * blocks (CAIRN_QMM_PF_SPREAD=1: each block's bytes as that block is read) instead of
- * issuing the whole row's at once (0, default), read once per process: a measuring knob
- * (a burst of software prefetches holds the line fill buffers the demand loads need). */
-static bool pf_spread(void)
-{
-    static _Atomic int cached = -1;
-    int d = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (d < 0) {
-        d = (int)cairn_knob_int("CAIRN_QMM_PF_SPREAD", false, 0, 0, 0, 1);
-        atomic_store_explicit(&cached, d, memory_order_relaxed);
-    }
-    return d == 1;
-}
-
 /* At a range's start: the tiles [o0, o0 + 16 max(d, 1)) that pf_next_tile's lead of d
  * tiles will not stream, in one linear pass (every pf_step_bytes()). Prefetches only. */
 TV INLINE void pf_range_start(const void *w, size_t ldw, int o0, int o1)
@@ -380,7 +351,7 @@ TV INLINE void pf_range_start(const void *w, size_t ldw, int o0, int o1)
 
 INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
 {
-    pf_tile_t t = {NULL, 0, 64, ldw, 0, pf_hint()};
+    pf_tile_t t = {NULL, 0, 64, ldw, 0};
     const int d = pf_tiles(), first = o + 16 * d;
     const int n = o1 - first < 16 ? o1 - first : 16;
     if (d == 0 || n <= 0 || nb <= 0)
@@ -392,17 +363,6 @@ INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
     return t;
 }
 
-/* One software prefetch of the tile stream, with the hint the stream asks for. */
-#define PF_LINE(t, a)                                                                                  \
-    do {                                                                                               \
-        switch ((t)->hint) {                                                                           \
-        case 0: _mm_prefetch((a), _MM_HINT_T0); break;                                                 \
-        case 2: _mm_prefetch((a), _MM_HINT_T2); break;                                                 \
-        case 3: _mm_prefetch((a), _MM_HINT_NTA); break;                                                \
-        default: _mm_prefetch((a), _MM_HINT_T1); break;                                                \
-        }                                                                                              \
-    } while (0)
-
 TV INLINE void pf_step(const pf_tile_t *t, int b)
 {
     if (!t->p)
@@ -411,13 +371,13 @@ TV INLINE void pf_step(const pf_tile_t *t, int b)
     size_t l = 0;
     const size_t s = t->step;
     for (; l + 4 * s <= t->slice; l += 4 * s) { /* four per turn: the loop's own instructions were */
-        PF_LINE(t, p + l);     /* a tenth of the q4_k kernel's */
-        PF_LINE(t, p + l + s);
-        PF_LINE(t, p + l + 2 * s);
-        PF_LINE(t, p + l + 3 * s);
+        _mm_prefetch(p + l, _MM_HINT_T1);     /* a tenth of the q4_k kernel's */
+        _mm_prefetch(p + l + s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 2 * s, _MM_HINT_T1);
+        _mm_prefetch(p + l + 3 * s, _MM_HINT_T1);
     }
     for (; l < t->slice; l += s)
-        PF_LINE(t, p + l);
+        _mm_prefetch(p + l, _MM_HINT_T1);
 }
 
 /* The linear order's prefetch: bytes [off, off + len) of the next tile's row o. */
@@ -428,26 +388,13 @@ TV INLINE void pf_row(const pf_tile_t *t, int o, size_t off, size_t len)
     const char *a = t->p + (size_t)o * t->ldw + off;
     const char *p = (const char *)((uintptr_t)a & ~(uintptr_t)63), *e = a + len;
     for (; p + 4 * t->step <= e; p += 4 * t->step) {
-        PF_LINE(t, p);
-        PF_LINE(t, p + t->step);
-        PF_LINE(t, p + 2 * t->step);
-        PF_LINE(t, p + 3 * t->step);
+        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p + t->step, _MM_HINT_T1);
+        _mm_prefetch(p + 2 * t->step, _MM_HINT_T1);
+        _mm_prefetch(p + 3 * t->step, _MM_HINT_T1);
     }
     for (; p < e; p += t->step)
-        PF_LINE(t, p);
-}
-
-/* pf_spread's prefetch: the lines of the next tile's row o that start in bytes
- * [off, off + len) (also the line holding off when first), so consecutive blocks of a row
- * prefetch each line once. */
-TV INLINE void pf_row_part(const pf_tile_t *t, int o, size_t off, size_t len, bool first)
-{
-    if (!t->p || o >= t->rows)
-        return;
-    const char *a = t->p + (size_t)o * t->ldw + off;
-    const uintptr_t lo = first ? (uintptr_t)a & ~(uintptr_t)63 : ((uintptr_t)a + 63) & ~(uintptr_t)63;
-    for (const char *p = (const char *)lo; p < a + len; p += 64)
-        PF_LINE(t, p);
+        _mm_prefetch(p, _MM_HINT_T1);
 }
 
 enum { LIN_BLOCKS = 16 }; /* blocks per piece of the linear order (its buffers: 16 KiB) */
@@ -592,15 +539,10 @@ TV INLINE void row_k4_body(float *y, const blk_q8_k_t *x, int nb, const void *w,
             for (int k = 0; k < nbc; k++)
                 k4_xgroup(xg[k], x + b0 + k);
             for (int o = 0; o < 16; o++) {
-                const bool spread = pf_spread();
-                if (!spread)
-                    pf_row(pf, o, (size_t)b0 * bsz, (size_t)nbc * bsz);
+                pf_row(pf, o, (size_t)b0 * bsz, (size_t)nbc * bsz);
                 const unsigned char *row = wr[o] + (size_t)b0 * bsz;
-                for (int k = 0; k < nbc; k++) {
-                    if (spread)
-                        pf_row_part(pf, o, (size_t)(b0 + k) * bsz, bsz, k == 0);
+                for (int k = 0; k < nbc; k++)
                     S[k][o] = k4_block(row + (size_t)k * bsz, xg[k], q5, &mins[k][o], &dd[k][o]);
-                }
             }
             for (int k = 0; k < nbc; k++)
                 accv = k4_fold(accv, S[k], mins[k], dd[k], x + b0 + k);
@@ -688,13 +630,9 @@ TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
             _Alignas(64) __m512i S[LIN_BLOCKS][16];
             _Alignas(32) uint16_t dw[LIN_BLOCKS][16];
             for (int o = 0; o < 16; o++) {
-                const bool spread = pf_spread();
-                if (!spread)
-                    pf_row(pf, o, (size_t)b0 * sizeof(blk_q6_k_t), (size_t)nbc * sizeof(blk_q6_k_t));
+                pf_row(pf, o, (size_t)b0 * sizeof(blk_q6_k_t), (size_t)nbc * sizeof(blk_q6_k_t));
                 const blk_q6_k_t *row = (const blk_q6_k_t *)wr[o] + b0;
                 for (int k = 0; k < nbc; k++) {
-                    if (spread)
-                        pf_row_part(pf, o, (size_t)(b0 + k) * sizeof(blk_q6_k_t), sizeof(blk_q6_k_t), k == 0);
                     dw[k][o] = row[k].d;
                     S[k][o] = k6_block(row + k, x + b0 + k);
                 }
