@@ -259,9 +259,11 @@ typedef struct {
     size_t step;    /* bytes between two prefetches: 64 times CAIRN_QMM_PF_STRIDE */
     size_t ldw;     /* bytes per weight row (the linear order prefetches row by row) */
     int rows;       /* rows of the next tile */
+    const char **cur; /* the stream order's cursor (NULL: the tile order above) */
+    const char *end;  /* the range's end: the stream order prefetches nothing past it */
 } pf_tile_t;
 
-static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0};
+static const pf_tile_t PF_NONE = {NULL, 0, 64, 0, 0, NULL, NULL};
 
 /*
  * The order a row kernel reads its tile in: "column" block column by block column, the 16
@@ -335,23 +337,81 @@ static bool pf_first(void)
     return d == 1;
 }
 
-/* At a range's start: the tiles [o0, o0 + 16 max(d, 1)) that pf_next_tile's lead of d
- * tiles will not stream, in one linear pass (every pf_step_bytes()). Prefetches only. */
-TV INLINE void pf_range_start(const void *w, size_t ldw, int o0, int o1)
+/*
+ * The stream order of the linear tile order (CAIRN_QMM_PF_AHEAD = D bytes, 0..65536; 0
+ * keeps the tile order above; read once per process; default 4096 on Intel CPUs, 0 on
+ * others: session 14 measured Q4_K_M tg128 +12% on the device's Xeon and -8 to -15% on an
+ * AMD Zen 4, docs/PERFORMANCE.md): instead of
+ * the next tile's rows in bursts (a row of the next tile before each row of this one: 9-40
+ * lines at once), one cursor per range running D bytes ahead of the bytes the kernel has
+ * consumed. Every block an output consumes advances it by the block's size and prefetches
+ * (T0) each line that starts in the bytes it passed: one or two lines per block, at the
+ * rate the kernel reads, the way bench_llc_stream's "work" section fed a core at 0.9-1.0 of
+ * a raw read on the device's Xeon (session 13) where the bursts hold every line fill buffer.
+ * The column order keeps the tile scheme (its reads span the whole tile from the first
+ * block on; a cursor a tile plus D ahead measured slower, Q8_0 tg128 on both machines:
+ * docs/PERFORMANCE.md, session 14). Prefetches only: no value depends on them.
+ */
+static size_t pf_ahead(void)
 {
-    if (!pf_first() || o0 >= o1)
-        return;
-    const int d = pf_tiles() > 1 ? pf_tiles() : 1;
-    const int n = o1 - o0 < 16 * d ? o1 - o0 : 16 * d;
-    const char *p = (const char *)w + (size_t)o0 * ldw;
-    const size_t len = (size_t)n * ldw, s = pf_step_bytes();
-    for (size_t l = 0; l < len; l += s)
-        _mm_prefetch(p + l, _MM_HINT_T1);
+    static _Atomic int cached = -1;
+    int d = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (d < 0) {
+        __builtin_cpu_init();
+        const int def = __builtin_cpu_is("intel") ? 4096 : 0;
+        d = (int)cairn_knob_int("CAIRN_QMM_PF_AHEAD", false, 0, def, 0, 65536);
+        atomic_store_explicit(&cached, d, memory_order_relaxed);
+    }
+    return (size_t)d;
 }
 
-INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb)
+/* The stream order's advance by n consumed bytes (a no-op in the tile order). */
+TV INLINE void pf_adv(const pf_tile_t *t, size_t n)
 {
-    pf_tile_t t = {NULL, 0, 64, ldw, 0};
+    if (!t->cur)
+        return;
+    const char *u = *t->cur, *v = u + n;
+    *t->cur = v;
+    if (v > t->end)
+        v = t->end;
+    for (const char *l = (const char *)(((uintptr_t)u + 63) & ~(uintptr_t)63); l < v; l += 64)
+        _mm_prefetch(l, _MM_HINT_T0);
+}
+
+/* At the start of range [o0, o1), read in the linear order or not: with CAIRN_QMM_PF_FIRST,
+ * the bytes no prefetch will cover (the stream order's first D; the tile order's tiles
+ * [o0, o0 + 16 max(d, 1)), which pf_next_tile's lead of d tiles will not stream), in one
+ * linear pass. Then the stream order's cursor for the range (NULL: the tile order). */
+TV INLINE const char *pf_range_start(const void *w, size_t ldw, int o0, int o1, bool linear)
+{
+    if (o0 >= o1)
+        return NULL;
+    const char *p = (const char *)w + (size_t)o0 * ldw, *e = (const char *)w + (size_t)o1 * ldw;
+    const size_t ahead = linear ? pf_ahead() : 0;
+    if (pf_first()) {
+        const int d = pf_tiles() > 1 ? pf_tiles() : 1;
+        const size_t len = ahead ? ahead : (size_t)(o1 - o0 < 16 * d ? o1 - o0 : 16 * d) * ldw;
+        const size_t s = ahead ? 64 : pf_step_bytes();
+        for (const char *l = p; l < p + len && l < e; l += s) {
+            if (ahead)
+                _mm_prefetch(l, _MM_HINT_T0);
+            else
+                _mm_prefetch(l, _MM_HINT_T1);
+        }
+    }
+    return ahead ? p + ahead : NULL;
+}
+
+/* The prefetch of the tile at o of range [o, o1): the stream order's (cursor *cur) when
+ * cur holds one, else the next tile's. */
+INLINE pf_tile_t pf_next_tile(const void *w, size_t ldw, int o, int o1, int nb, const char **cur)
+{
+    pf_tile_t t = {NULL, 0, 64, ldw, 0, NULL, NULL};
+    if (*cur) {
+        t.cur = cur;
+        t.end = (const char *)w + (size_t)o1 * ldw;
+        return t;
+    }
     const int d = pf_tiles(), first = o + 16 * d;
     const int n = o1 - first < 16 ? o1 - first : 16;
     if (d == 0 || n <= 0 || nb <= 0)
@@ -526,8 +586,10 @@ TV INLINE void row_k4_body(float *y, const blk_q8_k_t *x, int nb, const void *w,
             k4_xgroup(xg, x + b);
             _Alignas(64) uint64_t mins[16];
             _Alignas(64) uint32_t dd[16];
-            for (int o = 0; o < 16; o++)
+            for (int o = 0; o < 16; o++) {
                 S[o] = k4_block(wr[o] + (size_t)b * bsz, xg, q5, &mins[o], &dd[o]);
+                pf_adv(pf, bsz);
+            }
             accv = k4_fold(accv, S, mins, dd, x + b);
         }
     } else {
@@ -541,8 +603,10 @@ TV INLINE void row_k4_body(float *y, const blk_q8_k_t *x, int nb, const void *w,
             for (int o = 0; o < 16; o++) {
                 pf_row(pf, o, (size_t)b0 * bsz, (size_t)nbc * bsz);
                 const unsigned char *row = wr[o] + (size_t)b0 * bsz;
-                for (int k = 0; k < nbc; k++)
+                for (int k = 0; k < nbc; k++) {
                     S[k][o] = k4_block(row + (size_t)k * bsz, xg[k], q5, &mins[k][o], &dd[k][o]);
+                    pf_adv(pf, bsz);
+                }
             }
             for (int k = 0; k < nbc; k++)
                 accv = k4_fold(accv, S[k], mins[k], dd[k], x + b0 + k);
@@ -620,6 +684,7 @@ TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
                 const blk_q6_k_t *blk = (const blk_q6_k_t *)wr[o] + b;
                 dw[o] = blk->d;
                 S[o] = k6_block(blk, x + b);
+                pf_adv(pf, sizeof(blk_q6_k_t));
             }
             accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16x16(S)), _mm512_mul_ps(f16x16(dw), _mm512_set1_ps(x[b].d)),
                                    accv);
@@ -635,6 +700,7 @@ TV static void row_q6_k(float *y, const blk_q8_k_t *x, int nb, const void *w, si
                 for (int k = 0; k < nbc; k++) {
                     dw[k][o] = row[k].d;
                     S[k][o] = k6_block(row + k, x + b0 + k);
+                    pf_adv(pf, sizeof(blk_q6_k_t));
                 }
             }
             for (int k = 0; k < nbc; k++)
@@ -701,8 +767,11 @@ TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
             for (int i = 0; i < 8; i++) {
                 const unsigned char *pa = wr[2 * i] + (size_t)b * bsz, *pb = wr[2 * i + 1] + (size_t)b * bsz;
                 ca[i] = b32_block(pa, pb, x0, q4, &da[2 * i]);
-                if (two)
+                pf_adv(pf, 2 * bsz);
+                if (two) {
                     cb[i] = b32_block(pa + bsz, pb + bsz, x1v, q4, &db[2 * i]);
+                    pf_adv(pf, 2 * bsz);
+                }
             }
             accv = b32_fold(accv, ca, da, &x[b], xsum[b], off);
             if (two)
@@ -720,8 +789,10 @@ TV INLINE void row_b32(float *y, const blk_q8_0_t *x, const int32_t *xsum, int n
                 pf_row(pf, 2 * i, (size_t)b0 * bsz, (size_t)nbc * bsz);
                 pf_row(pf, 2 * i + 1, (size_t)b0 * bsz, (size_t)nbc * bsz);
                 const unsigned char *pa = wr[2 * i] + (size_t)b0 * bsz, *pb = wr[2 * i + 1] + (size_t)b0 * bsz;
-                for (int k = 0; k < nbc; k++)
+                for (int k = 0; k < nbc; k++) {
                     c[k][i] = b32_block(pa + (size_t)k * bsz, pb + (size_t)k * bsz, xv[k], q4, &d[k][2 * i]);
+                    pf_adv(pf, 2 * bsz);
+                }
             }
             for (int k = 0; k < nbc; k++)
                 accv = b32_fold(accv, c[k], d[k], &x[b0 + k], xsum[b0 + k], off);
@@ -1073,9 +1144,9 @@ TV void kern__avx512_qmm_q4_k(float *y, int ldy, const void *xq, size_t ldq, con
         return;
     }
     /* Tile by tile, every row against the tile while it is in the cache. */
-    pf_range_start(w, ldw, o0, o1);
+    const char *cur = pf_range_start(w, ldw, o0, o1, qmm_linear(true));
     for (int o = o0; o < o1; o += 16) {
-        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K, &cur);
         for (int r = 0; r < rows; r++)
             row_q4_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
@@ -1092,9 +1163,9 @@ TV void kern__avx512_qmm_q5_k(float *y, int ldy, const void *xq, size_t ldq, con
         return;
     }
     /* Tile by tile, every row against the tile while it is in the cache. */
-    pf_range_start(w, ldw, o0, o1);
+    const char *cur = pf_range_start(w, ldw, o0, o1, qmm_linear(true));
     for (int o = o0; o < o1; o += 16) {
-        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K, &cur);
         for (int r = 0; r < rows; r++)
             row_q5_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
@@ -1110,9 +1181,9 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
         packed_k(y, ldy, xq, ldq, rows, n, w, ldw, o0, o1, acc, CAIRN_DTYPE_Q6_K);
         return;
     }
-    pf_range_start(w, ldw, o0, o1);
+    const char *cur = pf_range_start(w, ldw, o0, o1, qmm_linear(true));
     for (int o = o0; o < o1; o += 16) {
-        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K);
+        const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, n / QK_K, &cur);
         for (int r = 0; r < rows; r++)
             row_q6_k(y + (size_t)r * ldy + o, (const blk_q8_k_t *)((const unsigned char *)xq + (size_t)r * ldq),
                      n / QK_K, (const unsigned char *)w + (size_t)o * ldw, ldw, o1 - o < 16 ? o1 - o : 16, acc,
@@ -1129,9 +1200,9 @@ TV void kern__avx512_qmm_q6_k(float *y, int ldy, const void *xq, size_t ldq, con
             return;                                                                                    \
         }                                                                                              \
         const int nb = n / QK8_0;                                                                      \
-        pf_range_start(w, ldw, o0, o1);                                                                \
+        const char *cur = pf_range_start(w, ldw, o0, o1, qmm_linear(false));                           \
         for (int o = o0; o < o1; o += 16) {                                                            \
-            const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, (nb + 1) / 2);                            \
+            const pf_tile_t pf = pf_next_tile(w, ldw, o, o1, (nb + 1) / 2, &cur);                      \
             for (int r = 0; r < rows; r++)                                                             \
                 row_b32(y + (size_t)r * ldy + o,                                                       \
                         (const blk_q8_0_t *)((const unsigned char *)xq + (size_t)r * ldq),             \
